@@ -1,0 +1,109 @@
+// TrainConfig: everything a training run is told, parsed from a DeepSpeed-style JSON config.
+// DeepSpeed's key names are used for what applies, so an existing DeepSpeed config reads
+// unchanged; TierZero's own settings (model shape, data, run length) live under "tierzero".
+// Every unknown key, wrong type or out-of-range value is an Error naming the key's full path.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tierzero {
+
+struct ModelShape {
+  int64_t vocab_size = 257;       // real vocabulary (byte-level tokenizer: 256 bytes + EOT)
+  int64_t padded_vocab_size = 0;  // 0: vocab_size rounded up to a multiple of 128
+  int64_t context_length = 64;    // maximum sequence length (positions)
+  int64_t n_layer = 4;
+  int64_t n_head = 4;
+  int64_t n_embd = 128;
+};
+
+struct OptimizerConfig {
+  std::string type = "AdamW";
+  double lr = 3e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;  // applied to matrices (rank >= 2) only, not to biases or norms
+};
+
+struct SchedulerConfig {
+  std::string type = "WarmupCosineLR";  // WarmupLR, WarmupDecayLR, WarmupCosineLR, or "none"
+  int64_t warmup_num_steps = 20;
+  int64_t total_num_steps = 0;         // 0: the run's step count
+  std::string warmup_type = "linear";  // linear or log
+  double warmup_min_ratio = 0.0;       // WarmupCosineLR
+  double cos_min_ratio = 0.1;          // WarmupCosineLR
+  double warmup_min_lr = 0.0;          // WarmupLR / WarmupDecayLR
+  double warmup_max_lr = -1.0;         // WarmupLR / WarmupDecayLR; < 0: optimizer lr
+};
+
+struct OffloadConfig {
+  std::string device = "none";  // none, cpu, nvme
+  std::string nvme_path;
+  bool pin_memory = true;
+  int64_t buffer_count = 5;
+  int64_t buffer_size = 100000000;  // elements, as in DeepSpeed
+  double ratio = 1.0;               // offload_optimizer only
+};
+
+struct ZeroConfig {
+  int64_t stage = 0;
+  OffloadConfig offload_param;
+  OffloadConfig offload_optimizer;
+  bool overlap_comm = true;
+  bool contiguous_gradients = true;
+  int64_t reduce_bucket_size = 500000000;
+  int64_t allgather_bucket_size = 500000000;
+  int64_t prefetch_bucket_size = 50000000;       // stage3_prefetch_bucket_size
+  int64_t param_persistence_threshold = 100000;  // stage3_param_persistence_threshold
+  int64_t max_live_parameters = 1000000000;      // stage3_max_live_parameters
+  int64_t max_reuse_distance = 1000000000;       // stage3_max_reuse_distance
+};
+
+struct AioConfig {
+  int64_t block_size = 1048576;
+  int64_t queue_depth = 8;
+  int64_t intra_op_parallelism = 1;
+  bool single_submit = false;
+  bool overlap_events = true;
+};
+
+struct TrainConfig {
+  // DeepSpeed keys
+  int64_t micro_batch_size = 8;  // train_micro_batch_size_per_gpu
+  int64_t gradient_accumulation_steps = 1;
+  int64_t train_batch_size = 0;    // 0: micro * accumulation * data-parallel ranks
+  double gradient_clipping = 1.0;  // 0 disables
+  int64_t steps_per_print = 10;
+  OptimizerConfig optimizer;
+  SchedulerConfig scheduler;
+  bool bf16 = false;
+  bool fp16 = false;
+  ZeroConfig zero;
+  AioConfig aio;
+
+  // "tierzero" section
+  ModelShape model;
+  int64_t seq_len = 64;  // tokens per sequence (T); <= model.context_length
+  int64_t steps = 300;
+  uint64_t seed = 1337;
+  std::string device = "cpu";  // cpu, cuda, cuda:N
+  int64_t threads = 0;         // CPU threads; 0: OpenMP default
+  std::string train_data;      // glob of llm.c token shards; empty: the built-in corpus
+  std::string val_data;        // glob; empty: held-out part of the built-in corpus
+  int64_t val_every = 0;       // steps between validation passes; 0: only at the end
+  int64_t val_batches = 8;
+  std::string load_checkpoint;  // llm.c model checkpoint to start from
+  std::string save_checkpoint;  // written at the end of the run
+  std::string log_level = "info";
+  double device_memory_budget_gb = 0.0;  // 0: the device's total memory
+
+  // The defaults, as a config file would state them (validated like any file).
+  static TrainConfig defaults();
+  // Parses JSON text; `source` names it in errors.
+  static TrainConfig parse(const std::string& json_text, const std::string& source);
+  static TrainConfig load(const std::string& path);  // throws Error if unreadable
+};
+
+}  // namespace tierzero

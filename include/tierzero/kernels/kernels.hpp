@@ -1,0 +1,145 @@
+// Kernels: the compute interface the GPT layers call, implemented once per backend
+// (kernels/cpu with OpenMP + OpenBLAS, kernels/cuda with real CUDA kernels + cuBLASLt).
+// Pure compute on raw pointers of the backend's memory: no ownership, no communication.
+//
+// Conventions, identical on every backend:
+//  - Row-major, fp32. Shapes are given in the comment next to each pointer.
+//  - Forward kernels overwrite their outputs.
+//  - Backward kernels ACCUMULATE (+=) into every gradient they produce, both parameter gradients
+//    and input (activation) gradients; callers zero what must start at zero. This is what makes
+//    gradient accumulation across micro-batches free.
+//  - Pointers marked "nullable" may be null and are then skipped.
+//  - On CUDA every call is asynchronous on the stream given to set_stream(); on the CPU every call
+//    has finished when it returns.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace tierzero::kernels {
+
+struct AdamWParams {
+  float lr;
+  float beta1;
+  float beta2;
+  float eps;
+  float weight_decay;  // decoupled: p -= lr * weight_decay * p, before the Adam update
+  float grad_scale;    // gradients are multiplied by this first (clipping, loss-scale undo)
+  int64_t step;        // 1-based step count used for bias correction
+};
+
+class Kernels {
+ public:
+  virtual ~Kernels() = default;
+  virtual const char* backend_name() const = 0;
+
+  // Native stream (cudaStream_t on CUDA, ignored on CPU). Null is the default stream.
+  virtual void set_stream(void* native_stream) = 0;
+  // Scratch memory the backend may use (cuBLASLt); the caller owns and accounts for it.
+  virtual size_t workspace_bytes() const = 0;
+  virtual void set_workspace(void* workspace, size_t bytes) = 0;
+
+  // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+  virtual void encoder_forward(float* out,             // (B, T, C)
+                               const int32_t* tokens,  // (B, T)
+                               const float* wte,       // (Vp, C)
+                               const float* wpe,       // (maxT, C)
+                               size_t B, size_t T, size_t C) = 0;
+  virtual void encoder_backward(float* dwte,            // (Vp, C) +=
+                                float* dwpe,            // (maxT, C) +=
+                                const float* dout,      // (B, T, C)
+                                const int32_t* tokens,  // (B, T)
+                                size_t B, size_t T, size_t C) = 0;
+
+  // out = (inp - mean) * rstd * weight + bias over the last axis; eps 1e-5, biased variance.
+  virtual void layernorm_forward(float* out,           // (N, C)
+                                 float* mean,          // (N)
+                                 float* rstd,          // (N)
+                                 const float* inp,     // (N, C)
+                                 const float* weight,  // (C)
+                                 const float* bias,    // (C)
+                                 size_t N, size_t C) = 0;
+  virtual void layernorm_backward(float* dinp,          // (N, C) +=
+                                  float* dweight,       // (C) +=
+                                  float* dbias,         // (C) +=
+                                  const float* dout,    // (N, C)
+                                  const float* inp,     // (N, C)
+                                  const float* weight,  // (C)
+                                  const float* mean,    // (N)
+                                  const float* rstd,    // (N)
+                                  size_t N, size_t C) = 0;
+
+  // out = inp @ weight^T + bias
+  virtual void matmul_forward(float* out,           // (N, OC)
+                              const float* inp,     // (N, IC)
+                              const float* weight,  // (OC, IC)
+                              const float* bias,    // (OC) nullable
+                              size_t N, size_t IC, size_t OC) = 0;
+  virtual void matmul_backward(float* dinp,          // (N, IC) +=
+                               float* dweight,       // (OC, IC) +=
+                               float* dbias,         // (OC) += nullable
+                               const float* dout,    // (N, OC)
+                               const float* inp,     // (N, IC)
+                               const float* weight,  // (OC, IC)
+                               size_t N, size_t IC, size_t OC) = 0;
+
+  // Causal multi-head self-attention. qkv[b,t,:] holds q (0..C), k (C..2C), v (2C..3C); head h
+  // uses channels h*hs..(h+1)*hs with hs = C/NH; scores are scaled by 1/sqrt(hs).
+  // att receives the softmax probabilities (zero above the diagonal), which backward needs.
+  virtual void attention_forward(float* out,        // (B, T, C)
+                                 float* att,        // (B, NH, T, T)
+                                 const float* qkv,  // (B, T, 3C)
+                                 size_t B, size_t T, size_t C, size_t NH) = 0;
+  virtual void attention_backward(float* dqkv,        // (B, T, 3C) +=
+                                  float* datt,        // (B, NH, T, T) scratch, contents undefined
+                                  const float* dout,  // (B, T, C)
+                                  const float* qkv,   // (B, T, 3C)
+                                  const float* att,   // (B, NH, T, T)
+                                  size_t B, size_t T, size_t C, size_t NH) = 0;
+
+  // GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+  virtual void gelu_forward(float* out, const float* inp, size_t n) = 0;  // (n)
+  virtual void gelu_backward(float* dinp,                                 // (n) +=
+                             const float* inp,                            // (n)
+                             const float* dout,                           // (n)
+                             size_t n) = 0;
+
+  // out = a + b
+  virtual void residual_forward(float* out, const float* a, const float* b, size_t n) = 0;
+  virtual void residual_backward(float* da,  // (n) +=
+                                 float* db,  // (n) +=
+                                 const float* dout, size_t n) = 0;
+
+  // losses[i] = -log softmax(logits[i, 0..V))[targets[i]]; columns V..Vp are padding and ignored.
+  // Every target must be < V (the caller validates data).
+  virtual void softmax_xent_forward(float* losses,           // (N)
+                                    const float* logits,     // (N, Vp)
+                                    const int32_t* targets,  // (N)
+                                    size_t N, size_t V, size_t Vp) = 0;
+  // Fused forward + backward: writes losses, then OVERWRITES dlogits with
+  // dloss * (softmax(logits) - onehot(target)) in columns 0..V and 0 in the padding columns.
+  // dlogits may alias logits (in-place), which is how the model saves a (N, Vp) buffer.
+  virtual void softmax_xent_forward_backward(float* dlogits,          // (N, Vp)
+                                             float* losses,           // (N)
+                                             const float* logits,     // (N, Vp)
+                                             const int32_t* targets,  // (N)
+                                             float dloss, size_t N, size_t V, size_t Vp) = 0;
+
+  // AdamW (PyTorch semantics, decoupled weight decay) on n elements, in place.
+  virtual void adamw_update(float* param,       // (n)
+                            float* m,           // (n)
+                            float* v,           // (n)
+                            const float* grad,  // (n)
+                            size_t n, const AdamWParams& p) = 0;
+
+  // Sum of squares of x, returned to the host (synchronises the stream on CUDA).
+  virtual double sum_squares(const float* x, size_t n) = 0;  // x (n)
+  // x *= s
+  virtual void scale(float* x, size_t n, float s) = 0;  // x (n)
+};
+
+// The CPU backend (always built).
+std::unique_ptr<Kernels> make_cpu_kernels();
+
+}  // namespace tierzero::kernels

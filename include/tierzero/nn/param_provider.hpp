@@ -1,0 +1,48 @@
+// ParamProvider: how the GPT gets at its parameters and where it puts its gradients, one unit at
+// a time. The model never knows where bytes live: LocalParams keeps everything resident (the
+// fp32 one-rank reference); the ZeRO partition store implements the same calls with gathers,
+// prefetch and reduce-scatter.
+#pragma once
+
+#include <cstddef>
+
+#include "tierzero/device/device_allocator.hpp"
+#include "tierzero/nn/param_layout.hpp"
+
+namespace tierzero::nn {
+
+class ParamProvider {
+ public:
+  virtual ~ParamProvider() = default;
+  // Full parameters of `unit` on the compute device, valid until release_params(unit).
+  // Calls nest: a unit may be acquired again before it is released (the tied head uses wte).
+  virtual const float* acquire_params(size_t unit) = 0;  // (units[unit].numel)
+  virtual void release_params(size_t unit) = 0;
+  // Where backward accumulates the full gradient of `unit` (+=), valid until grads_done(unit).
+  virtual float* acquire_grads(size_t unit) = 0;  // (units[unit].numel)
+  virtual void grads_done(size_t unit) = 0;
+};
+
+// Everything resident on the device in two flat buffers (params, grads).
+class LocalParams final : public ParamProvider {
+ public:
+  LocalParams(const ParamLayout& layout, DeviceAllocator& allocator);
+
+  const float* acquire_params(size_t unit) override;
+  void release_params(size_t) override {}
+  float* acquire_grads(size_t unit) override;
+  void grads_done(size_t) override {}
+
+  float* params() { return params_.f32(); }  // (total_numel)
+  float* grads() { return grads_.f32(); }    // (total_numel)
+  size_t numel() const { return layout_.total_numel(); }
+  void zero_grads();
+
+ private:
+  const ParamLayout& layout_;
+  Device& device_;
+  DeviceBuffer params_;  // (total_numel) fp32
+  DeviceBuffer grads_;   // (total_numel) fp32
+};
+
+}  // namespace tierzero::nn

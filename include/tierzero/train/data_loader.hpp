@@ -1,0 +1,34 @@
+// DataLoader: batches of (B, T) inputs and next-token targets from token shards, llm.c style.
+// Rank r of w reads the windows r, r + w, r + 2w, ... of B*T tokens in each shard, so ranks see
+// disjoint data; at the end of the last shard it starts over (a new epoch).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "tierzero/train/token_shards.hpp"
+
+namespace tierzero::train {
+
+class DataLoader {
+ public:
+  DataLoader(std::vector<std::unique_ptr<TokenShard>> shards, size_t B, size_t T, size_t vocab,
+             int rank = 0, int world_size = 1);
+
+  // Fills inputs and targets, each (B, T). Error if a token id is >= vocab (names shard, index).
+  void next_batch(int32_t* inputs, int32_t* targets);
+  void reset();  // back to the first batch
+  size_t batches_per_epoch() const;
+
+ private:
+  std::vector<std::unique_ptr<TokenShard>> shards_;
+  size_t B_, T_, vocab_;
+  size_t rank_, world_;
+  size_t shard_ = 0;
+  size_t position_ = 0;
+  std::vector<uint16_t> buffer_;  // (B*T + 1)
+};
+
+}  // namespace tierzero::train

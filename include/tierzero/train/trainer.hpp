@@ -1,0 +1,45 @@
+// Trainer: the training loop of one rank: data, forward/backward with gradient accumulation,
+// clipping, AdamW with a schedule, validation, checkpoints, and a progress line per step.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tierzero/core/train_config.hpp"
+
+namespace tierzero::train {
+
+struct StepRecord {
+  int64_t step = 0;  // 1-based
+  double loss = 0.0;
+  double lr = 0.0;
+  double grad_norm = 0.0;
+  double seconds = 0.0;
+  double tokens_per_second = 0.0;
+};
+
+struct TrainResult {
+  std::vector<StepRecord> steps;
+  double val_loss = 0.0;         // mean validation loss at the end (NaN if no validation ran)
+  double unigram_entropy = 0.0;  // of the training data's tokens (built-in corpus), nats; or NaN
+  size_t parameter_count = 0;
+  std::string device_name;
+};
+
+class Trainer {
+ public:
+  explicit Trainer(TrainConfig config);
+  ~Trainer();
+  // Runs config.steps steps, printing progress to `out` (null: silent). Throws Error on failure.
+  TrainResult run(std::FILE* out);
+
+ private:
+  struct State;
+  TrainConfig config_;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace tierzero::train

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what TierZero needs to build and test, from Debian packages only, skipping what is
+# already there. The CUDA toolkit is not installed here: when /usr/local/cuda/bin/nvcc exists the
+# CUDA backend is built too.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libopenblas-dev liburing-dev nlohmann-json3-dev libcli11-dev
+  libgtest-dev googletest libbenchmark-dev
+  openmpi-bin libopenmpi-dev fio
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  sudo_cmd=""
+  if [ "$(id -u)" -ne 0 ]; then sudo_cmd="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo_cmd apt-get update -qq
+  $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "setup: all packages present" >&2
+fi

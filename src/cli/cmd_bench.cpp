@@ -1,0 +1,130 @@
+// `tierzero bench train`: one training step of GPT-2 124M (fp32, one rank) against the machine's
+// own sgemm rate measured in the same run. Table on stderr, one JSON object per result on stdout.
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "commands.hpp"
+#include "tierzero/core/random.hpp"
+#include "tierzero/core/timer.hpp"
+#include "tierzero/device/device_allocator.hpp"
+#include "tierzero/nn/gpt.hpp"
+#include "tierzero/train/adamw_optimizer.hpp"
+
+namespace tierzero::cli {
+
+namespace {
+
+struct BenchFlags {
+  std::string what;
+  std::string device = "cpu";
+  int64_t threads = 2;
+  int64_t batch = 4;
+  int64_t seq = 64;
+  int64_t steps = 3;
+  std::string model = "gpt2";
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// GFLOP/s of a 2048^3 sgemm through the backend's matmul (OpenBLAS on the CPU).
+double sgemm_rate(Device& dev, DeviceAllocator& alloc) {
+  constexpr size_t n = 2048;
+  DeviceBuffer a = alloc.allocate(n * n * sizeof(float), Category::workspace, "bench a");  // (n, n)
+  DeviceBuffer b = alloc.allocate(n * n * sizeof(float), Category::workspace, "bench b");  // (n, n)
+  DeviceBuffer c = alloc.allocate(n * n * sizeof(float), Category::workspace, "bench c");  // (n, n)
+  std::vector<float> host(n * n);
+  Rng rng(1);
+  for (auto& x : host) x = static_cast<float>(rng.normal());
+  dev.copy(a.data(), host.data(), n * n * sizeof(float), CopyKind::host_to_device,
+           dev.default_stream());
+  dev.copy(b.data(), host.data(), n * n * sizeof(float), CopyKind::host_to_device,
+           dev.default_stream());
+  std::vector<double> times;
+  for (int i = 0; i < 6; ++i) {
+    dev.default_stream().synchronize();
+    Timer t;
+    dev.kernels().matmul_forward(c.f32(), a.f32(), b.f32(), nullptr, n, n, n);
+    dev.default_stream().synchronize();
+    if (i > 0) times.push_back(t.seconds());
+  }
+  return 2.0 * n * n * n / median(times) / 1e9;
+}
+
+int bench_train(const BenchFlags& f) {
+  std::unique_ptr<Device> dev = make_device(f.device, static_cast<int>(f.threads));
+  DeviceAllocator alloc(*dev, 0);
+  const double sgemm = sgemm_rate(*dev, alloc);
+  alloc.release_cached();
+
+  nn::GPTConfig cfg = nn::GPTConfig::preset(f.model);
+  const auto B = static_cast<size_t>(f.batch), T = static_cast<size_t>(f.seq);
+  nn::GPT model(cfg, alloc);
+  nn::LocalParams params(model.layout(), alloc);
+  std::vector<float> host(model.layout().total_numel());  // (total_numel)
+  nn::init_gpt2_params(model.layout(), cfg, 1337, host.data());
+  dev->copy(params.params(), host.data(), host.size() * sizeof(float), CopyKind::host_to_device,
+            dev->default_stream());
+  OptimizerConfig oc;
+  train::AdamWOptimizer opt(oc, model.layout(), alloc);
+  std::vector<int32_t> x(B * T), y(B * T);  // (B, T)
+  Rng rng(7);
+  for (size_t i = 0; i < B * T; ++i) {
+    x[i] = static_cast<int32_t>(rng.below(cfg.vocab_size));
+    y[i] = static_cast<int32_t>(rng.below(cfg.vocab_size));
+  }
+  std::vector<double> times;
+  for (int64_t i = 0; i <= f.steps; ++i) {  // the first step warms caches and is not counted
+    Timer t;
+    params.zero_grads();
+    model.forward_backward(params, x.data(), y.data(), B, T, 1.0f);
+    opt.step(params, 1e-4, 1.0);
+    dev->default_stream().synchronize();
+    if (i > 0) times.push_back(t.seconds());
+  }
+  const double step_s = median(times);
+  const double tokens = static_cast<double>(B * T);
+  const double N = static_cast<double>(model.layout().parameter_count());
+  const double flops = 6.0 * N * tokens + 6.0 * static_cast<double>(cfg.num_layers * cfg.channels) *
+                                              static_cast<double>(T) * tokens;
+  const double rate = flops / step_s / 1e9;
+  std::fprintf(stderr, "bench train: %s (%.1fM params), batch %zu x %zu, fp32, %s\n",
+               f.model.c_str(), N / 1e6, B, T, dev->name().c_str());
+  std::fprintf(stderr, "  %-28s %12s\n", "measure", "value");
+  std::fprintf(stderr, "  %-28s %9.1f GF/s\n", "sgemm 2048^3 (baseline)", sgemm);
+  std::fprintf(stderr, "  %-28s %9.1f ms\n", "train step (median)", step_s * 1e3);
+  std::fprintf(stderr, "  %-28s %9.1f GF/s\n", "train step rate", rate);
+  std::fprintf(stderr, "  %-28s %9.1f tok/s\n", "throughput", tokens / step_s);
+  std::fprintf(stderr, "  %-28s %9.3f\n", "ratio (goal >= 0.60)", rate / sgemm);
+  std::printf(
+      "{\"bench\": \"train.step\", \"value\": %.3f, \"unit\": \"GFLOP/s\", \"baseline\": "
+      "\"sgemm\", \"baseline_value\": %.3f, \"ratio\": %.4f, \"step_ms\": %.2f, \"model\": "
+      "\"%s\", \"batch\": %zu, \"seq\": %zu, \"device\": \"%s\"}\n",
+      rate, sgemm, rate / sgemm, step_s * 1e3, f.model.c_str(), B, T, dev->name().c_str());
+  return 0;
+}
+
+}  // namespace
+
+Command add_bench_command(CLI::App& app) {
+  auto flags = std::make_shared<BenchFlags>();
+  CLI::App* sub = app.add_subcommand("bench", "measure against the machine's own ceilings");
+  sub->add_option("what", flags->what, "what to measure: train")
+      ->required()
+      ->check(CLI::IsMember({"train"}));
+  sub->add_option("--device", flags->device, "cpu, cuda or cuda:N")->capture_default_str();
+  sub->add_option("--threads", flags->threads, "CPU threads")->capture_default_str();
+  sub->add_option("--batch", flags->batch, "micro-batch size")->capture_default_str();
+  sub->add_option("--seq", flags->seq, "sequence length")->capture_default_str();
+  sub->add_option("--steps", flags->steps, "timed steps")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  sub->add_option("--model", flags->model, "gpt2, gpt2-medium, gpt2-large, gpt2-xl")
+      ->capture_default_str();
+  return {sub, [flags] { return bench_train(*flags); }};
+}
+
+}  // namespace tierzero::cli

@@ -1,0 +1,46 @@
+// The resident AdamW step: one kernel call per tensor so that decay can differ per tensor.
+#include "tierzero/train/adamw_optimizer.hpp"
+
+#include <cmath>
+
+#include "tierzero/core/error.hpp"
+
+namespace tierzero::train {
+
+AdamWOptimizer::AdamWOptimizer(const OptimizerConfig& config, const nn::ParamLayout& layout,
+                               DeviceAllocator& allocator)
+    : c_(config), layout_(layout), device_(allocator.device()) {
+  const size_t bytes = layout.total_numel() * sizeof(float);
+  m_ = allocator.allocate(bytes, Category::optimizer, "adam m");
+  v_ = allocator.allocate(bytes, Category::optimizer, "adam v");
+  device_.fill_zero(m_.data(), bytes, device_.default_stream());
+  device_.fill_zero(v_.data(), bytes, device_.default_stream());
+}
+
+StepStats AdamWOptimizer::step(nn::LocalParams& params, double lr, double gradient_clipping) {
+  kernels::Kernels& k = device_.kernels();
+  StepStats s;
+  s.grad_norm = std::sqrt(k.sum_squares(params.grads(), params.numel()));
+  if (!std::isfinite(s.grad_norm))
+    TZ_THROW("gradient norm is not finite at optimizer step " + std::to_string(t_ + 1),
+             "lower the learning rate; the parameters were not updated");
+  if (gradient_clipping > 0.0) {
+    const double coef = gradient_clipping / (s.grad_norm + 1e-6);
+    if (coef < 1.0) s.clip_scale = coef;
+  }
+  ++t_;
+  for (const nn::ParamTensor& t : layout_.tensors()) {
+    kernels::AdamWParams p{static_cast<float>(lr),
+                           static_cast<float>(c_.beta1),
+                           static_cast<float>(c_.beta2),
+                           static_cast<float>(c_.eps),
+                           t.decay ? static_cast<float>(c_.weight_decay) : 0.0f,
+                           static_cast<float>(s.clip_scale),
+                           t_};
+    k.adamw_update(params.params() + t.offset, m_.f32() + t.offset, v_.f32() + t.offset,
+                   params.grads() + t.offset, t.numel, p);
+  }
+  return s;
+}
+
+}  // namespace tierzero::train

@@ -1,0 +1,146 @@
+// llm.c checkpoint reading and writing, with the unit-major layout mapped to llm.c's order.
+#include "tierzero/train/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <vector>
+
+#include "tierzero/core/error.hpp"
+
+namespace tierzero::train {
+
+namespace {
+
+constexpr size_t kHeaderInts = 256;
+constexpr size_t kHeaderBytes = kHeaderInts * sizeof(int32_t);
+
+// Visits every parameter slice in llm.c file order.
+template <typename Fn>
+void for_each_in_file_order(const nn::ParamLayout& layout, size_t num_layers, Fn fn) {
+  for (size_t k = 0; k < nn::kNumParamKinds; ++k) {
+    auto kind = static_cast<nn::ParamKind>(k);
+    bool layered = !(kind == nn::ParamKind::wte || kind == nn::ParamKind::wpe ||
+                     kind == nn::ParamKind::lnfw || kind == nn::ParamKind::lnfb);
+    if (!layered) {
+      fn(layout.get(kind, -1));
+    } else {
+      for (size_t l = 0; l < num_layers; ++l) fn(layout.get(kind, static_cast<int>(l)));
+    }
+  }
+}
+
+size_t expected_file_bytes(const nn::ParamLayout& layout) {
+  return kHeaderBytes + layout.parameter_count() * sizeof(float);
+}
+
+struct File {
+  FILE* f = nullptr;
+  ~File() {
+    if (f) std::fclose(f);
+  }
+};
+
+}  // namespace
+
+nn::GPTConfig read_checkpoint_config(const std::string& path) {
+  File file{std::fopen(path.c_str(), "rb")};
+  if (!file.f)
+    TZ_THROW("cannot open checkpoint '" + path + "': " + errno_string(), "check the path");
+  int32_t h[kHeaderInts];
+  if (std::fread(h, sizeof(int32_t), kHeaderInts, file.f) != kHeaderInts)
+    TZ_THROW("checkpoint '" + path + "' is truncated: shorter than its 1024-byte header",
+             "the file is incomplete; re-copy or re-save it");
+  if (h[0] != kCheckpointMagic)
+    TZ_THROW("checkpoint '" + path + "' has bad magic " + std::to_string(h[0]) + " (expected " +
+                 std::to_string(kCheckpointMagic) + ")",
+             "this is not an llm.c model checkpoint");
+  if (h[1] != kCheckpointVersionF32)
+    TZ_THROW("checkpoint '" + path + "' has version " + std::to_string(h[1]) +
+                 (h[1] == 5 ? " (bf16 weights)" : "") + "; only version 3 (fp32) is supported",
+             "write the checkpoint in fp32 (llm.c version 3)");
+  for (int i = 2; i <= 7; ++i)
+    if (h[i] <= 0)
+      TZ_THROW("checkpoint '" + path + "' has a non-positive shape field " + std::to_string(h[i]) +
+                   " at header index " + std::to_string(i),
+               "the header is corrupt");
+  nn::GPTConfig c;
+  c.max_seq_len = static_cast<size_t>(h[2]);
+  c.vocab_size = static_cast<size_t>(h[3]);
+  c.num_layers = static_cast<size_t>(h[4]);
+  c.num_heads = static_cast<size_t>(h[5]);
+  c.channels = static_cast<size_t>(h[6]);
+  c.padded_vocab_size = static_cast<size_t>(h[7]);
+  if (c.channels % c.num_heads != 0 || c.padded_vocab_size < c.vocab_size)
+    TZ_THROW("checkpoint '" + path + "' has an inconsistent shape: " + c.str(),
+             "the header is corrupt");
+  nn::ParamLayout layout(c);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    TZ_THROW("cannot stat checkpoint '" + path + "': " + errno_string(), "");
+  const size_t want = expected_file_bytes(layout);
+  if (static_cast<size_t>(st.st_size) != want)
+    TZ_THROW("checkpoint '" + path + "' is " +
+                 (static_cast<size_t>(st.st_size) < want ? "truncated" : "too long") + ": " +
+                 std::to_string(st.st_size) + " bytes, but its header (" + c.str() + ") needs " +
+                 std::to_string(want),
+             "the file is incomplete or corrupt; re-copy or re-save it");
+  return c;
+}
+
+void load_checkpoint(const std::string& path, const nn::ParamLayout& layout, float* host_params) {
+  nn::GPTConfig c = read_checkpoint_config(path);
+  TZ_CHECK(nn::ParamLayout(c).total_numel() == layout.total_numel(),
+           "checkpoint '" + path + "' (" + c.str() + ") does not match the model's layout",
+           "build the model from the checkpoint's own shape");
+  File file{std::fopen(path.c_str(), "rb")};
+  if (!file.f)
+    TZ_THROW("cannot open checkpoint '" + path + "': " + errno_string(), "check the path");
+  if (std::fseek(file.f, static_cast<long>(kHeaderBytes), SEEK_SET) != 0)
+    TZ_THROW("cannot seek in checkpoint '" + path + "': " + errno_string(), "");
+  for_each_in_file_order(layout, c.num_layers, [&](const nn::ParamTensor& t) {
+    if (std::fread(host_params + t.offset, sizeof(float), t.numel, file.f) != t.numel)
+      TZ_THROW("checkpoint '" + path + "' ended early while reading " + t.name(),
+               "the file is incomplete; re-copy or re-save it");
+  });
+}
+
+void save_checkpoint(const std::string& path, const nn::GPTConfig& c, const nn::ParamLayout& layout,
+                     const float* host_params) {
+  const std::string tmp = path + ".tmp";
+  File file{std::fopen(tmp.c_str(), "wb")};
+  if (!file.f)
+    TZ_THROW("cannot create checkpoint '" + tmp + "': " + errno_string(),
+             "check that the directory exists and is writable");
+  int32_t h[kHeaderInts] = {};
+  h[0] = kCheckpointMagic;
+  h[1] = kCheckpointVersionF32;
+  h[2] = static_cast<int32_t>(c.max_seq_len);
+  h[3] = static_cast<int32_t>(c.vocab_size);
+  h[4] = static_cast<int32_t>(c.num_layers);
+  h[5] = static_cast<int32_t>(c.num_heads);
+  h[6] = static_cast<int32_t>(c.channels);
+  h[7] = static_cast<int32_t>(c.padded_vocab_size);
+  bool ok = std::fwrite(h, sizeof(int32_t), kHeaderInts, file.f) == kHeaderInts;
+  for_each_in_file_order(layout, c.num_layers, [&](const nn::ParamTensor& t) {
+    ok = ok && std::fwrite(host_params + t.offset, sizeof(float), t.numel, file.f) == t.numel;
+  });
+  ok = ok && std::fflush(file.f) == 0 && ::fsync(::fileno(file.f)) == 0;
+  std::string err = ok ? "" : errno_string();
+  ok = (std::fclose(file.f) == 0) && ok;
+  file.f = nullptr;
+  if (!ok) {
+    std::remove(tmp.c_str());
+    TZ_THROW("cannot write checkpoint '" + tmp + "': " + (err.empty() ? errno_string() : err),
+             "is the disk full? the previous checkpoint at '" + path + "' is untouched");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::string e = errno_string();
+    std::remove(tmp.c_str());
+    TZ_THROW("cannot rename '" + tmp + "' to '" + path + "': " + e, "");
+  }
+}
+
+}  // namespace tierzero::train

@@ -1,0 +1,130 @@
+// llm.c checkpoints: bit-exact round trip, llm.c's byte order of tensors, and clear errors for
+// a truncated file and a bad magic, with the previous checkpoint left intact.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "tierzero/core/error.hpp"
+#include "tierzero/nn/gpt.hpp"
+#include "tierzero/train/checkpoint.hpp"
+
+using namespace tierzero;
+
+namespace {
+
+nn::GPTConfig tiny() {
+  nn::GPTConfig c;
+  c.vocab_size = 61;
+  c.padded_vocab_size = 64;
+  c.max_seq_len = 16;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.channels = 32;
+  return c;
+}
+
+std::string temp_path(const std::string& name) {
+  std::string d =
+      std::filesystem::temp_directory_path().string() + "/tz_ckpt_" + std::to_string(::getpid());
+  std::filesystem::create_directories(d);
+  return d + "/" + name;
+}
+
+}  // namespace
+
+TEST(Checkpoint, RoundTripIsBitExactAndInLlmcOrder) {
+  nn::GPTConfig c = tiny();
+  nn::ParamLayout layout(c);
+  std::vector<float> p(layout.total_numel());
+  nn::init_gpt2_params(layout, c, 5, p.data());
+  for (size_t i = 0; i < p.size(); ++i) p[i] += static_cast<float>(i % 97) * 1e-3f;
+  const std::string path = temp_path("model.bin");
+  train::save_checkpoint(path, c, layout, p.data());
+  EXPECT_EQ(std::filesystem::file_size(path), 1024 + layout.parameter_count() * 4);
+
+  // llm.c order: after wte and wpe come ln1w of every layer, then ln1b of every layer, ...
+  std::ifstream f(path, std::ios::binary);
+  int32_t h[256];
+  f.read(reinterpret_cast<char*>(h), sizeof h);
+  EXPECT_EQ(h[0], 20240326);
+  EXPECT_EQ(h[1], 3);
+  EXPECT_EQ(h[2], 16);
+  EXPECT_EQ(h[3], 61);
+  EXPECT_EQ(h[7], 64);
+  f.seekg(static_cast<std::streamoff>(1024 + (64 * 32 + 16 * 32 + 32) * 4));  // ln1w of layer 1
+  float v;
+  f.read(reinterpret_cast<char*>(&v), 4);
+  EXPECT_EQ(v, p[layout.get(nn::ParamKind::ln1w, 1).offset]);
+
+  nn::GPTConfig c2 = train::read_checkpoint_config(path);
+  EXPECT_EQ(c2.num_layers, 2u);
+  EXPECT_EQ(c2.padded_vocab_size, 64u);
+  std::vector<float> q(layout.total_numel(), -1.0f);
+  train::load_checkpoint(path, layout, q.data());
+  for (const nn::ParamTensor& t : layout.tensors())
+    EXPECT_EQ(std::memcmp(p.data() + t.offset, q.data() + t.offset, t.numel * 4), 0) << t.name();
+}
+
+TEST(Checkpoint, TruncatedFileIsAClearError) {
+  nn::GPTConfig c = tiny();
+  nn::ParamLayout layout(c);
+  std::vector<float> p(layout.total_numel(), 0.5f);
+  const std::string path = temp_path("trunc.bin");
+  train::save_checkpoint(path, c, layout, p.data());
+  std::filesystem::resize_file(path, std::filesystem::file_size(path) - 100);
+  try {
+    train::read_checkpoint_config(path);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    std::printf("error: %s\n", e.what());
+    EXPECT_NE(std::string(e.what()).find("is truncated"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos);
+  }
+  std::filesystem::resize_file(path, 100);
+  EXPECT_THROW(train::read_checkpoint_config(path), Error);
+}
+
+TEST(Checkpoint, BadMagicAndVersionAreClearErrors) {
+  const std::string path = temp_path("magic.bin");
+  {
+    std::ofstream f(path, std::ios::binary);
+    int32_t h[256] = {20240520, 1, 100};  // a data shard, not a checkpoint
+    f.write(reinterpret_cast<const char*>(h), sizeof h);
+  }
+  try {
+    train::read_checkpoint_config(path);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bad magic 20240520"), std::string::npos) << e.what();
+  }
+  {
+    std::ofstream f(path, std::ios::binary);
+    int32_t h[256] = {20240326, 5, 16, 61, 2, 4, 32, 64};
+    f.write(reinterpret_cast<const char*>(h), sizeof h);
+  }
+  try {
+    train::read_checkpoint_config(path);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("version 5 (bf16 weights)"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Checkpoint, FailedSaveLeavesThePreviousCheckpointIntact) {
+  nn::GPTConfig c = tiny();
+  nn::ParamLayout layout(c);
+  std::vector<float> p(layout.total_numel(), 0.25f);
+  const std::string path = temp_path("keep.bin");
+  train::save_checkpoint(path, c, layout, p.data());
+  const auto size = std::filesystem::file_size(path);
+  // A directory where the temporary file should go makes the save fail.
+  std::filesystem::create_directories(path + ".tmp");
+  EXPECT_THROW(train::save_checkpoint(path, c, layout, p.data()), Error);
+  std::filesystem::remove(path + ".tmp");
+  EXPECT_EQ(std::filesystem::file_size(path), size);
+  EXPECT_NO_THROW(train::read_checkpoint_config(path));
+}
