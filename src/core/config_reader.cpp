@@ -140,11 +140,12 @@ std::vector<double> ConfigReader::get_numbers(const std::string& key,
   for (size_t i = 0; i < count; ++i) {
     const auto& e = (*v)[i];
     if (!e.is_number())
-      fail(key, "[" + std::to_string(i) + "] must be a number, got " + type_of(e));
+      fail(key + "[" + std::to_string(i) + "]", "must be a number, got " + type_of(e));
     double x = e.get<double>();
     if (!(x >= min && x <= max))
-      fail(key, "[" + std::to_string(i) + "] = " + format_number(x) + " is out of range [" +
-                    format_number(min) + ", " + format_number(max) + "]");
+      fail(key + "[" + std::to_string(i) + "]", "= " + format_number(x) + " is out of range [" +
+                                                    format_number(min) + ", " + format_number(max) +
+                                                    "]");
     out.push_back(x);
   }
   return out;

@@ -12,12 +12,12 @@
 
 namespace {
 
-struct Run {
+struct RunResult {
   int exit_code;
   std::string output;
 };
 
-Run run(const std::string& args) {
+RunResult tierzero_cli(const std::string& args) {
   std::string cmd = std::string(TIERZERO_BINARY) + " " + args + " 2>&1";
   FILE* p = ::popen(cmd.c_str(), "r");
   EXPECT_NE(p, nullptr);
@@ -26,7 +26,7 @@ Run run(const std::string& args) {
   size_t n;
   while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
   int status = ::pclose(p);
-  Run r{WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+  RunResult r{WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
   std::printf("$ tierzero %s\n-> exit %d, last line: %s\n", args.c_str(), r.exit_code,
               out.substr(out.rfind('\n', out.size() - 2) + 1).c_str());
   return r;
@@ -53,7 +53,7 @@ const char* kTinyConfig = R"({"train_micro_batch_size_per_gpu": 2,
   "tierzero": {"steps": 2, "seq_len": 16, "val_batches": 2,
                "model": {"n_layer": 1, "n_head": 2, "n_embd": 32, "context_length": 16}}})";
 
-void expect_clean_error(const Run& r, const std::string& needle) {
+void expect_clean_error(const RunResult& r, const std::string& needle) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("tierzero: error: "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
@@ -65,42 +65,43 @@ TEST(Cli, PrepareTrainSaveEvalRoundTrip) {
   std::string text;
   for (int i = 0; i < 400; ++i) text += "the quick brown fox jumps over the lazy dog. ";
   std::string input = write_file("input.txt", text);
-  Run prep = run("prepare-data " + input + " -o " + dir() + "/data");
+  RunResult prep = tierzero_cli("prepare-data " + input + " -o " + dir() + "/data");
   ASSERT_EQ(prep.exit_code, 0) << prep.output;
   std::string cfg = write_file("tiny.json", kTinyConfig);
-  Run train =
-      run("train --config " + cfg + " --data '" + dir() + "/data/train_*.bin' --val-data '" +
-          dir() + "/data/val_*.bin' --save " + dir() + "/model.bin");
+  RunResult train = tierzero_cli("train --config " + cfg + " --data '" + dir() +
+                                 "/data/train_*.bin' --val-data '" + dir() +
+                                 "/data/val_*.bin' --save " + dir() + "/model.bin");
   ASSERT_EQ(train.exit_code, 0) << train.output;
   EXPECT_NE(train.output.find("step     2/2"), std::string::npos) << train.output;
   EXPECT_NE(train.output.find("memory summary"), std::string::npos) << train.output;
-  Run eval = run("eval --config " + cfg + " --load " + dir() + "/model.bin --data '" + dir() +
-                 "/data/val_*.bin'");
+  RunResult eval = tierzero_cli("eval --config " + cfg + " --load " + dir() +
+                                "/model.bin --data '" + dir() + "/data/val_*.bin'");
   ASSERT_EQ(eval.exit_code, 0) << eval.output;
   EXPECT_NE(eval.output.find("\"eval_loss\""), std::string::npos) << eval.output;
 }
 
 TEST(Cli, UnknownConfigKey) {
   std::string cfg = write_file("unknown.json", R"({"zero_optimization": {"stagee": 1}})");
-  expect_clean_error(run("train --config " + cfg),
+  expect_clean_error(tierzero_cli("train --config " + cfg),
                      "unknown key 'zero_optimization.stagee' (did you mean "
                      "'zero_optimization.stage'?)");
 }
 
 TEST(Cli, WrongTypeInConfig) {
   std::string cfg = write_file("type.json", R"({"gradient_clipping": "1.0"})");
-  expect_clean_error(run("train --config " + cfg), "'gradient_clipping' must be a number");
+  expect_clean_error(tierzero_cli("train --config " + cfg), "'gradient_clipping' must be a number");
 }
 
 TEST(Cli, OutOfRangeValueInConfig) {
   std::string cfg = write_file("range.json", R"({"optimizer": {"params": {"lr": -1}}})");
-  expect_clean_error(run("train --config " + cfg), "'optimizer.params.lr' = -1 is out of range");
+  expect_clean_error(tierzero_cli("train --config " + cfg),
+                     "'optimizer.params.lr' = -1 is out of range");
 }
 
 TEST(Cli, MissingConfigAndDataFiles) {
-  expect_clean_error(run("train --config /nonexistent/c.json"), "cannot read config file");
+  expect_clean_error(tierzero_cli("train --config /nonexistent/c.json"), "cannot read config file");
   std::string cfg = write_file("tiny2.json", kTinyConfig);
-  expect_clean_error(run("train --config " + cfg + " --data '/nonexistent/train_*.bin'"),
+  expect_clean_error(tierzero_cli("train --config " + cfg + " --data '/nonexistent/train_*.bin'"),
                      "no data file matches '/nonexistent/train_*.bin'");
 }
 
@@ -110,7 +111,7 @@ TEST(Cli, TruncatedShardBadMagicAndTokenOutOfVocab) {
   std::string trunc = dir() + "/trunc.bin";
   tierzero::train::write_token_shard(trunc, tokens.data(), tokens.size());
   std::filesystem::resize_file(trunc, 3000);
-  expect_clean_error(run("train --config " + cfg + " --data " + trunc), "is truncated");
+  expect_clean_error(tierzero_cli("train --config " + cfg + " --data " + trunc), "is truncated");
 
   std::string magic = dir() + "/magic.bin";
   tierzero::train::write_token_shard(magic, tokens.data(), tokens.size());
@@ -118,12 +119,12 @@ TEST(Cli, TruncatedShardBadMagicAndTokenOutOfVocab) {
     std::fstream f(magic, std::ios::in | std::ios::out | std::ios::binary);
     f.write("JUNK", 4);
   }
-  expect_clean_error(run("train --config " + cfg + " --data " + magic), "has bad magic");
+  expect_clean_error(tierzero_cli("train --config " + cfg + " --data " + magic), "has bad magic");
 
   tokens[40] = 1000;  // vocab is 257
   std::string big = dir() + "/bigtoken.bin";
   tierzero::train::write_token_shard(big, tokens.data(), tokens.size());
-  expect_clean_error(run("train --config " + cfg + " --data " + big),
+  expect_clean_error(tierzero_cli("train --config " + cfg + " --data " + big),
                      "token id 1000 at token 40 of data shard '" + big + "'");
 }
 
@@ -136,13 +137,13 @@ TEST(Cli, TruncatedCheckpoint) {
     float some[100] = {};
     f.write(reinterpret_cast<const char*>(some), sizeof some);
   }
-  expect_clean_error(run("train --load " + ckpt + " --steps 1"),
+  expect_clean_error(tierzero_cli("train --load " + ckpt + " --steps 1"),
                      "checkpoint '" + ckpt + "' is truncated");
 }
 
 TEST(Cli, BadCommandLineIsRejected) {
-  Run r = run("train --steps -3");
+  RunResult r = tierzero_cli("train --steps -3");
   EXPECT_NE(r.exit_code, 0);
-  r = run("frobnicate");
+  r = tierzero_cli("frobnicate");
   EXPECT_NE(r.exit_code, 0);
 }

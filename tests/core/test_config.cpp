@@ -110,7 +110,7 @@ TEST(TrainConfig, OutOfRangeNamesKeyValueAndRange) {
   std::printf("error: %s\n", e.c_str());
   EXPECT_NE(e.find("'zero_optimization.stage' = 4 is out of range [0, 3]"), std::string::npos) << e;
   e = parse_error(R"({"optimizer": {"params": {"betas": [0.9, 1.5]}}})");
-  EXPECT_NE(e.find("'optimizer.params.betas'[1] = 1.5 is out of range"), std::string::npos) << e;
+  EXPECT_NE(e.find("'optimizer.params.betas[1]' = 1.5 is out of range"), std::string::npos) << e;
   e = parse_error(R"({"train_micro_batch_size_per_gpu": 0})");
   EXPECT_NE(e.find("out of range"), std::string::npos) << e;
   e = parse_error(R"({"optimizer": {"params": {"eps": 0}}})");
