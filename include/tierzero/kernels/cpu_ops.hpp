@@ -1,0 +1,75 @@
+// The CPU kernels as free functions (OpenMP + OpenBLAS), one per operation of
+// tierzero::kernels::Kernels and with the same conventions (row-major fp32, forward overwrites,
+// backward accumulates). CpuKernels forwards to these; the CPU optimizer offload path calls them
+// directly on host memory, without a Device. Every call has finished when it returns and uses
+// the OpenMP thread count current at the call. The matmuls split each product among the OpenMP
+// threads and run OpenBLAS single-threaded inside them, so they set OpenBLAS's (process-wide)
+// thread count to 1: two spinning thread pools on the same cores halved the speed of a step.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "tierzero/kernels/kernels.hpp"
+
+namespace tierzero::kernels::cpu {
+
+// out (B,T,C) = wte (Vp,C)[tokens (B,T)] + wpe (maxT,C)[t]
+void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                     size_t B, size_t T, size_t C);
+// dwte (Vp,C) += scatter of dout (B,T,C) by tokens (B,T); dwpe (maxT,C) += sum over B of dout
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, size_t B,
+                      size_t T, size_t C);
+
+// out (N,C), mean (N), rstd (N) from inp (N,C), weight (C), bias (C); eps 1e-5
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, size_t N, size_t C);
+// dinp (N,C) +=, dweight (C) +=, dbias (C) += from dout, inp (N,C), weight (C), mean, rstd (N)
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        size_t N, size_t C);
+
+// out (N,OC) = inp (N,IC) @ weight (OC,IC)^T + bias (OC, nullable)
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, size_t N,
+                    size_t IC, size_t OC);
+// dinp (N,IC) += dout (N,OC) @ weight (OC,IC); dweight (OC,IC) += dout^T @ inp (N,IC);
+// dbias (OC, nullable) += column sums of dout
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, size_t N, size_t IC, size_t OC);
+
+// out (B,T,C), att (B,NH,T,T) probabilities from qkv (B,T,3C); causal, scale 1/sqrt(C/NH)
+void attention_forward(float* out, float* att, const float* qkv, size_t B, size_t T, size_t C,
+                       size_t NH);
+// dqkv (B,T,3C) += from dout (B,T,C), qkv (B,T,3C), att (B,NH,T,T); datt (B,NH,T,T) is scratch
+void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
+                        const float* att, size_t B, size_t T, size_t C, size_t NH);
+
+// out (n) = gelu_tanh(inp (n))
+void gelu_forward(float* out, const float* inp, size_t n);
+// dinp (n) += gelu_tanh'(inp (n)) * dout (n)
+void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);
+
+// out (n) = a (n) + b (n)
+void residual_forward(float* out, const float* a, const float* b, size_t n);
+// da (n) += dout (n); db (n) += dout (n)
+void residual_backward(float* da, float* db, const float* dout, size_t n);
+
+// losses (N) = cross-entropy of logits (N,Vp) over columns 0..V against targets (N)
+void softmax_xent_forward(float* losses, const float* logits, const int32_t* targets, size_t N,
+                          size_t V, size_t Vp);
+// losses (N) as above, then dlogits (N,Vp) = dloss * (softmax - onehot), 0 in V..Vp;
+// dlogits may alias logits
+void softmax_xent_forward_backward(float* dlogits, float* losses, const float* logits,
+                                   const int32_t* targets, float dloss, size_t N, size_t V,
+                                   size_t Vp);
+
+// param, m, v (n) updated in place by AdamW (PyTorch semantics) from grad (n)
+void adamw_update(float* param, float* m, float* v, const float* grad, size_t n,
+                  const AdamWParams& p);
+
+// sum of x (n) squared, accumulated in double
+double sum_squares(const float* x, size_t n);
+// x (n) *= s
+void scale(float* x, size_t n, float s);
+
+}  // namespace tierzero::kernels::cpu

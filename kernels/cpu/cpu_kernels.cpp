@@ -1,0 +1,98 @@
+// CpuKernels: the CPU backend of tierzero::kernels::Kernels, returned by make_cpu_kernels().
+// It only forwards to the free functions of cpu_ops.hpp, so that the CPU optimizer offload path
+// and the layers share one implementation. The CPU has no streams and no workspace: calls finish
+// before they return.
+#include <memory>
+
+#include "tierzero/kernels/cpu_ops.hpp"
+#include "tierzero/kernels/kernels.hpp"
+
+namespace tierzero::kernels {
+
+namespace {
+
+class CpuKernels final : public Kernels {
+ public:
+  const char* backend_name() const override { return "cpu"; }
+  void set_stream(void*) override {}
+  size_t workspace_bytes() const override { return 0; }
+  void set_workspace(void*, size_t) override {}
+
+  void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                       size_t B, size_t T, size_t C) override {
+    cpu::encoder_forward(out, tokens, wte, wpe, B, T, C);
+  }
+  void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                        size_t B, size_t T, size_t C) override {
+    cpu::encoder_backward(dwte, dwpe, dout, tokens, B, T, C);
+  }
+
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                         const float* weight, const float* bias, size_t N, size_t C) override {
+    cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+  }
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const float* weight, const float* mean,
+                          const float* rstd, size_t N, size_t C) override {
+    cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  }
+
+  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                      size_t N, size_t IC, size_t OC) override {
+    cpu::matmul_forward(out, inp, weight, bias, N, IC, OC);
+  }
+  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                       const float* inp, const float* weight, size_t N, size_t IC,
+                       size_t OC) override {
+    cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+  }
+
+  void attention_forward(float* out, float* att, const float* qkv, size_t B, size_t T, size_t C,
+                         size_t NH) override {
+    cpu::attention_forward(out, att, qkv, B, T, C, NH);
+  }
+  void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
+                          const float* att, size_t B, size_t T, size_t C, size_t NH) override {
+    cpu::attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH);
+  }
+
+  void gelu_forward(float* out, const float* inp, size_t n) override {
+    cpu::gelu_forward(out, inp, n);
+  }
+  void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override {
+    cpu::gelu_backward(dinp, inp, dout, n);
+  }
+
+  void residual_forward(float* out, const float* a, const float* b, size_t n) override {
+    cpu::residual_forward(out, a, b, n);
+  }
+  void residual_backward(float* da, float* db, const float* dout, size_t n) override {
+    cpu::residual_backward(da, db, dout, n);
+  }
+
+  void softmax_xent_forward(float* losses, const float* logits, const int32_t* targets, size_t N,
+                            size_t V, size_t Vp) override {
+    cpu::softmax_xent_forward(losses, logits, targets, N, V, Vp);
+  }
+  void softmax_xent_forward_backward(float* dlogits, float* losses, const float* logits,
+                                     const int32_t* targets, float dloss, size_t N, size_t V,
+                                     size_t Vp) override {
+    cpu::softmax_xent_forward_backward(dlogits, losses, logits, targets, dloss, N, V, Vp);
+  }
+
+  void adamw_update(float* param, float* m, float* v, const float* grad, size_t n,
+                    const AdamWParams& p) override {
+    cpu::adamw_update(param, m, v, grad, n, p);
+  }
+
+  double sum_squares(const float* x, size_t n) override { return cpu::sum_squares(x, n); }
+  void scale(float* x, size_t n, float s) override { cpu::scale(x, n, s); }
+};
+
+}  // namespace
+
+std::unique_ptr<Kernels> make_cpu_kernels() {
+  return std::make_unique<CpuKernels>();
+}
+
+}  // namespace tierzero::kernels

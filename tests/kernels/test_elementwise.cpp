@@ -1,0 +1,115 @@
+// Element-wise kernels (GELU, residual, scale, sum of squares) against the double reference, on
+// every backend. GELU inputs include the far tails, where 1 +- tanh cancels in naive fp32.
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "kernel_test_support.hpp"
+#include "reference_kernels.hpp"
+
+namespace tierzero::test {
+namespace {
+
+class ElementwiseTest : public KernelTest {};
+TZ_INSTANTIATE_BACKENDS(ElementwiseTest);
+
+const size_t kSizes[] = {10007, 1, 64 * 3072};
+
+std::vector<float> gelu_inputs(size_t n, uint32_t seed) {
+  std::vector<float> x = random_normal(n, seed, 2.0f);
+  const float special[] = {0.0f,  -0.0f, 1e-4f,  -1e-4f, 1.0f,   -1.0f, 5.0f,
+                           -5.0f, 10.0f, -10.0f, 30.0f,  -30.0f, 1e4f,  -1e4f};
+  for (size_t i = 0; i < std::size(special) && i < n; ++i) x[i] = special[i];
+  return x;
+}
+
+TEST_P(ElementwiseTest, GeluForwardMatchesReference) {
+  uint32_t seed = 900;
+  for (size_t n : kSizes) {
+    const std::vector<float> inp = gelu_inputs(n, seed++);  // (n)
+    auto d_inp = to_device(inp);
+    auto d_out = empty<float>(n);  // (n)
+    kernels().gelu_forward(d_out->get(), d_inp->get(), n);
+    std::vector<double> out(n);
+    ref::gelu_forward(out.data(), widen(inp).data(), n);
+    // A few fp32 operations and one exp per element.
+    expect_close("gelu_forward out n" + std::to_string(n), d_out->download(), out, 1e-6);
+  }
+}
+
+TEST_P(ElementwiseTest, GeluBackwardAccumulates) {
+  uint32_t seed = 1000;
+  for (size_t n : kSizes) {
+    const std::vector<float> inp = gelu_inputs(n, seed++);      // (n)
+    const std::vector<float> dout = random_normal(n, seed++);   // (n)
+    const std::vector<float> dinp0 = random_normal(n, seed++);  // (n) prior
+    auto d_inp = to_device(inp);
+    auto d_dout = to_device(dout);
+    auto d_dinp = to_device(dinp0);
+    kernels().gelu_backward(d_dinp->get(), d_inp->get(), d_dout->get(), n);
+    std::vector<double> dinp(n, 0.0);
+    ref::gelu_backward(dinp.data(), widen(inp).data(), widen(dout).data(), n);
+    expect_close("gelu_backward dinp n" + std::to_string(n), d_dinp->download(), plus(dinp0, dinp),
+                 1e-6);
+  }
+}
+
+TEST_P(ElementwiseTest, ResidualForwardAndBackward) {
+  uint32_t seed = 1100;
+  for (size_t n : kSizes) {
+    const std::vector<float> a = random_normal(n, seed++);     // (n)
+    const std::vector<float> b = random_normal(n, seed++);     // (n)
+    const std::vector<float> dout = random_normal(n, seed++);  // (n)
+    const std::vector<float> da0 = random_normal(n, seed++);   // (n) prior
+    const std::vector<float> db0 = random_normal(n, seed++);   // (n) prior
+    auto d_a = to_device(a);
+    auto d_b = to_device(b);
+    auto d_out = empty<float>(n);
+    kernels().residual_forward(d_out->get(), d_a->get(), d_b->get(), n);
+    std::vector<double> out(n);
+    for (size_t i = 0; i < n; ++i) out[i] = static_cast<double>(a[i]) + static_cast<double>(b[i]);
+    expect_close("residual_forward out n" + std::to_string(n), d_out->download(), out, 1e-6);
+
+    auto d_dout = to_device(dout);
+    auto d_da = to_device(da0);
+    auto d_db = to_device(db0);
+    kernels().residual_backward(d_da->get(), d_db->get(), d_dout->get(), n);
+    expect_close("residual_backward da n" + std::to_string(n), d_da->download(),
+                 plus(da0, widen(dout)), 1e-6);
+    expect_close("residual_backward db n" + std::to_string(n), d_db->download(),
+                 plus(db0, widen(dout)), 1e-6);
+  }
+}
+
+TEST_P(ElementwiseTest, ScaleMatchesReference) {
+  uint32_t seed = 1200;
+  for (size_t n : kSizes) {
+    const std::vector<float> x = random_normal(n, seed++);  // (n)
+    auto d_x = to_device(x);
+    const float s = 0.37f;
+    kernels().scale(d_x->get(), n, s);
+    std::vector<double> ref(n);
+    for (size_t i = 0; i < n; ++i) ref[i] = static_cast<double>(x[i]) * static_cast<double>(s);
+    expect_close("scale x n" + std::to_string(n), d_x->download(), ref, 1e-6);
+  }
+}
+
+TEST_P(ElementwiseTest, SumSquaresMatchesReference) {
+  uint32_t seed = 1300;
+  for (size_t n : {size_t{1}, size_t{10007}, size_t{1000003}}) {
+    const std::vector<float> x = random_normal(n, seed++, 3.0f);  // (n)
+    auto d_x = to_device(x);
+    const double got = kernels().sum_squares(d_x->get(), n);
+    double ref = 0.0;
+    for (float v : x) ref += static_cast<double>(v) * static_cast<double>(v);
+    const double abs_err = std::fabs(got - ref);
+    const double rel_err = abs_err / ref;
+    std::printf("sum_squares n%zu: max_abs %.1e max_rel %.1e (tol 1e-06)\n", n, abs_err, rel_err);
+    RecordProperty("sum_squares n" + std::to_string(n) + ".max_rel", std::to_string(rel_err));
+    // A backend may sum in fp32 partials; the contract is fp32-level accuracy.
+    EXPECT_LE(rel_err, 1e-6);
+  }
+}
+
+}  // namespace
+}  // namespace tierzero::test
