@@ -1,0 +1,146 @@
+// Shared pieces of the CUDA backend: launch-size helpers, warp/block reductions, and the host
+// launchers each .cu file defines. The Kernels class (cuda_kernels.cu) only validates arguments,
+// picks the stream and calls these launchers; keeping the kernels in a few topic files keeps the
+// number of nvcc translation units (compiled once per architecture in CI) small.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <math_constants.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "tierzero/core/cuda_check.hpp"
+#include "tierzero/kernels/kernels.hpp"
+
+namespace tierzero::kernels::cuda_impl {
+
+constexpr int kWarpSize = 32;
+constexpr int kBlockSize = 256;  // threads per block for elementwise and warp-per-row kernels
+constexpr int kWarpsPerBlock = kBlockSize / kWarpSize;
+// Grid-stride kernels never need more blocks than this to fill any current GPU; capping keeps
+// the grid within limits however large n is.
+constexpr size_t kMaxGridStrideBlocks = 65536;
+// The widest grid.x a launch may use (CUDA's limit for compute capability >= 3.0).
+constexpr size_t kMaxGridX = 2147483647;
+constexpr size_t kMaxGridY = 65535;
+
+inline size_t ceil_div(size_t a, size_t b) {
+  return (a + b - 1) / b;
+}
+
+// Blocks for a grid-stride loop over n elements (n > 0).
+inline unsigned grid_stride_blocks(size_t n) {
+  const size_t blocks = ceil_div(n, static_cast<size_t>(kBlockSize));
+  return static_cast<unsigned>(blocks < kMaxGridStrideBlocks ? blocks : kMaxGridStrideBlocks);
+}
+
+// Blocks for one-warp-per-row kernels over `rows` rows (rows > 0); throws past CUDA's limit.
+inline unsigned warp_per_row_blocks(size_t rows) {
+  const size_t blocks = ceil_div(rows, static_cast<size_t>(kWarpsPerBlock));
+  TZ_CHECK(blocks <= kMaxGridX, "too many rows for one kernel launch: " + std::to_string(rows),
+           "split the batch into smaller micro-batches");
+  return static_cast<unsigned>(blocks);
+}
+
+// Launch errors (bad configuration, missing kernel image) are reported at the launch site.
+#define TZ_CUDA_CHECK_LAUNCH() TZ_CUDA_CHECK(cudaGetLastError())
+
+__device__ __forceinline__ size_t global_thread_index() {
+  return static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ size_t grid_stride() {
+  return static_cast<size_t>(blockDim.x) * gridDim.x;
+}
+
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  }
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  }
+  return v;
+}
+
+// Block-wide sum (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+// `scratch` is shared memory of kWarpSize elements; the leading barrier makes it safe to call
+// several times in a row with the same scratch.
+template <typename T>
+__device__ T block_sum(T v, T* scratch) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  const int warps = blockDim.x / kWarpSize;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  T total = lane < warps ? scratch[lane] : T(0);
+  return warp_sum(total);
+}
+
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  const int warps = blockDim.x / kWarpSize;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  const float m = lane < warps ? scratch[lane] : -CUDART_INF_F;
+  return warp_max(m);
+}
+
+// ---- launchers (all asynchronous on `stream`; callers guarantee n/rows > 0 where noted) ----
+
+// elementwise.cu
+void launch_encoder_forward(cudaStream_t stream, float* out, const int32_t* tokens,
+                            const float* wte, const float* wpe, size_t B, size_t T, size_t C);
+void launch_encoder_backward(cudaStream_t stream, float* dwte, float* dwpe, const float* dout,
+                             const int32_t* tokens, size_t B, size_t T, size_t C);
+void launch_gelu_forward(cudaStream_t stream, float* out, const float* inp, size_t n);
+void launch_gelu_backward(cudaStream_t stream, float* dinp, const float* inp, const float* dout,
+                          size_t n);
+void launch_residual_forward(cudaStream_t stream, float* out, const float* a, const float* b,
+                             size_t n);
+void launch_residual_backward(cudaStream_t stream, float* da, float* db, const float* dout,
+                              size_t n);
+void launch_scale(cudaStream_t stream, float* x, size_t n, float s);
+void launch_adamw(cudaStream_t stream, float* param, float* m, float* v, const float* grad,
+                  size_t n, const AdamWParams& p);
+// Writes one partial sum of squares per block into `partials` (device, capacity
+// `max_partials`) and returns how many it wrote.
+size_t launch_sum_squares_partials(cudaStream_t stream, double* partials, size_t max_partials,
+                                   const float* x, size_t n);
+// out (N, OC) += bias (OC) broadcast over rows; for biases cuBLASLt's epilogue cannot take.
+void launch_add_bias(cudaStream_t stream, float* out, const float* bias, size_t N, size_t OC);
+// Column sums of a (N, OC) matrix added into dbias (OC); used for matmul's bias gradient.
+void launch_bias_backward(cudaStream_t stream, float* dbias, const float* dout, size_t N,
+                          size_t OC);
+
+// layernorm.cu
+void launch_layernorm_forward(cudaStream_t stream, float* out, float* mean, float* rstd,
+                              const float* inp, const float* weight, const float* bias, size_t N,
+                              size_t C);
+void launch_layernorm_backward(cudaStream_t stream, float* dinp, float* dweight, float* dbias,
+                               const float* dout, const float* inp, const float* weight,
+                               const float* mean, const float* rstd, size_t N, size_t C);
+
+// attention.cu
+void launch_attention_forward(cudaStream_t stream, float* out, float* att, const float* qkv,
+                              size_t B, size_t T, size_t C, size_t NH);
+void launch_attention_backward(cudaStream_t stream, float* dqkv, float* datt, const float* dout,
+                               const float* qkv, const float* att, size_t B, size_t T, size_t C,
+                               size_t NH);
+
+// softmax_xent.cu; dlogits null means forward only.
+void launch_softmax_xent(cudaStream_t stream, float* dlogits, float* losses, const float* logits,
+                         const int32_t* targets, float dloss, size_t N, size_t V, size_t Vp);
+
+}  // namespace tierzero::kernels::cuda_impl

@@ -1,0 +1,357 @@
+// CudaKernels: the CUDA backend of tierzero::kernels::Kernels, and make_cuda_kernels().
+// It owns the cuBLASLt handle and runs the matmuls through cuBLASLt (row-major problems mapped
+// onto cuBLASLt's column-major view); every other op is forwarded to the launchers in the topic
+// files (elementwise.cu, layernorm.cu, attention.cu, softmax_xent.cu). All work is issued on the
+// stream given to set_stream(), on the device the object was made for, whatever device is
+// current in the calling thread.
+#include <cublasLt.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_common.cuh"
+#include "tierzero/core/log.hpp"
+#include "tierzero/kernels/cuda_kernels.hpp"
+
+namespace tierzero::kernels {
+
+namespace {
+
+// The workspace the caller hands over is split in two: a small slot for the partial sums that
+// sum_squares copies back to the host, then the cuBLASLt workspace. Both are used only by work
+// on this object's stream, in stream order, so they never need to be duplicated.
+constexpr size_t kMaxReductionPartials = 1024;
+constexpr size_t kReductionScratchBytes = 64 * 1024;  // >= partials, keeps what follows aligned
+static_assert(kMaxReductionPartials * sizeof(double) <= kReductionScratchBytes);
+// cuBLASLt's own guidance for Hopper is 32 MiB; smaller GPUs simply use less of it.
+constexpr size_t kCublasLtWorkspaceBytes = 32ull * 1024 * 1024;
+constexpr size_t kWorkspaceAlignment = 256;
+
+// The largest power of two (up to 256, cuBLASLt's default assumption) dividing the address, so
+// the heuristic only proposes algorithms whose alignment requirements the buffer meets: callers
+// pass pointers into arenas (e.g. one layer's slice of a stacked weight) with any alignment.
+uint32_t pointer_alignment(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  uint32_t alignment = 256;
+  while (alignment > 4 && address % alignment != 0) alignment /= 2;
+  return alignment;
+}
+
+// RAII owners for cuBLASLt descriptors, so an error thrown midway leaks nothing.
+struct MatmulDesc {
+  cublasLtMatmulDesc_t handle = nullptr;
+  MatmulDesc() {
+    TZ_CUBLAS_CHECK(cublasLtMatmulDescCreate(&handle, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  }
+  ~MatmulDesc() { (void)cublasLtMatmulDescDestroy(handle); }
+  MatmulDesc(const MatmulDesc&) = delete;
+  MatmulDesc& operator=(const MatmulDesc&) = delete;
+};
+
+struct MatrixLayout {
+  cublasLtMatrixLayout_t handle = nullptr;
+  MatrixLayout(uint64_t rows, uint64_t cols, int64_t ld) {
+    TZ_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&handle, CUDA_R_32F, rows, cols, ld));
+  }
+  ~MatrixLayout() { (void)cublasLtMatrixLayoutDestroy(handle); }
+  MatrixLayout(const MatrixLayout&) = delete;
+  MatrixLayout& operator=(const MatrixLayout&) = delete;
+};
+
+struct MatmulPreference {
+  cublasLtMatmulPreference_t handle = nullptr;
+  MatmulPreference() { TZ_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&handle)); }
+  ~MatmulPreference() { (void)cublasLtMatmulPreferenceDestroy(handle); }
+  MatmulPreference(const MatmulPreference&) = delete;
+  MatmulPreference& operator=(const MatmulPreference&) = delete;
+};
+
+class CudaKernels final : public Kernels {
+ public:
+  explicit CudaKernels(int device) : device_(device), host_partials_(kMaxReductionPartials) {
+    CudaDeviceGuard guard(device_);
+    TZ_CUBLAS_CHECK(cublasLtCreate(&lt_));
+  }
+
+  ~CudaKernels() override {
+    const cublasStatus_t status = cublasLtDestroy(lt_);
+    if (status != CUBLAS_STATUS_SUCCESS) {
+      log::warn(std::string("cublasLtDestroy failed: ") + cuda_detail::cublas_status_name(status));
+    }
+  }
+
+  CudaKernels(const CudaKernels&) = delete;
+  CudaKernels& operator=(const CudaKernels&) = delete;
+
+  const char* backend_name() const override { return "cuda"; }
+
+  void set_stream(void* native_stream) override {
+    stream_ = static_cast<cudaStream_t>(native_stream);
+  }
+
+  size_t workspace_bytes() const override {
+    return kReductionScratchBytes + kCublasLtWorkspaceBytes;
+  }
+
+  void set_workspace(void* workspace, size_t bytes) override {
+    if (workspace == nullptr || bytes == 0) {
+      reduction_scratch_ = nullptr;
+      lt_workspace_ = nullptr;
+      lt_workspace_bytes_ = 0;
+      return;
+    }
+    TZ_CHECK(bytes >= kReductionScratchBytes,
+             "CUDA kernels workspace too small: " + std::to_string(bytes) +
+                 " bytes, need at least " + std::to_string(kReductionScratchBytes),
+             "allocate workspace_bytes() bytes for set_workspace()");
+    TZ_CHECK(reinterpret_cast<uintptr_t>(workspace) % kWorkspaceAlignment == 0,
+             "CUDA kernels workspace is not 256-byte aligned",
+             "pass memory straight from the device allocator");
+    reduction_scratch_ = static_cast<double*>(workspace);
+    lt_workspace_ = static_cast<char*>(workspace) + kReductionScratchBytes;
+    lt_workspace_bytes_ = bytes - kReductionScratchBytes;
+  }
+
+  void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                       size_t B, size_t T, size_t C) override {
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_encoder_forward(stream_, out, tokens, wte, wpe, B, T, C);
+  }
+
+  void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                        size_t B, size_t T, size_t C) override {
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_encoder_backward(stream_, dwte, dwpe, dout, tokens, B, T, C);
+  }
+
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                         const float* weight, const float* bias, size_t N, size_t C) override {
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_layernorm_forward(stream_, out, mean, rstd, inp, weight, bias, N, C);
+  }
+
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const float* weight, const float* mean,
+                          const float* rstd, size_t N, size_t C) override {
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_layernorm_backward(stream_, dinp, dweight, dbias, dout, inp, weight, mean,
+                                         rstd, N, C);
+  }
+
+  // Row-major X (r, c) is column-major X^T (c, r), so each row-major product below is written as
+  // the column-major product of the transposes; see the comment on each call.
+  void matmul_forward(float* out,           // (N, OC)
+                      const float* inp,     // (N, IC)
+                      const float* weight,  // (OC, IC)
+                      const float* bias,    // (OC) nullable
+                      size_t N, size_t IC, size_t OC) override {
+    if (N == 0 || OC == 0) return;
+    check_inner_dim("matmul_forward", IC);
+    CudaDeviceGuard guard(device_);
+    // out^T (OC, N) = W (OC, IC) · inp^T (IC, N); W is stored as column-major (IC, OC), hence
+    // op(A) = transpose. The bias epilogue adds bias[o] to row o of out^T, i.e. column o of out.
+    // cuBLASLt's bias epilogue wants a 16-byte aligned vector; a bias slice at another offset
+    // is added by a separate kernel instead.
+    const bool fuse_bias = bias != nullptr && reinterpret_cast<uintptr_t>(bias) % 16 == 0;
+    lt_matmul(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight, IC, inp, IC, out, OC, 0.0f,
+              fuse_bias ? bias : nullptr);
+    if (bias != nullptr && !fuse_bias) cuda_impl::launch_add_bias(stream_, out, bias, N, OC);
+  }
+
+  void matmul_backward(float* dinp,          // (N, IC) +=
+                       float* dweight,       // (OC, IC) +=
+                       float* dbias,         // (OC) += nullable
+                       const float* dout,    // (N, OC)
+                       const float* inp,     // (N, IC)
+                       const float* weight,  // (OC, IC)
+                       size_t N, size_t IC, size_t OC) override {
+    if (N == 0 || OC == 0) return;
+    CudaDeviceGuard guard(device_);
+    if (IC > 0) {
+      // dinp (N, IC) += dout (N, OC) · W (OC, IC):
+      // dinp^T (IC, N) += W^T (IC, OC) · dout^T (OC, N), W^T being W's storage as column-major.
+      if (dinp != nullptr) {
+        lt_matmul(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight, IC, dout, OC, dinp, IC, 1.0f,
+                  nullptr);
+      }
+      // dW (OC, IC) += dout^T (OC, N) · inp (N, IC):
+      // dW^T (IC, OC) += inp^T (IC, N) · dout (N, OC), dout being the transpose of its storage.
+      if (dweight != nullptr) {
+        lt_matmul(CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, dout, OC, dweight, IC, 1.0f,
+                  nullptr);
+      }
+    }
+    if (dbias != nullptr) cuda_impl::launch_bias_backward(stream_, dbias, dout, N, OC);
+  }
+
+  void attention_forward(float* out, float* att, const float* qkv, size_t B, size_t T, size_t C,
+                         size_t NH) override {
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_attention_forward(stream_, out, att, qkv, B, T, C, NH);
+  }
+
+  void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
+                          const float* att, size_t B, size_t T, size_t C, size_t NH) override {
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_attention_backward(stream_, dqkv, datt, dout, qkv, att, B, T, C, NH);
+  }
+
+  void gelu_forward(float* out, const float* inp, size_t n) override {
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_gelu_forward(stream_, out, inp, n);
+  }
+
+  void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override {
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_gelu_backward(stream_, dinp, inp, dout, n);
+  }
+
+  void residual_forward(float* out, const float* a, const float* b, size_t n) override {
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_residual_forward(stream_, out, a, b, n);
+  }
+
+  void residual_backward(float* da, float* db, const float* dout, size_t n) override {
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_residual_backward(stream_, da, db, dout, n);
+  }
+
+  void softmax_xent_forward(float* losses, const float* logits, const int32_t* targets, size_t N,
+                            size_t V, size_t Vp) override {
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_softmax_xent(stream_, nullptr, losses, logits, targets, 0.0f, N, V, Vp);
+  }
+
+  void softmax_xent_forward_backward(float* dlogits, float* losses, const float* logits,
+                                     const int32_t* targets, float dloss, size_t N, size_t V,
+                                     size_t Vp) override {
+    TZ_CHECK(dlogits != nullptr, "softmax_xent_forward_backward: dlogits is null",
+             "pass the logits buffer itself to compute the gradient in place");
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_softmax_xent(stream_, dlogits, losses, logits, targets, dloss, N, V, Vp);
+  }
+
+  void adamw_update(float* param, float* m, float* v, const float* grad, size_t n,
+                    const AdamWParams& p) override {
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_adamw(stream_, param, m, v, grad, n, p);
+  }
+
+  double sum_squares(const float* x, size_t n) override {
+    if (n == 0) return 0.0;
+    TZ_CHECK(reduction_scratch_ != nullptr, "CUDA sum_squares needs the kernels workspace",
+             "call set_workspace() with workspace_bytes() bytes of device memory first");
+    CudaDeviceGuard guard(device_);
+    const size_t count = cuda_impl::launch_sum_squares_partials(stream_, reduction_scratch_,
+                                                                kMaxReductionPartials, x, n);
+    TZ_CUDA_CHECK(cudaMemcpyAsync(host_partials_.data(), reduction_scratch_, count * sizeof(double),
+                                  cudaMemcpyDeviceToHost, stream_));
+    TZ_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    // Summing the per-block partials on the host in a fixed order makes the result
+    // deterministic run to run.
+    double total = 0.0;
+    for (size_t i = 0; i < count; ++i) total += host_partials_[i];
+    return total;
+  }
+
+  void scale(float* x, size_t n, float s) override {
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_scale(stream_, x, n, s);
+  }
+
+ private:
+  static void check_inner_dim(const char* op, size_t IC) {
+    TZ_CHECK(IC > 0, std::string(op) + ": IC must be > 0",
+             "a linear layer needs at least one input channel");
+  }
+
+  // D (m, n) = op(A) · op(B) + beta · D (+ bias broadcast over columns), all column-major fp32.
+  // A is stored (m, k) when op_a is N and (k, m) when it is T; B likewise (k, n) or (n, k).
+  void lt_matmul(cublasOperation_t op_a, cublasOperation_t op_b, size_t m, size_t n, size_t k,
+                 const float* A, size_t lda, const float* B, size_t ldb, float* D, size_t ldd,
+                 float beta, const float* bias) {
+    // Exact fp32 accumulation (no TF32) so the CUDA backend matches the fp32 reference path.
+    MatmulDesc desc;
+    const int32_t trans_a = op_a;
+    const int32_t trans_b = op_b;
+    TZ_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                   &trans_a, sizeof(trans_a)));
+    TZ_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_TRANSB,
+                                                   &trans_b, sizeof(trans_b)));
+    if (bias != nullptr) {
+      const uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+      TZ_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                     &epilogue, sizeof(epilogue)));
+      // The heuristic reads this pointer's alignment, so it is set before the query.
+      TZ_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                     &bias, sizeof(bias)));
+    }
+
+    const bool a_transposed = op_a == CUBLAS_OP_T;
+    const bool b_transposed = op_b == CUBLAS_OP_T;
+    MatrixLayout a_layout(a_transposed ? k : m, a_transposed ? m : k, static_cast<int64_t>(lda));
+    MatrixLayout b_layout(b_transposed ? n : k, b_transposed ? k : n, static_cast<int64_t>(ldb));
+    // C and D are the same buffer with the same layout: cuBLASLt supports that in place.
+    MatrixLayout d_layout(m, n, static_cast<int64_t>(ldd));
+
+    MatmulPreference preference;
+    const uint64_t max_workspace = lt_workspace_bytes_;
+    TZ_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference.handle,
+                                                         CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                         &max_workspace, sizeof(max_workspace)));
+    const uint32_t align_a = pointer_alignment(A);
+    const uint32_t align_b = pointer_alignment(B);
+    const uint32_t align_d = pointer_alignment(D);
+    TZ_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        preference.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
+    TZ_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        preference.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
+    TZ_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        preference.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof(align_d)));
+    TZ_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        preference.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof(align_d)));
+
+    cublasLtMatmulHeuristicResult_t heuristic{};
+    int found = 0;
+    TZ_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(
+        lt_, desc.handle, a_layout.handle, b_layout.handle, d_layout.handle, d_layout.handle,
+        preference.handle, 1, &heuristic, &found));
+    TZ_CHECK(found > 0 && heuristic.state == CUBLAS_STATUS_SUCCESS,
+             "cuBLASLt has no fp32 algorithm for matmul m=" + std::to_string(m) +
+                 " n=" + std::to_string(n) + " k=" + std::to_string(k) +
+                 " (alignment A=" + std::to_string(align_a) + " B=" + std::to_string(align_b) +
+                 " D=" + std::to_string(align_d) + ", workspace " + std::to_string(max_workspace) +
+                 " bytes)",
+             "check that set_workspace() was given workspace_bytes() bytes; rerun with "
+             "CUBLASLT_LOG_LEVEL=5 for cuBLASLt's reasons");
+
+    const float alpha = 1.0f;
+    TZ_CUBLAS_CHECK(cublasLtMatmul(lt_, desc.handle, &alpha, A, a_layout.handle, B, b_layout.handle,
+                                   &beta, D, d_layout.handle, D, d_layout.handle, &heuristic.algo,
+                                   lt_workspace_, lt_workspace_bytes_, stream_));
+  }
+
+  int device_;
+  cublasLtHandle_t lt_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  double* reduction_scratch_ = nullptr;  // (kMaxReductionPartials) device, inside the workspace
+  void* lt_workspace_ = nullptr;         // (lt_workspace_bytes_) device, inside the workspace
+  size_t lt_workspace_bytes_ = 0;
+  std::vector<double> host_partials_;  // (kMaxReductionPartials) host copy for sum_squares
+};
+
+}  // namespace
+
+std::unique_ptr<Kernels> make_cuda_kernels(int device_index) {
+  int count = 0;
+  TZ_CUDA_CHECK(cudaGetDeviceCount(&count));
+  TZ_CHECK(device_index >= 0 && device_index < count,
+           "CUDA device " + std::to_string(device_index) + " does not exist (" +
+               std::to_string(count) + " visible)",
+           "check the device index against nvidia-smi and CUDA_VISIBLE_DEVICES");
+  return std::make_unique<CudaKernels>(device_index);
+}
+
+}  // namespace tierzero::kernels

@@ -1,0 +1,163 @@
+// LayerNorm forward and backward on CUDA. Rows are independent, so one warp normalises one row
+// (GPT-2's C = 768..1600 is a few dozen elements per lane). The weight and bias gradients sum
+// over all rows; they are reduced per column tile in shared memory and added with one atomic
+// per column and block, which gives enough parallelism without a second pass.
+#include "cuda/cuda_common.cuh"
+
+namespace tierzero::kernels::cuda_impl {
+
+namespace {
+
+constexpr float kLayerNormEps = 1e-5f;
+
+__global__ void layernorm_forward_kernel(float* out,           // (N, C)
+                                         float* mean,          // (N)
+                                         float* rstd,          // (N)
+                                         const float* inp,     // (N, C)
+                                         const float* weight,  // (C)
+                                         const float* bias,    // (C)
+                                         size_t N, size_t C) {
+  const size_t row = static_cast<size_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
+  const size_t lane = threadIdx.x % kWarpSize;
+  // `row` is the same for the whole warp, so the warp leaves together and shuffles stay valid.
+  if (row >= N) return;
+  const float* x = inp + row * C;  // (C)
+  float* y = out + row * C;        // (C)
+  const float inv_c = 1.0f / static_cast<float>(C);
+
+  float sum = 0.0f;
+  for (size_t c = lane; c < C; c += kWarpSize) sum += x[c];
+  const float m = warp_sum(sum) * inv_c;
+
+  // Two passes (mean, then squared deviations) avoid the cancellation of E[x^2] - E[x]^2.
+  float sq = 0.0f;
+  for (size_t c = lane; c < C; c += kWarpSize) {
+    const float d = x[c] - m;
+    sq += d * d;
+  }
+  const float s = rsqrtf(warp_sum(sq) * inv_c + kLayerNormEps);
+
+  for (size_t c = lane; c < C; c += kWarpSize) y[c] = (x[c] - m) * s * weight[c] + bias[c];
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = s;
+  }
+}
+
+// dinp for one row per warp:
+// dinp += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = weight * dout.
+__global__ void layernorm_backward_input_kernel(float* dinp,          // (N, C) +=
+                                                const float* dout,    // (N, C)
+                                                const float* inp,     // (N, C)
+                                                const float* weight,  // (C)
+                                                const float* mean,    // (N)
+                                                const float* rstd,    // (N)
+                                                size_t N, size_t C) {
+  const size_t row = static_cast<size_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
+  const size_t lane = threadIdx.x % kWarpSize;
+  if (row >= N) return;              // warp-uniform, see the forward kernel
+  const float* x = inp + row * C;    // (C)
+  const float* dy = dout + row * C;  // (C)
+  float* dx = dinp + row * C;        // (C)
+  const float m = mean[row];
+  const float s = rstd[row];
+  const float inv_c = 1.0f / static_cast<float>(C);
+
+  float dnorm_sum = 0.0f;
+  float dnorm_norm_sum = 0.0f;
+  for (size_t c = lane; c < C; c += kWarpSize) {
+    const float norm = (x[c] - m) * s;
+    const float dnorm = weight[c] * dy[c];
+    dnorm_sum += dnorm;
+    dnorm_norm_sum += dnorm * norm;
+  }
+  const float dnorm_mean = warp_sum(dnorm_sum) * inv_c;
+  const float dnorm_norm_mean = warp_sum(dnorm_norm_sum) * inv_c;
+
+  // Each lane reads dy[c] and writes dx[c] for the same c, so dinp may alias dout.
+  for (size_t c = lane; c < C; c += kWarpSize) {
+    const float norm = (x[c] - m) * s;
+    const float dnorm = weight[c] * dy[c];
+    dx[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+  }
+}
+
+constexpr int kColumnTile = 32;  // columns per block: one coalesced 128-byte segment per row
+constexpr int kRowLanes = 8;     // threads per column, each walking every 8th row of the slice
+constexpr size_t kRowsPerBlock = 256;
+
+// dweight[c] += sum_r dout[r,c] * norm[r,c]; dbias[c] += sum_r dout[r,c], over the block's slice
+// of rows, then one atomic per column.
+__global__ void layernorm_backward_params_kernel(float* dweight,     // (C) +=
+                                                 float* dbias,       // (C) +=
+                                                 const float* dout,  // (N, C)
+                                                 const float* inp,   // (N, C)
+                                                 const float* mean,  // (N)
+                                                 const float* rstd,  // (N)
+                                                 size_t N, size_t C, size_t rows_per_block) {
+  __shared__ float dweight_partial[kRowLanes][kColumnTile + 1];
+  __shared__ float dbias_partial[kRowLanes][kColumnTile + 1];
+  const size_t c = static_cast<size_t>(blockIdx.x) * kColumnTile + threadIdx.x;
+  const size_t row_begin = static_cast<size_t>(blockIdx.y) * rows_per_block;
+  const size_t row_end = row_begin + rows_per_block < N ? row_begin + rows_per_block : N;
+  float dw = 0.0f;
+  float db = 0.0f;
+  if (c < C) {
+    for (size_t r = row_begin + threadIdx.y; r < row_end; r += kRowLanes) {
+      const float dy = dout[r * C + c];
+      const float norm = (inp[r * C + c] - mean[r]) * rstd[r];
+      dw += dy * norm;
+      db += dy;
+    }
+  }
+  dweight_partial[threadIdx.y][threadIdx.x] = dw;
+  dbias_partial[threadIdx.y][threadIdx.x] = db;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float dw_sum = 0.0f;
+    float db_sum = 0.0f;
+    for (int k = 0; k < kRowLanes; ++k) {
+      dw_sum += dweight_partial[k][threadIdx.x];
+      db_sum += dbias_partial[k][threadIdx.x];
+    }
+    atomicAdd(&dweight[c], dw_sum);
+    atomicAdd(&dbias[c], db_sum);
+  }
+}
+
+}  // namespace
+
+void launch_layernorm_forward(cudaStream_t stream, float* out, float* mean, float* rstd,
+                              const float* inp, const float* weight, const float* bias, size_t N,
+                              size_t C) {
+  if (N == 0) return;
+  TZ_CHECK(C > 0, "layernorm_forward: C must be > 0", "check the model's channel count");
+  layernorm_forward_kernel<<<warp_per_row_blocks(N), kBlockSize, 0, stream>>>(out, mean, rstd, inp,
+                                                                              weight, bias, N, C);
+  TZ_CUDA_CHECK_LAUNCH();
+}
+
+void launch_layernorm_backward(cudaStream_t stream, float* dinp, float* dweight, float* dbias,
+                               const float* dout, const float* inp, const float* weight,
+                               const float* mean, const float* rstd, size_t N, size_t C) {
+  if (N == 0) return;
+  TZ_CHECK(C > 0, "layernorm_backward: C must be > 0", "check the model's channel count");
+  // The parameter kernel runs first: it reads dout, which the input kernel overwrites when dinp
+  // aliases dout.
+  const size_t column_blocks = ceil_div(C, static_cast<size_t>(kColumnTile));
+  size_t row_blocks = ceil_div(N, kRowsPerBlock);
+  if (row_blocks > kMaxGridY) row_blocks = kMaxGridY;
+  const size_t rows_per_block = ceil_div(N, row_blocks);
+  TZ_CHECK(column_blocks <= kMaxGridX, "layernorm_backward: C too large: " + std::to_string(C),
+           "this many channels cannot be launched in one grid");
+  const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(row_blocks));
+  const dim3 block(kColumnTile, kRowLanes);
+  layernorm_backward_params_kernel<<<grid, block, 0, stream>>>(dweight, dbias, dout, inp, mean,
+                                                               rstd, N, C, rows_per_block);
+  TZ_CUDA_CHECK_LAUNCH();
+  layernorm_backward_input_kernel<<<warp_per_row_blocks(N), kBlockSize, 0, stream>>>(
+      dinp, dout, inp, weight, mean, rstd, N, C);
+  TZ_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tierzero::kernels::cuda_impl
