@@ -141,6 +141,15 @@ TEST(Cli, TruncatedCheckpoint) {
                      "checkpoint '" + ckpt + "' is truncated");
 }
 
+TEST(Cli, BenchTrainPrintsOneJsonResult) {
+  RunResult r = tierzero_cli("bench train --batch 1 --seq 8 --steps 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("{\"bench\": \"train.step\", \"value\": "), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("\"baseline\": \"sgemm\""), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"ratio\": "), std::string::npos) << r.output;
+}
+
 TEST(Cli, BadCommandLineIsRejected) {
   RunResult r = tierzero_cli("train --steps -3");
   EXPECT_NE(r.exit_code, 0);
