@@ -63,6 +63,9 @@ class CpuDevice final : public Device {
   }
   void raw_free(void* ptr) override { std::free(ptr); }
 
+  void register_host(void*, size_t) override {}
+  void unregister_host(void*) override {}
+
   void copy(void* dst, const void* src, size_t bytes, CopyKind, Stream&) override {
     if (bytes) std::memcpy(dst, src, bytes);
   }

@@ -223,6 +223,22 @@ class CudaDevice final : public Device {
              cuda_detail::cuda_error_hint(status));
   }
 
+  void register_host(void* ptr, size_t bytes) override {
+    if (ptr == nullptr || bytes == 0) return;
+    CudaDeviceGuard guard(index_);
+    TZ_CUDA_CHECK(cudaHostRegister(ptr, bytes, cudaHostRegisterPortable));
+  }
+
+  void unregister_host(void* ptr) override {
+    if (ptr == nullptr) return;
+    CudaDeviceGuard guard(index_);
+    const cudaError_t status = cudaHostUnregister(ptr);
+    if (status == cudaSuccess || status == cudaErrorCudartUnloading) return;
+    (void)cudaGetLastError();
+    TZ_THROW(cuda_detail::cuda_failure_message("cudaHostUnregister(ptr)", status),
+             cuda_detail::cuda_error_hint(status));
+  }
+
   void copy(void* dst, const void* src, size_t bytes, CopyKind kind, Stream& stream) override {
     if (bytes == 0) return;
     CudaStream& cuda_stream = as_cuda_stream(stream, "Device::copy");

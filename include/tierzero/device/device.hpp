@@ -44,6 +44,11 @@ class Device {
   virtual void* raw_alloc(size_t bytes) = 0;
   virtual void raw_free(void* ptr) = 0;
 
+  // Page-locks host memory this device will copy to and from (cudaHostRegister on CUDA), so that
+  // copies are real DMA and overlap compute. Nothing to do on the CPU backend.
+  virtual void register_host(void* ptr, size_t bytes) = 0;
+  virtual void unregister_host(void* ptr) = 0;
+
   virtual void copy(void* dst, const void* src, size_t bytes, CopyKind kind, Stream& stream) = 0;
   virtual void fill_zero(void* dst, size_t bytes, Stream& stream) = 0;
 
