@@ -10,33 +10,22 @@
 #include "tierzero/core/random.hpp"
 #include "tierzero/device/device_allocator.hpp"
 #include "tierzero/nn/gpt.hpp"
+#include "tiny_gpt.hpp"
 
 using namespace tierzero;
 
 TEST(GptGradcheck, MatchesCentralFiniteDifferences) {
-  nn::GPTConfig cfg;
-  cfg.vocab_size = 29;
-  cfg.padded_vocab_size = 32;
-  cfg.max_seq_len = 8;
-  cfg.num_layers = 2;
-  cfg.num_heads = 2;
-  cfg.channels = 16;
-  const size_t B = 2, T = 6;
-  auto dev = make_cpu_device();
-  DeviceAllocator alloc(*dev, 0);
-  nn::GPT model(cfg, alloc);
-  nn::LocalParams params(model.layout(), alloc);
+  tierzero::testing::TinyGpt g(tierzero::testing::tiny_config(29, 32, 8, 2, 2, 16), 2, 6, 3);
+  const size_t B = g.B, T = g.T;
+  nn::GPT& model = g.model;
+  nn::LocalParams& params = g.params;
+  std::vector<int32_t>& x = g.x;
+  std::vector<int32_t>& y = g.y;
   float* p = params.params();
-  nn::init_gpt2_params(model.layout(), cfg, 3, p);
   // Larger, non-trivial weights than GPT-2's init so every path carries signal.
   Rng rng(11);
   for (const nn::ParamTensor& t : model.layout().tensors())
     for (size_t i = 0; i < t.numel; ++i) p[t.offset + i] += static_cast<float>(0.1 * rng.normal());
-  std::vector<int32_t> x(B * T), y(B * T);
-  for (size_t i = 0; i < B * T; ++i) {
-    x[i] = static_cast<int32_t>(rng.below(cfg.vocab_size));
-    y[i] = static_cast<int32_t>(rng.below(cfg.vocab_size));
-  }
   params.zero_grads();
   model.forward_backward(params, x.data(), y.data(), B, T, 1.0f);
   std::vector<float> grad(params.grads(), params.grads() + params.numel());

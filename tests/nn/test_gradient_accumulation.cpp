@@ -9,29 +9,17 @@
 #include "tierzero/core/random.hpp"
 #include "tierzero/device/device_allocator.hpp"
 #include "tierzero/nn/gpt.hpp"
+#include "tiny_gpt.hpp"
 
 using namespace tierzero;
 
 TEST(GradientAccumulation, TwoHalvesEqualTheWholeBatch) {
-  nn::GPTConfig cfg;
-  cfg.vocab_size = 50;
-  cfg.padded_vocab_size = 64;
-  cfg.max_seq_len = 16;
-  cfg.num_layers = 2;
-  cfg.num_heads = 2;
-  cfg.channels = 32;
-  const size_t B = 4, T = 12;
-  auto dev = make_cpu_device();
-  DeviceAllocator alloc(*dev, 0);
-  nn::GPT model(cfg, alloc);
-  nn::LocalParams params(model.layout(), alloc);
-  nn::init_gpt2_params(model.layout(), cfg, 9, params.params());
-  Rng rng(5);
-  std::vector<int32_t> x(B * T), y(B * T);
-  for (size_t i = 0; i < B * T; ++i) {
-    x[i] = static_cast<int32_t>(rng.below(cfg.vocab_size));
-    y[i] = static_cast<int32_t>(rng.below(cfg.vocab_size));
-  }
+  tierzero::testing::TinyGpt g(tierzero::testing::tiny_config(50, 64, 16, 2, 2, 32), 4, 12, 9);
+  const size_t B = g.B, T = g.T;
+  nn::GPT& model = g.model;
+  nn::LocalParams& params = g.params;
+  std::vector<int32_t>& x = g.x;
+  std::vector<int32_t>& y = g.y;
   params.zero_grads();
   const float whole = model.forward_backward(params, x.data(), y.data(), B, T, 1.0f);
   std::vector<float> reference(params.grads(), params.grads() + params.numel());
