@@ -76,7 +76,14 @@ class CudaKernels final : public Kernels {
   }
 
   ~CudaKernels() override {
+    // The handle was created on device_; destroy it there too. CudaDeviceGuard may throw, which
+    // a destructor must not, so the switch is done by hand and failures are only cleared.
+    int previous = device_;
+    const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != device_ &&
+                          cudaSetDevice(device_) == cudaSuccess;
     const cublasStatus_t status = cublasLtDestroy(lt_);
+    if (switched) (void)cudaSetDevice(previous);
+    (void)cudaGetLastError();
     if (status != CUBLAS_STATUS_SUCCESS) {
       log::warn(std::string("cublasLtDestroy failed: ") + cuda_detail::cublas_status_name(status));
     }
@@ -148,16 +155,28 @@ class CudaKernels final : public Kernels {
                       const float* bias,    // (OC) nullable
                       size_t N, size_t IC, size_t OC) override {
     if (N == 0 || OC == 0) return;
-    check_inner_dim("matmul_forward", IC);
     CudaDeviceGuard guard(device_);
+    if (IC == 0) {
+      // An empty product is zero, so out = bias (or 0), as on the CPU backend; cuBLASLt is not
+      // asked for a k = 0 product.
+      TZ_CUDA_CHECK(cudaMemsetAsync(out, 0, N * OC * sizeof(float), stream_));
+      if (bias != nullptr) cuda_impl::launch_add_bias(stream_, out, bias, N, OC);
+      return;
+    }
     // out^T (OC, N) = W (OC, IC) · inp^T (IC, N); W is stored as column-major (IC, OC), hence
     // op(A) = transpose. The bias epilogue adds bias[o] to row o of out^T, i.e. column o of out.
-    // cuBLASLt's bias epilogue wants a 16-byte aligned vector; a bias slice at another offset
-    // is added by a separate kernel instead.
-    const bool fuse_bias = bias != nullptr && reinterpret_cast<uintptr_t>(bias) % 16 == 0;
-    lt_matmul(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight, IC, inp, IC, out, OC, 0.0f,
-              fuse_bias ? bias : nullptr);
-    if (bias != nullptr && !fuse_bias) cuda_impl::launch_add_bias(stream_, out, bias, N, OC);
+    // cuBLASLt's bias epilogue wants a 16-byte aligned vector; a bias slice at another offset,
+    // or a problem for which cuBLASLt has no algorithm with the epilogue, gets its bias from a
+    // separate kernel instead.
+    bool bias_done = false;
+    if (bias != nullptr && reinterpret_cast<uintptr_t>(bias) % 16 == 0) {
+      bias_done =
+          lt_matmul(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight, IC, inp, IC, out, OC, 0.0f, bias);
+    }
+    if (!bias_done) {
+      lt_matmul(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight, IC, inp, IC, out, OC, 0.0f, nullptr);
+      if (bias != nullptr) cuda_impl::launch_add_bias(stream_, out, bias, N, OC);
+    }
   }
 
   void matmul_backward(float* dinp,          // (N, IC) +=
@@ -262,14 +281,12 @@ class CudaKernels final : public Kernels {
   }
 
  private:
-  static void check_inner_dim(const char* op, size_t IC) {
-    TZ_CHECK(IC > 0, std::string(op) + ": IC must be > 0",
-             "a linear layer needs at least one input channel");
-  }
-
   // D (m, n) = op(A) · op(B) + beta · D (+ bias broadcast over columns), all column-major fp32.
   // A is stored (m, k) when op_a is N and (k, m) when it is T; B likewise (k, n) or (n, k).
-  void lt_matmul(cublasOperation_t op_a, cublasOperation_t op_b, size_t m, size_t n, size_t k,
+  // With a bias, returns false without doing anything when cuBLASLt has no algorithm for the
+  // bias epilogue (the caller then retries without it); otherwise runs the product and returns
+  // true, or throws when there is no algorithm at all.
+  bool lt_matmul(cublasOperation_t op_a, cublasOperation_t op_b, size_t m, size_t n, size_t k,
                  const float* A, size_t lda, const float* B, size_t ldb, float* D, size_t ldd,
                  float beta, const float* bias) {
     // Exact fp32 accumulation (no TF32) so the CUDA backend matches the fp32 reference path.
@@ -315,10 +332,16 @@ class CudaKernels final : public Kernels {
 
     cublasLtMatmulHeuristicResult_t heuristic{};
     int found = 0;
-    TZ_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(
+    const cublasStatus_t heuristic_status = cublasLtMatmulAlgoGetHeuristic(
         lt_, desc.handle, a_layout.handle, b_layout.handle, d_layout.handle, d_layout.handle,
-        preference.handle, 1, &heuristic, &found));
-    TZ_CHECK(found > 0 && heuristic.state == CUBLAS_STATUS_SUCCESS,
+        preference.handle, 1, &heuristic, &found);
+    // CUBLAS_STATUS_NOT_SUPPORTED is how the heuristic says "no algorithm for this
+    // configuration": report it with the shapes below rather than as a bare status.
+    if (heuristic_status != CUBLAS_STATUS_NOT_SUPPORTED) TZ_CUBLAS_CHECK(heuristic_status);
+    const bool have_algorithm = heuristic_status == CUBLAS_STATUS_SUCCESS && found > 0 &&
+                                heuristic.state == CUBLAS_STATUS_SUCCESS;
+    if (!have_algorithm && bias != nullptr) return false;
+    TZ_CHECK(have_algorithm,
              "cuBLASLt has no fp32 algorithm for matmul m=" + std::to_string(m) +
                  " n=" + std::to_string(n) + " k=" + std::to_string(k) +
                  " (alignment A=" + std::to_string(align_a) + " B=" + std::to_string(align_b) +
@@ -331,6 +354,7 @@ class CudaKernels final : public Kernels {
     TZ_CUBLAS_CHECK(cublasLtMatmul(lt_, desc.handle, &alpha, A, a_layout.handle, B, b_layout.handle,
                                    &beta, D, d_layout.handle, D, d_layout.handle, &heuristic.algo,
                                    lt_workspace_, lt_workspace_bytes_, stream_));
+    return true;
   }
 
   int device_;

@@ -56,13 +56,27 @@ __global__ void encoder_backward_wpe_kernel(float* dwpe,        // (maxT, C) +=
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluCubic = 0.044715f;
 
+// 1 - tanh(u) = 2 / (e^{2u} + 1) and 1 + tanh(u) = e^{2u} (1 - tanh(u)): both keep full relative
+// precision where 1 +- tanhf(u) would cancel (GELU's negative tail, sech^2 for |u| of a few
+// units), as the CPU backend does. 2u is capped at 80 so e^{2u} stays finite (e * 2 / (e + 1)
+// would be inf * 0 = NaN); at that point 1 - tanh is below 1e-34 and 1 + tanh is 2 in fp32.
+struct GeluTanhTerms {
+  float one_minus;
+  float one_plus;
+};
+__device__ __forceinline__ GeluTanhTerms gelu_tanh_terms(float x) {
+  const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+  const float e = expf(fminf(2.0f * u, 80.0f));
+  const float one_minus = 2.0f / (e + 1.0f);
+  return {one_minus, e * one_minus};
+}
+
 __global__ void gelu_forward_kernel(float* out,        // (n)
                                     const float* inp,  // (n)
                                     size_t n) {
   for (size_t i = global_thread_index(); i < n; i += grid_stride()) {
     const float x = inp[i];
-    const float cube = kGeluCubic * x * x * x;
-    out[i] = 0.5f * x * (1.0f + tanhf(kGeluScale * (x + cube)));
+    out[i] = 0.5f * x * gelu_tanh_terms(x).one_plus;
   }
 }
 
@@ -73,12 +87,11 @@ __global__ void gelu_backward_kernel(float* dinp,        // (n) +=
   for (size_t i = global_thread_index(); i < n; i += grid_stride()) {
     const float x = inp[i];
     const float d = dout[i];  // read before writing: dinp may alias dout
-    const float cube = kGeluCubic * x * x * x;
-    const float th = tanhf(kGeluScale * (x + cube));
-    // sech^2 = 1 - tanh^2 avoids coshf, which overflows for large |x|.
-    const float sech2 = 1.0f - th * th;
+    const GeluTanhTerms th = gelu_tanh_terms(x);
+    // sech^2 = (1 - tanh)(1 + tanh): no coshf (which overflows) and no 1 - tanh^2 cancellation.
+    const float sech2 = th.one_minus * th.one_plus;
     const float local_grad =
-        0.5f * (1.0f + th) + x * 0.5f * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+        0.5f * th.one_plus + x * 0.5f * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
     dinp[i] += local_grad * d;
   }
 }

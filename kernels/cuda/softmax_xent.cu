@@ -36,7 +36,9 @@ __global__ void __launch_bounds__(kSoftmaxBlockSize)
   const bool target_valid = target >= 0 && static_cast<size_t>(target) < V;
   if (threadIdx.x == 0) {
     const float target_logit = target_valid ? x[target] : CUDART_NAN_F;
-    losses[row] = logf(sum) + max_logit - target_logit;
+    // target - max first (as the CPU backend does): exact or singly rounded, so large logits do
+    // not cost the loss its precision.
+    losses[row] = logf(sum) - (target_logit - max_logit);
   }
   if (dlogits == nullptr) return;  // block-uniform
 

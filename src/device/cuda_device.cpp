@@ -170,13 +170,14 @@ class CudaDevice final : public Device {
   }
 
   ~CudaDevice() override {
-    // The kernels use the workspace on the default stream: drop them, let that work finish,
-    // then free. cudaFree would synchronise anyway; the explicit wait makes the order obvious.
-    kernels_.reset();
-    if (workspace_ != nullptr) {
+    // The kernels' work (cuBLASLt matmuls using their handle and the workspace) is queued on
+    // the default stream: let it finish, then drop the kernels, then free the workspace.
+    // The stream itself (a member declared before kernels_) is destroyed after both.
+    if (kernels_ != nullptr) {
       warn_if_failed(cudaStreamSynchronize(default_stream_->handle()), "cudaStreamSynchronize");
-      warn_if_failed(cudaFree(workspace_), "cudaFree(kernels workspace)");
     }
+    kernels_.reset();
+    if (workspace_ != nullptr) warn_if_failed(cudaFree(workspace_), "cudaFree(kernels workspace)");
   }
 
   CudaDevice(const CudaDevice&) = delete;
