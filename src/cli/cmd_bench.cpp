@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "bench_io.hpp"
 #include "commands.hpp"
 #include "tierzero/core/random.hpp"
 #include "tierzero/core/timer.hpp"
@@ -18,7 +19,6 @@ namespace tierzero::cli {
 namespace {
 
 struct BenchFlags {
-  std::string what;
   std::string device = "cpu";
   int64_t threads = 2;
   int64_t batch = 4;
@@ -140,21 +140,43 @@ int bench_train(const BenchFlags& f) {
 }  // namespace
 
 Command add_bench_command(CLI::App& app) {
-  auto flags = std::make_shared<BenchFlags>();
-  CLI::App* sub = app.add_subcommand("bench", "measure against the machine's own ceilings");
-  sub->add_option("what", flags->what, "what to measure: train")
-      ->required()
-      ->check(CLI::IsMember({"train"}));
-  sub->add_option("--device", flags->device, "cpu, cuda or cuda:N")->capture_default_str();
-  sub->add_option("--threads", flags->threads, "CPU threads")->capture_default_str();
-  sub->add_option("--batch", flags->batch, "micro-batch size")->capture_default_str();
-  sub->add_option("--seq", flags->seq, "sequence length")->capture_default_str();
-  sub->add_option("--steps", flags->steps, "timed steps")
+  CLI::App* bench = app.add_subcommand("bench", "measure against the machine's own ceilings");
+  bench->require_subcommand(1);
+
+  auto train = std::make_shared<BenchFlags>();
+  CLI::App* t = bench->add_subcommand("train", "a GPT-2 training step vs. this machine's sgemm");
+  t->add_option("--device", train->device, "cpu, cuda or cuda:N")->capture_default_str();
+  t->add_option("--threads", train->threads, "CPU threads")->capture_default_str();
+  t->add_option("--batch", train->batch, "micro-batch size")->capture_default_str();
+  t->add_option("--seq", train->seq, "sequence length")->capture_default_str();
+  t->add_option("--steps", train->steps, "timed steps")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
-  sub->add_option("--model", flags->model, "gpt2, gpt2-medium, gpt2-large, gpt2-xl")
+  t->add_option("--model", train->model, "gpt2, gpt2-medium, gpt2-large, gpt2-xl")
       ->capture_default_str();
-  return {sub, [flags] { return bench_train(*flags); }};
+
+  auto io = std::make_shared<BenchIoOptions>();
+  CLI::App* o =
+      bench->add_subcommand("io", "NVMe swap write/read/stream vs. fio on the same drive");
+  o->add_option("--dir", io->dir, "directory on the drive to measure (default: under /var/tmp)");
+  o->add_option("--size", io->size, "bytes of swap, e.g. 2G")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  o->add_option("--block", io->block, "request size, e.g. 1M")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  o->add_option("--queue-depth", io->queue_depth, "requests in flight")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  o->add_option("--repeats", io->repeats, "each figure is the median of this many runs")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
+
+  return {bench, [train, io, t, o] {
+            if (t->parsed()) return bench_train(*train);
+            if (o->parsed()) return run_bench_io(*io);
+            return 2;
+          }};
 }
 
 }  // namespace tierzero::cli
