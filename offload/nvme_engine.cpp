@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -42,6 +43,31 @@ int default_open(const char* path, int flags, unsigned mode) {
 }  // namespace
 
 OpenFn swap_open = default_open;
+
+namespace {
+// The completion filter (tests only). The flag keeps the cost of an unset filter to one relaxed
+// load per completion; the mutex and shared_ptr make setting it safe even while I/O runs, since
+// a filter being called stays alive until that call returns.
+std::atomic<bool> completion_filter_set{false};
+std::mutex completion_filter_mutex;
+std::shared_ptr<const CompletionFilter> completion_filter;  // guarded by completion_filter_mutex
+
+int filter_completion(const Completion& c) {
+  std::shared_ptr<const CompletionFilter> f;
+  {
+    std::lock_guard<std::mutex> lock(completion_filter_mutex);
+    f = completion_filter;
+  }
+  return f ? (*f)(c) : c.res;
+}
+}  // namespace
+
+void set_completion_filter(CompletionFilter filter) {
+  auto f = filter ? std::make_shared<const CompletionFilter>(std::move(filter)) : nullptr;
+  std::lock_guard<std::mutex> lock(completion_filter_mutex);
+  completion_filter_set.store(f != nullptr, std::memory_order_relaxed);
+  completion_filter = std::move(f);
+}
 
 // One read or write of a whole extent, as seen by IoHandle.
 struct IoOp {
@@ -488,6 +514,11 @@ void NvmeEngine::Impl::complete_locked(Chunk* c, int res,
   --inflight;
   IoOp& op = *c->op;
   const char* verb = op.is_write ? "write" : "read";
+  if (detail::completion_filter_set.load(std::memory_order_relaxed)) {  // tests only
+    std::byte* io = c->slot >= 0 ? bounce[static_cast<size_t>(c->slot)].bytes_ptr() : c->user;
+    res = detail::filter_completion(
+        {op.is_write, c->file, c->file_offset + c->done, io + c->done, c->length - c->done, res});
+  }
   if (res == -EINTR || res == -EAGAIN ||
       (res >= 0 && static_cast<size_t>(res) + c->done < c->length)) {
     if (res > 0) c->done += static_cast<size_t>(res);
@@ -503,7 +534,9 @@ void NvmeEngine::Impl::complete_locked(Chunk* c, int res,
                             std::string("NVMe ") + verb + " gave up after " +
                                 std::to_string(opt.max_retries) + " retries (" +
                                 (res < 0 ? errno_name(-res) : "short transfers") +
-                                "): " + describe(op, *c),
+                                "): " + describe(op, *c) +
+                                " (hint: the request kept failing with errors that are "
+                                "normally transient; check dmesg and the drive's health)",
                             finished);
       return;
     }

@@ -141,6 +141,22 @@ namespace detail {
 // system that refuses O_DIRECT with EINVAL).
 using OpenFn = int (*)(const char* path, int flags, unsigned mode);
 extern OpenFn swap_open;
+
+// One io_uring completion as the engine is about to interpret it (for fault injection in tests).
+struct Completion {
+  bool is_write = false;
+  size_t file = 0;              // swap file index (NvmeEngine::file_path)
+  uint64_t file_offset = 0;     // where this submission started in that file
+  std::byte* buffer = nullptr;  // the memory it transferred (the caller's or a bounce buffer)
+  size_t request_bytes = 0;     // bytes this submission asked for (less after a short transfer)
+  int res = 0;                  // what the kernel returned: bytes moved, or -errno
+};
+// Returns the result the engine should act on instead of `res`, e.g. half the bytes (a short
+// transfer) or -EIO. Runs on the completion thread with the engine's lock held, so it must not
+// call into the engine. Process-wide, like swap_open; an empty function removes it. Costs one
+// relaxed atomic load per completion while unset.
+using CompletionFilter = std::function<int(const Completion&)>;
+void set_completion_filter(CompletionFilter filter);
 }  // namespace detail
 
 }  // namespace tierzero::offload
