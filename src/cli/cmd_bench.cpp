@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "bench_comm.hpp"
 #include "bench_io.hpp"
 #include "commands.hpp"
 #include "tierzero/core/random.hpp"
@@ -172,9 +173,15 @@ Command add_bench_command(CLI::App& app) {
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
 
-  return {bench, [train, io, t, o] {
+  auto comm = std::make_shared<BenchCommOptions>();
+  CLI::App* c =
+      bench->add_subcommand("comm", "collectives (MPI backend) vs. raw MPI, 1 KiB-256 MiB");
+  add_bench_comm_options(*c, *comm);
+
+  return {bench, [train, io, comm, t, o, c] {
             if (t->parsed()) return bench_train(*train);
             if (o->parsed()) return run_bench_io(*io);
+            if (c->parsed()) return bench_comm(*comm);
             return 2;
           }};
 }
