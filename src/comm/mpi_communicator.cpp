@@ -362,7 +362,16 @@ void abort_job(const std::string& message, int exit_code) {
   comm_detail::mark_failed();
   int initialised = 0;
   MPI_Initialized(&initialised);
-  if (initialised) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  if (initialised) {
+    // The other survivors of a dead or stalled peer reach their own deadlines a moment later;
+    // MPI_Abort would kill them before they say what they saw. A short grace lets every rank
+    // report (TIERZERO_COMM_ABORT_GRACE_S, default 2 s, 0 to abort at once).
+    double grace_s = 2.0;
+    if (const char* g = std::getenv("TIERZERO_COMM_ABORT_GRACE_S")) grace_s = std::atof(g);
+    if (grace_s > 0.0 && grace_s < 600.0)
+      std::this_thread::sleep_for(std::chrono::duration<double>(grace_s));
+    MPI_Abort(MPI_COMM_WORLD, exit_code);
+  }
   std::_Exit(exit_code);
 }
 
