@@ -16,7 +16,7 @@ struct TrainFlags {
   std::string config;
   int64_t steps = -1;
   int64_t seed = -1;
-  std::string data, val_data, device, load, save, log_level;
+  std::string data, val_data, device, load, save, log_level, metrics;
   int64_t threads = -1;
   int64_t batches = -1;
 };
@@ -57,9 +57,12 @@ Command add_train_command(CLI::App& app) {
   sub->add_option("--seed", flags->seed, "seed of the initial weights")
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--save", flags->save, "write an llm.c checkpoint at the end");
+  sub->add_option("--metrics", flags->metrics,
+                  "write one JSON line per step to this file (step, loss, lr, grad_norm, ms, "
+                  "tokens_per_s; full precision)");
   return {sub, [flags] {
             train::Trainer trainer(resolve(*flags));
-            trainer.run(stderr);
+            trainer.run(stderr, flags->metrics);
             return 0;
           }};
 }

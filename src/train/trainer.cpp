@@ -1,9 +1,18 @@
-// The one-rank training loop (the fp32 reference path every later mode is compared with).
+// The training loop. Two paths share it: the one-rank fp32 reference (LocalParams + AdamW, used
+// when not under MPI and at stage 0; every other mode is compared with it), and the ZeRO path
+// (stages 0-3 on the device tier, one rank or many under mpiexec), where the GPT runs on the
+// partition store through StoreParamProvider and the store runs the optimizer.
 #include "tierzero/train/trainer.hpp"
 
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
+#include <utility>
 
+#include "tierzero/comm/mpi_communicator.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/log.hpp"
 #include "tierzero/core/timer.hpp"
@@ -15,6 +24,7 @@
 #include "tierzero/train/data_loader.hpp"
 #include "tierzero/train/lr_schedule.hpp"
 #include "tierzero/train/progress.hpp"
+#include "tierzero/train/store_provider.hpp"
 #include "tierzero/train/synthetic_corpus.hpp"
 
 namespace tierzero::train {
@@ -25,12 +35,15 @@ constexpr size_t kBuiltinCorpusTokens = 2000000;
 constexpr size_t kBuiltinValTokens = 200000;
 
 void check_supported(const TrainConfig& c) {
-  if (c.zero.stage != 0 || c.zero.offload_param.device != "none" ||
-      c.zero.offload_optimizer.device != "none")
-    TZ_THROW("zero_optimization stage " + std::to_string(c.zero.stage) +
-                 " / offload is not available in this build yet: the partition store is not "
-                 "implemented",
-             "set zero_optimization.stage to 0 and offload devices to none");
+  TZ_CHECK(c.zero.stage >= 0 && c.zero.stage <= 3,
+           "zero_optimization.stage " + std::to_string(c.zero.stage) + " does not exist",
+           "use a stage from 0 to 3");
+  if (c.zero.offload_param.device != "none" || c.zero.offload_optimizer.device != "none")
+    TZ_THROW("zero_optimization offload (offload_param.device '" + c.zero.offload_param.device +
+                 "', offload_optimizer.device '" + c.zero.offload_optimizer.device +
+                 "') is not available in this build yet: stages 0-3 run with every state on "
+                 "the device tier",
+             "set offload_param.device and offload_optimizer.device to none");
   if ((c.bf16 || c.fp16) && c.device != "cpu")
     TZ_THROW(std::string(c.bf16 ? "bf16" : "fp16") +
                  ".enabled: mixed precision is not implemented yet on CUDA",
@@ -40,12 +53,18 @@ void check_supported(const TrainConfig& c) {
 }  // namespace
 
 struct Trainer::State {
+  // Declared first so that it is destroyed last: the store's collectives need MPI alive.
+  std::unique_ptr<comm::MpiSession> session;  // the ZeRO path only
+  int rank = 0;
+  int world_size = 1;
   std::unique_ptr<Device> device;
   std::unique_ptr<DeviceAllocator> allocator;
   nn::GPTConfig model_config;
   std::unique_ptr<nn::GPT> model;
   std::unique_ptr<nn::LocalParams> params;
   std::unique_ptr<AdamWOptimizer> optimizer;
+  std::unique_ptr<zero::PartitionStore> store;  // the ZeRO path: params, grads, AdamW states
+  std::unique_ptr<StoreParamProvider> store_params;
   std::unique_ptr<DataLoader> train_loader;
   std::unique_ptr<DataLoader> val_loader;
   double unigram_entropy = std::numeric_limits<double>::quiet_NaN();
@@ -54,6 +73,28 @@ struct Trainer::State {
 Trainer::Trainer(TrainConfig config) : config_(std::move(config)), state_(new State) {
   log::set_level(log::level_from_name(config_.log_level));
   check_supported(config_);
+  State& s = *state_;
+  // The reference path stays exactly the one-rank loop; anything else goes through the store.
+  // The whole world is the data-parallel (partition) group for now.
+  if (config_.zero.stage > 0 || comm::launched_by_mpi()) {
+    s.session = std::make_unique<comm::MpiSession>(nullptr, nullptr);
+    s.rank = s.session->rank();
+    s.world_size = s.session->size();
+    log::set_rank(s.rank, s.world_size);
+  }
+  if (s.world_size == 1) {
+    build();
+    return;
+  }
+  // As in run(): a rank that fails (the store's constructor is collective) ends the whole job.
+  try {
+    build();
+  } catch (const Error& e) {
+    comm::abort_job(e.what());
+  }
+}
+
+void Trainer::build() {
   State& s = *state_;
   const auto B = static_cast<size_t>(config_.micro_batch_size);
   const auto T = static_cast<size_t>(config_.seq_len);
@@ -83,31 +124,49 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)), state_(new St
     std::vector<std::unique_ptr<TokenShard>> train, held_out;
     train.push_back(make_memory_shard("built-in corpus (train)", std::move(corpus)));
     held_out.push_back(make_memory_shard("built-in corpus (val)", std::move(val)));
-    s.train_loader = std::make_unique<DataLoader>(std::move(train), B, T, V);
+    s.train_loader = std::make_unique<DataLoader>(std::move(train), B, T, V, s.rank, s.world_size);
     if (config_.val_data.empty())
-      s.val_loader = std::make_unique<DataLoader>(std::move(held_out), B, T, V);
+      s.val_loader =
+          std::make_unique<DataLoader>(std::move(held_out), B, T, V, s.rank, s.world_size);
   } else {
-    s.train_loader = std::make_unique<DataLoader>(open_token_shards(config_.train_data), B, T, V);
+    s.train_loader = std::make_unique<DataLoader>(open_token_shards(config_.train_data), B, T, V,
+                                                  s.rank, s.world_size);
   }
   if (!config_.val_data.empty())
-    s.val_loader = std::make_unique<DataLoader>(open_token_shards(config_.val_data), B, T, V);
+    s.val_loader = std::make_unique<DataLoader>(open_token_shards(config_.val_data), B, T, V,
+                                                s.rank, s.world_size);
 
   s.device = make_device(config_.device, static_cast<int>(config_.threads));
   const auto budget = static_cast<size_t>(config_.device_memory_budget_gb * 1073741824.0);
   s.allocator = std::make_unique<DeviceAllocator>(*s.device, budget);
   s.model = std::make_unique<nn::GPT>(s.model_config, *s.allocator);
-  s.params = std::make_unique<nn::LocalParams>(s.model->layout(), *s.allocator);
 
-  std::vector<float> host(s.model->layout().total_numel());  // (total_numel) fp32
+  // Every rank builds the same initial weights (same seed, or the same checkpoint), so no
+  // broadcast is needed; the store keeps what each rank owns.
+  const nn::ParamLayout& layout = s.model->layout();
+  std::vector<float> host(layout.total_numel());  // (total_numel) fp32
   if (config_.load_checkpoint.empty())
-    nn::init_gpt2_params(s.model->layout(), s.model_config, config_.seed, host.data());
+    nn::init_gpt2_params(layout, s.model_config, config_.seed, host.data());
   else
-    load_checkpoint(config_.load_checkpoint, s.model->layout(), host.data());
-  s.device->copy(s.params->params(), host.data(), host.size() * sizeof(float),
-                 CopyKind::host_to_device, s.device->default_stream());
-  s.device->default_stream().synchronize();
-  s.optimizer =
-      std::make_unique<AdamWOptimizer>(config_.optimizer, s.model->layout(), *s.allocator);
+    load_checkpoint(config_.load_checkpoint, layout, host.data());
+  if (s.session) {
+    zero::StoreConfig store_config;
+    store_config.stage = static_cast<int>(config_.zero.stage);
+    store_config.param_persistence_threshold =
+        static_cast<size_t>(std::max<int64_t>(config_.zero.param_persistence_threshold, 0));
+    s.store =
+        std::make_unique<zero::PartitionStore>(units_from_layout(layout), store_config,
+                                               config_.optimizer, s.session->world(), *s.allocator);
+    for (size_t u = 0; u < layout.units().size(); ++u)
+      s.store->load_unit(u, host.data() + layout.units()[u].offset);
+    s.store_params = std::make_unique<StoreParamProvider>(*s.store);
+  } else {
+    s.params = std::make_unique<nn::LocalParams>(layout, *s.allocator);
+    s.device->copy(s.params->params(), host.data(), host.size() * sizeof(float),
+                   CopyKind::host_to_device, s.device->default_stream());
+    s.device->default_stream().synchronize();
+    s.optimizer = std::make_unique<AdamWOptimizer>(config_.optimizer, layout, *s.allocator);
+  }
   if (config_.bf16 || config_.fp16)
     log::info(
         "the CPU backend keeps working parameters in fp32; the bf16/fp16 setting has no "
@@ -118,86 +177,203 @@ Trainer::~Trainer() = default;
 
 namespace {
 
-double validate(nn::GPT& model, nn::LocalParams& params, DataLoader& loader, size_t batches,
-                size_t B, size_t T) {
+// The sum over the group of a few per-rank values (the group reduces f32).
+void group_sum(comm::Communicator& group, float* values, size_t count) {
+  std::vector<float> sum(count);  // (count)
+  group.all_reduce(values, sum.data(), count, DType::f32, comm::ReduceOp::sum);
+  std::copy(sum.begin(), sum.end(), values);
+}
+
+// Mean loss over `batches` validation batches. With a group, rank r of w evaluates the batches
+// r, r + w, ... (its loader's stride) and the mean is all-reduced; every rank runs the same number
+// of evaluations (surplus ones are not counted) because each one gathers parameters at stage 3.
+double validate(nn::GPT& model, nn::ParamProvider& params, DataLoader& loader, size_t batches,
+                size_t B, size_t T, int rank, int world_size, comm::Communicator* group) {
   std::vector<int32_t> x(B * T), y(B * T);  // (B, T) each
   loader.reset();
+  const auto w = static_cast<size_t>(world_size);
+  const size_t rounds = (batches + w - 1) / w;
   double sum = 0.0;
-  for (size_t i = 0; i < batches; ++i) {
+  size_t counted = 0;
+  for (size_t k = 0; k < rounds; ++k) {
     loader.next_batch(x.data(), y.data());
-    sum += static_cast<double>(model.evaluate(params, x.data(), y.data(), B, T));
+    const float loss = model.evaluate(params, x.data(), y.data(), B, T);
+    if (static_cast<size_t>(rank) + k * w < batches) {
+      sum += static_cast<double>(loss);
+      ++counted;
+    }
   }
-  return sum / static_cast<double>(batches);
+  if (!group) return sum / static_cast<double>(batches);
+  float totals[2] = {static_cast<float>(sum), static_cast<float>(counted)};
+  group_sum(*group, totals, 2);
+  return static_cast<double>(totals[0]) / static_cast<double>(totals[1]);
+}
+
+// The memory summary of this rank with a "rank r: " prefix on every line, written at once so
+// that ranks sharing a terminal do not interleave within a summary.
+void print_rank_memory_summary(std::FILE* out, int rank, const MemoryTracker& tracker) {
+  char* text = nullptr;
+  size_t size = 0;
+  std::FILE* buffer = open_memstream(&text, &size);
+  if (!buffer) {  // no memory for the buffer: print unprefixed rather than not at all
+    print_memory_summary(out, tracker);
+    return;
+  }
+  print_memory_summary(buffer, tracker);
+  std::fclose(buffer);
+  std::string prefixed;
+  const std::string prefix = "rank " + std::to_string(rank) + ": ";
+  bool line_start = true;
+  for (size_t i = 0; i < size; ++i) {
+    if (line_start) prefixed += prefix;
+    prefixed += text[i];
+    line_start = text[i] == '\n';
+  }
+  std::free(text);
+  std::fwrite(prefixed.data(), 1, prefixed.size(), out);
+  std::fflush(out);
 }
 
 }  // namespace
 
-TrainResult Trainer::run(std::FILE* out) {
+TrainResult Trainer::run(std::FILE* out, const std::string& metrics_path) {
+  // Under mpiexec a rank that throws must not leave the others waiting in a collective until
+  // their timeout: end the whole job with the message.
+  if (!state_->session || state_->world_size == 1) return run_loop(out, metrics_path);
+  try {
+    return run_loop(out, metrics_path);
+  } catch (const Error& e) {
+    comm::abort_job(e.what());
+  }
+}
+
+TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metrics_path) {
   State& s = *state_;
   const auto B = static_cast<size_t>(config_.micro_batch_size);
   const auto T = static_cast<size_t>(config_.seq_len);
   const int64_t accum = config_.gradient_accumulation_steps;
+  comm::Communicator* group = s.session ? &s.session->world() : nullptr;
+  nn::ParamProvider& params =
+      s.store ? static_cast<nn::ParamProvider&>(*s.store_params) : *s.params;
+  // Progress, validation and checkpoint messages come from rank 0 only; they are global values.
+  std::FILE* out = s.rank == 0 ? all_ranks_out : nullptr;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> metrics(nullptr, &std::fclose);
+  if (!metrics_path.empty() && s.rank == 0) {
+    metrics.reset(std::fopen(metrics_path.c_str(), "w"));
+    TZ_CHECK(metrics != nullptr,
+             "cannot open the metrics file '" + metrics_path + "': " + std::strerror(errno),
+             "check that the directory exists and is writable");
+  }
   LrSchedule schedule(config_.scheduler, config_.optimizer.lr, config_.steps);
   TrainResult result;
   result.unigram_entropy = s.unigram_entropy;
   result.parameter_count = s.model->layout().parameter_count();
   result.device_name = s.device->name();
   result.val_loss = std::numeric_limits<double>::quiet_NaN();
-  if (out)
+  if (out) {
     std::fprintf(out,
                  "tierzero train: GPT-2 %s, %zu parameters, device %s, batch %zu x %zu x %lld "
-                 "accumulation, %lld steps\n",
+                 "accumulation, %lld steps",
                  s.model_config.str().c_str(), result.parameter_count, result.device_name.c_str(),
                  B, T, static_cast<long long>(accum), static_cast<long long>(config_.steps));
+    if (s.store)
+      std::fprintf(out, ", ZeRO stage %d on %d rank(s), device tier", s.store->stage(),
+                   s.world_size);
+    std::fprintf(out, "\n");
+  }
 
   std::vector<int32_t> x(B * T), y(B * T);  // (B, T) inputs and targets
   for (int64_t step = 0; step < config_.steps; ++step) {
     Timer timer;
-    s.params->zero_grads();
+    if (s.store)
+      s.store->zero_grads();
+    else
+      s.params->zero_grads();
     double loss = 0.0;
     for (int64_t micro = 0; micro < accum; ++micro) {
       s.train_loader->next_batch(x.data(), y.data());
-      loss += static_cast<double>(s.model->forward_backward(*s.params, x.data(), y.data(), B, T,
+      loss += static_cast<double>(s.model->forward_backward(params, x.data(), y.data(), B, T,
                                                             1.0f / static_cast<float>(accum)));
     }
     loss /= static_cast<double>(accum);
     const double lr = schedule.lr(step);
-    StepStats st = s.optimizer->step(*s.params, lr, config_.gradient_clipping);
+    double grad_norm = 0.0;
+    if (s.store) {
+      grad_norm = s.store->step(lr, config_.gradient_clipping).grad_norm;
+      // Every rank's loss is the mean over its own tokens, and every rank has as many: the
+      // global loss is the mean over ranks.
+      float sum = static_cast<float>(loss);
+      group_sum(*group, &sum, 1);
+      loss = static_cast<double>(sum) / static_cast<double>(s.world_size);
+    } else {
+      grad_norm = s.optimizer->step(*s.params, lr, config_.gradient_clipping).grad_norm;
+    }
     s.device->default_stream().synchronize();
     StepRecord r;
     r.step = step + 1;
     r.loss = loss;
     r.lr = lr;
-    r.grad_norm = st.grad_norm;
+    r.grad_norm = grad_norm;
     r.seconds = timer.seconds();
-    r.tokens_per_second = static_cast<double>(B * T * static_cast<size_t>(accum)) / r.seconds;
+    r.tokens_per_second = static_cast<double>(B * T * static_cast<size_t>(accum) *
+                                              static_cast<size_t>(s.world_size)) /
+                          r.seconds;
     result.steps.push_back(r);
     print_step_line(out, r, config_.steps, MemoryTracker::global());
+    if (metrics) {
+      std::fprintf(metrics.get(),
+                   "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
+                   "\"ms\": %.3f, \"tokens_per_s\": %.1f}\n",
+                   static_cast<long long>(r.step), r.loss, r.lr, r.grad_norm, r.seconds * 1e3,
+                   r.tokens_per_second);
+      std::fflush(metrics.get());
+    }
     if (s.val_loader && config_.val_every > 0 && (step + 1) % config_.val_every == 0 &&
         step + 1 < config_.steps && config_.val_batches > 0) {
-      double v = validate(*s.model, *s.params, *s.val_loader,
-                          static_cast<size_t>(config_.val_batches), B, T);
+      double v = validate(*s.model, params, *s.val_loader, static_cast<size_t>(config_.val_batches),
+                          B, T, s.rank, s.world_size, group);
       if (out)
         std::fprintf(out, "val loss %.4f at step %lld\n", v, static_cast<long long>(step + 1));
     }
   }
   if (s.val_loader && config_.val_batches > 0) {
-    result.val_loss = validate(*s.model, *s.params, *s.val_loader,
-                               static_cast<size_t>(config_.val_batches), B, T);
-    if (out) std::fprintf(out, "val loss %.4f", result.val_loss);
-    if (out && std::isfinite(s.unigram_entropy))
-      std::fprintf(out, " (unigram entropy of the corpus: %.4f nats)", s.unigram_entropy);
-    if (out) std::fprintf(out, "\n");
+    result.val_loss =
+        validate(*s.model, params, *s.val_loader, static_cast<size_t>(config_.val_batches), B, T,
+                 s.rank, s.world_size, group);
+    // One write for the whole line: other ranks' output may share the terminal.
+    char line[160];
+    if (std::isfinite(s.unigram_entropy))
+      std::snprintf(line, sizeof line, "val loss %.4f (unigram entropy of the corpus: %.4f nats)\n",
+                    result.val_loss, s.unigram_entropy);
+    else
+      std::snprintf(line, sizeof line, "val loss %.4f\n", result.val_loss);
+    if (out) std::fputs(line, out);
   }
   if (!config_.save_checkpoint.empty()) {
-    std::vector<float> host(s.model->layout().total_numel());  // (total_numel) fp32
-    s.device->copy(host.data(), s.params->params(), host.size() * sizeof(float),
-                   CopyKind::device_to_host, s.device->default_stream());
-    s.device->default_stream().synchronize();
-    save_checkpoint(config_.save_checkpoint, s.model_config, s.model->layout(), host.data());
+    const nn::ParamLayout& layout = s.model->layout();
+    std::vector<float> host(layout.total_numel());  // (total_numel) fp32
+    if (s.store) {
+      // Every rank reads (a gather at stage 3, so all must take part); rank 0 writes.
+      for (size_t u = 0; u < layout.units().size(); ++u)
+        s.store->read_unit(u, host.data() + layout.units()[u].offset);
+    } else {
+      s.device->copy(host.data(), s.params->params(), host.size() * sizeof(float),
+                     CopyKind::device_to_host, s.device->default_stream());
+      s.device->default_stream().synchronize();
+    }
+    if (s.rank == 0) save_checkpoint(config_.save_checkpoint, s.model_config, layout, host.data());
     if (out) std::fprintf(out, "saved checkpoint '%s'\n", config_.save_checkpoint.c_str());
   }
-  print_memory_summary(out, MemoryTracker::global());
+  if (s.world_size > 1 && all_ranks_out) {
+    // Rank by rank (barriers between), so that the summaries usually arrive in rank order; every
+    // rank gets the same `out` (null or not), so all or none take part.
+    for (int r = 0; r < s.world_size; ++r) {
+      if (r == s.rank) print_rank_memory_summary(all_ranks_out, s.rank, MemoryTracker::global());
+      group->barrier();
+    }
+  } else {
+    print_memory_summary(out, MemoryTracker::global());
+  }
   return result;
 }
 

@@ -98,6 +98,15 @@ TEST(Cli, OutOfRangeValueInConfig) {
                      "'optimizer.params.lr' = -1 is out of range");
 }
 
+// Stages 0-3 run on the device tier; offloading is refused up front with what to change.
+TEST(Cli, OffloadIsRefusedClearly) {
+  std::string cfg =
+      write_file("offload.json",
+                 R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})");
+  expect_clean_error(tierzero_cli("train --config " + cfg),
+                     "offload_optimizer.device 'cpu') is not available in this build yet");
+}
+
 TEST(Cli, MissingConfigAndDataFiles) {
   expect_clean_error(tierzero_cli("train --config /nonexistent/c.json"), "cannot read config file");
   std::string cfg = write_file("tiny2.json", kTinyConfig);

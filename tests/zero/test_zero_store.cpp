@@ -13,12 +13,12 @@
 #include <vector>
 
 #include "mpi_test_main.hpp"
-#include "store_provider.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/memory_tracker.hpp"
 #include "tierzero/core/random.hpp"
 #include "tierzero/nn/gpt.hpp"
 #include "tierzero/train/adamw_optimizer.hpp"
+#include "tierzero/train/store_provider.hpp"
 #include "tierzero/zero/partition_store.hpp"
 
 using namespace tierzero;
@@ -60,7 +60,7 @@ struct Fixture {
         ref_params(ref_model.layout(), ref_alloc),
         ref_opt(optimizer, ref_model.layout(), ref_alloc),
         store_alloc(*device, 0, store_tracker),
-        store(tierzero::testing::units_from_layout(ref_model.layout()), store_config(stage),
+        store(tierzero::train::units_from_layout(ref_model.layout()), store_config(stage),
               optimizer, world, store_alloc),
         provider(store),
         model(cfg, ref_alloc),
@@ -100,7 +100,7 @@ struct Fixture {
   MemoryTracker store_tracker;  // only the store's bytes: its model state per rank
   DeviceAllocator store_alloc;
   zero::PartitionStore store;
-  tierzero::testing::StoreParamProvider provider;
+  tierzero::train::StoreParamProvider provider;
   nn::GPT model;              // runs on this rank's slice through the store
   std::vector<int32_t> x, y;  // (global_batch, kSeq) inputs and targets
 };

@@ -1,5 +1,6 @@
-// Trainer: the training loop of one rank: data, forward/backward with gradient accumulation,
-// clipping, AdamW with a schedule, validation, checkpoints, and a progress line per step.
+// Trainer: the training loop of one rank (or of each data-parallel rank under ZeRO): data,
+// forward/backward with gradient accumulation, clipping, AdamW with a schedule, validation,
+// checkpoints, and a progress line per step.
 #pragma once
 
 #include <cstdint>
@@ -33,10 +34,16 @@ class Trainer {
  public:
   explicit Trainer(TrainConfig config);
   ~Trainer();
-  // Runs config.steps steps, printing progress to `out` (null: silent). Throws Error on failure.
-  TrainResult run(std::FILE* out);
+  // Runs config.steps steps, printing progress to `out` (null: silent) and, when `metrics_path`
+  // is not empty, one JSON line per step to that file ({"step", "loss", "lr", "grad_norm", "ms",
+  // "tokens_per_s"}, full precision). Under MPI only rank 0 prints progress and writes metrics;
+  // losses are means over the ranks. Throws Error on failure; under mpiexec with more than one
+  // rank it ends the whole job instead (comm::abort_job), so no rank waits on a failed one.
+  TrainResult run(std::FILE* out, const std::string& metrics_path = "");
 
  private:
+  void build();  // everything after the MPI session: data, model, parameters, optimizer
+  TrainResult run_loop(std::FILE* out, const std::string& metrics_path);
   struct State;
   TrainConfig config_;
   std::unique_ptr<State> state_;

@@ -1,0 +1,52 @@
+#!/bin/sh
+# `tierzero train` through the ZeRO partition store against the one-rank reference, end to end
+# with the real binary: <ranks> ranks at stage <stage> with micro-batch 2 must print the same
+# per-step losses (the --metrics file, full precision) as one rank at stage 0 with micro-batch
+# 2 x <ranks>, since the data loader's rank stride gives both the same tokens per step. With
+# <ranks> = 0 the store runs on one rank without a launcher (an MPI singleton) against micro-batch
+# 2. Prints every step's losses and the max absolute and relative error.
+# usage: run_train_match.sh <tierzero> <ranks> <stage> <rel_tol> [mpiexec command and args...]
+tierzero=$1; ranks=$2; stage=$3; tol=$4; shift 4
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+ref_batch=$((2 * (ranks > 0 ? ranks : 1)))
+
+# write_config <file> <stage> <micro_batch>: the tiny model; persistence threshold 0 so that
+# stage 3 really gathers and releases every unit.
+write_config() {
+  cat > "$1" <<JSON
+{"train_micro_batch_size_per_gpu": $3,
+ "zero_optimization": {"stage": $2, "stage3_param_persistence_threshold": 0},
+ "tierzero": {"steps": 5, "seq_len": 16, "seed": 7, "threads": 1, "val_batches": 2,
+              "model": {"vocab_size": 257, "n_layer": 2, "n_head": 2, "n_embd": 32,
+                        "context_length": 16}}}
+JSON
+}
+write_config "$dir/ref.json" 0 "$ref_batch"
+write_config "$dir/zero.json" "$stage" 2
+
+echo "reference: one rank, stage 0, micro-batch $ref_batch"
+timeout -k 5 120 "$tierzero" train --config "$dir/ref.json" --metrics "$dir/ref.jsonl" || exit 1
+if [ "$ranks" -gt 0 ]; then
+  echo "store: $* -n $ranks, stage $stage, micro-batch 2"
+  timeout -k 5 120 "$@" -n "$ranks" "$tierzero" train --config "$dir/zero.json" \
+    --metrics "$dir/zero.jsonl" || exit 1
+else
+  echo "store: one rank without a launcher, stage $stage, micro-batch 2"
+  timeout -k 5 120 "$tierzero" train --config "$dir/zero.json" --metrics "$dir/zero.jsonl" || exit 1
+fi
+
+# Pairs the "loss" fields of the two files line by line.
+loss_of() { sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$1"; }
+loss_of "$dir/ref.jsonl" > "$dir/ref.loss"
+loss_of "$dir/zero.jsonl" > "$dir/zero.loss"
+paste "$dir/ref.loss" "$dir/zero.loss" | awk -v tol="$tol" '
+  function abs(v) { return v < 0 ? -v : v }
+  { n++; d = abs($1 - $2); r = d / abs($1);
+    printf "step %d: reference loss %.9f, store loss %.9f, abs err %.3g, rel err %.3g\n", n, $1, $2, d, r;
+    if (d > max_abs) max_abs = d; if (r > max_rel) max_rel = r }
+  END {
+    printf "max abs err %.3g, max rel err %.3g over %d steps (tolerance %g relative)\n", max_abs, max_rel, n, tol;
+    if (n != 5) { print "FAIL: expected 5 steps from each run"; exit 1 }
+    if (max_rel > tol) { print "FAIL: losses differ beyond the tolerance"; exit 1 }
+    print "run_train_match: OK" }'
