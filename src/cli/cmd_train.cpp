@@ -79,6 +79,7 @@ Command add_eval_command(CLI::App& app) {
             if (c.val_data.empty()) c.val_data = c.train_data;
             train::Trainer trainer(c);
             train::TrainResult r = trainer.run(nullptr);
+            if (r.rank != 0) return std::isfinite(r.val_loss) ? 0 : 1;  // rank 0 reports
             std::printf("{\"eval_loss\": %.6f, \"batches\": %lld}\n", r.val_loss,
                         static_cast<long long>(c.val_batches));
             std::fprintf(stderr, "eval loss %.4f over %lld batches\n", r.val_loss,

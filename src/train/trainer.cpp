@@ -269,6 +269,7 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
   result.unigram_entropy = s.unigram_entropy;
   result.parameter_count = s.model->layout().parameter_count();
   result.device_name = s.device->name();
+  result.rank = s.rank;
   result.val_loss = std::numeric_limits<double>::quiet_NaN();
   if (out) {
     std::fprintf(out,

@@ -28,6 +28,7 @@ struct TrainResult {
   double unigram_entropy = 0.0;  // of the training data's tokens (built-in corpus), nats; or NaN
   size_t parameter_count = 0;
   std::string device_name;
+  int rank = 0;  // this process's data-parallel rank (0 on the one-rank path)
 };
 
 class Trainer {
