@@ -165,7 +165,10 @@ void Trainer::build() {
     s.device->copy(s.params->params(), host.data(), host.size() * sizeof(float),
                    CopyKind::host_to_device, s.device->default_stream());
     s.device->default_stream().synchronize();
-    s.optimizer = std::make_unique<AdamWOptimizer>(config_.optimizer, layout, *s.allocator);
+    // AdamW's m and v (8 bytes per parameter) only when there are steps to take: `eval` of a
+    // large checkpoint should not pay for them.
+    if (config_.steps > 0)
+      s.optimizer = std::make_unique<AdamWOptimizer>(config_.optimizer, layout, *s.allocator);
   }
   if (config_.bf16 || config_.fp16)
     log::info(
