@@ -1,0 +1,171 @@
+// Placement rules and model-state byte arithmetic of the partition store (see placement.hpp).
+#include "tierzero/zero/placement.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "tierzero/core/error.hpp"
+#include "tierzero/device/device_allocator.hpp"
+#include "tierzero/offload/host_pool.hpp"
+#include "tierzero/offload/nvme_engine.hpp"
+
+namespace tierzero::zero {
+
+size_t StateBytes::tier_total(Tier t) const {
+  size_t total = 0;
+  for (size_t c = 0; c < kNumCategories; ++c) total += bytes[static_cast<size_t>(t)][c];
+  return total;
+}
+
+size_t offloaded_unit_count(size_t units, double ratio) {
+  TZ_CHECK(ratio >= 0.0 && ratio <= 1.0,
+           "offload ratio " + std::to_string(ratio) + " is outside [0, 1]",
+           "ratio is the fraction of units offloaded: 1 offloads all, 0.5 the first half");
+  return static_cast<size_t>(std::llround(ratio * static_cast<double>(units)));
+}
+
+std::vector<UnitPlacement> place_units(const PartitionPlan& plan, int stage,
+                                       const PlacementConfig& config) {
+  TZ_CHECK(stage >= 0 && stage <= 3, "ZeRO stage " + std::to_string(stage) + " does not exist",
+           "zero_optimization.stage is 0, 1, 2 or 3");
+  if (config.param.tier != Tier::device)
+    TZ_CHECK(stage == 3,
+             std::string("zero_optimization.offload_param.device = ") +
+                 (config.param.tier == Tier::host ? "cpu" : "nvme") + " needs stage 3 (stage is " +
+                 std::to_string(stage) + ")",
+             "below stage 3 every rank keeps the full parameters on the device; set "
+             "zero_optimization.stage to 3 or offload_param.device to none");
+  if (config.optimizer.tier != Tier::device)
+    TZ_CHECK(stage >= 1, "zero_optimization.offload_optimizer needs stage 1, 2 or 3 (stage is 0)",
+             "set zero_optimization.stage to 1 or more, or offload_optimizer.device to none");
+  const size_t units = plan.num_units();
+  const size_t param_off = offloaded_unit_count(units, config.param.ratio);
+  const size_t optim_off = offloaded_unit_count(units, config.optimizer.ratio);
+  std::vector<UnitPlacement> out(units);
+  for (size_t u = 0; u < units; ++u) {
+    UnitPlacement& p = out[u];
+    p.param = u < param_off ? config.param.tier : Tier::device;
+    p.optimizer = u < optim_off ? config.optimizer.tier : Tier::device;
+    // The CPU updates offloaded optimizer states, so it needs the gradient in host memory.
+    p.grad = p.optimizer == Tier::device ? Tier::device : Tier::host;
+    // Below stage 3 the parameters are the device's full copy; the master shard is its slice
+    // only while the optimizer is on the device too.
+    p.master_is_param = p.param == p.optimizer;
+  }
+  return out;
+}
+
+size_t unit_state_elems(const PartitionPlan& plan, int stage,
+                        const std::vector<UnitPlacement>& placement, size_t unit,
+                        StateBuffer buffer, Tier tier) {
+  const UnitPartition& part = plan.partition(unit);
+  const UnitPlacement& p = placement.at(unit);
+  const size_t shard = part.shard_numel;
+  switch (buffer) {
+    case StateBuffer::params_full:
+      return stage <= 2 && tier == Tier::device ? part.padded_numel : 0;
+    case StateBuffer::grads_full:
+      return stage <= 1 && tier == Tier::device ? part.padded_numel : 0;
+    case StateBuffer::param_shard:
+      return stage == 3 && tier == p.param ? shard : 0;
+    case StateBuffer::grad_shard:
+      // Stages 2-3 always hold the shard accumulator; stages 0-1 only a host copy of the slice
+      // when the CPU runs the update (on the device the slice of grads_full serves).
+      if (tier != p.grad) return 0;
+      return stage >= 2 || p.grad != Tier::device ? shard : 0;
+    case StateBuffer::master:
+      return !p.master_is_param && tier == p.optimizer ? shard : 0;
+    case StateBuffer::adam_m:
+    case StateBuffer::adam_v:
+      return tier == p.optimizer ? shard : 0;
+  }
+  return 0;
+}
+
+const char* state_buffer_name(StateBuffer b) {
+  switch (b) {
+    case StateBuffer::params_full:
+      return "params (full)";
+    case StateBuffer::grads_full:
+      return "grads (full)";
+    case StateBuffer::param_shard:
+      return "param shards";
+    case StateBuffer::grad_shard:
+      return "grad shards";
+    case StateBuffer::master:
+      return "master shards";
+    case StateBuffer::adam_m:
+      return "adam m shards";
+    case StateBuffer::adam_v:
+      return "adam v shards";
+  }
+  return "?";
+}
+
+Category state_buffer_category(StateBuffer b) {
+  switch (b) {
+    case StateBuffer::params_full:
+    case StateBuffer::param_shard:
+      return Category::param;
+    case StateBuffer::grads_full:
+    case StateBuffer::grad_shard:
+      return Category::grad;
+    case StateBuffer::master:
+    case StateBuffer::adam_m:
+    case StateBuffer::adam_v:
+      return Category::optimizer;
+  }
+  return Category::workspace;
+}
+
+size_t arena_bytes(Tier tier, size_t elems) {
+  if (elems == 0) return 0;
+  const size_t bytes = elems * sizeof(float);
+  TZ_CHECK(tier != Tier::nvme, "arena_bytes: nvme arenas are counted per unit",
+           "use nvme_unit_bytes");
+  return tier == Tier::device ? DeviceAllocator::round_size(bytes)
+                              : offload::HostPool::round_size(bytes);
+}
+
+size_t nvme_unit_bytes(size_t unit_elems, size_t chunk_elems) {
+  TZ_CHECK(chunk_elems > 0, "nvme_unit_bytes: chunk of 0 elements", "");
+  size_t total = 0;
+  for (size_t at = 0; at < unit_elems; at += chunk_elems) {
+    const size_t bytes = std::min(chunk_elems, unit_elems - at) * sizeof(float);
+    total += std::max(offload::kIoAlignment, (bytes + offload::kIoAlignment - 1) /
+                                                 offload::kIoAlignment * offload::kIoAlignment);
+  }
+  return total;
+}
+
+StateBytes model_state_bytes(const PartitionPlan& plan, int stage,
+                             const std::vector<UnitPlacement>& placement,
+                             const PlacementConfig& config) {
+  StateBytes out;
+  for (size_t b = 0; b < kNumStateBuffers; ++b) {
+    const auto buffer = static_cast<StateBuffer>(b);
+    const auto c = static_cast<size_t>(state_buffer_category(buffer));
+    for (Tier tier : {Tier::device, Tier::host, Tier::nvme}) {
+      size_t elems = 0;
+      size_t nvme = 0;
+      for (size_t u = 0; u < plan.num_units(); ++u) {
+        const size_t e = unit_state_elems(plan, stage, placement, u, buffer, tier);
+        elems += e;
+        if (tier == Tier::nvme && e > 0) nvme += nvme_unit_bytes(e, config.nvme_chunk_elems);
+      }
+      out.bytes[static_cast<size_t>(tier)][c] +=
+          tier == Tier::nvme ? nvme : arena_bytes(tier, elems);
+    }
+  }
+  return out;
+}
+
+Tier offload_tier(const std::string& device_name) {
+  if (device_name == "none" || device_name == "device") return Tier::device;
+  if (device_name == "cpu") return Tier::host;
+  if (device_name == "nvme") return Tier::nvme;
+  TZ_THROW("offload device '" + device_name + "' does not exist",
+           "offload_param.device and offload_optimizer.device are none, cpu or nvme");
+}
+
+}  // namespace tierzero::zero
