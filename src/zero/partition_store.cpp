@@ -1,13 +1,21 @@
-// PartitionStore: ZeRO stages 0-3 on the device tier over one data-parallel communicator.
-// Gradient reductions are issued asynchronously at grads_done and completed lazily (at most
-// max_pending_reductions in flight), so they overlap the backward of the next unit.
+// PartitionStore: construction, placement of the persistent state, parameter and gradient
+// hand-out and the gradient reductions. Stage 3 fetching and prefetch live in store_fetch.cpp,
+// the optimizer step in store_optimizer.cpp. Gradient reductions are issued asynchronously at
+// grads_done and completed lazily (at most max_pending_reductions in flight), so they overlap the
+// backward of the next unit.
 #include "tierzero/zero/partition_store.hpp"
 
 #include <algorithm>
-#include <cmath>
+#include <cstring>
 #include <string>
 
+#include "state_arenas.hpp"
+#include "tierzero/core/activity_log.hpp"
 #include "tierzero/core/error.hpp"
+#include "tierzero/core/log.hpp"
+#include "tierzero/core/timer.hpp"
+#include "tierzero/kernels/cpu_ops.hpp"
+#include "tierzero/offload/swap_space.hpp"
 
 namespace tierzero::zero {
 
@@ -40,27 +48,42 @@ PartitionStore::PartitionStore(std::vector<UnitSpec> units, const StoreConfig& c
       device_(allocator.device()),
       plan_(std::move(units), plan_ranks(config, group), plan_rank(config, group),
             config.shard_align_elems),
+      placement_(place_units(plan_, config.stage, config.placement)),
       units_(plan_.num_units()) {
-  Stream& s = device_.default_stream();
-  auto zeroed = [&](size_t numel, Category category, const char* label) {
-    DeviceBuffer b = allocator_.allocate(numel * sizeof(float), category, label);
-    device_.fill_zero(b.data(), numel * sizeof(float), s);
-    return b;
-  };
-  const size_t full = plan_.full_numel();
-  const size_t shard = plan_.shard_numel();
-  if (config_.stage <= 2) params_full_ = zeroed(full, Category::param, "zero params (full)");
-  if (config_.stage <= 1) grads_full_ = zeroed(full, Category::grad, "zero grads (full)");
-  if (config_.stage == 3) param_shard_ = zeroed(shard, Category::param, "zero param shards");
-  if (config_.stage >= 2) grad_shard_ = zeroed(shard, Category::grad, "zero grad shards");
-  adam_m_ = zeroed(shard, Category::optimizer, "zero adam m shards");
-  adam_v_ = zeroed(shard, Category::optimizer, "zero adam v shards");
+  bool host = false, nvme = false;
+  for (const UnitPlacement& p : placement_) {
+    host = host || p.param != Tier::device || p.optimizer != Tier::device;
+    nvme = nvme || p.param == Tier::nvme || p.optimizer == Tier::nvme;
+  }
+  if (host)
+    host_pool_ = std::make_unique<offload::HostPool>(config_.host_budget_bytes, &device_,
+                                                     allocator_.tracker());
+  if (nvme) {
+    TZ_CHECK(!config_.nvme.directories.empty(),
+             "NVMe placement needs a directory: nvme_path is empty",
+             "set offload_param.nvme_path / offload_optimizer.nvme_path to a directory on the "
+             "drive (several, comma-separated, stripe over several drives)");
+    nvme_ = std::make_unique<offload::NvmeEngine>(config_.nvme, host_pool_.get());
+    swap_ = std::make_unique<offload::SwapSpace>(*nvme_, 0, allocator_.tracker());
+  }
+  arenas_ = std::make_unique<Arenas>(plan_, config_.stage, placement_, config_.placement,
+                                     allocator_, host_pool_.get(), swap_.get());
 }
 
 PartitionStore::~PartitionStore() {
-  // Wait for reductions still in flight (quietly, in CommRequest's destructor) before the
-  // buffers they read and write are freed: at stages 0-1 they work in place in grads_full_.
+  // Wait for reductions, gathers and NVMe reads still in flight (quietly) before the buffers they
+  // read and write are freed.
   pending_.clear();
+  for (UnitState& s : units_) {
+    for (auto& h : s.reads) {
+      try {
+        h.wait();
+      } catch (const Error&) {
+      }
+    }
+    s.reads.clear();
+    s.gather = comm::CommRequest();
+  }
 }
 
 bool PartitionStore::persistent(size_t unit) const {
@@ -76,39 +99,88 @@ void PartitionStore::check_unit(const char* op, size_t unit) const {
 }
 
 float* PartitionStore::param_shard_ptr(size_t unit) {
-  if (config_.stage == 3) return param_shard_.f32() + plan_.shard_offset(unit);
-  return params_full_.f32() + plan_.full_offset(unit) +
+  if (config_.stage == 3) return arenas_->ptr(StateBuffer::param_shard, unit);
+  return arenas_->ptr(StateBuffer::params_full, unit) +
          plan_.partition(unit).shard_begin(plan_.rank());
 }
 
 float* PartitionStore::grad_shard_ptr(size_t unit) {
-  if (config_.stage >= 2) return grad_shard_.f32() + plan_.shard_offset(unit);
-  return grads_full_.f32() + plan_.full_offset(unit) +
+  if (arenas_->has(StateBuffer::grad_shard, unit))
+    return arenas_->ptr(StateBuffer::grad_shard, unit);
+  return arenas_->ptr(StateBuffer::grads_full, unit) +
          plan_.partition(unit).shard_begin(plan_.rank());
 }
 
-void PartitionStore::gather_unit(size_t unit, float* full) {
-  const UnitPartition& p = plan_.partition(unit);
-  if (p.padded_numel == 0) return;
-  device_.default_stream().synchronize();  // the shard must be ready before the engine reads it
-  group_.all_gather(param_shard_ptr(unit), full, p.shard_numel, DType::f32);
+StateBuffer PartitionStore::master_kind(size_t unit) const {
+  if (!placement_[unit].master_is_param) return StateBuffer::master;
+  return config_.stage == 3 ? StateBuffer::param_shard : StateBuffer::params_full;
 }
+
+float* PartitionStore::master_ptr(size_t unit) {
+  return placement_[unit].master_is_param ? param_shard_ptr(unit)
+                                          : arenas_->ptr(StateBuffer::master, unit);
+}
+
+void PartitionStore::write_shard(StateBuffer kind, size_t unit, const float* host_shard) {
+  const size_t n = plan_.partition(unit).shard_numel;
+  if (n == 0) return;
+  const Arenas::Slot& slot = arenas_->slot(kind, unit);
+  Stream& st = device_.default_stream();
+  if (kind == StateBuffer::params_full) {
+    device_.copy(param_shard_ptr(unit), host_shard, n * sizeof(float), CopyKind::host_to_device,
+                 st);
+    st.synchronize();
+  } else if (slot.tier == Tier::device) {
+    device_.copy(arenas_->ptr(kind, unit), host_shard, n * sizeof(float), CopyKind::host_to_device,
+                 st);
+    st.synchronize();
+  } else if (slot.tier == Tier::host) {
+    std::memcpy(arenas_->ptr(kind, unit), host_shard, n * sizeof(float));
+  } else {
+    auto writes = arenas_->write(kind, unit, 0, n, host_shard);
+    wait_io(writes);
+  }
+}
+
+// ---- parameters -------------------------------------------------------------------------------
 
 const float* PartitionStore::acquire_params(size_t unit) {
   check_unit("acquire_params", unit);
   UnitState& s = units_[unit];
   if (config_.stage < 3) {
     ++s.param_refs;
-    return params_full_.f32() + plan_.full_offset(unit);
+    return arenas_->ptr(StateBuffer::params_full, unit);
   }
-  if (!s.gathered_fresh) {
-    if (!s.gathered)
-      s.gathered = allocator_.allocate(plan_.partition(unit).padded_numel * sizeof(float),
-                                       Category::param, "zero gathered params");
-    gather_unit(unit, s.gathered.f32());
-    s.gathered_fresh = true;
+  ++counters_.acquires;
+  if (pass_ == PassKind::train) {
+    if (recording_) {
+      check_trace_position(unit);
+    } else if (!off_trace_ && (cursor_ >= trace_.size() || trace_[cursor_] != unit)) {
+      off_trace_ = true;
+      ++counters_.out_of_order;
+      log::warn("stage 3: unit " + plan_.units()[unit].name + " used out of trace order (call " +
+                std::to_string(cursor_ + 1) + " of the step, the trace expects " +
+                (cursor_ < trace_.size() ? plan_.units()[trace_[cursor_]].name
+                                         : std::string("no more units")) +
+                "): fetching on demand for the rest of this step; the trace is recorded again "
+                "next step");
+    }
+    ++cursor_;
   }
+  if (s.fetch == Fetch::none) {
+    ++counters_.on_demand_fetches;
+  } else if (s.prefetched) {
+    ++counters_.prefetch_hits;
+  } else {
+    ++counters_.resident_hits;
+  }
+  if (s.fetch != Fetch::ready) {
+    if (s.fetch != Fetch::gathering) start_gather(unit);
+    finish_fetch(unit);
+  }
+  s.prefetched = false;
   ++s.param_refs;
+  pump_prefetch();
   return s.gathered.f32();
 }
 
@@ -120,19 +192,23 @@ void PartitionStore::release_params(size_t unit) {
                " released more often than acquired",
            "pair every release_params with an acquire_params");
   --s.param_refs;
-  if (config_.stage == 3 && s.param_refs == 0 && !persistent(unit)) {
-    s.gathered.reset();  // stream-ordered: later work reuses the block after this unit's work
-    s.gathered_fresh = false;
-  }
+  if (config_.stage == 3 && s.param_refs == 0 && !persistent(unit) && !keep_after_release(unit))
+    drop_gathered(unit);
+  pump_prefetch();
 }
+
+// ---- gradients --------------------------------------------------------------------------------
 
 float* PartitionStore::acquire_grads(size_t unit) {
   check_unit("acquire_grads", unit);
   UnitState& s = units_[unit];
   if (!s.grads_open) {
     if (config_.stage >= 2) {
+      // A bucket awaiting reduce-scatter: transient, so it counts as a comm buffer, not as
+      // model state.
       const size_t padded = plan_.partition(unit).padded_numel;
-      s.full_grad = allocator_.allocate(padded * sizeof(float), Category::grad, "zero full grads");
+      s.full_grad =
+          allocator_.allocate(padded * sizeof(float), Category::comm, "zero reduce-scatter bucket");
       device_.fill_zero(s.full_grad.data(), padded * sizeof(float), device_.default_stream());
     } else {
       // The previous micro-batch's all-reduce works in place on these gradients.
@@ -141,7 +217,7 @@ float* PartitionStore::acquire_grads(size_t unit) {
     s.grads_open = true;
   }
   if (config_.stage >= 2) return s.full_grad.f32();
-  return grads_full_.f32() + plan_.full_offset(unit);
+  return arenas_->ptr(StateBuffer::grads_full, unit);
 }
 
 void PartitionStore::grads_done(size_t unit) {
@@ -152,6 +228,10 @@ void PartitionStore::grads_done(size_t unit) {
       "PartitionStore::grads_done: unit " + plan_.units()[unit].name + " has no open gradients",
       "call acquire_grads before grads_done, once per backward of the unit");
   s.grads_open = false;
+  // While the trace is recorded, reductions are checked like gathers: a rank reducing another
+  // unit than the others is an Error on every rank, not a mismatched collective.
+  if (config_.stage == 3 && pass_ == PassKind::train && recording_)
+    exchange_trace_word(2.0f, static_cast<float>(unit), "reduces the gradients of");
   const UnitPartition& p = plan_.partition(unit);
   if (p.padded_numel == 0) {
     s.full_grad.reset();
@@ -169,9 +249,10 @@ void PartitionStore::grads_done(size_t unit) {
   } else {
     // Every rank ends with the mean gradient. Under accumulation this is still right: the part
     // already averaged is equal on every rank, so the mean of (it + local) is it + mean(local).
-    float* g = grads_full_.f32() + plan_.full_offset(unit);
+    float* g = arenas_->ptr(StateBuffer::grads_full, unit);
     r.request = group_.all_reduce_async(g, g, p.padded_numel, DType::f32, comm::ReduceOp::avg);
   }
+  r.issued_s = monotonic_seconds();
   pending_.push_back(std::move(r));
   while (pending_.size() > std::max<size_t>(1, config_.max_pending_reductions))
     finish_oldest_reduction();
@@ -180,11 +261,28 @@ void PartitionStore::grads_done(size_t unit) {
 void PartitionStore::finish_oldest_reduction() {
   PendingReduction& r = pending_.front();
   r.request.wait();
+  const UnitPartition& p = plan_.partition(r.unit);
+  ActivityLog::global().record(
+      Track::collective, config_.stage >= 2 ? "reduce_scatter" : "all_reduce", r.issued_s,
+      monotonic_seconds(), p.padded_numel * sizeof(float), static_cast<int64_t>(r.unit));
   if (config_.stage >= 2) {
     // Accumulate across micro-batches: shard += mean of this micro-batch's unit gradient.
     float* acc = grad_shard_ptr(r.unit);
-    device_.kernels().residual_forward(acc, acc, r.shard_mean.f32(),
-                                       plan_.partition(r.unit).shard_numel);
+    const size_t n = p.shard_numel;
+    if (placement_[r.unit].grad == Tier::device) {
+      device_.kernels().residual_forward(acc, acc, r.shard_mean.f32(), n);
+    } else {
+      offload::PinnedBuffer staging =
+          host_pool_->allocate(n * sizeof(float), Category::io, "zero grad shard staging");
+      const double t0 = monotonic_seconds();
+      device_.copy(staging.data(), r.shard_mean.data(), n * sizeof(float), CopyKind::device_to_host,
+                   device_.default_stream());
+      device_.default_stream().synchronize();
+      ActivityLog::global().record(Track::device_to_host, "grad shard to host", t0,
+                                   monotonic_seconds(), n * sizeof(float),
+                                   static_cast<int64_t>(r.unit));
+      kernels::cpu::residual_forward(acc, acc, static_cast<const float*>(staging.data()), n);
+    }
   }
   pending_.pop_front();
 }
@@ -207,8 +305,13 @@ void PartitionStore::zero_grads() {
         "call grads_done for every unit before zero_grads");
   finish_all_reductions();  // a result landing after the zeroing would leak into the next step
   Stream& s = device_.default_stream();
-  if (grads_full_) device_.fill_zero(grads_full_.data(), grads_full_.bytes(), s);
-  if (grad_shard_) device_.fill_zero(grad_shard_.data(), grad_shard_.bytes(), s);
+  for (StateBuffer b : {StateBuffer::grads_full, StateBuffer::grad_shard}) {
+    Arenas::Kind& k = arenas_->kinds[static_cast<size_t>(b)];
+    if (k.device) device_.fill_zero(k.device.data(), k.device.bytes(), s);
+    if (k.host) std::memset(k.host.data(), 0, k.host.size());
+  }
+  s.synchronize();
+  begin_pass(PassKind::train);
 }
 
 double PartitionStore::global_sum_squares(double local) {
@@ -235,76 +338,7 @@ double PartitionStore::global_sum_squares(double local) {
   return total;
 }
 
-StoreStepStats PartitionStore::step(double lr, double clip) {
-  for (size_t u = 0; u < units_.size(); ++u)
-    TZ_CHECK(units_[u].param_refs == 0 && !units_[u].grads_open,
-             "PartitionStore::step: unit " + plan_.units()[u].name +
-                 " is still acquired (params or gradients)",
-             "release every unit and call grads_done before the optimizer step");
-  finish_all_reductions();
-  kernels::Kernels& k = device_.kernels();
-
-  // Sum of squares over the gradient this rank owns. At stage 0 every rank owns (and holds) the
-  // whole mean gradient, so no exchange: adding the ranks' sums would count it N times. At
-  // stage 1 every rank also holds the whole mean gradient but owns only its shard of it.
-  double local = 0.0;
-  if (config_.stage >= 2) {
-    local = k.sum_squares(grad_shard_.f32(), plan_.shard_numel());
-  } else {
-    for (size_t u = 0; u < units_.size(); ++u)
-      local += k.sum_squares(grad_shard_ptr(u), plan_.partition(u).shard_numel);
-  }
-  StoreStepStats stats;
-  stats.grad_norm = std::sqrt(config_.stage == 0 ? local : global_sum_squares(local));
-  if (!std::isfinite(stats.grad_norm))
-    TZ_THROW("gradient norm is not finite at optimizer step " + std::to_string(t_ + 1) +
-                 " (ZeRO stage " + std::to_string(config_.stage) + ", " + group_.describe() + ")",
-             "lower the learning rate; the parameters were not updated");
-  if (clip > 0.0) {
-    const double coef = clip / (stats.grad_norm + 1e-6);
-    if (coef < 1.0) stats.clip_scale = coef;
-  }
-  ++t_;
-
-  // AdamW on this rank's shards, one kernel call per tensor piece so that decay follows the
-  // tensor; shard padding is in no piece and stays zero.
-  for (size_t u = 0; u < units_.size(); ++u) {
-    float* param = param_shard_ptr(u);
-    const float* grad = grad_shard_ptr(u);
-    float* m = adam_m_.f32() + plan_.shard_offset(u);
-    float* v = adam_v_.f32() + plan_.shard_offset(u);
-    for (const ShardSegment& seg : plan_.segments(u)) {
-      const kernels::AdamWParams p{static_cast<float>(lr),
-                                   static_cast<float>(optimizer_.beta1),
-                                   static_cast<float>(optimizer_.beta2),
-                                   static_cast<float>(optimizer_.eps),
-                                   seg.decay ? static_cast<float>(optimizer_.weight_decay) : 0.0f,
-                                   static_cast<float>(stats.clip_scale),
-                                   t_};
-      const size_t o = seg.shard_offset;
-      k.adamw_update(param + o, m + o, v + o, grad + o, seg.numel, p);
-    }
-  }
-
-  // Make the update visible. Stage 0: every rank made the same update. Stages 1-2: each rank
-  // updated its slice of the full parameters; gather every unit in place. Stage 3: the shard is
-  // the parameter; gathered copies (persistent units) are stale now and re-gathered on use.
-  if (config_.stage == 1 || config_.stage == 2) {
-    device_.default_stream().synchronize();
-    std::vector<comm::CommRequest> gathers;
-    for (size_t u = 0; u < units_.size(); ++u) {
-      const UnitPartition& p = plan_.partition(u);
-      if (p.padded_numel == 0) continue;
-      gathers.push_back(group_.all_gather_async(param_shard_ptr(u),
-                                                params_full_.f32() + plan_.full_offset(u),
-                                                p.shard_numel, DType::f32));
-    }
-    comm::wait_all(gathers);
-  } else if (config_.stage == 3) {
-    for (UnitState& s : units_) s.gathered_fresh = false;
-  }
-  return stats;
-}
+// ---- loading and reading ----------------------------------------------------------------------
 
 void PartitionStore::load_unit(size_t unit, const float* host_values) {
   check_unit("load_unit", unit);
@@ -314,19 +348,23 @@ void PartitionStore::load_unit(size_t unit, const float* host_values) {
   TZ_CHECK(s.param_refs == 0,
            "PartitionStore::load_unit: unit " + plan_.units()[unit].name + " is acquired",
            "load parameters before training or between steps");
-  Stream& st = device_.default_stream();
+  const UnitPartition& p = plan_.partition(unit);
   if (config_.stage < 3) {
-    device_.copy(params_full_.f32() + plan_.full_offset(unit), host_values,
+    Stream& st = device_.default_stream();
+    device_.copy(arenas_->ptr(StateBuffer::params_full, unit), host_values,
                  plan_.units()[unit].numel * sizeof(float), CopyKind::host_to_device, st);
-  } else {
-    const UnitPartition& p = plan_.partition(unit);
-    const size_t owned = p.owned_numel(plan_.rank());
-    if (owned > 0)
-      device_.copy(param_shard_ptr(unit), host_values + p.shard_begin(plan_.rank()),
-                   owned * sizeof(float), CopyKind::host_to_device, st);
-    s.gathered_fresh = false;
+    st.synchronize();  // the host array may be freed on return
   }
-  st.synchronize();  // the host array may be freed on return
+  // This rank's shard, padding zero, for the shard-shaped homes.
+  std::vector<float> shard(p.shard_numel, 0.0f);  // (shard_numel)
+  const size_t owned = p.owned_numel(plan_.rank());
+  if (owned > 0)
+    std::memcpy(shard.data(), host_values + p.shard_begin(plan_.rank()), owned * sizeof(float));
+  if (config_.stage == 3) {
+    write_shard(StateBuffer::param_shard, unit, shard.data());
+    if (s.fetch != Fetch::none) drop_gathered(unit);  // the gathered copy is stale
+  }
+  if (!placement_[unit].master_is_param) write_shard(StateBuffer::master, unit, shard.data());
 }
 
 void PartitionStore::read_unit(size_t unit, float* host_values) {
@@ -334,15 +372,19 @@ void PartitionStore::read_unit(size_t unit, float* host_values) {
   const size_t numel = plan_.units()[unit].numel;
   Stream& st = device_.default_stream();
   if (config_.stage < 3) {
-    device_.copy(host_values, params_full_.f32() + plan_.full_offset(unit), numel * sizeof(float),
+    device_.copy(host_values, arenas_->ptr(StateBuffer::params_full, unit), numel * sizeof(float),
                  CopyKind::device_to_host, st);
-  } else {
-    DeviceBuffer full = allocator_.allocate(plan_.partition(unit).padded_numel * sizeof(float),
-                                            Category::comm, "zero read_unit gather");
-    gather_unit(unit, full.f32());  // (padded_numel)
-    device_.copy(host_values, full.data(), numel * sizeof(float), CopyKind::device_to_host, st);
+    st.synchronize();
+    return;
   }
+  UnitState& s = units_[unit];
+  if (s.fetch != Fetch::ready) {
+    if (s.fetch != Fetch::gathering) start_gather(unit);
+    finish_fetch(unit, false);
+  }
+  device_.copy(host_values, s.gathered.data(), numel * sizeof(float), CopyKind::device_to_host, st);
   st.synchronize();
+  if (s.param_refs == 0 && !persistent(unit)) drop_gathered(unit);
 }
 
 }  // namespace tierzero::zero

@@ -1,13 +1,21 @@
 // The partition store against the one-rank reference, under mpiexec (1, 2 and 4 ranks): a tiny
-// GPT trained 20 steps with AdamW and clipping on a fixed global batch, at ZeRO stages 0-3. Each
-// rank trains on its contiguous slice of the global batch through the store; every rank also
-// runs the reference (nn::LocalParams + train::AdamWOptimizer) on the whole global batch, so it
-// can check every step's global loss and gradient norm, and the final parameters, locally. At
-// stage 3 the store's own MemoryTracker must show about 1/N of the unsharded model state.
+// GPT trained 20 steps with AdamW and clipping on a fixed global batch, at ZeRO stages 0-3 and
+// for every placement (all on device; optimizer on host; optimizer on NVMe; params and optimizer
+// on host; params and optimizer on NVMe; half the units offloaded). Each rank trains on its
+// contiguous slice of the global batch through the store; every rank also runs the reference
+// (nn::LocalParams + train::AdamWOptimizer) on the whole global batch, so it can check every
+// step's global loss and gradient norm, and the final parameters, locally. Offloaded placements
+// must also equal the all-on-device store bitwise (same kernels, same order), which makes the
+// NVMe pipelined optimizer step equal to the in-memory one bit for bit. The store's own
+// MemoryTracker must show exactly the bytes placement.hpp predicts per tier, about 1/N of the
+// unsharded model state at stage 3, and stage 3's prefetch must serve every fetch after the
+// first (traced) step.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,10 +53,37 @@ constexpr double kLr = 3e-3;
 constexpr double kClip = 1.0;
 constexpr size_t kPersistenceThreshold = 1000;  // the final layernorm (128 elements) persists
 
+// Placements by name; "half" puts the first half of the units' parameters on NVMe and their
+// optimizer states in host memory, the rest on the device.
+zero::PlacementConfig placement_for(const std::string& name) {
+  zero::PlacementConfig p;
+  p.nvme_chunk_elems = 1000;  // several chunks per unit, none a multiple of the alignment
+  if (name == "opt_host") p.optimizer.tier = Tier::host;
+  if (name == "opt_nvme") p.optimizer.tier = Tier::nvme;
+  if (name == "all_host") p.param.tier = p.optimizer.tier = Tier::host;
+  if (name == "all_nvme") p.param.tier = p.optimizer.tier = Tier::nvme;
+  if (name == "half") {
+    p.param = {Tier::nvme, 0.5};
+    p.optimizer = {Tier::host, 0.5};
+  }
+  return p;
+}
+
+struct Case {
+  int stage;
+  std::string placement;
+};
+
+std::string nvme_dir() {
+  const char* t = std::getenv("TMPDIR");
+  return t && *t ? t : std::filesystem::temp_directory_path().string();
+}
+
 // Everything one rank needs: the reference model on the global batch and the store-backed model
 // on this rank's slice, starting from the same parameters.
 struct Fixture {
-  explicit Fixture(int stage)
+  explicit Fixture(int stage, const std::string& placement = "device",
+                   size_t max_live_elems = 1000000000)
       : world(session().world()),
         ranks(world.size()),
         rank(world.rank()),
@@ -60,8 +95,8 @@ struct Fixture {
         ref_params(ref_model.layout(), ref_alloc),
         ref_opt(optimizer, ref_model.layout(), ref_alloc),
         store_alloc(*device, 0, store_tracker),
-        store(tierzero::train::units_from_layout(ref_model.layout()), store_config(stage),
-              optimizer, world, store_alloc),
+        store(tierzero::train::units_from_layout(ref_model.layout()),
+              store_config(stage, placement, max_live_elems), optimizer, world, store_alloc),
         provider(store),
         model(cfg, ref_alloc),
         x(global_batch * kSeq),
@@ -80,10 +115,17 @@ struct Fixture {
     }
   }
 
-  static zero::StoreConfig store_config(int stage) {
+  static zero::StoreConfig store_config(int stage, const std::string& placement,
+                                        size_t max_live_elems) {
     zero::StoreConfig c;
     c.stage = stage;
     c.param_persistence_threshold = kPersistenceThreshold;
+    c.placement = placement_for(placement);
+    c.max_live_elems = max_live_elems;
+    c.prefetch_bucket_elems = max_live_elems / 2;
+    c.host_budget_bytes = size_t{64} << 20;
+    c.nvme.directories = {nvme_dir()};
+    c.nvme.block_size = 64 * 1024;
     return c;
   }
 
@@ -105,26 +147,57 @@ struct Fixture {
   std::vector<int32_t> x, y;  // (global_batch, kSeq) inputs and targets
 };
 
-class ZeroStoreTest : public ::testing::TestWithParam<int> {};
+class ZeroStoreTest : public ::testing::TestWithParam<Case> {};
+
+// One training step of the store on this rank's slice; returns the global loss.
+float store_step(Fixture& f, zero::StoreStepStats* stats = nullptr) {
+  const size_t local = kLocalBatch * kSeq;  // tokens per rank
+  f.store.zero_grads();
+  const size_t at = static_cast<size_t>(f.rank) * local;
+  float loss = f.model.forward_backward(f.provider, f.x.data() + at, f.y.data() + at, kLocalBatch,
+                                        kSeq, 1.0f);
+  f.world.all_reduce(&loss, &loss, 1, DType::f32, comm::ReduceOp::avg);  // the global loss
+  const zero::StoreStepStats s = f.store.step(kLr, kClip);
+  if (stats) *stats = s;
+  return loss;
+}
+
+std::vector<float> read_all_units(Fixture& f) {
+  const nn::ParamLayout& layout = f.ref_model.layout();
+  std::vector<float> all(layout.total_numel());  // (total_numel) host
+  for (size_t u = 0; u < layout.units().size(); ++u)
+    f.store.read_unit(u, all.data() + layout.units()[u].offset);
+  return all;
+}
 
 TEST_P(ZeroStoreTest, TrainsLikeTheOneRankReference) {
-  const int stage = GetParam();
-  Fixture f(stage);
-  const size_t local = kLocalBatch * kSeq;  // tokens per rank
+  const int stage = GetParam().stage;
+  const std::string placement = GetParam().placement;
+  // A live-gather budget of three blocks: room to prefetch, small enough to matter.
+  const size_t block_elems = 12 * 32 * 32 + 13 * 32;
+  const size_t live_budget = 3 * block_elems;
+  Fixture f(stage, placement, live_budget);
   ErrorStats loss_err, norm_err;
   size_t clipped = 0;
+  std::vector<float> losses;
+  size_t late_on_demand = 0, late_prefetch_hits = 0, late_out_of_order = 0;
+  double late_stall_s = 0.0;
   for (size_t step = 0; step < 20; ++step) {
     f.ref_params.zero_grads();
     const float ref_loss = f.ref_model.forward_backward(f.ref_params, f.x.data(), f.y.data(),
                                                         f.global_batch, kSeq, 1.0f);
     const train::StepStats ref_stats = f.ref_opt.step(f.ref_params, kLr, kClip);
 
-    f.store.zero_grads();
-    const size_t at = static_cast<size_t>(f.rank) * local;
-    float loss = f.model.forward_backward(f.provider, f.x.data() + at, f.y.data() + at, kLocalBatch,
-                                          kSeq, 1.0f);
-    f.world.all_reduce(&loss, &loss, 1, DType::f32, comm::ReduceOp::avg);  // the global loss
-    const zero::StoreStepStats stats = f.store.step(kLr, kClip);
+    zero::StoreStepStats stats;
+    const float loss = store_step(f, &stats);
+    losses.push_back(loss);
+    if (step > 0) {
+      const zero::FetchCounters& c = f.store.fetch_counters();
+      late_on_demand += c.on_demand_fetches;
+      late_prefetch_hits += c.prefetch_hits;
+      late_out_of_order += c.out_of_order;
+      late_stall_s += c.stall_s;
+    }
 
     loss_err.compare(loss, ref_loss, 0.0, 1e-5);
     // The norm is looser: per-rank gradients summed in another order differ by ~1e-7, and 20
@@ -134,8 +207,8 @@ TEST_P(ZeroStoreTest, TrainsLikeTheOneRankReference) {
                      0.0, 1e-4);
     if (ref_stats.clip_scale < 1.0) ++clipped;
   }
-  const std::string what =
-      "stage " + std::to_string(stage) + " on " + std::to_string(f.ranks) + " ranks, 20 steps";
+  const std::string what = "stage " + std::to_string(stage) + ", placement " + placement + ", on " +
+                           std::to_string(f.ranks) + " ranks, 20 steps";
   loss_err.print(what + ", loss vs reference", f.rank);
   norm_err.print(what + ", grad norm vs reference", f.rank);
   EXPECT_EQ(loss_err.bad, 0u) << "loss beyond 1e-5 relative of the reference";
@@ -149,10 +222,12 @@ TEST_P(ZeroStoreTest, TrainsLikeTheOneRankReference) {
   ErrorStats param_err;
   size_t nonzero_padding = 0;
   size_t units_differing_from_rank0 = 0;
+  const std::vector<float> final_params = read_all_units(f);
   for (size_t u = 0; u < layout.units().size(); ++u) {
     const nn::ParamUnit& unit = layout.units()[u];
-    std::vector<float> got(unit.numel);  // (unit.numel) host
-    f.store.read_unit(u, got.data());
+    std::vector<float> got(
+        final_params.begin() + static_cast<std::ptrdiff_t>(unit.offset),
+        final_params.begin() + static_cast<std::ptrdiff_t>(unit.offset + unit.numel));
     std::vector<char> real(unit.numel, 0);  // (unit.numel) 1 where a tensor element lives
     for (size_t ti : unit.tensors) {
       const nn::ParamTensor& t = layout.tensors()[ti];
@@ -174,45 +249,93 @@ TEST_P(ZeroStoreTest, TrainsLikeTheOneRankReference) {
   EXPECT_EQ(nonzero_padding, 0u);
   EXPECT_EQ(units_differing_from_rank0, 0u);
 
-  if (stage == 3) {
-    // Between steps a rank holds its shards of params, grads, m and v (16 bytes per element of
-    // its share) plus the gathered persistent units; during the step it also holds at most one
-    // gathered non-persistent unit at a time (this GPT never nests two of them).
-    const zero::PartitionPlan& plan = f.store.plan();
-    const MemoryTracker& mt = f.store_tracker;
-    const size_t model_state = mt.current(Tier::device, Category::param) +
-                               mt.current(Tier::device, Category::grad) +
-                               mt.current(Tier::device, Category::optimizer);
-    size_t persistent_bytes = 0;
-    for (size_t u = 0; u < plan.num_units(); ++u)
-      if (f.store.persistent(u)) persistent_bytes += plan.partition(u).padded_numel * sizeof(float);
-    const size_t unsharded = 16 * layout.total_numel();  // fp32 params, grads, m, v; one rank
-    const size_t n = static_cast<size_t>(f.ranks);
-    const size_t per_rank = unsharded / n;
-    // Shards are padded to 64 elements per unit; the allocator rounds blocks to 512 bytes.
-    const size_t slack = plan.num_units() * zero::kShardAlignElems * 16 + 8 * 512;
-    const size_t largest_unit_bytes = plan.largest_padded_numel() * sizeof(float);
-    const size_t param_peak = mt.peak(Tier::device, Category::param);
-    const size_t param_bound =
-        plan.shard_numel() * sizeof(float) + persistent_bytes + largest_unit_bytes + 2 * 512;
+  // Model-state bytes per tier are exactly what placement.hpp predicts (plus, at stage 3, the
+  // gathered persistent units on the device: read_all_units left them gathered).
+  const zero::PartitionPlan& plan = f.store.plan();
+  const MemoryTracker& mt = f.store_tracker;
+  const zero::StateBytes predicted = zero::model_state_bytes(
+      plan, stage, f.store.placement(), Fixture::store_config(stage, placement, 0).placement);
+  size_t persistent_bytes = 0;
+  for (size_t u = 0; u < plan.num_units(); ++u)
+    if (f.store.persistent(u))
+      persistent_bytes += DeviceAllocator::round_size(plan.partition(u).padded_numel * 4);
+  size_t state_mismatches = 0;
+  for (Tier t : {Tier::device, Tier::host, Tier::nvme}) {
+    for (Category c : {Category::param, Category::grad, Category::optimizer}) {
+      size_t want = predicted.at(t, c);
+      if (t == Tier::device && c == Category::param) want += persistent_bytes;
+      const size_t got = mt.current(t, c);
+      if (got != want) {
+        ++state_mismatches;
+        std::printf("[rank %d] %s: %s %s bytes %zu, predicted %zu\n", f.rank, what.c_str(),
+                    tier_name(t), category_name(c), got, want);
+      }
+    }
+  }
+  std::printf("[rank %d] %s: model state device %s, host %s, nvme %s (as predicted: %s)\n", f.rank,
+              what.c_str(), format_bytes(predicted.tier_total(Tier::device)).c_str(),
+              format_bytes(predicted.tier_total(Tier::host)).c_str(),
+              format_bytes(predicted.tier_total(Tier::nvme)).c_str(),
+              state_mismatches == 0 ? "yes" : "NO");
+  EXPECT_EQ(state_mismatches, 0u);
+
+  // Offloaded placements compute exactly what the all-on-device store computes.
+  if (placement != "device") {
+    Fixture dev(stage, "device", live_budget);
+    size_t differing_losses = 0;
+    for (size_t step = 0; step < losses.size(); ++step)
+      if (store_step(dev) != losses[step]) ++differing_losses;
+    const std::vector<float> dev_params = read_all_units(dev);
+    size_t differing_params = 0;
+    for (size_t i = 0; i < dev_params.size(); ++i)
+      if (dev_params[i] != final_params[i]) ++differing_params;
     std::printf(
-        "[rank %d] stage 3 on %d ranks: model-state bytes on the device tier %zu (unsharded %zu, "
-        "1/N %zu, persistent gathered %zu, ratio to 1/N %.3f); param peak %zu (bound: shard + "
-        "persistent + largest unit %zu = %zu); device peak incl. grads in flight %zu\n",
-        f.rank, f.ranks, model_state, unsharded, per_rank, persistent_bytes,
-        static_cast<double>(model_state - persistent_bytes) / static_cast<double>(per_rank),
-        param_peak, largest_unit_bytes, param_bound, mt.peak(Tier::device));
-    EXPECT_GE(model_state, 16 * plan.shard_numel());
-    EXPECT_LE(model_state, per_rank * 105 / 100 + persistent_bytes + slack);
-    EXPECT_LE(param_peak, param_bound);
+        "[rank %d] %s vs all on device: %zu of %zu losses and %zu of %zu parameters "
+        "differ bitwise\n",
+        f.rank, what.c_str(), differing_losses, losses.size(), differing_params, dev_params.size());
+    EXPECT_EQ(differing_losses, 0u);
+    EXPECT_EQ(differing_params, 0u);
+  }
+
+  if (stage == 3) {
+    // Prefetch: after the traced first step every unit arrives by prefetch (or stays gathered);
+    // nothing is fetched on demand and nothing leaves the trace.
+    std::printf(
+        "[rank %d] %s: steps 2-20: %zu prefetch hits, %zu on-demand fetches, %zu out of "
+        "order, stall %.3f ms\n",
+        f.rank, what.c_str(), late_prefetch_hits, late_on_demand, late_out_of_order,
+        late_stall_s * 1e3);
+    EXPECT_EQ(late_on_demand, 0u);
+    EXPECT_EQ(late_out_of_order, 0u);
+    EXPECT_GT(late_prefetch_hits, 0u);
+
+    // Device model-state bytes at their peak: at most 1.05 x 16 Psi / N (the rank's shards of
+    // what lives on the device) plus the live-gather budget and the persistent units; with every
+    // unit offloaded, only the live gathers and persistent units remain.
+    const size_t model_state_peak = mt.peak(Tier::device, Category::param) +
+                                    mt.peak(Tier::device, Category::grad) +
+                                    mt.peak(Tier::device, Category::optimizer);
+    const size_t n = static_cast<size_t>(f.ranks);
+    const bool all_offloaded = placement == "all_host" || placement == "all_nvme";
+    const size_t per_rank = all_offloaded ? 0 : 16 * layout.total_numel() / n;
+    // The in-use unit may exceed the budget by itself; blocks round to 512 bytes.
+    const size_t live_bytes = (live_budget + plan.largest_padded_numel()) * sizeof(float);
+    const size_t slack = plan.num_units() * zero::kShardAlignElems * 16 + 8 * 512;
+    const size_t bound = per_rank * 105 / 100 + live_bytes + persistent_bytes + slack;
+    std::printf(
+        "[rank %d] %s: device model-state peak %zu bytes, bound %zu (1.05 x 16Psi/N "
+        "%zu + live budget %zu + persistent %zu)\n",
+        f.rank, what.c_str(), model_state_peak, bound, per_rank * 105 / 100, live_bytes,
+        persistent_bytes);
+    EXPECT_LE(model_state_peak, bound);
   }
 }
 
 // Two micro-batches per step (grad_scale 1/2 each) accumulate to the whole local batch's gradient:
 // at stages 2-3 in the shard accumulators, at 0-1 in the all-reduced full gradients.
 TEST_P(ZeroStoreTest, AccumulatesMicroBatches) {
-  const int stage = GetParam();
-  Fixture f(stage);
+  const int stage = GetParam().stage;
+  Fixture f(stage, GetParam().placement);
   const size_t local = kLocalBatch * kSeq;
   const size_t half = local / 2;
   ErrorStats loss_err;
@@ -233,7 +356,8 @@ TEST_P(ZeroStoreTest, AccumulatesMicroBatches) {
     f.store.step(kLr, kClip);
     loss_err.compare(loss, ref_loss, 0.0, 1e-5);
   }
-  loss_err.print("stage " + std::to_string(stage) + " on " + std::to_string(f.ranks) +
+  loss_err.print("stage " + std::to_string(stage) + ", placement " + GetParam().placement +
+                     ", on " + std::to_string(f.ranks) +
                      " ranks, 2 micro-batches x 5 steps, loss vs reference",
                  f.rank);
   EXPECT_EQ(loss_err.bad, 0u);
@@ -242,7 +366,7 @@ TEST_P(ZeroStoreTest, AccumulatesMicroBatches) {
 // Calls out of order fail with an Error before anything is communicated, so every rank throws
 // alike and the group stays usable.
 TEST_P(ZeroStoreTest, MisuseIsAnError) {
-  Fixture f(GetParam());
+  Fixture f(GetParam().stage, GetParam().placement);
   EXPECT_THROW(f.store.release_params(0), Error);
   EXPECT_THROW(f.store.grads_done(0), Error);
   EXPECT_THROW(f.store.acquire_params(99), Error);
@@ -271,9 +395,102 @@ TEST(ZeroStore, UnknownStageIsAnError) {
   EXPECT_THROW(zero::PartitionStore(units, c, OptimizerConfig{}, session().world(), alloc), Error);
 }
 
-INSTANTIATE_TEST_SUITE_P(Stages, ZeroStoreTest, ::testing::Values(0, 1, 2, 3),
-                         [](const ::testing::TestParamInfo<int>& i) {
-                           return "stage" + std::to_string(i.param);
+// Every stage with every placement it allows: offload_param needs stage 3, offload_optimizer
+// stage 1 or more (placement.hpp).
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  for (int stage = 0; stage <= 3; ++stage)
+    for (const char* p : {"device", "opt_host", "opt_nvme", "all_host", "all_nvme", "half"}) {
+      const std::string name = p;
+      const bool moves_params = name == "all_host" || name == "all_nvme" || name == "half";
+      const bool moves_optimizer = name != "device";
+      if ((moves_params && stage < 3) || (moves_optimizer && stage < 1)) continue;
+      cases.push_back({stage, name});
+    }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(StagesAndPlacements, ZeroStoreTest, ::testing::ValuesIn(all_cases()),
+                         [](const ::testing::TestParamInfo<Case>& i) {
+                           return "stage" + std::to_string(i.param.stage) + "_" + i.param.placement;
                          });
+
+// Offloading parameters below stage 3, or the optimizer at stage 0, is refused up front.
+TEST(ZeroStore, ImpossiblePlacementsAreErrors) {
+  std::unique_ptr<Device> device = make_cpu_device();
+  DeviceAllocator alloc(*device, 0);
+  std::vector<zero::UnitSpec> units = {{"u", 64, {{0, 64, true}}}};
+  zero::StoreConfig c;
+  c.stage = 2;
+  c.placement.param.tier = Tier::host;
+  try {
+    zero::PartitionStore s(units, c, OptimizerConfig{}, session().world(), alloc);
+    ADD_FAILURE() << "offload_param at stage 2 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs stage 3"), std::string::npos) << e.what();
+  }
+  c.stage = 0;
+  c.placement.param.tier = Tier::device;
+  c.placement.optimizer.tier = Tier::nvme;
+  EXPECT_THROW(zero::PartitionStore(units, c, OptimizerConfig{}, session().world(), alloc), Error);
+  c.stage = 3;
+  c.placement.optimizer.tier = Tier::nvme;  // but no directory
+  c.nvme.directories.clear();
+  try {
+    zero::PartitionStore s(units, c, OptimizerConfig{}, session().world(), alloc);
+    ADD_FAILURE() << "NVMe placement without a directory was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nvme_path"), std::string::npos) << e.what();
+  }
+}
+
+// A rank that acquires another unit than the others while the trace is recorded gets a clear
+// Error — on every rank, at the same call — instead of a hang in mismatched gathers.
+TEST(ZeroStoreTrace, DivergentUnitOrderIsAClearErrorOnEveryRank) {
+  Fixture f(3);
+  if (f.ranks < 2) GTEST_SKIP() << "needs at least 2 ranks to diverge";
+  f.store.zero_grads();
+  f.store.acquire_params(0);
+  f.store.release_params(0);
+  const size_t unit = f.rank == 1 ? 2 : 1;  // rank 1 skips a block
+  try {
+    f.store.acquire_params(unit);
+    ADD_FAILURE() << "divergent unit order was not detected";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    std::printf("[rank %d] divergent order: %s\n", f.rank, m.c_str());
+    EXPECT_NE(m.find("different orders"), std::string::npos) << m;
+    EXPECT_NE(m.find("block.0"), std::string::npos) << m;
+    EXPECT_NE(m.find("block.1"), std::string::npos) << m;
+  }
+}
+
+// A later step that leaves the trace (the same way on every rank) falls back to on-demand
+// fetches with a warning, stays correct, and the trace is recorded again at the next step.
+TEST(ZeroStoreTrace, OutOfTraceOrderFallsBackOnDemandAndRetraces) {
+  Fixture f(3, "all_host", 20000);  // prefetches about one unit ahead
+  store_step(f);
+  store_step(f);
+  const std::vector<size_t> trace = f.store.trace();
+  ASSERT_FALSE(trace.empty());
+  EXPECT_EQ(f.store.fetch_counters().on_demand_fetches, 0u);
+  // A forward-only pass over the units in reverse: out of trace order from the first call.
+  f.store.zero_grads();
+  for (size_t u = f.store.plan().num_units(); u-- > 0;) {
+    f.store.acquire_params(u);
+    f.store.release_params(u);
+  }
+  const zero::FetchCounters c = f.store.fetch_counters();
+  std::printf("[rank %d] reversed pass: %zu out of order, %zu on demand, %zu prefetch hits\n",
+              f.rank, c.out_of_order, c.on_demand_fetches, c.prefetch_hits);
+  EXPECT_EQ(c.out_of_order, 1u);
+  EXPECT_GT(c.on_demand_fetches, 0u);
+  f.store.step(kLr, kClip);  // zero gradients: the parameters only decay
+  store_step(f);             // records again
+  EXPECT_EQ(f.store.trace(), trace);
+  store_step(f);
+  EXPECT_EQ(f.store.fetch_counters().on_demand_fetches, 0u);
+  EXPECT_EQ(f.store.fetch_counters().out_of_order, 0u);
+}
 
 }  // namespace

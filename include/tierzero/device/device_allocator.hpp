@@ -72,6 +72,7 @@ class DeviceAllocator {
 
   void release_cached();  // returns every cached free block to the device
   AllocatorStats stats() const;
+  MemoryTracker& tracker() const { return tracker_; }  // where this allocator reports
   Device& device() { return device_; }
 
   static size_t round_size(size_t bytes);  // the size class a request is served from

@@ -1,31 +1,45 @@
 // PartitionStore: owns a model's parameters, gradients and AdamW states for one data-parallel
-// rank and partitions them across the group with ZeRO's stages (DeepSpeed's meaning):
+// rank, partitions them across the group with ZeRO's stages (DeepSpeed's meaning) and places each
+// unit's states on a tier (device, pinned host memory, NVMe):
 //   stage 0  everything replicated; gradients all-reduced (mean) per unit after backward;
 //   stage 1  + AdamW states (and the fp32 master copy) sharded: each rank updates its shard of
 //            every unit, then the updated parameters are all-gathered;
 //   stage 2  + gradients sharded: each unit's full gradient lives only between acquire_grads and
 //            grads_done, which reduce-scatters it (mean) into an fp32 shard accumulator;
-//   stage 3  + parameters sharded: acquire_params all-gathers a unit into a working buffer,
-//            release_params frees it (units below the persistence threshold stay gathered).
+//   stage 3  + parameters sharded: acquire_params gathers a unit into a working buffer (reading
+//            it from host or NVMe first when it lives there), release_params frees it; units
+//            below the persistence threshold stay gathered. The first training pass records the
+//            order of units (the trace) and checks it is the same on every rank; later passes
+//            prefetch along it within the prefetch and live-parameter budgets, and start NVMe
+//            reads further ahead than the gathers.
+// Placement (placement.hpp) follows offload_param / offload_optimizer: the optimizer step runs
+// where each unit's states live — the device's kernel, the CPU kernel on host shards, or a
+// read -> update -> write pipeline over chunks of NVMe-resident shards.
 // Its unit-at-a-time calls mirror nn::ParamProvider so that a thin adapter in the layer above
 // (train, tests) lets the GPT run on it unchanged; the store itself knows nothing of GPT.
-//
-// This slice keeps every state on the device tier and computes in fp32, so the fp32 master copy
-// of a rank's shard is the rank's slice of the working parameters (stages 1-2) or its parameter
-// shard (stage 3); a separate master buffer arrives with bf16 working parameters. Every byte is
-// allocated from the DeviceAllocator with its category (param, grad, optimizer; comm for
-// reduce-scatter scratch), so the MemoryTracker shows each rank's model-state bytes.
+// Working parameters are fp32 (the CPU backend computes in fp32). Every byte is allocated through
+// the device allocator, the host pool or the swap space with its category, so the MemoryTracker
+// shows each rank's model-state bytes per tier exactly as placement.hpp predicts them.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "tierzero/comm/communicator.hpp"
 #include "tierzero/core/train_config.hpp"
 #include "tierzero/device/device_allocator.hpp"
+#include "tierzero/offload/host_pool.hpp"
+#include "tierzero/offload/nvme_engine.hpp"
 #include "tierzero/zero/partition.hpp"
+#include "tierzero/zero/placement.hpp"
+
+namespace tierzero::offload {
+class SwapSpace;
+}
 
 namespace tierzero::zero {
 
@@ -34,10 +48,24 @@ struct StoreConfig {
   // Units with fewer elements than this stay gathered at stage 3 once gathered (DeepSpeed's
   // stage3_param_persistence_threshold): re-gathering tiny units costs latency for no memory.
   size_t param_persistence_threshold = 100000;
+  // Stage 3 prefetch: elements gathered ahead of use (stage3_prefetch_bucket_size), elements of
+  // gathered units alive at once (stage3_max_live_parameters; units in use are always gathered),
+  // and how close (in elements of the trace) a unit's next use must be for it to stay gathered
+  // after release (stage3_max_reuse_distance).
+  size_t prefetch_bucket_elems = 50000000;
+  size_t max_live_elems = 1000000000;
+  size_t max_reuse_distance = 1000000000;
   size_t shard_align_elems = kShardAlignElems;
   // Gradient reductions in flight (at least 1) before grads_done waits for the oldest: overlap
   // with the next unit's backward without letting temporary full gradients pile up.
   size_t max_pending_reductions = 2;
+  PlacementConfig placement;
+  // Offload resources, used when a placement needs them: the pinned host pool's budget (bytes),
+  // the NVMe engine (directories, block size, queue depth), and how many host staging buffers
+  // NVMe parameter reads may fill ahead (offload_param.buffer_count).
+  size_t host_budget_bytes = size_t{8} << 30;
+  offload::NvmeOptions nvme;
+  size_t nvme_read_buffers = 5;
 };
 
 struct StoreStepStats {
@@ -45,13 +73,29 @@ struct StoreStepStats {
   double clip_scale = 1.0;
 };
 
+// What stage 3's fetching did since the last begin_pass(train) (per training step), so a prefetch
+// that never runs shows at once.
+struct FetchCounters {
+  size_t acquires = 0;           // acquire_params calls
+  size_t prefetch_hits = 0;      // the unit was already gathered or being gathered by prefetch
+  size_t resident_hits = 0;      // still gathered from earlier use (persistent or retained)
+  size_t on_demand_fetches = 0;  // nothing was under way: fetched at the call
+  size_t out_of_order = 0;       // acquires that did not follow the trace
+  size_t nvme_reads = 0;         // parameter shards read from NVMe
+  size_t gathers = 0;            // all-gathers issued
+  double stall_s = 0.0;          // time acquire_params waited for reads and gathers
+};
+
+enum class PassKind { train, eval };
+
 // Not thread-safe: one thread (the training loop) makes every call, which also keeps the group's
 // collectives in the same order on every rank.
 class PartitionStore {
  public:
   // Collective over `group` (the data-parallel partition group): every rank passes the same
   // units and configs. `allocator` and `group` must outlive the store. Parameters start at zero;
-  // fill them with load_unit.
+  // fill them with load_unit. Throws Error when a placement is not possible (see place_units) or
+  // a tier cannot hold its share.
   PartitionStore(std::vector<UnitSpec> units, const StoreConfig& config,
                  const OptimizerConfig& optimizer, comm::Communicator& group,
                  DeviceAllocator& allocator);
@@ -59,9 +103,13 @@ class PartitionStore {
   PartitionStore(const PartitionStore&) = delete;
   PartitionStore& operator=(const PartitionStore&) = delete;
 
+  // Starts a forward(/backward) pass. A training pass follows (or, the first time, records) the
+  // trace; an evaluation pass fetches on demand. zero_grads() starts a training pass too.
+  void begin_pass(PassKind kind);
+
   // Full parameters of `unit` on the device, valid until the matching release_params. Calls
-  // nest. At stage 3 the first acquire all-gathers (collective: every rank must acquire units in
-  // the same order).
+  // nest. At stage 3 the first acquire gathers (collective: every rank must acquire units in the
+  // same order; while the trace is recorded a different order is an Error on every rank).
   const float* acquire_params(size_t unit);  // (units[unit].numel)
   void release_params(size_t unit);
   // Where backward accumulates (+=) the unit's full local gradient, valid until grads_done(unit);
@@ -74,9 +122,9 @@ class PartitionStore {
   void zero_grads();
 
   // Clips by the global gradient norm (PyTorch's rule: scale clip / (norm + 1e-6) when below 1;
-  // clip <= 0 disables), runs AdamW on this rank's shard (decay per tensor), and makes the
-  // updated parameters visible to every rank. Collective. Throws Error, updating nothing, when
-  // the norm is not finite. Gradients are left as they are.
+  // clip <= 0 disables), runs AdamW where each shard's optimizer states live (decay per tensor),
+  // and makes the updated parameters visible to every rank. Collective. Throws Error, updating
+  // nothing, when the norm is not finite. Gradients are left as they are.
   StoreStepStats step(double lr, double clip);
 
   // Sets / reads the full values of a unit (host arrays of units[unit].numel). load_unit is not
@@ -87,17 +135,31 @@ class PartitionStore {
 
   int stage() const { return config_.stage; }
   const PartitionPlan& plan() const { return plan_; }
+  const std::vector<UnitPlacement>& placement() const { return placement_; }
   int64_t steps_taken() const { return t_; }
   // Whether `unit` stays gathered at stage 3 (below the persistence threshold).
   bool persistent(size_t unit) const;
+  // The recorded unit order (empty until the first training pass has finished with a step).
+  const std::vector<size_t>& trace() const { return trace_; }
+  const FetchCounters& fetch_counters() const { return counters_; }
+  // Elements of gathered units alive now (stage 3; persistent units not counted).
+  size_t live_elems() const { return live_elems_; }
+
+  struct Arenas;  // the persistent state buffers per tier (internal: src/zero/state_arenas.hpp)
 
  private:
+  enum class Fetch : uint8_t { none, reading, gathering, ready };
   struct UnitState {
-    size_t param_refs = 0;    // acquire_params nesting count
-    bool grads_open = false;  // between acquire_grads and grads_done
-    bool gathered_fresh = false;
-    DeviceBuffer gathered;   // (padded_numel) fp32, stage 3: the unit's working parameters
-    DeviceBuffer full_grad;  // (padded_numel) fp32, stages 2-3: the local full gradient
+    size_t param_refs = 0;  // acquire_params nesting count
+    bool grads_open = false;
+    Fetch fetch = Fetch::none;
+    bool prefetched = false;        // the fetch was started by the prefetcher
+    DeviceBuffer gathered;          // (padded_numel) fp32, stage 3: the unit's working parameters
+    DeviceBuffer full_grad;         // (padded_numel) fp32, stages 2-3: the local full gradient
+    offload::PinnedBuffer staging;  // (shard_numel) fp32: the shard read from NVMe
+    std::vector<offload::IoHandle> reads;
+    double gather_issued_s = 0.0;
+    comm::CommRequest gather;
   };
   // A gradient reduction in flight. Declared buffers first: the request (destroyed first) waits
   // for the operation before the buffers it uses are freed.
@@ -105,17 +167,46 @@ class PartitionStore {
     size_t unit = 0;
     DeviceBuffer full_grad;   // (padded_numel) fp32, stages 2-3: reduce-scatter input
     DeviceBuffer shard_mean;  // (shard_numel) fp32, stages 2-3: reduce-scatter output
+    double issued_s = 0.0;
     comm::CommRequest request;
   };
 
   void check_unit(const char* op, size_t unit) const;
+  // This rank's shard of `unit` for the kinds that may live on any tier: a device or host pointer,
+  // null when it is on NVMe. Below stage 3 the parameter and (device) gradient shards are slices
+  // of the full buffers.
+  float* param_shard_ptr(size_t unit);
+  float* grad_shard_ptr(size_t unit);
+  float* master_ptr(size_t unit);  // the fp32 master shard (the parameter shard when shared)
+  StateBuffer master_kind(size_t unit) const;
+  // Writes this rank's shard (shard_numel, host memory) of `kind` wherever it lives.
+  void write_shard(StateBuffer kind, size_t unit, const float* host_shard);
   void finish_oldest_reduction();
   void finish_reductions_through(size_t unit);  // until no reduction of `unit` is pending
   void finish_all_reductions();
-  void gather_unit(size_t unit, float* full);  // full (padded_numel), stage 3
-  float* param_shard_ptr(size_t unit);         // (shard_numel) of `unit`
-  float* grad_shard_ptr(size_t unit);          // (shard_numel) of `unit`
   double global_sum_squares(double local);
+
+  // Stage 3 fetching (store_fetch.cpp).
+  void start_read(size_t unit);    // NVMe -> host staging (params on NVMe only)
+  void start_gather(size_t unit);  // shard -> device slot, all-gather issued
+  // Waits for the gather; the unit is ready. The wait counts as stall time when `stall`.
+  void finish_fetch(size_t unit, bool stall = true);
+  void drop_gathered(size_t unit);
+  void drop_unused_fetches();  // end of a pass: frees what was fetched and not in use
+  void check_trace_position(size_t unit);
+  void check_trace_end();
+  void exchange_trace_word(float kind, float value, const char* what);
+  void pump_prefetch();
+  bool keep_after_release(size_t unit) const;
+  size_t next_use_distance(size_t unit) const;  // elements until `unit`'s next use in the trace
+
+  // Optimizer step (store_optimizer.cpp).
+  double local_grad_sum_squares();
+  void update_unit_on_device(size_t unit, const kernels::AdamWParams& base);
+  void update_unit_on_host(size_t unit, const kernels::AdamWParams& base);
+  void update_units_on_nvme(const kernels::AdamWParams& base);
+  void publish_params(size_t unit, const float* master, size_t begin, size_t count,
+                      bool master_on_device);
 
   StoreConfig config_;
   OptimizerConfig optimizer_;
@@ -125,16 +216,26 @@ class PartitionStore {
   // Stage 0 replicates the optimizer too: its plan is a group of one, so the "shard" of every
   // unit is the whole unit and the same code path runs the update.
   PartitionPlan plan_;
+  std::vector<UnitPlacement> placement_;
+  std::unique_ptr<offload::HostPool> host_pool_;  // when any state or staging is on the host
+  std::unique_ptr<offload::NvmeEngine> nvme_;     // when any state is on NVMe
+  std::unique_ptr<offload::SwapSpace> swap_;      // extents of nvme_
+  std::unique_ptr<Arenas> arenas_;
   std::vector<UnitState> units_;
   std::deque<PendingReduction> pending_;
   int64_t t_ = 0;
 
-  DeviceBuffer params_full_;  // (plan.full_numel) fp32, stages 0-2: all units, gathered layout
-  DeviceBuffer grads_full_;   // (plan.full_numel) fp32, stages 0-1: averaged full gradients
-  DeviceBuffer param_shard_;  // (plan.shard_numel) fp32, stage 3: this rank's parameter shards
-  DeviceBuffer grad_shard_;   // (plan.shard_numel) fp32, stages 2-3: averaged gradient shards
-  DeviceBuffer adam_m_;       // (plan.shard_numel) fp32: first moment of this rank's shards
-  DeviceBuffer adam_v_;       // (plan.shard_numel) fp32: second moment
+  // Trace and prefetch state (stage 3).
+  PassKind pass_ = PassKind::train;
+  bool recording_ = true;      // this training pass records the trace
+  bool trace_valid_ = false;   // a verified trace exists
+  bool off_trace_ = false;     // this pass left the trace: no more prefetching
+  std::vector<size_t> trace_;  // unit per acquire, in order
+  std::vector<size_t> recording_trace_;
+  size_t cursor_ = 0;  // acquires so far in this pass
+  size_t live_elems_ = 0;
+  size_t reads_in_flight_ = 0;
+  FetchCounters counters_;
 };
 
 }  // namespace tierzero::zero

@@ -1,0 +1,161 @@
+// The partition store's persistent state arenas (see state_arenas.hpp).
+#include "state_arenas.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "tierzero/core/activity_log.hpp"
+#include "tierzero/core/error.hpp"
+#include "tierzero/core/timer.hpp"
+
+namespace tierzero::zero {
+
+namespace {}  // namespace
+
+void wait_io(std::vector<offload::IoHandle>& handles) {
+  std::exception_ptr first;
+  for (auto& h : handles) {
+    try {
+      h.wait();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  handles.clear();
+  if (first) std::rethrow_exception(first);
+}
+
+PartitionStore::Arenas::Arenas(const PartitionPlan& plan, int stage,
+                               const std::vector<UnitPlacement>& placement,
+                               const PlacementConfig& config, DeviceAllocator& allocator,
+                               offload::HostPool* pool, offload::SwapSpace* swap_space)
+    : chunk_elems(config.nvme_chunk_elems), swap(swap_space) {
+  TZ_CHECK(chunk_elems > 0, "PartitionStore: NVMe chunk of 0 elements",
+           "offload_optimizer.buffer_size must be positive");
+  Device& device = allocator.device();
+  for (size_t b = 0; b < kNumStateBuffers; ++b) {
+    const auto kind = static_cast<StateBuffer>(b);
+    const Category category = state_buffer_category(kind);
+    Kind& k = kinds[b];
+    k.slots.resize(plan.num_units());
+    size_t device_elems = 0, host_elems = 0;
+    for (size_t u = 0; u < plan.num_units(); ++u) {
+      for (Tier tier : {Tier::device, Tier::host, Tier::nvme}) {
+        const size_t e = unit_state_elems(plan, stage, placement, u, kind, tier);
+        if (e == 0) continue;
+        Slot& s = k.slots[u];
+        s.tier = tier;
+        s.elems = e;
+        if (tier == Tier::device) {
+          s.offset = device_elems;
+          device_elems += e;
+        } else if (tier == Tier::host) {
+          s.offset = host_elems;
+          host_elems += e;
+        } else {
+          TZ_CHECK(swap != nullptr, "PartitionStore: NVMe state without a swap space", "");
+          for (size_t at = 0; at < e; at += chunk_elems) {
+            const size_t n = std::min(chunk_elems, e - at);
+            s.chunks.push_back(swap->allocate(n * sizeof(float), category, "zero nvme state"));
+          }
+        }
+      }
+    }
+    // Labels name the arena in the tracker timeline and in over-budget errors.
+    static const char* const kDeviceLabels[kNumStateBuffers] = {
+        "zero params (full)", "zero grads (full)",  "zero param shards", "zero grad shards",
+        "zero master shards", "zero adam m shards", "zero adam v shards"};
+    static const char* const kHostLabels[kNumStateBuffers] = {
+        "zero host params (full)", "zero host grads (full)",  "zero host param shards",
+        "zero host grad shards",   "zero host master shards", "zero host adam m shards",
+        "zero host adam v shards"};
+    if (device_elems > 0) {
+      k.device = allocator.allocate(device_elems * sizeof(float), category, kDeviceLabels[b]);
+      device.fill_zero(k.device.data(), device_elems * sizeof(float), device.default_stream());
+    }
+    if (host_elems > 0) {
+      TZ_CHECK(pool != nullptr, "PartitionStore: host state without a host pool", "");
+      k.host = pool->allocate(host_elems * sizeof(float), category, kHostLabels[b]);
+      std::memset(k.host.data(), 0, host_elems * sizeof(float));
+    }
+  }
+  device.default_stream().synchronize();
+  // NVMe state starts as zeros on disk too, so every chunk has a checksum before its first read.
+  if (!swap) return;
+  size_t largest = 0;
+  for (const Kind& k : kinds)
+    for (const Slot& s : k.slots)
+      for (const offload::Extent& e : s.chunks) largest = std::max(largest, e.bytes);
+  const std::vector<float> zeros(largest / sizeof(float), 0.0f);  // (largest chunk) fp32
+  std::vector<offload::IoHandle> writes;
+  for (size_t b = 0; b < kNumStateBuffers; ++b)
+    for (const Slot& s : kinds[b].slots)
+      for (const offload::Extent& e : s.chunks) writes.push_back(swap->write(e, zeros.data()));
+  wait_io(writes);
+}
+
+PartitionStore::Arenas::~Arenas() {
+  if (!swap) return;
+  for (Kind& k : kinds)
+    for (Slot& s : k.slots)
+      for (const offload::Extent& e : s.chunks) swap->free(e);
+}
+
+float* PartitionStore::Arenas::ptr(StateBuffer b, size_t unit) {
+  Kind& k = kinds[static_cast<size_t>(b)];
+  const Slot& s = k.slots.at(unit);
+  if (s.elems == 0) return nullptr;
+  if (s.tier == Tier::device) return k.device.f32() + s.offset;
+  if (s.tier == Tier::host) return static_cast<float*>(k.host.data()) + s.offset;
+  return nullptr;
+}
+
+namespace {
+
+template <typename Fn>
+std::vector<offload::IoHandle> for_chunks(const PartitionStore::Arenas::Slot& s, size_t chunk,
+                                          size_t begin, size_t count, Fn&& fn) {
+  TZ_CHECK(s.tier == Tier::nvme && begin % chunk == 0 && begin + count <= s.elems &&
+               (count % chunk == 0 || begin + count == s.elems),
+           "PartitionStore: NVMe transfer of elements [" + std::to_string(begin) + ", " +
+               std::to_string(begin + count) + ") is not chunk aligned",
+           "internal error: transfers cover whole chunks");
+  std::vector<offload::IoHandle> handles;
+  for (size_t at = begin; at < begin + count; at += chunk)
+    handles.push_back(fn(s.chunks.at(at / chunk), at - begin));
+  return handles;
+}
+
+}  // namespace
+
+std::vector<offload::IoHandle> PartitionStore::Arenas::read(StateBuffer b, size_t unit,
+                                                            size_t begin, size_t count,
+                                                            float* dst) {
+  const auto u = static_cast<int64_t>(unit);
+  return for_chunks(slot(b, unit), chunk_elems, begin, count,
+                    [&](const offload::Extent& e, size_t at) {
+                      const double t0 = monotonic_seconds();
+                      return swap->read(e, dst + at, [t0, u](const offload::IoResult& r) {
+                        ActivityLog::global().record(Track::nvme_read, "nvme read", t0,
+                                                     monotonic_seconds(), r.bytes, u);
+                      });
+                    });
+}
+
+std::vector<offload::IoHandle> PartitionStore::Arenas::write(StateBuffer b, size_t unit,
+                                                             size_t begin, size_t count,
+                                                             const float* src) {
+  const auto u = static_cast<int64_t>(unit);
+  return for_chunks(slot(b, unit), chunk_elems, begin, count,
+                    [&](const offload::Extent& e, size_t at) {
+                      const double t0 = monotonic_seconds();
+                      return swap->write(e, src + at, [t0, u](const offload::IoResult& r) {
+                        ActivityLog::global().record(Track::nvme_write, "nvme write", t0,
+                                                     monotonic_seconds(), r.bytes, u);
+                      });
+                    });
+}
+
+}  // namespace tierzero::zero

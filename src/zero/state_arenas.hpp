@@ -1,0 +1,67 @@
+// The partition store's persistent state buffers: for each kind of state (placement.hpp's
+// StateBuffer) one arena per tier holding that kind for every unit placed on the tier, units back
+// to back in unit order — a DeviceBuffer on the device, one pinned block on the host, and on NVMe
+// one swap extent per chunk of each unit. Sizes follow placement.hpp exactly, so the tracker's
+// model-state bytes are the ones model_state_bytes() predicts. Internal to the zero layer.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <vector>
+
+#include "tierzero/device/device_allocator.hpp"
+#include "tierzero/offload/host_pool.hpp"
+#include "tierzero/offload/nvme_engine.hpp"
+#include "tierzero/offload/swap_space.hpp"
+#include "tierzero/zero/partition_store.hpp"
+#include "tierzero/zero/placement.hpp"
+
+namespace tierzero::zero {
+
+struct PartitionStore::Arenas {
+  struct Slot {
+    Tier tier = Tier::device;
+    size_t elems = 0;   // 0: the unit has none of this kind
+    size_t offset = 0;  // elements from the start of the tier's arena (device, host)
+    std::vector<offload::Extent> chunks;  // nvme: consecutive chunks of at most chunk_elems
+  };
+  struct Kind {
+    DeviceBuffer device;         // (sum of device slots) fp32
+    offload::PinnedBuffer host;  // (sum of host slots) fp32
+    std::vector<Slot> slots;     // per unit
+  };
+
+  // Allocates every arena (zeroed) for `plan` and `placement`; nvme slots need `swap`, host ones
+  // `pool`.
+  Arenas(const PartitionPlan& plan, int stage, const std::vector<UnitPlacement>& placement,
+         const PlacementConfig& config, DeviceAllocator& allocator, offload::HostPool* pool,
+         offload::SwapSpace* swap);
+  ~Arenas();
+  Arenas(const Arenas&) = delete;
+  Arenas& operator=(const Arenas&) = delete;
+
+  const Slot& slot(StateBuffer b, size_t unit) const {
+    return kinds[static_cast<size_t>(b)].slots.at(unit);
+  }
+  bool has(StateBuffer b, size_t unit) const { return slot(b, unit).elems > 0; }
+  // Device or host memory of the unit's slot (null when it is on NVMe or absent).
+  float* ptr(StateBuffer b, size_t unit);
+
+  // NVMe: reads / writes `count` elements of the unit's slot starting at element `begin` (chunk
+  // aligned: begin is a multiple of chunk_elems, count reaches a chunk end or the slot end)
+  // to / from host memory; returns the handles to wait on.
+  std::vector<offload::IoHandle> read(StateBuffer b, size_t unit, size_t begin, size_t count,
+                                      float* dst);
+  std::vector<offload::IoHandle> write(StateBuffer b, size_t unit, size_t begin, size_t count,
+                                       const float* src);
+
+  std::array<Kind, kNumStateBuffers> kinds;
+  size_t chunk_elems = 0;
+  offload::SwapSpace* swap = nullptr;
+};
+
+// Waits for every handle; the first failure is rethrown after all have finished, so no buffer is
+// freed under a transfer still in flight.
+void wait_io(std::vector<offload::IoHandle>& handles);
+
+}  // namespace tierzero::zero

@@ -1,0 +1,235 @@
+// Stage 3 fetching: getting a unit's full parameters onto the device (NVMe read into pinned
+// staging, copy to the device, all-gather), the trace of unit uses and the prefetcher that
+// follows it.
+//
+// Collectives must be issued in the same order on every rank, so every decision that issues a
+// gather depends only on the trace, the position in it and the budgets — never on how fast an
+// NVMe read or a gather happened to finish on this rank. NVMe reads (local, not collective) are
+// started further ahead, as far as the staging buffers allow.
+//
+// While the trace is recorded (the first training step, or the step after a unit was used out of
+// order), every acquire and every gradient reduction first exchanges (kind, unit) with the group,
+// so ranks that diverge fail with an Error naming both units instead of hanging in mismatched
+// collectives.
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "state_arenas.hpp"
+#include "tierzero/core/activity_log.hpp"
+#include "tierzero/core/error.hpp"
+#include "tierzero/core/timer.hpp"
+#include "tierzero/zero/partition_store.hpp"
+
+namespace tierzero::zero {
+
+void PartitionStore::begin_pass(PassKind kind) {
+  pass_ = kind;
+  cursor_ = 0;
+  off_trace_ = false;
+  if (kind == PassKind::train) {
+    counters_ = FetchCounters{};
+    recording_ = config_.stage == 3 && !trace_valid_;
+    if (recording_) recording_trace_.clear();
+  }
+  pump_prefetch();
+}
+
+void PartitionStore::exchange_trace_word(float kind, float value, const char* what) {
+  const auto n = static_cast<size_t>(group_.size());
+  if (n == 1) return;
+  DeviceBuffer buf = allocator_.allocate(2 * n * sizeof(float), Category::comm,
+                                         "zero trace check");  // (ranks, 2) fp32
+  Stream& s = device_.default_stream();
+  const float mine[2] = {kind, value};
+  float* slot = buf.f32() + 2 * static_cast<size_t>(group_.rank());
+  device_.copy(slot, mine, sizeof(mine), CopyKind::host_to_device, s);
+  s.synchronize();
+  group_.all_gather(slot, buf.f32(), 2, DType::f32);
+  std::vector<float> all(2 * n);  // (ranks, 2)
+  device_.copy(all.data(), buf.data(), all.size() * sizeof(float), CopyKind::device_to_host, s);
+  s.synchronize();
+  auto describe = [&](float k, float v) -> std::string {
+    const auto u = static_cast<size_t>(v < 0.0f ? 0.0f : v);
+    const std::string name = u < plan_.num_units() ? "unit '" + plan_.units()[u].name + "'"
+                                                   : "unit " + std::to_string(u);
+    if (k == 1.0f) return "acquires " + name;
+    if (k == 2.0f) return "reduces the gradients of " + name;
+    if (k == 3.0f) return "ends the step after " + std::to_string(u) + " unit uses";
+    return "sends an unknown trace word";
+  };
+  for (size_t r = 0; r < n; ++r) {
+    if (all[2 * r] == kind && all[2 * r + 1] == value) continue;
+    TZ_THROW("ZeRO stage 3: ranks use the model's units in different orders (" + group_.describe() +
+                 ", call " + std::to_string(recording_trace_.size() + 1) +
+                 " of the step being traced): rank " + std::to_string(group_.rank()) + " " +
+                 describe(kind, value) + " while rank " + std::to_string(r) + " " +
+                 describe(all[2 * r], all[2 * r + 1]) + " (this rank " + what + " it)",
+             "every rank must run the same forward and backward over the same units; stage 3 "
+             "gathers each unit collectively, so a rank that takes another path would hang");
+  }
+}
+
+void PartitionStore::check_trace_position(size_t unit) {
+  exchange_trace_word(1.0f, static_cast<float>(unit), "acquires");
+  recording_trace_.push_back(unit);
+}
+
+void PartitionStore::check_trace_end() {
+  exchange_trace_word(3.0f, static_cast<float>(recording_trace_.size()), "ends the step at");
+}
+
+void PartitionStore::start_read(size_t unit) {
+  UnitState& s = units_[unit];
+  const size_t n = plan_.partition(unit).shard_numel;
+  s.staging = host_pool_->allocate(n * sizeof(float), Category::io, "zero nvme param staging");
+  if (n > 0)
+    s.reads =
+        arenas_->read(StateBuffer::param_shard, unit, 0, n, static_cast<float*>(s.staging.data()));
+  s.fetch = Fetch::reading;
+  ++reads_in_flight_;
+  ++counters_.nvme_reads;
+}
+
+void PartitionStore::start_gather(size_t unit) {
+  UnitState& s = units_[unit];
+  const UnitPartition& p = plan_.partition(unit);
+  const Tier home = placement_[unit].param;
+  if (s.fetch == Fetch::none && home == Tier::nvme) start_read(unit);
+  s.gathered = allocator_.allocate(p.padded_numel * sizeof(float), Category::param,
+                                   "zero gathered params");  // (padded_numel) fp32
+  if (!persistent(unit)) live_elems_ += p.padded_numel;
+  Stream& st = device_.default_stream();
+  float* slot = s.gathered.f32() + p.shard_begin(plan_.rank());  // this rank's block, in place
+  const size_t bytes = p.shard_numel * sizeof(float);
+  const void* send = slot;
+  const auto u = static_cast<int64_t>(unit);
+  if (home == Tier::device) {
+    send = arenas_->ptr(StateBuffer::param_shard, unit);
+  } else {
+    const float* src = nullptr;
+    if (home == Tier::host) {
+      src = arenas_->ptr(StateBuffer::param_shard, unit);
+    } else {
+      const double t0 = monotonic_seconds();
+      wait_io(s.reads);
+      const double t1 = monotonic_seconds();
+      counters_.stall_s += t1 - t0;
+      if (t1 > t0) ActivityLog::global().record(Track::stall, "wait nvme read", t0, t1, 0, u);
+      --reads_in_flight_;
+      src = static_cast<const float*>(s.staging.data());
+    }
+    const double t0 = monotonic_seconds();
+    device_.copy(slot, src, bytes, CopyKind::host_to_device, st);
+    st.synchronize();
+    ActivityLog::global().record(Track::host_to_device, "param shard to device", t0,
+                                 monotonic_seconds(), bytes, u);
+    s.staging.reset();
+  }
+  st.synchronize();  // the shard must be ready before the engine reads it
+  s.gather_issued_s = monotonic_seconds();
+  if (p.padded_numel > 0) {
+    s.gather = group_.all_gather_async(send, s.gathered.f32(), p.shard_numel, DType::f32);
+    ++counters_.gathers;
+  }
+  s.fetch = Fetch::gathering;
+}
+
+void PartitionStore::finish_fetch(size_t unit, bool stall) {
+  UnitState& s = units_[unit];
+  if (s.fetch == Fetch::gathering) {
+    const double t0 = monotonic_seconds();
+    if (s.gather.pending()) s.gather.wait();
+    const double t1 = monotonic_seconds();
+    const auto u = static_cast<int64_t>(unit);
+    if (stall) {
+      counters_.stall_s += t1 - t0;
+      if (t1 > t0) ActivityLog::global().record(Track::stall, "wait gather", t0, t1, 0, u);
+    }
+    ActivityLog::global().record(Track::collective, "all_gather", s.gather_issued_s, t1,
+                                 plan_.partition(unit).padded_numel * sizeof(float), u);
+  }
+  s.fetch = Fetch::ready;
+}
+
+void PartitionStore::drop_gathered(size_t unit) {
+  UnitState& s = units_[unit];
+  if (s.fetch == Fetch::reading) {
+    wait_io(s.reads);  // the staging buffer must outlive its reads
+    --reads_in_flight_;
+  }
+  if (s.gather.pending()) s.gather.wait();
+  if (s.gathered) {
+    if (!persistent(unit)) live_elems_ -= plan_.partition(unit).padded_numel;
+    s.gathered.reset();  // stream-ordered: later work reuses the block after this unit's work
+  }
+  s.staging.reset();
+  s.fetch = Fetch::none;
+  s.prefetched = false;
+}
+
+void PartitionStore::drop_unused_fetches() {
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (units_[u].param_refs == 0) drop_gathered(u);
+}
+
+size_t PartitionStore::next_use_distance(size_t unit) const {
+  size_t distance = 0;
+  for (size_t i = cursor_; i < trace_.size(); ++i) {
+    if (trace_[i] == unit) return distance;
+    distance += plan_.partition(trace_[i]).padded_numel;
+  }
+  return std::numeric_limits<size_t>::max();
+}
+
+bool PartitionStore::keep_after_release(size_t unit) const {
+  if (pass_ != PassKind::train || recording_ || off_trace_ || !trace_valid_) return false;
+  const size_t d = next_use_distance(unit);
+  // Keeping a unit must leave room for the prefetch window, or retained units would starve the
+  // prefetcher and turn the next fetches into on-demand ones.
+  const size_t room = config_.max_live_elems > config_.prefetch_bucket_elems
+                          ? config_.max_live_elems - config_.prefetch_bucket_elems
+                          : 0;
+  return d != std::numeric_limits<size_t>::max() && d <= config_.max_reuse_distance &&
+         live_elems_ <= room;
+}
+
+void PartitionStore::pump_prefetch() {
+  if (config_.stage != 3 || pass_ != PassKind::train || recording_ || off_trace_ || !trace_valid_)
+    return;
+  std::vector<char> seen(units_.size(), 0);
+  size_t window = 0;  // elements gathered (or being gathered) ahead of use
+  bool gathering = config_.prefetch_bucket_elems > 0;
+  const size_t read_buffers = std::max<size_t>(1, config_.nvme_read_buffers);
+  for (size_t i = cursor_; i < trace_.size(); ++i) {
+    const size_t u = trace_[i];
+    if (seen[u]) continue;
+    seen[u] = 1;
+    UnitState& s = units_[u];
+    if (s.param_refs > 0) continue;
+    if (persistent(u) && s.fetch != Fetch::none) continue;  // held until the step
+    const size_t padded = plan_.partition(u).padded_numel;
+    if (gathering) {
+      const bool held = s.fetch == Fetch::gathering || s.fetch == Fetch::ready;
+      const bool fits_bucket = window == 0 || window + padded <= config_.prefetch_bucket_elems;
+      const bool fits_live =
+          held || persistent(u) || live_elems_ + padded <= config_.max_live_elems;
+      if (fits_bucket && fits_live) {
+        window += padded;
+        if (!held) {
+          start_gather(u);
+          s.prefetched = true;
+        }
+        continue;
+      }
+      gathering = false;
+    }
+    // Beyond the gather window: start NVMe reads early, as far as the staging buffers allow.
+    if (placement_[u].param != Tier::nvme || s.fetch != Fetch::none) continue;
+    if (reads_in_flight_ >= read_buffers) break;
+    start_read(u);
+    s.prefetched = true;
+  }
+}
+
+}  // namespace tierzero::zero

@@ -1,0 +1,300 @@
+// The partition store's optimizer step: the global gradient norm over every shard wherever it
+// lives, then AdamW where each unit's optimizer states live — the device's kernel, the CPU kernel
+// on host shards, or a read -> update -> write pipeline over chunks of NVMe-resident shards — and
+// the updated parameters published to wherever the next forward reads them.
+//
+// Every path applies the same elementwise kernel to the same values (the device tier of the CPU
+// backend and the host path run the same CPU function), so the placements agree bitwise; the
+// NVMe pipeline only cuts the calls at chunk boundaries, which an elementwise update ignores.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "state_arenas.hpp"
+#include "tierzero/core/activity_log.hpp"
+#include "tierzero/core/error.hpp"
+#include "tierzero/core/timer.hpp"
+#include "tierzero/kernels/cpu_ops.hpp"
+#include "tierzero/zero/partition_store.hpp"
+
+namespace tierzero::zero {
+
+namespace {
+
+// One kernel call per tensor piece inside [begin, begin + count) of a shard, so that decay
+// follows the tensor; padding is in no piece and stays zero.
+template <typename Update>
+void for_segments(const std::vector<ShardSegment>& segments, size_t begin, size_t count,
+                  const kernels::AdamWParams& base, float weight_decay, Update&& update) {
+  for (const ShardSegment& seg : segments) {
+    const size_t lo = std::max(seg.shard_offset, begin);
+    const size_t hi = std::min(seg.shard_offset + seg.numel, begin + count);
+    if (lo >= hi) continue;
+    kernels::AdamWParams p = base;
+    p.weight_decay = seg.decay ? weight_decay : 0.0f;
+    update(lo - begin, hi - lo, p);  // offset relative to `begin`, elements
+  }
+}
+
+}  // namespace
+
+double PartitionStore::local_grad_sum_squares() {
+  // Sum of squares over the gradient this rank owns. At stage 0 every rank owns (and holds) the
+  // whole mean gradient; at stage 1 every rank holds it but owns only its shard.
+  kernels::Kernels& k = device_.kernels();
+  double local = 0.0;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const size_t n = plan_.partition(u).shard_numel;
+    const float* g = grad_shard_ptr(u);
+    local +=
+        placement_[u].grad == Tier::device ? k.sum_squares(g, n) : kernels::cpu::sum_squares(g, n);
+  }
+  return local;
+}
+
+void PartitionStore::publish_params(size_t unit, const float* master, size_t begin, size_t count,
+                                    bool master_on_device) {
+  // The updated master values become the working parameters wherever they live.
+  if (count == 0) return;
+  const Tier home = config_.stage == 3 ? placement_[unit].param : Tier::device;
+  const size_t bytes = count * sizeof(float);
+  Stream& st = device_.default_stream();
+  const double t0 = monotonic_seconds();
+  const auto u = static_cast<int64_t>(unit);
+  if (home == Tier::device) {
+    device_.copy(param_shard_ptr(unit) + begin, master, bytes,
+                 master_on_device ? CopyKind::device_to_device : CopyKind::host_to_device, st);
+    st.synchronize();
+    if (!master_on_device)
+      ActivityLog::global().record(Track::host_to_device, "params to device", t0,
+                                   monotonic_seconds(), bytes, u);
+  } else if (home == Tier::host) {
+    if (master_on_device) {
+      device_.copy(param_shard_ptr(unit) + begin, master, bytes, CopyKind::device_to_host, st);
+      st.synchronize();
+      ActivityLog::global().record(Track::device_to_host, "params to host", t0, monotonic_seconds(),
+                                   bytes, u);
+    } else {
+      std::memcpy(param_shard_ptr(unit) + begin, master, bytes);
+    }
+  } else {
+    offload::PinnedBuffer staging;
+    const float* src = master;
+    if (master_on_device) {
+      staging = host_pool_->allocate(bytes, Category::io, "zero param publish staging");
+      device_.copy(staging.data(), master, bytes, CopyKind::device_to_host, st);
+      st.synchronize();
+      src = static_cast<const float*>(staging.data());
+    }
+    auto writes = arenas_->write(StateBuffer::param_shard, unit, begin, count, src);
+    wait_io(writes);
+  }
+}
+
+void PartitionStore::update_unit_on_device(size_t unit, const kernels::AdamWParams& base) {
+  kernels::Kernels& k = device_.kernels();
+  float* param = master_ptr(unit);
+  const float* grad = grad_shard_ptr(unit);
+  float* m = arenas_->ptr(StateBuffer::adam_m, unit);
+  float* v = arenas_->ptr(StateBuffer::adam_v, unit);
+  const size_t n = plan_.partition(unit).shard_numel;
+  for_segments(plan_.segments(unit), 0, n, base, static_cast<float>(optimizer_.weight_decay),
+               [&](size_t o, size_t count, const kernels::AdamWParams& p) {
+                 k.adamw_update(param + o, m + o, v + o, grad + o, count, p);
+               });
+  if (!placement_[unit].master_is_param) publish_params(unit, param, 0, n, true);
+}
+
+void PartitionStore::update_unit_on_host(size_t unit, const kernels::AdamWParams& base) {
+  float* param = master_ptr(unit);
+  const float* grad = grad_shard_ptr(unit);
+  float* m = arenas_->ptr(StateBuffer::adam_m, unit);
+  float* v = arenas_->ptr(StateBuffer::adam_v, unit);
+  const size_t n = plan_.partition(unit).shard_numel;
+  for_segments(plan_.segments(unit), 0, n, base, static_cast<float>(optimizer_.weight_decay),
+               [&](size_t o, size_t count, const kernels::AdamWParams& p) {
+                 kernels::cpu::adamw_update(param + o, m + o, v + o, grad + o, count, p);
+               });
+  if (!placement_[unit].master_is_param) publish_params(unit, param, 0, n, false);
+}
+
+void PartitionStore::update_units_on_nvme(const kernels::AdamWParams& base) {
+  struct Chunk {
+    size_t unit, begin, count;
+  };
+  std::vector<Chunk> chunks;
+  const size_t chunk = arenas_->chunk_elems;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (placement_[u].optimizer != Tier::nvme) continue;
+    const size_t n = plan_.partition(u).shard_numel;
+    for (size_t at = 0; at < n; at += chunk) chunks.push_back({u, at, std::min(chunk, n - at)});
+  }
+  if (chunks.empty()) return;
+  size_t largest = 0;
+  for (const Chunk& c : chunks) largest = std::max(largest, c.count);
+
+  // A ring of three staging slots: chunk i is updated in slot i % 3 while chunk i + 1 is being
+  // read into the next slot and chunk i - 1 written back from the previous one.
+  constexpr size_t kSlots = 3;
+  struct Slot {
+    offload::PinnedBuffer master, m, v;  // (largest) fp32 each
+    std::vector<offload::IoHandle> reads, writes;
+  };
+  std::array<Slot, kSlots> ring;
+  for (Slot& s : ring) {
+    s.master = host_pool_->allocate(largest * sizeof(float), Category::io, "zero nvme optim slot");
+    s.m = host_pool_->allocate(largest * sizeof(float), Category::io, "zero nvme optim slot");
+    s.v = host_pool_->allocate(largest * sizeof(float), Category::io, "zero nvme optim slot");
+  }
+  auto f32 = [](offload::PinnedBuffer& b) { return static_cast<float*>(b.data()); };
+  auto append = [](std::vector<offload::IoHandle>& to, std::vector<offload::IoHandle> from) {
+    to.insert(to.end(), from.begin(), from.end());
+  };
+  auto issue_read = [&](size_t i) {
+    const Chunk& c = chunks[i];
+    Slot& s = ring[i % kSlots];
+    append(s.reads, arenas_->read(master_kind(c.unit), c.unit, c.begin, c.count, f32(s.master)));
+    append(s.reads, arenas_->read(StateBuffer::adam_m, c.unit, c.begin, c.count, f32(s.m)));
+    append(s.reads, arenas_->read(StateBuffer::adam_v, c.unit, c.begin, c.count, f32(s.v)));
+  };
+  try {
+    issue_read(0);
+    if (chunks.size() > 1) issue_read(1);
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      const Chunk& c = chunks[i];
+      Slot& s = ring[i % kSlots];
+      const double t0 = monotonic_seconds();
+      wait_io(s.reads);
+      const double t1 = monotonic_seconds();
+      if (t1 > t0)
+        ActivityLog::global().record(Track::stall, "wait nvme optimizer read", t0, t1, 0,
+                                     static_cast<int64_t>(c.unit));
+      const float* grad = grad_shard_ptr(c.unit) + c.begin;
+      float* param = f32(s.master);
+      float* m = f32(s.m);
+      float* v = f32(s.v);
+      for_segments(plan_.segments(c.unit), c.begin, c.count, base,
+                   static_cast<float>(optimizer_.weight_decay),
+                   [&](size_t o, size_t count, const kernels::AdamWParams& p) {
+                     kernels::cpu::adamw_update(param + o, m + o, v + o, grad + o, count, p);
+                   });
+      ActivityLog::global().record(Track::optimizer, "adamw nvme chunk", t1, monotonic_seconds(), 0,
+                                   static_cast<int64_t>(c.unit));
+      if (!placement_[c.unit].master_is_param)
+        publish_params(c.unit, param, c.begin, c.count, false);
+      append(s.writes, arenas_->write(master_kind(c.unit), c.unit, c.begin, c.count, param));
+      append(s.writes, arenas_->write(StateBuffer::adam_m, c.unit, c.begin, c.count, m));
+      append(s.writes, arenas_->write(StateBuffer::adam_v, c.unit, c.begin, c.count, v));
+      if (i + 2 < chunks.size()) {
+        Slot& next = ring[(i + 2) % kSlots];
+        wait_io(next.writes);  // chunk i - 1 must be on disk before its slot is refilled
+        issue_read(i + 2);
+      }
+    }
+    for (Slot& s : ring) wait_io(s.writes);
+  } catch (...) {
+    // No staging buffer may be freed under a transfer still in flight.
+    for (Slot& s : ring) {
+      for (auto* list : {&s.reads, &s.writes}) {
+        for (auto& h : *list) {
+          try {
+            h.wait();
+          } catch (const Error&) {
+          }
+        }
+      }
+    }
+    throw;
+  }
+}
+
+StoreStepStats PartitionStore::step(double lr, double clip) {
+  for (size_t u = 0; u < units_.size(); ++u)
+    TZ_CHECK(units_[u].param_refs == 0 && !units_[u].grads_open,
+             "PartitionStore::step: unit " + plan_.units()[u].name +
+                 " is still acquired (params or gradients)",
+             "release every unit and call grads_done before the optimizer step");
+  finish_all_reductions();
+  if (config_.stage == 3) {
+    if (pass_ == PassKind::train && recording_) {
+      check_trace_end();
+      trace_ = recording_trace_;
+      trace_valid_ = true;
+      recording_ = false;
+    } else if (pass_ == PassKind::train && off_trace_) {
+      trace_valid_ = false;  // record it again next step
+    }
+    // Every gathered copy is stale after the update, and gathers still in flight read the
+    // shards the update writes.
+    drop_unused_fetches();
+  }
+  // Below stage 2 with the optimizer on the CPU: the rank's slice of the averaged gradient goes
+  // to its host gradient shard.
+  Stream& st = device_.default_stream();
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (config_.stage >= 2 || placement_[u].grad == Tier::device) continue;
+    const size_t n = plan_.partition(u).shard_numel;
+    const double t0 = monotonic_seconds();
+    device_.copy(
+        arenas_->ptr(StateBuffer::grad_shard, u),
+        arenas_->ptr(StateBuffer::grads_full, u) + plan_.partition(u).shard_begin(plan_.rank()),
+        n * sizeof(float), CopyKind::device_to_host, st);
+    st.synchronize();
+    ActivityLog::global().record(Track::device_to_host, "grad shard to host", t0,
+                                 monotonic_seconds(), n * sizeof(float), static_cast<int64_t>(u));
+  }
+
+  const double local = local_grad_sum_squares();
+  StoreStepStats stats;
+  stats.grad_norm = std::sqrt(config_.stage == 0 ? local : global_sum_squares(local));
+  if (!std::isfinite(stats.grad_norm))
+    TZ_THROW("gradient norm is not finite at optimizer step " + std::to_string(t_ + 1) +
+                 " (ZeRO stage " + std::to_string(config_.stage) + ", " + group_.describe() + ")",
+             "lower the learning rate; the parameters were not updated");
+  if (clip > 0.0) {
+    const double coef = clip / (stats.grad_norm + 1e-6);
+    if (coef < 1.0) stats.clip_scale = coef;
+  }
+  ++t_;
+  const kernels::AdamWParams base{static_cast<float>(lr),
+                                  static_cast<float>(optimizer_.beta1),
+                                  static_cast<float>(optimizer_.beta2),
+                                  static_cast<float>(optimizer_.eps),
+                                  0.0f,
+                                  static_cast<float>(stats.clip_scale),
+                                  t_};
+  const double t0 = monotonic_seconds();
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (placement_[u].optimizer == Tier::device) update_unit_on_device(u, base);
+    if (placement_[u].optimizer == Tier::host) update_unit_on_host(u, base);
+  }
+  st.synchronize();
+  ActivityLog::global().record(Track::optimizer, "adamw", t0, monotonic_seconds());
+  update_units_on_nvme(base);
+
+  // Make the update visible. Stage 0: every rank made the same update. Stages 1-2: each rank
+  // updated its slice of the full parameters; gather every unit in place. Stage 3: the shard is
+  // the parameter; it is gathered on next use.
+  if (config_.stage == 1 || config_.stage == 2) {
+    st.synchronize();
+    const double g0 = monotonic_seconds();
+    size_t bytes = 0;
+    std::vector<comm::CommRequest> gathers;
+    for (size_t u = 0; u < units_.size(); ++u) {
+      const UnitPartition& p = plan_.partition(u);
+      if (p.padded_numel == 0) continue;
+      gathers.push_back(group_.all_gather_async(param_shard_ptr(u),
+                                                arenas_->ptr(StateBuffer::params_full, u),
+                                                p.shard_numel, DType::f32));
+      bytes += p.padded_numel * sizeof(float);
+    }
+    comm::wait_all(gathers);
+    ActivityLog::global().record(Track::collective, "all_gather params", g0, monotonic_seconds(),
+                                 bytes);
+  }
+  return stats;
+}
+
+}  // namespace tierzero::zero
