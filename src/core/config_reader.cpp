@@ -69,6 +69,11 @@ bool ConfigReader::has(const std::string& key) const {
   return object_.contains(key);
 }
 
+bool ConfigReader::is_null(const std::string& key) const {
+  auto it = object_.find(key);
+  return it != object_.end() && it->is_null();
+}
+
 const nlohmann::json* ConfigReader::find(const std::string& key) {
   seen_.insert(key);
   auto it = object_.find(key);

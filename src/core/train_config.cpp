@@ -110,6 +110,33 @@ void read_aio(ConfigReader r, AioConfig& a) {
   r.finish();
 }
 
+// DeepSpeed's activation_checkpointing section: checkpointing itself is switched on by
+// tierzero.activation_checkpointing (in DeepSpeed the model code decides), so these keys are
+// validated and, apart from the two refused features, have no effect.
+void read_activation_checkpointing(ConfigReader r, DeepSpeedActivationCheckpointing& a) {
+  a.partition_activations = r.get_bool("partition_activations", a.partition_activations);
+  if (a.partition_activations)
+    r.fail("partition_activations",
+           "= true is not supported: TierZero does not partition activations across "
+           "model-parallel ranks (remove the key or set it false; "
+           "tierzero.activation_checkpointing turns checkpointing on)");
+  a.cpu_checkpointing = r.get_bool("cpu_checkpointing", a.cpu_checkpointing);
+  if (a.cpu_checkpointing)
+    r.fail("cpu_checkpointing",
+           "= true is not supported: checkpoints stay in device memory (remove the key or set "
+           "it false; tierzero.activation_checkpointing turns checkpointing on)");
+  a.contiguous_memory_optimization =
+      r.get_bool("contiguous_memory_optimization", a.contiguous_memory_optimization);
+  if (r.is_null("number_checkpoints"))  // DeepSpeed's default is null: unset
+    r.accept({"number_checkpoints"});
+  else
+    a.number_checkpoints = r.get_int("number_checkpoints", a.number_checkpoints, 0, 1 << 20);
+  a.synchronize_checkpoint_boundary =
+      r.get_bool("synchronize_checkpoint_boundary", a.synchronize_checkpoint_boundary);
+  a.profile = r.get_bool("profile", a.profile);
+  r.finish();
+}
+
 bool read_enabled(ConfigReader r) {
   bool on = r.get_bool("enabled", false);
   r.accept({"loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
@@ -152,6 +179,7 @@ void read_tierzero(ConfigReader r, TrainConfig& c) {
   c.log_level = r.get_string("log_level", c.log_level, {"debug", "info", "warn", "error", "off"});
   c.device_memory_budget_gb =
       r.get_number("device_memory_budget_gb", c.device_memory_budget_gb, 0.0, 1.0e6);
+  c.activation_checkpointing = r.get_bool("activation_checkpointing", c.activation_checkpointing);
   if (c.device != "cpu" && c.device != "cuda" && c.device.rfind("cuda:", 0) != 0)
     r.fail("device", "= \"" + c.device + "\" is not cpu, cuda or cuda:N");
   if (c.seq_len > c.model.context_length)
@@ -189,6 +217,7 @@ TrainConfig TrainConfig::parse(const std::string& text, const std::string& sourc
   if (c.bf16 && c.fp16) r.fail("fp16", "and bf16 are both enabled; choose one");
   read_zero(r.child("zero_optimization"), c.zero);
   read_aio(r.child("aio"), c.aio);
+  read_activation_checkpointing(r.child("activation_checkpointing"), c.ds_activation_checkpointing);
   read_tierzero(r.child("tierzero"), c);
   if (c.train_batch_size != 0 &&
       c.train_batch_size % (c.micro_batch_size * c.gradient_accumulation_steps) != 0)
@@ -201,8 +230,8 @@ TrainConfig TrainConfig::parse(const std::string& text, const std::string& sourc
   r.accept({"wall_clock_breakdown", "zero_allow_untested_optimizer", "gradient_predivide_factor",
             "prescale_gradients", "dump_state", "communication_data_type", "tensorboard", "wandb",
             "csv_monitor", "comms_logger", "flops_profiler", "memory_breakdown",
-            "zero_force_ds_cpu_optimizer", "activation_checkpointing", "amp", "data_types",
-            "checkpoint", "seq_parallel_communication_data_type"});
+            "zero_force_ds_cpu_optimizer", "amp", "data_types", "checkpoint",
+            "seq_parallel_communication_data_type"});
   r.finish();
   return c;
 }

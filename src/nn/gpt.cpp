@@ -2,6 +2,8 @@
 // Backward keeps one running gradient of the residual stream (dresidual): a residual add passes
 // its gradient through unchanged, so the branch outputs use dresidual directly as their dout and
 // the layernorm backward adds the branch's contribution into it.
+// With activation checkpointing the per-block internals live in one layer's scratch, rebuilt by
+// block_forward in the backward from the block's input (residual3 of the block before).
 #include "tierzero/nn/gpt.hpp"
 
 #include <cmath>
@@ -24,49 +26,74 @@ GPT::GPT(const GPTConfig& config, DeviceAllocator& allocator)
   k_.set_stream(device_.default_stream().native());
 }
 
+std::vector<GPT::ActivationSpec> GPT::activation_specs(const GPTConfig& config, size_t B, size_t T,
+                                                       bool checkpointing) {
+  const size_t L = config.num_layers, C = config.channels, NH = config.num_heads;
+  const size_t Vp = config.padded_vocab_size, BT = B * T;
+  const size_t Ls = checkpointing ? 1 : L;  // layers of block internals kept at once
+  constexpr size_t f = sizeof(float);
+  using A = Activations;
+  return {
+      {&A::tokens, BT * sizeof(int32_t), "tokens"},
+      {&A::targets, BT * sizeof(int32_t), "targets"},
+      {&A::encoded, BT * C * f, "encoded"},
+      {&A::ln1, Ls * BT * C * f, "ln1"},
+      {&A::ln1_mean, Ls * BT * f, "ln1_mean"},
+      {&A::ln1_rstd, Ls * BT * f, "ln1_rstd"},
+      {&A::qkv, Ls * BT * 3 * C * f, "qkv"},
+      {&A::atty, Ls * BT * C * f, "atty"},
+      {&A::att, Ls * B * NH * T * T * f, "att"},
+      {&A::residual2, Ls * BT * C * f, "residual2"},
+      {&A::ln2, Ls * BT * C * f, "ln2"},
+      {&A::ln2_mean, Ls * BT * f, "ln2_mean"},
+      {&A::ln2_rstd, Ls * BT * f, "ln2_rstd"},
+      {&A::fch, Ls * BT * 4 * C * f, "fch"},
+      {&A::fch_gelu, Ls * BT * 4 * C * f, "fch_gelu"},
+      {&A::residual3, L * BT * C * f, checkpointing ? "residual3 (checkpoints)" : "residual3"},
+      {&A::proj, BT * C * f, "proj"},
+      {&A::lnf, BT * C * f, "lnf"},
+      {&A::lnf_mean, BT * f, "lnf_mean"},
+      {&A::lnf_rstd, BT * f, "lnf_rstd"},
+      {&A::logits, BT * Vp * f, "logits"},
+      {&A::losses, BT * f, "losses"},
+      {&A::dresidual, BT * C * f, "dresidual"},
+      {&A::dln, BT * C * f, "dln"},
+      {&A::dqkv, BT * 3 * C * f, "dqkv"},
+      {&A::datty, BT * C * f, "datty"},
+      {&A::datt, B * NH * T * T * f, "datt"},
+      {&A::dfch, BT * 4 * C * f, "dfch"},
+      {&A::dfch_gelu, BT * 4 * C * f, "dfch_gelu"},
+  };
+}
+
+size_t GPT::activation_bytes_for(const GPTConfig& config, size_t B, size_t T, bool checkpointing) {
+  size_t total = 0;
+  for (const ActivationSpec& a : activation_specs(config, B, T, checkpointing))
+    total += DeviceAllocator::round_size(a.bytes);
+  return total;
+}
+
 void GPT::allocate_activations(size_t B, size_t T) {
   if (B == act_B_ && T == act_T_) return;
   acts_ = Activations{};  // release the old set first so the budget sees the real peak
-  const size_t L = config_.num_layers, C = config_.channels, NH = config_.num_heads;
-  const size_t Vp = config_.padded_vocab_size, BT = B * T;
   activation_bytes_ = 0;
-  auto f = [&](size_t n, const char* label) {
-    activation_bytes_ += DeviceAllocator::round_size(n * sizeof(float));
-    return allocator_.allocate(n * sizeof(float), Category::activation, label);
-  };
-  Activations& a = acts_;
-  a.tokens = allocator_.allocate(BT * sizeof(int32_t), Category::activation, "tokens");
-  a.targets = allocator_.allocate(BT * sizeof(int32_t), Category::activation, "targets");
-  a.encoded = f(BT * C, "encoded");
-  a.ln1 = f(L * BT * C, "ln1");
-  a.ln1_mean = f(L * BT, "ln1_mean");
-  a.ln1_rstd = f(L * BT, "ln1_rstd");
-  a.qkv = f(L * BT * 3 * C, "qkv");
-  a.atty = f(L * BT * C, "atty");
-  a.att = f(L * B * NH * T * T, "att");
-  a.residual2 = f(L * BT * C, "residual2");
-  a.ln2 = f(L * BT * C, "ln2");
-  a.ln2_mean = f(L * BT, "ln2_mean");
-  a.ln2_rstd = f(L * BT, "ln2_rstd");
-  a.fch = f(L * BT * 4 * C, "fch");
-  a.fch_gelu = f(L * BT * 4 * C, "fch_gelu");
-  a.residual3 = f(L * BT * C, "residual3");
-  a.proj = f(BT * C, "proj");
-  a.lnf = f(BT * C, "lnf");
-  a.lnf_mean = f(BT, "lnf_mean");
-  a.lnf_rstd = f(BT, "lnf_rstd");
-  a.logits = f(BT * Vp, "logits");
-  a.losses = f(BT, "losses");
-  a.dresidual = f(BT * C, "dresidual");
-  a.dln = f(BT * C, "dln");
-  a.dqkv = f(BT * 3 * C, "dqkv");
-  a.datty = f(BT * C, "datty");
-  a.datt = f(B * NH * T * T, "datt");
-  a.dfch = f(BT * 4 * C, "dfch");
-  a.dfch_gelu = f(BT * 4 * C, "dfch_gelu");
-  host_losses_.resize(BT);
+  act_B_ = act_T_ = 0;  // until the new set is complete (an allocation may throw)
+  for (const ActivationSpec& a : activation_specs(config_, B, T, checkpointing_)) {
+    acts_.*a.member = allocator_.allocate(a.bytes, Category::activation, a.label);
+    activation_bytes_ += DeviceAllocator::round_size(a.bytes);
+  }
+  host_losses_.resize(B * T);
   act_B_ = B;
   act_T_ = T;
+}
+
+void GPT::set_activation_checkpointing(bool on) {
+  if (on == checkpointing_) return;
+  checkpointing_ = on;
+  if (act_B_ == 0) return;  // nothing allocated yet: the first batch allocates in this mode
+  const size_t B = act_B_, T = act_T_;
+  act_B_ = act_T_ = 0;  // force the reallocation for the same shape
+  allocate_activations(B, T);
 }
 
 void GPT::prepare(const int32_t* tokens, const int32_t* targets, size_t B, size_t T) {
@@ -94,7 +121,7 @@ void GPT::prepare(const int32_t* tokens, const int32_t* targets, size_t B, size_
 }
 
 void GPT::forward(ParamProvider& params, size_t B, size_t T) {
-  const size_t C = config_.channels, NH = config_.num_heads, BT = B * T;
+  const size_t C = config_.channels, BT = B * T;
   Activations& a = acts_;
   auto tensor = [&](const float* unit_base, ParamKind kind, int layer) {
     const ParamTensor& t = layout_.get(kind, layer);
@@ -108,36 +135,8 @@ void GPT::forward(ParamProvider& params, size_t B, size_t T) {
   params.release_params(emb);
 
   for (size_t l = 0; l < config_.num_layers; ++l) {
-    const int li = static_cast<int>(l);
     const size_t unit = layout_.block_unit(l);
-    const float* p = params.acquire_params(unit);
-    const float* residual = l == 0 ? a.encoded.f32() : a.residual3.f32() + (l - 1) * BT * C;
-    float* ln1 = a.ln1.f32() + l * BT * C;
-    float* qkv = a.qkv.f32() + l * BT * 3 * C;
-    float* atty = a.atty.f32() + l * BT * C;
-    float* att = a.att.f32() + l * B * NH * T * T;
-    float* residual2 = a.residual2.f32() + l * BT * C;
-    float* ln2 = a.ln2.f32() + l * BT * C;
-    float* fch = a.fch.f32() + l * BT * 4 * C;
-    float* fch_gelu = a.fch_gelu.f32() + l * BT * 4 * C;
-    float* residual3 = a.residual3.f32() + l * BT * C;
-
-    k_.layernorm_forward(ln1, a.ln1_mean.f32() + l * BT, a.ln1_rstd.f32() + l * BT, residual,
-                         tensor(p, ParamKind::ln1w, li), tensor(p, ParamKind::ln1b, li), BT, C);
-    k_.matmul_forward(qkv, ln1, tensor(p, ParamKind::qkvw, li), tensor(p, ParamKind::qkvb, li), BT,
-                      C, 3 * C);
-    k_.attention_forward(atty, att, qkv, B, T, C, NH);
-    k_.matmul_forward(a.proj.f32(), atty, tensor(p, ParamKind::attprojw, li),
-                      tensor(p, ParamKind::attprojb, li), BT, C, C);
-    k_.residual_forward(residual2, residual, a.proj.f32(), BT * C);
-    k_.layernorm_forward(ln2, a.ln2_mean.f32() + l * BT, a.ln2_rstd.f32() + l * BT, residual2,
-                         tensor(p, ParamKind::ln2w, li), tensor(p, ParamKind::ln2b, li), BT, C);
-    k_.matmul_forward(fch, ln2, tensor(p, ParamKind::fcw, li), tensor(p, ParamKind::fcb, li), BT, C,
-                      4 * C);
-    k_.gelu_forward(fch_gelu, fch, BT * 4 * C);
-    k_.matmul_forward(a.proj.f32(), fch_gelu, tensor(p, ParamKind::fcprojw, li),
-                      tensor(p, ParamKind::fcprojb, li), BT, 4 * C, C);
-    k_.residual_forward(residual3, residual2, a.proj.f32(), BT * C);
+    block_forward(params.acquire_params(unit), l, B, T, /*write_output=*/true);
     params.release_params(unit);
   }
 
@@ -153,6 +152,44 @@ void GPT::forward(ParamProvider& params, size_t B, size_t T) {
   k_.matmul_forward(a.logits.f32(), a.lnf.f32(), tensor(e2, ParamKind::wte, -1), nullptr, BT, C,
                     config_.padded_vocab_size);
   params.release_params(emb);
+}
+
+void GPT::block_forward(const float* p, size_t l, size_t B, size_t T, bool write_output) {
+  const size_t C = config_.channels, NH = config_.num_heads, BT = B * T;
+  const int li = static_cast<int>(l);
+  const size_t sl = slot(l);
+  Activations& a = acts_;
+  auto tensor = [&](const float* unit_base, ParamKind kind, int layer) {
+    const ParamTensor& t = layout_.get(kind, layer);
+    return unit_base + (t.offset - layout_.units()[t.unit].offset);
+  };
+  const float* residual = l == 0 ? a.encoded.f32() : a.residual3.f32() + (l - 1) * BT * C;
+  float* ln1 = a.ln1.f32() + sl * BT * C;
+  float* qkv = a.qkv.f32() + sl * BT * 3 * C;
+  float* atty = a.atty.f32() + sl * BT * C;
+  float* att = a.att.f32() + sl * B * NH * T * T;
+  float* residual2 = a.residual2.f32() + sl * BT * C;
+  float* ln2 = a.ln2.f32() + sl * BT * C;
+  float* fch = a.fch.f32() + sl * BT * 4 * C;
+  float* fch_gelu = a.fch_gelu.f32() + sl * BT * 4 * C;
+
+  k_.layernorm_forward(ln1, a.ln1_mean.f32() + sl * BT, a.ln1_rstd.f32() + sl * BT, residual,
+                       tensor(p, ParamKind::ln1w, li), tensor(p, ParamKind::ln1b, li), BT, C);
+  k_.matmul_forward(qkv, ln1, tensor(p, ParamKind::qkvw, li), tensor(p, ParamKind::qkvb, li), BT, C,
+                    3 * C);
+  k_.attention_forward(atty, att, qkv, B, T, C, NH);
+  k_.matmul_forward(a.proj.f32(), atty, tensor(p, ParamKind::attprojw, li),
+                    tensor(p, ParamKind::attprojb, li), BT, C, C);
+  k_.residual_forward(residual2, residual, a.proj.f32(), BT * C);
+  k_.layernorm_forward(ln2, a.ln2_mean.f32() + sl * BT, a.ln2_rstd.f32() + sl * BT, residual2,
+                       tensor(p, ParamKind::ln2w, li), tensor(p, ParamKind::ln2b, li), BT, C);
+  k_.matmul_forward(fch, ln2, tensor(p, ParamKind::fcw, li), tensor(p, ParamKind::fcb, li), BT, C,
+                    4 * C);
+  k_.gelu_forward(fch_gelu, fch, BT * 4 * C);
+  if (!write_output) return;
+  k_.matmul_forward(a.proj.f32(), fch_gelu, tensor(p, ParamKind::fcprojw, li),
+                    tensor(p, ParamKind::fcprojb, li), BT, 4 * C, C);
+  k_.residual_forward(a.residual3.f32() + l * BT * C, residual2, a.proj.f32(), BT * C);
 }
 
 void GPT::backward(ParamProvider& params, size_t B, size_t T) {
@@ -195,16 +232,19 @@ void GPT::backward(ParamProvider& params, size_t B, size_t T) {
     const int li = static_cast<int>(l);
     const size_t unit = layout_.block_unit(l);
     const float* p = params.acquire_params(unit);
+    // Checkpointed: rebuild the block's internals from its input, inside this acquisition.
+    if (checkpointing_) block_forward(p, l, B, T, /*write_output=*/false);
     float* g = params.acquire_grads(unit);
+    const size_t sl = slot(l);
     const float* residual = l == 0 ? a.encoded.f32() : a.residual3.f32() + (l - 1) * BT * C;
-    const float* ln1 = a.ln1.f32() + l * BT * C;
-    const float* qkv = a.qkv.f32() + l * BT * 3 * C;
-    const float* atty = a.atty.f32() + l * BT * C;
-    const float* att = a.att.f32() + l * B * NH * T * T;
-    const float* residual2 = a.residual2.f32() + l * BT * C;
-    const float* ln2 = a.ln2.f32() + l * BT * C;
-    const float* fch = a.fch.f32() + l * BT * 4 * C;
-    const float* fch_gelu = a.fch_gelu.f32() + l * BT * 4 * C;
+    const float* ln1 = a.ln1.f32() + sl * BT * C;
+    const float* qkv = a.qkv.f32() + sl * BT * 3 * C;
+    const float* atty = a.atty.f32() + sl * BT * C;
+    const float* att = a.att.f32() + sl * B * NH * T * T;
+    const float* residual2 = a.residual2.f32() + sl * BT * C;
+    const float* ln2 = a.ln2.f32() + sl * BT * C;
+    const float* fch = a.fch.f32() + sl * BT * 4 * C;
+    const float* fch_gelu = a.fch_gelu.f32() + sl * BT * 4 * C;
     float* dres = a.dresidual.f32();
 
     // MLP branch: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))).
@@ -219,7 +259,7 @@ void GPT::backward(ParamProvider& params, size_t B, size_t T) {
                        a.dfch.f32(), ln2, tensor(p, ParamKind::fcw, li), BT, C, 4 * C);
     k_.layernorm_backward(dres, tensor(g, ParamKind::ln2w, li), tensor(g, ParamKind::ln2b, li),
                           a.dln.f32(), residual2, tensor(p, ParamKind::ln2w, li),
-                          a.ln2_mean.f32() + l * BT, a.ln2_rstd.f32() + l * BT, BT, C);
+                          a.ln2_mean.f32() + sl * BT, a.ln2_rstd.f32() + sl * BT, BT, C);
 
     // Attention branch: residual2 = residual + attproj(attention(qkv(ln1(residual)))).
     zero(a.datty, BT * C);
@@ -233,7 +273,7 @@ void GPT::backward(ParamProvider& params, size_t B, size_t T) {
                        a.dqkv.f32(), ln1, tensor(p, ParamKind::qkvw, li), BT, C, 3 * C);
     k_.layernorm_backward(dres, tensor(g, ParamKind::ln1w, li), tensor(g, ParamKind::ln1b, li),
                           a.dln.f32(), residual, tensor(p, ParamKind::ln1w, li),
-                          a.ln1_mean.f32() + l * BT, a.ln1_rstd.f32() + l * BT, BT, C);
+                          a.ln1_mean.f32() + sl * BT, a.ln1_rstd.f32() + sl * BT, BT, C);
     params.release_params(unit);
     params.grads_done(unit);
   }

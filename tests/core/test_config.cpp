@@ -152,3 +152,54 @@ TEST(TrainConfig, InvalidJsonAndMissingFile) {
   EXPECT_NE(e.find("not valid JSON"), std::string::npos) << e;
   EXPECT_THROW(TrainConfig::load("/nonexistent/dir/config.json"), Error);
 }
+
+TEST(TrainConfig, ActivationCheckpointingKeys) {
+  EXPECT_FALSE(TrainConfig::defaults().activation_checkpointing);
+  TrainConfig c = TrainConfig::parse(R"({"tierzero": {"activation_checkpointing": true}})", "t");
+  EXPECT_TRUE(c.activation_checkpointing);
+
+  // DeepSpeed's section reads unchanged (its keys have no effect here), null included.
+  c = TrainConfig::parse(R"({"activation_checkpointing": {
+      "partition_activations": false, "cpu_checkpointing": false,
+      "contiguous_memory_optimization": true, "number_checkpoints": null,
+      "synchronize_checkpoint_boundary": true, "profile": false}})",
+                         "ds.json");
+  EXPECT_FALSE(c.activation_checkpointing);  // the section alone does not turn it on
+  EXPECT_TRUE(c.ds_activation_checkpointing.contiguous_memory_optimization);
+  EXPECT_TRUE(c.ds_activation_checkpointing.synchronize_checkpoint_boundary);
+  EXPECT_EQ(c.ds_activation_checkpointing.number_checkpoints, 0);
+  c = TrainConfig::parse(R"({"activation_checkpointing": {"number_checkpoints": 4}})", "t");
+  EXPECT_EQ(c.ds_activation_checkpointing.number_checkpoints, 4);
+
+  std::string e = parse_error(R"({"tierzero": {"activation_checkpointing": "yes"}})");
+  std::printf("error: %s\n", e.c_str());
+  EXPECT_NE(e.find("'tierzero.activation_checkpointing' must be true or false"), std::string::npos)
+      << e;
+  e = parse_error(R"({"tierzero": {"activation_checkpoint": true}})");
+  EXPECT_NE(e.find("did you mean 'tierzero.activation_checkpointing'"), std::string::npos) << e;
+  e = parse_error(R"({"activation_checkpointing": {"partition_activations": true}})");
+  std::printf("error: %s\n", e.c_str());
+  EXPECT_NE(e.find("'activation_checkpointing.partition_activations' = true is not supported"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("tierzero.activation_checkpointing"), std::string::npos) << e;
+  e = parse_error(R"({"activation_checkpointing": {"cpu_checkpointing": true}})");
+  EXPECT_NE(e.find("'activation_checkpointing.cpu_checkpointing' = true is not supported"),
+            std::string::npos)
+      << e;
+  e = parse_error(R"({"activation_checkpointing": {"profile": 1}})");
+  EXPECT_NE(e.find("'activation_checkpointing.profile' must be true or false"), std::string::npos)
+      << e;
+  e = parse_error(R"({"activation_checkpointing": {"number_checkpoints": "4"}})");
+  EXPECT_NE(e.find("'activation_checkpointing.number_checkpoints' must be an integer"),
+            std::string::npos)
+      << e;
+  e = parse_error(R"({"activation_checkpointing": {"number_checkpoints": -1}})");
+  EXPECT_NE(e.find("out of range"), std::string::npos) << e;
+  e = parse_error(R"({"activation_checkpointing": {"partition_activation": false}})");
+  EXPECT_NE(e.find("did you mean 'activation_checkpointing.partition_activations'"),
+            std::string::npos)
+      << e;
+  e = parse_error(R"({"activation_checkpointing": true})");
+  EXPECT_NE(e.find("'activation_checkpointing' must be an object"), std::string::npos) << e;
+}

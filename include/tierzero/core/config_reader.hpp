@@ -18,6 +18,8 @@ class ConfigReader {
   ConfigReader(const nlohmann::json& object, std::string source, std::string path = {});
 
   bool has(const std::string& key) const;
+  // Present with the value null (DeepSpeed writes null for "unset"); does not mark it read.
+  bool is_null(const std::string& key) const;
   int64_t get_int(const std::string& key, int64_t fallback,
                   int64_t min = std::numeric_limits<int64_t>::min(),
                   int64_t max = std::numeric_limits<int64_t>::max());

@@ -69,6 +69,19 @@ struct AioConfig {
   bool overlap_events = true;
 };
 
+// DeepSpeed's "activation_checkpointing" section, read so DeepSpeed configs parse and validate.
+// In DeepSpeed the model code decides what to checkpoint; here tierzero.activation_checkpointing
+// does. partition_activations and cpu_checkpointing = true are refused (not implemented); the
+// other keys have no effect on TierZero.
+struct DeepSpeedActivationCheckpointing {
+  bool partition_activations = false;
+  bool cpu_checkpointing = false;
+  bool contiguous_memory_optimization = false;
+  int64_t number_checkpoints = 0;  // 0: unset (DeepSpeed's null)
+  bool synchronize_checkpoint_boundary = false;
+  bool profile = false;
+};
+
 struct TrainConfig {
   // DeepSpeed keys
   int64_t micro_batch_size = 8;  // train_micro_batch_size_per_gpu
@@ -82,6 +95,7 @@ struct TrainConfig {
   bool fp16 = false;
   ZeroConfig zero;
   AioConfig aio;
+  DeepSpeedActivationCheckpointing ds_activation_checkpointing;  // "activation_checkpointing"
 
   // "tierzero" section
   ModelShape model;
@@ -98,6 +112,9 @@ struct TrainConfig {
   std::string save_checkpoint;  // written at the end of the run
   std::string log_level = "info";
   double device_memory_budget_gb = 0.0;  // 0: the device's total memory
+  // Keep only each transformer block's input and recompute the block in the backward: less
+  // activation memory for one more forward's compute.
+  bool activation_checkpointing = false;
 
   // The defaults, as a config file would state them (validated like any file).
   static TrainConfig defaults();
