@@ -16,8 +16,10 @@ struct TrainFlags {
   std::string config;
   int64_t steps = -1;
   int64_t seed = -1;
-  std::string data, val_data, device, load, save, log_level, metrics;
+  std::string data, val_data, device, load, save, log_level, metrics, memory_json;
   int64_t threads = -1;
+  double device_mem_gb = -1.0;
+  double host_mem_gb = -1.0;
   int64_t batches = -1;
 };
 
@@ -29,6 +31,13 @@ void add_common(CLI::App* sub, TrainFlags& f) {
   sub->add_option("--threads", f.threads, "CPU threads (default: all)")->check(CLI::Range(1, 4096));
   sub->add_option("--load", f.load, "llm.c model checkpoint (version 3, fp32) to start from");
   sub->add_option("--log-level", f.log_level, "debug, info, warn, error or off");
+  sub->add_option("--device-mem", f.device_mem_gb,
+                  "device memory budget in GiB, a hard limit (on the CPU backend: the compute "
+                  "arena's budget, so an offloaded run behaves as on a GPU of that size)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--host-mem", f.host_mem_gb,
+                  "pinned host memory budget in GiB for offloaded state and staging")
+      ->check(CLI::PositiveNumber);
 }
 
 TrainConfig resolve(const TrainFlags& f) {
@@ -43,6 +52,8 @@ TrainConfig resolve(const TrainFlags& f) {
   if (!f.save.empty()) c.save_checkpoint = f.save;
   if (!f.log_level.empty()) c.log_level = f.log_level;
   if (f.batches >= 0) c.val_batches = f.batches;
+  if (f.device_mem_gb > 0.0) c.device_memory_budget_gb = f.device_mem_gb;
+  if (f.host_mem_gb > 0.0) c.host_memory_budget_gb = f.host_mem_gb;
   return c;
 }
 
@@ -59,10 +70,13 @@ Command add_train_command(CLI::App& app) {
   sub->add_option("--save", flags->save, "write an llm.c checkpoint at the end");
   sub->add_option("--metrics", flags->metrics,
                   "write one JSON line per step to this file (step, loss, lr, grad_norm, ms, "
-                  "tokens_per_s; full precision)");
+                  "tokens_per_s, prefetch_hits, on_demand_fetches, stall_ms; full precision)");
+  sub->add_option("--memory-json", flags->memory_json,
+                  "write each rank's tracked bytes per tier and category (current and peak) at "
+                  "the end to this file (ranks > 0: <file>.rank<r>)");
   return {sub, [flags] {
             train::Trainer trainer(resolve(*flags));
-            trainer.run(stderr, flags->metrics);
+            trainer.run(stderr, flags->metrics, flags->memory_json);
             return 0;
           }};
 }

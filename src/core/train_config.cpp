@@ -57,8 +57,10 @@ void read_offload(ConfigReader r, OffloadConfig& o, bool optimizer) {
   o.pin_memory = r.get_bool("pin_memory", o.pin_memory);
   o.buffer_count = r.get_int("buffer_count", o.buffer_count, 1, 1024);
   o.buffer_size = r.get_int("buffer_size", o.buffer_size, 1, kMaxInt);
+  // DeepSpeed has ratio for the optimizer only; TierZero also offloads a fraction of the units'
+  // parameters with it.
+  o.ratio = r.get_number("ratio", o.ratio, 0.0, 1.0);
   if (optimizer) {
-    o.ratio = r.get_number("ratio", o.ratio, 0.0, 1.0);
     r.accept({"fast_init", "pipeline_read", "pipeline_write", "pipeline"});
   } else {
     r.accept({"max_in_cpu"});
@@ -180,6 +182,8 @@ void read_tierzero(ConfigReader r, TrainConfig& c) {
   c.device_memory_budget_gb =
       r.get_number("device_memory_budget_gb", c.device_memory_budget_gb, 0.0, 1.0e6);
   c.activation_checkpointing = r.get_bool("activation_checkpointing", c.activation_checkpointing);
+  c.host_memory_budget_gb =
+      r.get_number("host_memory_budget_gb", c.host_memory_budget_gb, 0.0, 1.0e6);
   if (c.device != "cpu" && c.device != "cuda" && c.device.rfind("cuda:", 0) != 0)
     r.fail("device", "= \"" + c.device + "\" is not cpu, cuda or cuda:N");
   if (c.seq_len > c.model.context_length)

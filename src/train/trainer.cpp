@@ -10,7 +10,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <utility>
+#include <vector>
+
+#include <unistd.h>
 
 #include "tierzero/comm/mpi_communicator.hpp"
 #include "tierzero/core/error.hpp"
@@ -18,6 +22,7 @@
 #include "tierzero/core/timer.hpp"
 #include "tierzero/device/device_allocator.hpp"
 #include "tierzero/nn/gpt.hpp"
+#include "tierzero/offload/nvme_engine.hpp"
 #include "tierzero/train/adamw_optimizer.hpp"
 #include "tierzero/train/byte_tokenizer.hpp"
 #include "tierzero/train/checkpoint.hpp"
@@ -38,16 +43,64 @@ void check_supported(const TrainConfig& c) {
   TZ_CHECK(c.zero.stage >= 0 && c.zero.stage <= 3,
            "zero_optimization.stage " + std::to_string(c.zero.stage) + " does not exist",
            "use a stage from 0 to 3");
-  if (c.zero.offload_param.device != "none" || c.zero.offload_optimizer.device != "none")
-    TZ_THROW("zero_optimization offload (offload_param.device '" + c.zero.offload_param.device +
-                 "', offload_optimizer.device '" + c.zero.offload_optimizer.device +
-                 "') is not available in this build yet: stages 0-3 run with every state on "
-                 "the device tier",
-             "set offload_param.device and offload_optimizer.device to none");
   if ((c.bf16 || c.fp16) && c.device != "cpu")
     TZ_THROW(std::string(c.bf16 ? "bf16" : "fp16") +
                  ".enabled: mixed precision is not implemented yet on CUDA",
              "set enabled to false to train in fp32");
+}
+
+// The partition store's settings from the config: stage, stage-3 budgets, placements and the
+// offload resources they need.
+zero::StoreConfig store_config_from(const TrainConfig& c) {
+  zero::StoreConfig s;
+  s.stage = static_cast<int>(c.zero.stage);
+  auto elems = [](int64_t v) { return static_cast<size_t>(std::max<int64_t>(v, 0)); };
+  s.param_persistence_threshold = elems(c.zero.param_persistence_threshold);
+  s.prefetch_bucket_elems = elems(c.zero.prefetch_bucket_size);
+  s.max_live_elems = elems(c.zero.max_live_parameters);
+  s.max_reuse_distance = elems(c.zero.max_reuse_distance);
+  const OffloadConfig& op = c.zero.offload_param;
+  const OffloadConfig& oo = c.zero.offload_optimizer;
+  s.placement.param = {zero::offload_tier(op.device), op.ratio};
+  s.placement.optimizer = {zero::offload_tier(oo.device), oo.ratio};
+  s.placement.nvme_chunk_elems = elems(oo.buffer_size);
+  // One engine for both: the union of the directories (each one drive) of what goes to NVMe.
+  std::vector<std::string> dirs;
+  for (const OffloadConfig* o : {&op, &oo}) {
+    if (o->device != "nvme") continue;
+    for (const std::string& d : offload::nvme_options_from_config(c.aio, *o).directories)
+      if (std::find(dirs.begin(), dirs.end(), d) == dirs.end()) dirs.push_back(d);
+  }
+  if (!dirs.empty()) {
+    s.nvme = offload::nvme_options_from_config(c.aio, op.device == "nvme" ? op : oo);
+    s.nvme.directories = dirs;
+  }
+  s.nvme_read_buffers = elems(op.buffer_count);
+  if (c.host_memory_budget_gb > 0.0) {
+    s.host_budget_bytes = static_cast<size_t>(c.host_memory_budget_gb * 1073741824.0);
+  } else {
+    const long pages = sysconf(_SC_PHYS_PAGES);
+    const long page = sysconf(_SC_PAGESIZE);
+    const double physical =
+        pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 8.0e9;
+    s.host_budget_bytes = static_cast<size_t>(0.8 * physical);
+  }
+  return s;
+}
+
+// "device tier", or where the offloaded states go: "optimizer on nvme (50% of units), ...".
+std::string describe_placement(const TrainConfig& c) {
+  std::string out;
+  auto add = [&](const char* what, const OffloadConfig& o) {
+    if (o.device == "none") return;
+    if (!out.empty()) out += ", ";
+    out += std::string(what) + " on " + (o.device == "cpu" ? "host" : "nvme");
+    if (o.ratio < 1.0)
+      out += " (" + std::to_string(static_cast<int>(o.ratio * 100.0)) + "% of units)";
+  };
+  add("params", c.zero.offload_param);
+  add("optimizer", c.zero.offload_optimizer);
+  return out.empty() ? "device tier" : out;
 }
 
 }  // namespace
@@ -149,11 +202,16 @@ void Trainer::build() {
     nn::init_gpt2_params(layout, s.model_config, config_.seed, host.data());
   else
     load_checkpoint(config_.load_checkpoint, layout, host.data());
+  s.model->set_activation_checkpointing(config_.activation_checkpointing);
   if (s.session) {
-    zero::StoreConfig store_config;
-    store_config.stage = static_cast<int>(config_.zero.stage);
-    store_config.param_persistence_threshold =
-        static_cast<size_t>(std::max<int64_t>(config_.zero.param_persistence_threshold, 0));
+    zero::StoreConfig store_config = store_config_from(config_);
+    // reduce_bucket_size bounds the gradient buckets awaiting reduce-scatter: as many whole
+    // units as it holds, at least one, at most two (more buys no overlap).
+    size_t largest_unit = 1;
+    for (const nn::ParamUnit& u : layout.units()) largest_unit = std::max(largest_unit, u.numel);
+    store_config.max_pending_reductions = std::clamp<size_t>(
+        static_cast<size_t>(std::max<int64_t>(config_.zero.reduce_bucket_size, 1)) / largest_unit,
+        1, 2);
     s.store =
         std::make_unique<zero::PartitionStore>(units_from_layout(layout), store_config,
                                                config_.optimizer, s.session->world(), *s.allocator);
@@ -190,9 +248,11 @@ void group_sum(comm::Communicator& group, float* values, size_t count) {
 // Mean loss over `batches` validation batches. With a group, rank r of w evaluates the batches
 // r, r + w, ... (its loader's stride) and the mean is all-reduced; every rank runs the same number
 // of evaluations (surplus ones are not counted) because each one gathers parameters at stage 3.
-double validate(nn::GPT& model, nn::ParamProvider& params, DataLoader& loader, size_t batches,
-                size_t B, size_t T, int rank, int world_size, comm::Communicator* group) {
-  std::vector<int32_t> x(B * T), y(B * T);  // (B, T) each
+double validate(nn::GPT& model, nn::ParamProvider& params, zero::PartitionStore* store,
+                DataLoader& loader, size_t batches, size_t B, size_t T, int rank, int world_size,
+                comm::Communicator* group) {
+  if (store) store->begin_pass(zero::PassKind::eval);  // not in the training trace
+  std::vector<int32_t> x(B * T), y(B * T);             // (B, T) each
   loader.reset();
   const auto w = static_cast<size_t>(world_size);
   const size_t rounds = (batches + w - 1) / w;
@@ -210,6 +270,33 @@ double validate(nn::GPT& model, nn::ParamProvider& params, DataLoader& loader, s
   float totals[2] = {static_cast<float>(sum), static_cast<float>(counted)};
   group_sum(*group, totals, 2);
   return static_cast<double>(totals[0]) / static_cast<double>(totals[1]);
+}
+
+// This rank's tracked bytes per tier and category (see Trainer::run).
+void write_memory_json(const std::string& path, int rank, int ranks) {
+  const std::string file = rank == 0 ? path : path + ".rank" + std::to_string(rank);
+  const MemoryTracker& t = MemoryTracker::global();
+  std::string json = "{\"rank\": " + std::to_string(rank) +
+                     ", \"ranks\": " + std::to_string(ranks) + ", \"tiers\": {";
+  for (size_t ti = 0; ti < kNumTiers; ++ti) {
+    const auto tier = static_cast<Tier>(ti);
+    json += std::string(ti ? ", " : "") + "\"" + tier_name(tier) + "\": {";
+    for (size_t c = 0; c < kNumCategories; ++c) {
+      const auto cat = static_cast<Category>(c);
+      json += std::string(c ? ", " : "") + "\"" + category_name(cat) +
+              "\": {\"current\": " + std::to_string(t.current(tier, cat)) +
+              ", \"peak\": " + std::to_string(t.peak(tier, cat)) + "}";
+    }
+    json += "}";
+  }
+  json += "}}\n";
+  std::FILE* f = std::fopen(file.c_str(), "w");
+  TZ_CHECK(f != nullptr, "cannot open the memory file '" + file + "': " + std::strerror(errno),
+           "check that the directory exists and is writable");
+  const bool ok = std::fwrite(json.data(), 1, json.size(), f) == json.size();
+  TZ_CHECK(std::fclose(f) == 0 && ok,
+           "writing the memory file '" + file + "' failed: " + std::strerror(errno),
+           "check the free space of its file system");
 }
 
 // The memory summary of this rank with a "rank r: " prefix on every line, written at once so
@@ -239,18 +326,21 @@ void print_rank_memory_summary(std::FILE* out, int rank, const MemoryTracker& tr
 
 }  // namespace
 
-TrainResult Trainer::run(std::FILE* out, const std::string& metrics_path) {
+TrainResult Trainer::run(std::FILE* out, const std::string& metrics_path,
+                         const std::string& memory_json_path) {
   // Under mpiexec a rank that throws must not leave the others waiting in a collective until
   // their timeout: end the whole job with the message.
-  if (!state_->session || state_->world_size == 1) return run_loop(out, metrics_path);
+  if (!state_->session || state_->world_size == 1)
+    return run_loop(out, metrics_path, memory_json_path);
   try {
-    return run_loop(out, metrics_path);
+    return run_loop(out, metrics_path, memory_json_path);
   } catch (const Error& e) {
     comm::abort_job(e.what());
   }
 }
 
-TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metrics_path) {
+TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metrics_path,
+                              const std::string& memory_json_path) {
   State& s = *state_;
   const auto B = static_cast<size_t>(config_.micro_batch_size);
   const auto T = static_cast<size_t>(config_.seq_len);
@@ -281,8 +371,9 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
                  s.model_config.str().c_str(), result.parameter_count, result.device_name.c_str(),
                  B, T, static_cast<long long>(accum), static_cast<long long>(config_.steps));
     if (s.store)
-      std::fprintf(out, ", ZeRO stage %d on %d rank(s), device tier", s.store->stage(),
-                   s.world_size);
+      std::fprintf(out, ", ZeRO stage %d on %d rank(s), %s", s.store->stage(), s.world_size,
+                   describe_placement(config_).c_str());
+    if (config_.activation_checkpointing) std::fprintf(out, ", activation checkpointing");
     std::fprintf(out, "\n");
   }
 
@@ -322,28 +413,37 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
     r.tokens_per_second = static_cast<double>(B * T * static_cast<size_t>(accum) *
                                               static_cast<size_t>(s.world_size)) /
                           r.seconds;
+    if (s.store && s.store->stage() == 3) {
+      const zero::FetchCounters& fc = s.store->fetch_counters();
+      r.fetch_counted = true;
+      r.prefetch_hits = fc.prefetch_hits;
+      r.on_demand_fetches = fc.on_demand_fetches;
+      r.stall_s = fc.stall_s;
+    }
     result.steps.push_back(r);
     print_step_line(out, r, config_.steps, MemoryTracker::global());
     if (metrics) {
       std::fprintf(metrics.get(),
                    "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
-                   "\"ms\": %.3f, \"tokens_per_s\": %.1f}\n",
+                   "\"ms\": %.3f, \"tokens_per_s\": %.1f, \"prefetch_hits\": %zu, "
+                   "\"on_demand_fetches\": %zu, \"stall_ms\": %.3f}\n",
                    static_cast<long long>(r.step), r.loss, r.lr, r.grad_norm, r.seconds * 1e3,
-                   r.tokens_per_second);
+                   r.tokens_per_second, r.prefetch_hits, r.on_demand_fetches, r.stall_s * 1e3);
       std::fflush(metrics.get());
     }
     if (s.val_loader && config_.val_every > 0 && (step + 1) % config_.val_every == 0 &&
         step + 1 < config_.steps && config_.val_batches > 0) {
-      double v = validate(*s.model, params, *s.val_loader, static_cast<size_t>(config_.val_batches),
-                          B, T, s.rank, s.world_size, group);
+      double v =
+          validate(*s.model, params, s.store.get(), *s.val_loader,
+                   static_cast<size_t>(config_.val_batches), B, T, s.rank, s.world_size, group);
       if (out)
         std::fprintf(out, "val loss %.4f at step %lld\n", v, static_cast<long long>(step + 1));
     }
   }
   if (s.val_loader && config_.val_batches > 0) {
     result.val_loss =
-        validate(*s.model, params, *s.val_loader, static_cast<size_t>(config_.val_batches), B, T,
-                 s.rank, s.world_size, group);
+        validate(*s.model, params, s.store.get(), *s.val_loader,
+                 static_cast<size_t>(config_.val_batches), B, T, s.rank, s.world_size, group);
     // One write for the whole line: other ranks' output may share the terminal.
     char line[160];
     if (std::isfinite(s.unigram_entropy))
@@ -368,6 +468,7 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
     if (s.rank == 0) save_checkpoint(config_.save_checkpoint, s.model_config, layout, host.data());
     if (out) std::fprintf(out, "saved checkpoint '%s'\n", config_.save_checkpoint.c_str());
   }
+  if (!memory_json_path.empty()) write_memory_json(memory_json_path, s.rank, s.world_size);
   if (s.world_size > 1 && all_ranks_out) {
     // Rank by rank (barriers between), so that the summaries usually arrive in rank order; every
     // rank gets the same `out` (null or not), so all or none take part.

@@ -44,7 +44,7 @@ struct OffloadConfig {
   bool pin_memory = true;
   int64_t buffer_count = 5;
   int64_t buffer_size = 100000000;  // elements, as in DeepSpeed
-  double ratio = 1.0;               // offload_optimizer only
+  double ratio = 1.0;               // fraction of units offloaded (the first ones)
 };
 
 struct ZeroConfig {
@@ -112,6 +112,9 @@ struct TrainConfig {
   std::string save_checkpoint;  // written at the end of the run
   std::string log_level = "info";
   double device_memory_budget_gb = 0.0;  // 0: the device's total memory
+  // Pinned host memory the partition store may hold for offloaded state and staging;
+  // 0: 80% of the machine's physical memory.
+  double host_memory_budget_gb = 0.0;
   // Keep only each transformer block's input and recompute the block in the backward: less
   // activation memory for one more forward's compute.
   bool activation_checkpointing = false;

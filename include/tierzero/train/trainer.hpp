@@ -20,6 +20,11 @@ struct StepRecord {
   double grad_norm = 0.0;
   double seconds = 0.0;
   double tokens_per_second = 0.0;
+  // Stage 3 fetching during the step (the partition store's FetchCounters); 0 elsewhere.
+  bool fetch_counted = false;
+  size_t prefetch_hits = 0;
+  size_t on_demand_fetches = 0;
+  double stall_s = 0.0;
 };
 
 struct TrainResult {
@@ -40,11 +45,16 @@ class Trainer {
   // "tokens_per_s"}, full precision). Under MPI only rank 0 prints progress and writes metrics;
   // losses are means over the ranks. Throws Error on failure; under mpiexec with more than one
   // rank it ends the whole job instead (comm::abort_job), so no rank waits on a failed one.
-  TrainResult run(std::FILE* out, const std::string& metrics_path = "");
+  // When `memory_json_path` is not empty, every rank writes its MemoryTracker's current and peak
+  // bytes per tier and category at the end of the run there (rank r > 0 to "<path>.rank<r>"):
+  // {"rank", "ranks", "tiers": {"device": {"param": {"current", "peak"}, ...}, ...}}.
+  TrainResult run(std::FILE* out, const std::string& metrics_path = "",
+                  const std::string& memory_json_path = "");
 
  private:
   void build();  // everything after the MPI session: data, model, parameters, optimizer
-  TrainResult run_loop(std::FILE* out, const std::string& metrics_path);
+  TrainResult run_loop(std::FILE* out, const std::string& metrics_path,
+                       const std::string& memory_json_path);
   struct State;
   TrainConfig config_;
   std::unique_ptr<State> state_;
