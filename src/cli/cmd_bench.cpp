@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "bench_adam.hpp"
 #include "bench_comm.hpp"
 #include "bench_io.hpp"
 #include "commands.hpp"
@@ -178,10 +179,15 @@ Command add_bench_command(CLI::App& app) {
       bench->add_subcommand("comm", "collectives (MPI backend) vs. raw MPI, 1 KiB-256 MiB");
   add_bench_comm_options(*c, *comm);
 
-  return {bench, [train, io, comm, t, o, c] {
+  auto adam = std::make_shared<BenchAdamOptions>();
+  CLI::App* a = bench->add_subcommand("adam", "CPU AdamW + bf16 copy vs. a STREAM triad");
+  add_bench_adam_options(*a, *adam);
+
+  return {bench, [train, io, comm, adam, t, o, c, a] {
             if (t->parsed()) return bench_train(*train);
             if (o->parsed()) return run_bench_io(*io);
             if (c->parsed()) return bench_comm(*comm);
+            if (a->parsed()) return bench_adam(*adam);
             return 2;
           }};
 }

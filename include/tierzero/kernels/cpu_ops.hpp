@@ -66,6 +66,24 @@ void softmax_xent_forward_backward(float* dlogits, float* losses, const float* l
 // param, m, v (n) updated in place by AdamW (PyTorch semantics) from grad (n)
 void adamw_update(float* param, float* m, float* v, const float* grad, size_t n,
                   const AdamWParams& p);
+// The same update, and where bf16_out is not null it receives bf16(param_new) (round to nearest
+// even, NaN kept, as tierzero::float_to_bf16_bits), written in the same pass over memory.
+void adamw_update_with_copy(float* param, float* m, float* v, const float* grad,
+                            uint16_t* bf16_out /* (n), may be null */, size_t n,
+                            const AdamWParams& p);
+
+// The instruction-set paths of the CPU AdamW, slowest first. All give bitwise the same result;
+// adamw_update uses the best the CPU runs, lowered (never raised) by the environment variable
+// TIERZERO_CPU_ISA=scalar|avx2|avx512, read once per process (an unknown value throws Error).
+enum class CpuIsa { scalar = 0, avx2 = 1, avx512 = 2 };
+const char* cpu_isa_name(CpuIsa isa);  // "scalar", "avx2", "avx512"
+bool cpu_isa_supported(CpuIsa isa);    // this CPU and OS can run the path
+const char* adamw_isa();               // the path adamw_update runs
+// adamw_update_with_copy on the given path, for tests and benchmarks; throws Error where the CPU
+// cannot run it.
+void adamw_update_with_copy_on(CpuIsa isa, float* param, float* m, float* v, const float* grad,
+                               uint16_t* bf16_out /* (n), may be null */, size_t n,
+                               const AdamWParams& p);
 
 // sum of x (n) squared, accumulated in double
 double sum_squares(const float* x, size_t n);
