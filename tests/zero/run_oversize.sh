@@ -1,0 +1,47 @@
+#!/bin/sh
+# Oversize training on the CPU backend: a 24-layer, 256-channel GPT (about 19M parameters, so
+# about 300 MB of fp32 training state: params, grads, Adam m and v) trains 3 steps at ZeRO stage 3
+# with parameters and optimizer states offloaded to <tier> (cpu or nvme) under a device budget of
+# 36 MiB — less than an eighth of the state. The device allocator's budget is a hard limit (a
+# request beyond it is an Error), and the --memory-json file proves it from the tracker: the
+# device peak is within the budget and the model state held off the device is at least 8x it.
+# usage: run_oversize.sh <tierzero> <cpu|nvme>
+tierzero=$1; tier=$2
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+budget_mib=36
+if [ "$tier" = nvme ]; then where="{\"device\": \"nvme\", \"nvme_path\": \"$dir\"}"; else where='{"device": "cpu"}'; fi
+cat > "$dir/oversize.json" <<JSON
+{"train_micro_batch_size_per_gpu": 2,
+ "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
+                       "stage3_max_live_parameters": 1700000,
+                       "stage3_prefetch_bucket_size": 800000,
+                       "reduce_bucket_size": 1000000,
+                       "offload_param": $where, "offload_optimizer": $where},
+ "tierzero": {"steps": 3, "seq_len": 32, "val_batches": 1, "activation_checkpointing": true,
+              "model": {"vocab_size": 257, "n_layer": 24, "n_head": 4, "n_embd": 256,
+                        "context_length": 32}}}
+JSON
+cat "$dir/oversize.json"
+timeout -k 5 240 "$tierzero" train --config "$dir/oversize.json" \
+  --device-mem "$(awk -v m=$budget_mib 'BEGIN { printf "%.9f", m / 1024 }')" \
+  --memory-json "$dir/mem.json" || exit 1
+cat "$dir/mem.json"
+# "tier": {"param": {"current": c, "peak": p}, ...}: the peak of one tier's categories summed is
+# at most the sum of their peaks, so the sum bounds the tier's peak from above.
+awk -v budget=$((budget_mib * 1048576)) '
+  { s = $0
+    while (match(s, /"(device|host|nvme)": \{/)) {
+      tier = substr(s, RSTART + 1, RLENGTH - 5); s = substr(s, RSTART + RLENGTH)
+      block = s; sub(/\}\}.*/, "", block)
+      n = split(block, parts, /"[a-z]+": \{"current": /)
+      for (i = 2; i <= n; i++) { split(parts[i], v, /[,}]/); cur = v[1];
+        match(parts[i], /"peak": [0-9]+/); pk = substr(parts[i], RSTART + 8, RLENGTH - 8)
+        peak_sum[tier] += pk; if (i <= 4) state[tier] += cur } } }
+  END {
+    printf "device peak (sum of category peaks) %d bytes, budget %d\n", peak_sum["device"], budget
+    off = state["host"] + state["nvme"]
+    printf "model state off the device %d bytes = %.1fx the device budget\n", off, off / budget
+    if (peak_sum["device"] > budget) { print "FAIL: device budget exceeded"; exit 1 }
+    if (off < 8 * budget) { print "FAIL: the training state is not 8x the device budget"; exit 1 }
+    print "run_oversize: OK" }' "$dir/mem.json"
