@@ -43,6 +43,9 @@ void check_supported(const TrainConfig& c) {
   TZ_CHECK(c.zero.stage >= 0 && c.zero.stage <= 3,
            "zero_optimization.stage " + std::to_string(c.zero.stage) + " does not exist",
            "use a stage from 0 to 3");
+  if (c.zero.offload_optimizer.device != "none" && c.zero.stage == 0)
+    TZ_THROW("zero_optimization.offload_optimizer needs stage 1, 2 or 3 (stage is 0)",
+             "set zero_optimization.stage to 1 or more, or offload_optimizer.device to none");
   if ((c.bf16 || c.fp16) && c.device != "cpu")
     TZ_THROW(std::string(c.bf16 ? "bf16" : "fp16") +
                  ".enabled: mixed precision is not implemented yet on CUDA",

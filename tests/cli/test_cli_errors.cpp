@@ -99,12 +99,27 @@ TEST(Cli, OutOfRangeValueInConfig) {
 }
 
 // Stages 0-3 run on the device tier; offloading is refused up front with what to change.
-TEST(Cli, OffloadIsRefusedClearly) {
-  std::string cfg =
-      write_file("offload.json",
-                 R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})");
-  expect_clean_error(tierzero_cli("train --config " + cfg),
-                     "offload_optimizer.device 'cpu') is not available in this build yet");
+TEST(Cli, ImpossibleOffloadIsRefusedClearly) {
+  std::string stage0 =
+      write_file("offload0.json",
+                 R"({"zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}}})");
+  expect_clean_error(tierzero_cli("train --config " + stage0),
+                     "offload_optimizer needs stage 1, 2 or 3");
+  std::string stage2 =
+      write_file("offload2.json",
+                 R"({"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}})");
+  expect_clean_error(tierzero_cli("train --config " + stage2), "offload_param' needs stage 3");
+  std::string missing = write_file("offload_missing.json", R"({"zero_optimization": {"stage": 3,
+      "offload_optimizer": {"device": "nvme", "nvme_path": "/nonexistent/tz_swap"}},
+      "tierzero": {"steps": 1}})");
+  expect_clean_error(tierzero_cli("train --config " + missing), "/nonexistent/tz_swap");
+}
+
+// A device budget too small for what must be on the device at once is a clear error naming the
+// request and the budget, not a crash.
+TEST(Cli, DeviceBudgetTooSmallIsAClearError) {
+  std::string cfg = write_file("budget.json", kTinyConfig);
+  expect_clean_error(tierzero_cli("train --config " + cfg + " --device-mem 0.0001"), "budget");
 }
 
 TEST(Cli, MissingConfigAndDataFiles) {
