@@ -56,8 +56,10 @@ nlohmann::json config_json(const PlanFlags& f, const nn::GPTConfig& m, size_t se
   nlohmann::json j;
   j["train_micro_batch_size_per_gpu"] = c.micro_batch;
   j["gradient_accumulation_steps"] = c.accumulation;
-  j["zero_optimization"] = {
-      {"stage", c.stage}, {"offload_param", off_param}, {"offload_optimizer", off_optim}};
+  j["zero_optimization"] = {{"stage", c.stage},
+                            {"offload_param", off_param},
+                            {"offload_optimizer", off_optim},
+                            {"stage3_max_live_parameters", c.max_live_parameters}};
   j["tierzero"] = {{"model",
                     {{"vocab_size", m.vocab_size},
                      {"padded_vocab_size", m.padded_vocab_size},

@@ -123,12 +123,20 @@ Estimate estimate(const EstimateInput& in) {
     slot(e.buffers, Tier::device, Category::param) += live * sizeof(float);
   }
 
-  // Stages 2-3 reduce-scatter each unit's full gradient out of a bucket: one being filled by
-  // backward plus max_pending_reductions still being reduced, each as large as the largest unit.
-  if (in.stage >= 2)
+  // Stages 2-3 accumulate each unit's full gradient in a fresh block and reduce-scatter it into a
+  // fresh shard-sized block: one unit being filled by backward plus max_pending_reductions still
+  // being reduced, each at most the largest unit. The store tags the full gradients as grad and
+  // the reduced shards as comm, and so do we.
+  if (in.stage >= 2) {
+    size_t largest_shard = 0;
+    for (size_t u = 0; u < plan.num_units(); ++u)
+      largest_shard = std::max(largest_shard, plan.partition(u).shard_numel);
+    const size_t in_flight = in.max_pending_reductions + 1;
+    slot(e.buffers, Tier::device, Category::grad) +=
+        in_flight * DeviceAllocator::round_size(plan.largest_padded_numel() * sizeof(float));
     slot(e.buffers, Tier::device, Category::comm) +=
-        (in.max_pending_reductions + 1) *
-        DeviceAllocator::round_size(plan.largest_padded_numel() * sizeof(float));
+        in_flight * DeviceAllocator::round_size(largest_shard * sizeof(float));
+  }
 
   // NVMe-resident classes stream through pinned host staging: staging_buffer_count chunks per
   // class (parameters; optimizer states). A chunk holds nvme_chunk_elems fp32 but never more than

@@ -38,9 +38,10 @@ std::string Candidate::describe() const {
   else
     std::snprintf(optim, sizeof optim, "optimizer %s %.2g",
                   offload_device_name(placement.optimizer.tier), placement.optimizer.ratio);
-  std::snprintf(buf, sizeof buf, "stage %d, %s, %s, %s, micro-batch %zu x %zu accumulation", stage,
-                param.c_str(), optim, checkpointing ? "checkpointing" : "no checkpointing",
-                micro_batch, accumulation);
+  std::snprintf(buf, sizeof buf, "stage %d, %s, %s, %s, micro-batch %zu x %zu accumulation%s",
+                stage, param.c_str(), optim, checkpointing ? "checkpointing" : "no checkpointing",
+                micro_batch, accumulation,
+                stage == 3 && max_live_parameters == 0 ? ", stage3_max_live_parameters 0" : "");
   return buf;
 }
 
@@ -129,41 +130,45 @@ PlanResult plan(const PlanRequest& req, size_t keep_rejected) {
     for (const zero::OffloadTarget& param : param_options)
       for (const zero::OffloadTarget& optim : optim_options)
         for (bool ckpt : {false, true})
-          for (size_t b = 1; b <= per_rank_batch; b *= 2) {
-            if (param.tier != Tier::device && stage != 3) continue;
-            if (optim.tier != Tier::device && stage == 0) continue;
-            Candidate c;
-            c.stage = stage;
-            c.placement = req.base.placement;
-            c.placement.param = param;
-            c.placement.optimizer = optim;
-            c.checkpointing = ckpt;
-            c.micro_batch = b;
-            c.accumulation = (per_rank_batch + b - 1) / b;
-            EstimateInput in = req.base;
-            in.stage = stage;
-            in.placement = c.placement;
-            in.activation_bytes = req.activation_bytes(b, ckpt);
-            c.estimate = estimate(in);
-            c.time = predict_step_time(req, c);
-            c.fits = true;
-            for (size_t t = 0; t < kNumTiers && c.fits; ++t) {
-              const size_t need = c.estimate.tier_total(static_cast<Tier>(t));
-              const double room = static_cast<double>(req.budget[t]) * (1.0 - req.margin);
-              if (need > 0 && static_cast<double>(need) > room) {
-                c.fits = false;
-                c.overflow = static_cast<Tier>(t);
-                c.overflow_bytes = need;
+          for (size_t b = 1; b <= per_rank_batch; b *= 2)
+            for (size_t max_live : {req.base.max_live_parameters, size_t{0}}) {
+              if (param.tier != Tier::device && stage != 3) continue;
+              if (max_live != req.base.max_live_parameters && stage != 3) continue;
+              if (optim.tier != Tier::device && stage == 0) continue;
+              Candidate c;
+              c.stage = stage;
+              c.placement = req.base.placement;
+              c.placement.param = param;
+              c.placement.optimizer = optim;
+              c.checkpointing = ckpt;
+              c.micro_batch = b;
+              c.accumulation = (per_rank_batch + b - 1) / b;
+              c.max_live_parameters = max_live;
+              EstimateInput in = req.base;
+              in.max_live_parameters = max_live;
+              in.stage = stage;
+              in.placement = c.placement;
+              in.activation_bytes = req.activation_bytes(b, ckpt);
+              c.estimate = estimate(in);
+              c.time = predict_step_time(req, c);
+              c.fits = true;
+              for (size_t t = 0; t < kNumTiers && c.fits; ++t) {
+                const size_t need = c.estimate.tier_total(static_cast<Tier>(t));
+                const double room = static_cast<double>(req.budget[t]) * (1.0 - req.margin);
+                if (need > 0 && static_cast<double>(need) > room) {
+                  c.fits = false;
+                  c.overflow = static_cast<Tier>(t);
+                  c.overflow_bytes = need;
+                }
               }
+              ++result.considered;
+              if (!c.fits) {
+                rejected.push_back(std::move(c));
+                continue;
+              }
+              ++result.fitting;
+              fitting.push_back(std::move(c));
             }
-            ++result.considered;
-            if (!c.fits) {
-              rejected.push_back(std::move(c));
-              continue;
-            }
-            ++result.fitting;
-            fitting.push_back(std::move(c));
-          }
   // Fastest per token; candidates within kTie of the fastest count as equal (the model is not
   // that precise) and the simplest of them wins: the largest micro-batch (better GEMM efficiency,
   // which the model does not see), no recompute, the fewest bytes off the device, the lowest stage.
@@ -192,12 +197,12 @@ PlanResult plan(const PlanRequest& req, size_t keep_rejected) {
     return std::make_pair(a.time.per_token_s, a.overflow_bytes) <
            std::make_pair(b.time.per_token_s, b.overflow_bytes);
   });
-  std::map<std::tuple<int, int, int, double, bool>, bool> seen;
+  std::map<std::tuple<int, int, int, double, bool, size_t>, bool> seen;
   for (Candidate& c : rejected) {
     if (result.rejected.size() >= keep_rejected) break;
     auto key = std::make_tuple(c.stage, static_cast<int>(c.placement.param.tier),
                                static_cast<int>(c.placement.optimizer.tier),
-                               c.placement.optimizer.ratio, c.checkpointing);
+                               c.placement.optimizer.ratio, c.checkpointing, c.max_live_parameters);
     if (seen[key]) continue;
     seen[key] = true;
     result.rejected.push_back(std::move(c));

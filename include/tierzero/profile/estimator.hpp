@@ -1,7 +1,7 @@
 // The memory estimator: bytes per tier and category that one rank holds for a training run,
 // predicted before running. Model state comes from zero::model_state_bytes (the very arithmetic
 // the partition store allocates from), so those bytes are exact; transient buffers (activations,
-// gathered units, reduce-scatter buckets, NVMe staging) are upper bounds of what a step holds at
+// gathered units, gradients in reduction, NVMe staging) are upper bounds of what a step holds at
 // once. The profile layer knows nothing of GPT: the model arrives as zero::UnitSpec lists and an
 // activation byte count computed by the caller. Formulas: docs/estimator.md.
 #pragma once

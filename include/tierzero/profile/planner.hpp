@@ -44,6 +44,9 @@ struct Candidate {
   bool checkpointing = false;
   size_t micro_batch = 1;
   size_t accumulation = 1;  // gradient accumulation steps to reach the target global batch
+  // stage3_max_live_parameters: the request's, or 0 (only the two largest units live at once)
+  // when that is what makes stage 3 fit; the time model does not see the lost prefetch depth.
+  size_t max_live_parameters = 0;
   Estimate estimate;
   StepTime time;
   bool fits = false;
