@@ -85,8 +85,10 @@ std::vector<zero::UnitSpec> rank_units(const std::vector<zero::UnitSpec>& units,
 
 Estimate estimate(const EstimateInput& in) {
   const std::vector<zero::UnitSpec> units = rank_units(in.units, in.world);
-  // Every rank of the group has the same shard sizes; rank 0 stands for all of them.
-  const zero::PartitionPlan plan(units, in.world.partition_group(), 0);
+  // Every rank of the group has the same shard sizes; rank 0 stands for all of them. At stage 0
+  // nothing is partitioned: the store plans for one rank (every rank holds everything).
+  const int group = in.stage == 0 ? 1 : in.world.partition_group();
+  const zero::PartitionPlan plan(units, group, 0);
   const std::vector<zero::UnitPlacement> placement =
       zero::place_units(plan, in.stage, in.placement);
 
@@ -137,6 +139,12 @@ Estimate estimate(const EstimateInput& in) {
     slot(e.buffers, Tier::device, Category::comm) +=
         in_flight * DeviceAllocator::round_size(largest_shard * sizeof(float));
   }
+
+  // From stage 1 each rank owns only part of the gradient, so clipping exchanges the partial sums
+  // of squares: a (ranks, 2) fp32 block, allocated after the reductions have finished.
+  if (in.stage >= 1)
+    slot(e.buffers, Tier::device, Category::comm) +=
+        DeviceAllocator::round_size(2 * static_cast<size_t>(group) * sizeof(float));
 
   // NVMe-resident classes stream through pinned host staging: staging_buffer_count chunks per
   // class (parameters; optimizer states). A chunk holds nvme_chunk_elems fp32 but never more than

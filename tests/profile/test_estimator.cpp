@@ -52,6 +52,11 @@ TEST(Estimator, Stage0IsSixteenBytesPerParameter) {
             0.01);
   EXPECT_EQ(e.persistent.tier_total(Tier::host), 0u);
   EXPECT_EQ(e.buffers.tier_total(Tier::device), 0u);  // no activations given, no buckets
+
+  // Stage 0 partitions nothing: more data-parallel ranks change nothing per rank.
+  EstimateInput four = gpt2_input();
+  four.world.dp = 4;
+  EXPECT_EQ(model_state(estimate(four)), model_state(e));
 }
 
 TEST(Estimator, Stage3OnFourRanksIsSixteenOverN) {
@@ -134,7 +139,8 @@ TEST(Estimator, BuffersAreBounded) {
   EXPECT_EQ(e.buffers.at(Tier::device, Category::grad),
             3 * DeviceAllocator::round_size(sizes[0] * 4));  // full-unit gradients in flight
   EXPECT_EQ(e.buffers.at(Tier::device, Category::comm),
-            3 * DeviceAllocator::round_size(sizes[0] / 4 * 4));  // their reduced shards
+            3 * DeviceAllocator::round_size(sizes[0] / 4 * 4) +  // their reduced shards
+                DeviceAllocator::round_size(2 * 4 * 4));         // the grad-norm exchange
   EXPECT_EQ(e.buffers.at(Tier::device, Category::activation), 12345u);
 
   in.max_live_parameters = 1000000000;  // more than the model: all of it at most
@@ -144,7 +150,7 @@ TEST(Estimator, BuffersAreBounded) {
   in.stage = 1;  // no gathers, no reduce-scatter buckets below stage 2
   const Estimate s1 = estimate(in);
   EXPECT_EQ(s1.buffers.at(Tier::device, Category::param), 0u);
-  EXPECT_EQ(s1.buffers.at(Tier::device, Category::comm), 0u);
+  EXPECT_EQ(s1.buffers.at(Tier::device, Category::comm), DeviceAllocator::round_size(2 * 4 * 4));
   EXPECT_EQ(s1.buffers.at(Tier::device, Category::grad), 0u);
 }
 
