@@ -138,6 +138,7 @@ int run_plan(const PlanFlags& f) {
 
   const profile::PlanResult result = profile::plan(req);
   std::printf("searched %zu configurations, %zu fit\n", result.considered, result.fitting);
+  if (result.rejected.empty()) std::printf("every configuration searched fits\n");
   if (!result.rejected.empty()) {
     std::printf("\nthe fastest that would not fit:\n");
     for (const profile::Candidate& c : result.rejected) {

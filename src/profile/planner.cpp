@@ -134,6 +134,10 @@ PlanResult plan(const PlanRequest& req, size_t keep_rejected) {
             for (size_t max_live : {req.base.max_live_parameters, size_t{0}}) {
               if (param.tier != Tier::device && stage != 3) continue;
               if (max_live != req.base.max_live_parameters && stage != 3) continue;
+              // A tier without a budget is not offered (rather than listed as not fitting).
+              if (req.budget[static_cast<size_t>(param.tier)] == 0 ||
+                  req.budget[static_cast<size_t>(optim.tier)] == 0)
+                continue;
               if (optim.tier != Tier::device && stage == 0) continue;
               Candidate c;
               c.stage = stage;
