@@ -7,6 +7,7 @@
 #include "tierzero/device/device_allocator.hpp"
 #include "tierzero/nn/gpt.hpp"
 #include "tierzero/nn/param_layout.hpp"
+#include "tierzero/offload/host_pool.hpp"
 #include "tierzero/train/store_provider.hpp"
 
 namespace tierzero::cli {
@@ -69,6 +70,11 @@ profile::WorldLayout resolve_world(const WorldFlags& f) {
     w.dp = static_cast<int>(ranks / model_parallel);
   }
   return w;
+}
+
+size_t nvme_bounce_bytes(const AioConfig& aio) {
+  return static_cast<size_t>(aio.queue_depth) *
+         offload::HostPool::round_size(static_cast<size_t>(aio.block_size));
 }
 
 std::vector<zero::UnitSpec> model_units(const nn::GPTConfig& config) {
@@ -149,6 +155,7 @@ EstimateSettings resolve_settings(const ModelFlags& model, const WorldFlags& wor
   // The NVMe chunk is the optimizer's buffer_size (elements), as DeepSpeed's swapper uses it.
   in.placement.nvme_chunk_elems = static_cast<size_t>(z.offload_optimizer.buffer_size);
   in.staging_buffer_count = static_cast<size_t>(z.offload_optimizer.buffer_count);
+  in.nvme_bounce_bytes = nvme_bounce_bytes(c.aio);
   in.param_persistence_threshold = static_cast<size_t>(z.param_persistence_threshold);
   in.max_live_parameters = static_cast<size_t>(z.max_live_parameters);
   in.activation_bytes =

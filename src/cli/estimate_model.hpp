@@ -40,6 +40,9 @@ nn::GPTConfig resolve_model(const ModelFlags& f, const TrainConfig* config);
 // Throws Error when the parts do not multiply to --ranks.
 profile::WorldLayout resolve_world(const WorldFlags& f);
 
+// Pinned bounce buffers of one NVMe engine built from the aio section (queue_depth x block_size).
+size_t nvme_bounce_bytes(const AioConfig& aio);
+
 // The GPT's units as the partition store sees them.
 std::vector<zero::UnitSpec> model_units(const nn::GPTConfig& config);
 

@@ -159,8 +159,8 @@ Estimate estimate(const EstimateInput& in) {
     param_nvme = param_nvme || p.param == Tier::nvme;
     optim_nvme = optim_nvme || p.optimizer == Tier::nvme;
   }
-  if (param_nvme) slot(e.buffers, Tier::host, Category::io) += staging;
-  if (optim_nvme) slot(e.buffers, Tier::host, Category::io) += staging;
+  if (param_nvme) slot(e.buffers, Tier::host, Category::io) += staging + in.nvme_bounce_bytes;
+  if (optim_nvme) slot(e.buffers, Tier::host, Category::io) += staging + in.nvme_bounce_bytes;
 
   slot(e.buffers, Tier::device, Category::activation) += in.activation_bytes;
   return e;

@@ -37,6 +37,8 @@ struct EstimateInput {
   size_t max_live_parameters = 1000000000;      // stage3_max_live_parameters (elements)
   size_t max_pending_reductions = 2;            // reduce-scatters in flight behind backward
   size_t staging_buffer_count = 4;              // host staging buffers per NVMe-resident class
+  size_t nvme_bounce_bytes = 0;  // one NVMe engine's pinned bounce buffers (aio queue_depth x
+                                 // block_size, host-pool rounded), per NVMe-resident class
 };
 
 // Per tier and category: [tier][category], the same shape the memory tracker reports.
