@@ -15,5 +15,7 @@ Command add_train_command(CLI::App& app);
 Command add_eval_command(CLI::App& app);
 Command add_prepare_data_command(CLI::App& app);
 Command add_bench_command(CLI::App& app);
+Command add_estimate_command(CLI::App& app);
+Command add_plan_command(CLI::App& app);
 
 }  // namespace tierzero::cli

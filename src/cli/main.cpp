@@ -11,8 +11,9 @@ int main(int argc, char** argv) {
   CLI::App app{"TierZero: train GPT models larger than your accelerator's memory"};
   app.require_subcommand(1);
   std::vector<tierzero::cli::Command> commands = {
-      tierzero::cli::add_train_command(app), tierzero::cli::add_eval_command(app),
-      tierzero::cli::add_prepare_data_command(app), tierzero::cli::add_bench_command(app)};
+      tierzero::cli::add_train_command(app),        tierzero::cli::add_eval_command(app),
+      tierzero::cli::add_prepare_data_command(app), tierzero::cli::add_bench_command(app),
+      tierzero::cli::add_estimate_command(app),     tierzero::cli::add_plan_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,96 @@
+// The memory estimator: bytes per tier and category that one rank holds for a training run,
+// predicted before running. Model state comes from zero::model_state_bytes (the very arithmetic
+// the partition store allocates from), so those bytes are exact; transient buffers (activations,
+// gathered units, gradients in reduction, NVMe staging) are upper bounds of what a step holds at
+// once. The profile layer knows nothing of GPT: the model arrives as zero::UnitSpec lists and an
+// activation byte count computed by the caller. Formulas: docs/estimator.md.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "tierzero/core/memory_tracker.hpp"
+#include "tierzero/zero/partition.hpp"
+#include "tierzero/zero/placement.hpp"
+
+namespace tierzero::profile {
+
+// The process mesh (DESIGN.md): ranks = dp * tp * pp * sp. Sequence-parallel ranks hold identical
+// weights, so ZeRO partitions over dp * sp.
+struct WorldLayout {
+  int dp = 1;
+  int tp = 1;
+  int pp = 1;
+  int sp = 1;
+  int ranks() const { return dp * tp * pp * sp; }
+  int partition_group() const { return dp * sp; }
+};
+
+struct EstimateInput {
+  std::vector<zero::UnitSpec> units;  // the whole model, in execution order
+  WorldLayout world;
+  int stage = 0;
+  zero::PlacementConfig placement;
+  size_t activation_bytes = 0;  // device bytes of activations per rank (caller's model formula)
+  size_t param_persistence_threshold = 100000;  // stage3_param_persistence_threshold (elements)
+  size_t max_live_parameters = 1000000000;      // stage3_max_live_parameters (elements)
+  size_t max_pending_reductions = 2;            // reduce-scatters in flight behind backward
+  size_t staging_buffer_count = 4;              // host staging buffers per NVMe-resident class
+  size_t nvme_bounce_bytes = 0;  // one NVMe engine's pinned bounce buffers (aio queue_depth x
+                                 // block_size, host-pool rounded), per NVMe-resident class
+};
+
+// Per tier and category: [tier][category], the same shape the memory tracker reports.
+using TierBytes = zero::StateBytes;
+
+struct Estimate {
+  TierBytes persistent;           // model state for the whole run (exact)
+  TierBytes buffers;              // transient per-step buffers (upper bounds)
+  size_t parameters = 0;          // real parameters this rank's stage holds (after tp, pp)
+  size_t units = 0;               // units of this rank's pipeline stage
+  size_t persistent_units = 0;    // stage 3: units kept gathered (below the threshold)
+  size_t largest_unit_elems = 0;  // padded, of the worst stage
+  size_t full_elems = 0;          // sum of padded unit lengths of the worst stage
+  size_t shard_elems = 0;         // this rank's shard of the worst stage
+
+  size_t at(Tier t, Category c) const { return persistent.at(t, c) + buffers.at(t, c); }
+  size_t tier_total(Tier t) const { return persistent.tier_total(t) + buffers.tier_total(t); }
+  size_t total() const;
+};
+
+// Applies tp and pp to the model: every matrix (TensorSpec::decay) is cut into tp equal parts
+// (rounded up), other tensors are replicated; units are dealt to pp stages in contiguous runs of
+// ceil(units / pp), and the stage with the most elements is returned (the worst rank).
+std::vector<zero::UnitSpec> rank_units(const std::vector<zero::UnitSpec>& units,
+                                       const WorldLayout& world);
+
+// Throws Error (naming the option) for impossible combinations: offload_param below stage 3,
+// offload_optimizer at stage 0, a layout with a part < 1, an empty model.
+Estimate estimate(const EstimateInput& input);
+
+// The offload options of the overview table, in its order.
+enum class OffloadOption : uint8_t {
+  none,
+  optimizer_cpu,
+  optimizer_nvme,
+  param_optimizer_cpu,
+  param_optimizer_nvme
+};
+constexpr size_t kNumOffloadOptions = 5;
+const char* offload_option_name(OffloadOption o);  // "none", "optimizer cpu", ...
+// Sets input.placement's tiers (ratio 1) for an option; nvme_chunk_elems is kept.
+void apply_offload_option(OffloadOption o, zero::PlacementConfig& placement);
+
+struct TableRow {
+  int stage = 0;
+  OffloadOption offload = OffloadOption::none;
+  bool valid = false;
+  std::string reason;  // why the row is n/a (the estimator's error message)
+  Estimate estimate;
+};
+
+// Every stage 0-3 x every offload option, from `base` (whose stage and placement are replaced).
+std::vector<TableRow> estimate_table(const EstimateInput& base);
+
+}  // namespace tierzero::profile

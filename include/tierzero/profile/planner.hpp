@@ -1,0 +1,71 @@
+// The planner: enumerates ZeRO stage x placement x activation checkpointing x micro-batch, keeps
+// the configurations whose estimated bytes fit every tier's budget (with a safety margin), predicts
+// each one's step time from measured rates, and picks the fastest per token. It also keeps the
+// best rejected candidates with the tier that overflowed, so it can say what would not fit.
+// The time model and the margin are written out in docs/estimator.md.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tierzero/profile/calibration.hpp"
+#include "tierzero/profile/estimator.hpp"
+
+namespace tierzero::profile {
+
+struct PlanRequest {
+  EstimateInput base;  // units, world, knobs; stage, placement and activations are varied
+  size_t seq_len = 1024;
+  size_t target_global_batch = 32;  // sequences per optimizer step across the data-parallel ranks
+  std::array<size_t, kNumTiers> budget{};  // bytes per tier (device, host, nvme); 0: tier unusable
+  double margin = 0.10;  // a candidate fits when every tier's estimate <= budget * (1 - margin)
+  // Activation bytes per rank for (micro-batch, checkpointing); supplied by the caller, who knows
+  // the model (the profile layer does not).
+  std::function<size_t(size_t micro_batch, bool checkpointing)> activation_bytes;
+  Rates rates;
+};
+
+// Predicted seconds of one optimizer step, by part (the overlap model is in docs/estimator.md).
+struct StepTime {
+  double compute_s = 0;    // GEMM FLOPs / GEMM rate, all micro-steps
+  double transfer_s = 0;   // gathers, reduce-scatters, parameter fetches, all micro-steps
+  double exposed_s = 0;    // the part of transfer_s that compute does not hide
+  double optimizer_s = 0;  // optimizer step incl. its own I/O; not overlapped
+  double total_s = 0;      // compute_s + exposed_s + optimizer_s
+  double per_token_s = 0;  // total_s / tokens per step (all ranks)
+};
+
+struct Candidate {
+  int stage = 0;
+  zero::PlacementConfig placement;
+  bool checkpointing = false;
+  size_t micro_batch = 1;
+  size_t accumulation = 1;  // gradient accumulation steps to reach the target global batch
+  // stage3_max_live_parameters: the request's, or 0 (only the two largest units live at once)
+  // when that is what makes stage 3 fit; the time model does not see the lost prefetch depth.
+  size_t max_live_parameters = 0;
+  Estimate estimate;
+  StepTime time;
+  bool fits = false;
+  Tier overflow = Tier::device;  // the first tier that did not fit (when !fits)
+  size_t overflow_bytes = 0;     // estimate of that tier
+  std::string describe() const;  // "stage 3, param cpu 1, optimizer nvme 0.5, ckpt, micro 4 x 8"
+};
+
+struct PlanResult {
+  bool found = false;
+  Candidate best;
+  std::vector<Candidate> rejected;  // the fastest that did not fit, one per setting, fastest first
+  size_t considered = 0;
+  size_t fitting = 0;
+};
+
+StepTime predict_step_time(const PlanRequest& request, const Candidate& c);
+
+// Throws Error when the request is malformed (no activation function, a zero target batch).
+PlanResult plan(const PlanRequest& request, size_t keep_rejected = 5);
+
+}  // namespace tierzero::profile

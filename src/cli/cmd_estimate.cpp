@@ -1,0 +1,141 @@
+// `tierzero estimate`: bytes per tier and category that each rank will hold for a model, world
+// layout, ZeRO stage and placement, and an overview over every stage and offload option. The
+// numbers come from profile::estimate (model state exact, buffers bounded; docs/estimator.md).
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "estimate_model.hpp"
+#include "tierzero/core/error.hpp"
+
+namespace tierzero::cli {
+
+namespace {
+
+struct EstimateFlags {
+  ModelFlags model;
+  WorldFlags world;
+  RunFlags run;
+  bool json = false;
+};
+
+nlohmann::json tier_json(const profile::TierBytes& b, bool skip_zero) {
+  nlohmann::json out = nlohmann::json::object();
+  for (size_t t = 0; t < kNumTiers; ++t) {
+    nlohmann::json cats = nlohmann::json::object();
+    for (size_t c = 0; c < kNumCategories; ++c) {
+      const size_t v = b.bytes[t][c];
+      if (v > 0 || !skip_zero) cats[category_name(static_cast<Category>(c))] = v;
+    }
+    out[tier_name(static_cast<Tier>(t))] = cats;
+  }
+  return out;
+}
+
+void print_human(const EstimateSettings& s, const profile::Estimate& e,
+                 const std::vector<profile::TableRow>& table) {
+  const profile::WorldLayout& w = s.input.world;
+  std::printf("model     %s, %zu parameters per rank (%zu units)\n", s.model.str().c_str(),
+              e.parameters, e.units);
+  std::printf("world     %d ranks = dp %d x tp %d x pp %d x sp %d (partition group %d)\n",
+              w.ranks(), w.dp, w.tp, w.pp, w.sp, w.partition_group());
+  std::printf(
+      "run       stage %d, offload_param %s, offload_optimizer %s, micro-batch %zu, seq "
+      "%zu, checkpointing %s\n",
+      s.input.stage, s.param_desc.c_str(), s.optimizer_desc.c_str(), s.micro_batch, s.seq_len,
+      s.checkpointing ? "on" : "off");
+  if (s.input.stage == 3)
+    std::printf("          %zu units below the persistence threshold (%zu) stay gathered\n",
+                e.persistent_units, s.input.param_persistence_threshold);
+  std::printf("\nper rank   %-10s %-11s %14s %14s %14s\n", "tier", "category", "model state",
+              "buffers", "total");
+  for (Tier t : {Tier::device, Tier::host, Tier::nvme}) {
+    for (size_t c = 0; c < kNumCategories; ++c) {
+      const auto cat = static_cast<Category>(c);
+      const size_t p = e.persistent.at(t, cat), b = e.buffers.at(t, cat);
+      if (p + b == 0) continue;
+      std::printf("           %-10s %-11s %14s %14s %14s\n", tier_name(t), category_name(cat),
+                  format_bytes(p).c_str(), format_bytes(b).c_str(), format_bytes(p + b).c_str());
+    }
+    std::printf("           %-10s %-11s %14s %14s %14s\n", tier_name(t), "= total",
+                format_bytes(e.persistent.tier_total(t)).c_str(),
+                format_bytes(e.buffers.tier_total(t)).c_str(),
+                format_bytes(e.tier_total(t)).c_str());
+  }
+  std::printf("\nall stages and offload options (per rank, model state + buffers)\n");
+  std::printf("  %-5s %-22s %12s %12s %12s\n", "stage", "offload", "device", "host", "nvme");
+  for (const profile::TableRow& r : table) {
+    if (!r.valid) {
+      std::printf("  %-5d %-22s n/a: %s\n", r.stage, profile::offload_option_name(r.offload),
+                  r.reason.c_str());
+      continue;
+    }
+    std::printf("  %-5d %-22s %12s %12s %12s\n", r.stage, profile::offload_option_name(r.offload),
+                format_bytes(r.estimate.tier_total(Tier::device)).c_str(),
+                format_bytes(r.estimate.tier_total(Tier::host)).c_str(),
+                format_bytes(r.estimate.tier_total(Tier::nvme)).c_str());
+  }
+}
+
+int run_estimate(const EstimateFlags& f) {
+  const EstimateSettings s = resolve_settings(f.model, f.world, f.run);
+  const profile::Estimate e = profile::estimate(s.input);
+  const std::vector<profile::TableRow> table = profile::estimate_table(s.input);
+  if (!f.json) {
+    print_human(s, e, table);
+    return 0;
+  }
+  const profile::WorldLayout& w = s.input.world;
+  nlohmann::json j;
+  j["model"] = {{"layers", s.model.num_layers},
+                {"heads", s.model.num_heads},
+                {"channels", s.model.channels},
+                {"vocab", s.model.vocab_size},
+                {"padded_vocab", s.model.padded_vocab_size},
+                {"context", s.model.max_seq_len}};
+  j["parameters"] = e.parameters;
+  j["world"] = {{"ranks", w.ranks()}, {"dp", w.dp}, {"tp", w.tp}, {"pp", w.pp}, {"sp", w.sp}};
+  j["stage"] = s.input.stage;
+  j["offload_param"] = s.param_desc;
+  j["offload_optimizer"] = s.optimizer_desc;
+  j["micro_batch"] = s.micro_batch;
+  j["seq_len"] = s.seq_len;
+  j["checkpointing"] = s.checkpointing;
+  j["persistent_units"] = e.persistent_units;
+  j["tiers"] = tier_json(e.persistent, false);
+  j["buffers"] = tier_json(e.buffers, true);
+  nlohmann::json totals = nlohmann::json::object();
+  for (Tier t : {Tier::device, Tier::host, Tier::nvme}) totals[tier_name(t)] = e.tier_total(t);
+  j["totals"] = totals;
+  nlohmann::json rows = nlohmann::json::array();
+  for (const profile::TableRow& r : table) {
+    nlohmann::json row = {{"stage", r.stage},
+                          {"offload", profile::offload_option_name(r.offload)},
+                          {"valid", r.valid}};
+    if (r.valid) {
+      for (Tier t : {Tier::device, Tier::host, Tier::nvme})
+        row[tier_name(t)] = r.estimate.tier_total(t);
+    } else {
+      row["reason"] = "n/a: " + r.reason;
+    }
+    rows.push_back(row);
+  }
+  j["table"] = rows;
+  std::printf("%s\n", j.dump(2).c_str());
+  return 0;
+}
+
+}  // namespace
+
+Command add_estimate_command(CLI::App& app) {
+  auto f = std::make_shared<EstimateFlags>();
+  CLI::App* sub = app.add_subcommand(
+      "estimate", "bytes per tier and category per rank, for a model, layout, stage and placement");
+  add_model_options(*sub, f->model);
+  add_world_options(*sub, f->world);
+  add_run_options(*sub, f->run);
+  sub->add_flag("--json", f->json, "machine-readable output");
+  return {sub, [f] { return run_estimate(*f); }};
+}
+
+}  // namespace tierzero::cli

@@ -1,0 +1,216 @@
+// `tierzero plan`: the fastest configuration that fits the given memory budgets, with its predicted
+// step time and why it was chosen, and the faster ones that would not fit. Optionally writes it as
+// a TrainConfig JSON that `tierzero train --config` runs. Model: profile::plan (docs/estimator.md).
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "estimate_model.hpp"
+#include "tierzero/core/error.hpp"
+#include "tierzero/device/device.hpp"
+#include "tierzero/profile/planner.hpp"
+
+namespace tierzero::cli {
+
+namespace {
+
+struct PlanFlags {
+  ModelFlags model;
+  WorldFlags world;
+  size_t device_mem = 0;
+  size_t host_mem = 0;  // 0: the machine's physical memory
+  size_t nvme = 0;      // 0: NVMe offload is not considered
+  std::string nvme_path = "/var/tmp/tierzero_nvme";
+  int64_t seq = 0;  // 0: the model's context length
+  int64_t global_batch = 32;
+  double margin = 0.10;
+  std::string calibration;
+  std::string device = "cpu";
+  std::string output;
+};
+
+size_t physical_memory() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  size_t kib = 0;
+  while (f >> key >> kib) {
+    if (key == "MemTotal:") return kib * 1024;
+    f.ignore(1 << 10, '\n');
+  }
+  return 0;
+}
+
+const char* offload_device(Tier t) {
+  return t == Tier::device ? "none" : t == Tier::host ? "cpu" : "nvme";
+}
+
+nlohmann::json config_json(const PlanFlags& f, const nn::GPTConfig& m, size_t seq,
+                           const profile::Candidate& c) {
+  nlohmann::json off_param = {{"device", offload_device(c.placement.param.tier)}};
+  nlohmann::json off_optim = {{"device", offload_device(c.placement.optimizer.tier)},
+                              {"ratio", c.placement.optimizer.ratio}};
+  if (c.placement.param.tier == Tier::nvme) off_param["nvme_path"] = f.nvme_path;
+  if (c.placement.optimizer.tier == Tier::nvme) off_optim["nvme_path"] = f.nvme_path;
+  nlohmann::json j;
+  j["train_micro_batch_size_per_gpu"] = c.micro_batch;
+  j["gradient_accumulation_steps"] = c.accumulation;
+  j["zero_optimization"] = {{"stage", c.stage},
+                            {"offload_param", off_param},
+                            {"offload_optimizer", off_optim},
+                            {"stage3_max_live_parameters", c.max_live_parameters}};
+  j["tierzero"] = {{"model",
+                    {{"vocab_size", m.vocab_size},
+                     {"padded_vocab_size", m.padded_vocab_size},
+                     {"context_length", m.max_seq_len},
+                     {"n_layer", m.num_layers},
+                     {"n_head", m.num_heads},
+                     {"n_embd", m.channels}}},
+                   {"seq_len", seq},
+                   {"device", f.device},
+                   {"activation_checkpointing", c.checkpointing},
+                   {"device_memory_budget_gb", static_cast<double>(f.device_mem) / 1073741824.0}};
+  return j;
+}
+
+void print_bytes_vs_budget(const profile::PlanRequest& req, const profile::Estimate& e) {
+  for (Tier t : {Tier::device, Tier::host, Tier::nvme}) {
+    const size_t need = e.tier_total(t), budget = req.budget[static_cast<size_t>(t)];
+    const auto usable = static_cast<size_t>(static_cast<double>(budget) * (1.0 - req.margin));
+    std::printf("    %-7s %12s of %12s usable (budget %s)   model state %s, buffers %s\n",
+                tier_name(t), format_bytes(need).c_str(), format_bytes(usable).c_str(),
+                format_bytes(budget).c_str(), format_bytes(e.persistent.tier_total(t)).c_str(),
+                format_bytes(e.buffers.tier_total(t)).c_str());
+  }
+}
+
+int run_plan(const PlanFlags& f) {
+  const nn::GPTConfig model = resolve_model(f.model, nullptr);
+  const profile::WorldLayout world = resolve_world(f.world);
+  const size_t seq = f.seq > 0 ? static_cast<size_t>(f.seq) : model.max_seq_len;
+  TZ_CHECK(seq <= model.max_seq_len,
+           "sequence length " + std::to_string(seq) + " exceeds the model's context " +
+               std::to_string(model.max_seq_len),
+           "lower --seq or raise --context");
+
+  profile::PlanRequest req;
+  const TrainConfig defaults = TrainConfig::defaults();
+  req.base.units = model_units(model);
+  req.base.world = world;
+  req.base.placement.nvme_chunk_elems =
+      static_cast<size_t>(defaults.zero.offload_optimizer.buffer_size);
+  req.base.staging_buffer_count = static_cast<size_t>(defaults.zero.offload_optimizer.buffer_count);
+  req.base.nvme_bounce_bytes = nvme_bounce_bytes(defaults.aio);
+  req.base.param_persistence_threshold =
+      static_cast<size_t>(defaults.zero.param_persistence_threshold);
+  req.base.max_live_parameters = static_cast<size_t>(defaults.zero.max_live_parameters);
+  req.seq_len = seq;
+  req.target_global_batch = static_cast<size_t>(f.global_batch);
+  req.margin = f.margin;
+  req.budget = {f.device_mem, f.host_mem > 0 ? f.host_mem : physical_memory(), f.nvme};
+  req.activation_bytes = [&](size_t b, bool ckpt) {
+    return activation_bytes(model, b, seq, ckpt, world);
+  };
+  if (!f.calibration.empty()) {
+    req.rates = profile::load_calibration(f.calibration);
+  } else {
+    std::unique_ptr<Device> dev = make_device(f.device);
+    std::string nvme_dir;
+    if (f.nvme > 0) {
+      std::filesystem::create_directories(f.nvme_path);
+      nvme_dir = f.nvme_path;
+    }
+    req.rates = profile::measure_rates(*dev, nvme_dir);
+  }
+  const profile::Rates& r = req.rates;
+
+  std::printf("plan     %s on %d ranks (dp %d, tp %d, pp %d, sp %d), seq %zu, global batch %lld\n",
+              model.str().c_str(), world.ranks(), world.dp, world.tp, world.pp, world.sp, seq,
+              static_cast<long long>(f.global_batch));
+  std::printf("budgets  device %s, host %s, nvme %s; a tier fits at <= %.0f%% of its budget\n",
+              format_bytes(req.budget[0]).c_str(), format_bytes(req.budget[1]).c_str(),
+              format_bytes(req.budget[2]).c_str(), 100.0 * (1.0 - req.margin));
+  std::printf(
+      "rates    (%s) gemm %.1f GFLOP/s, copy %.2f GB/s, nvme read %.2f / write %.2f GB/s, "
+      "cpu adam %.2f GB/s, comm %.2f GB/s\n",
+      r.source.c_str(), r.gemm_gflops, r.copy_gbps, r.nvme_read_gbps, r.nvme_write_gbps,
+      r.adam_cpu_gbps, r.comm_gbps);
+
+  const profile::PlanResult result = profile::plan(req);
+  std::printf("searched %zu configurations, %zu fit\n", result.considered, result.fitting);
+  if (result.rejected.empty()) std::printf("every configuration searched fits\n");
+  if (!result.rejected.empty()) {
+    std::printf("\nthe fastest that would not fit:\n");
+    for (const profile::Candidate& c : result.rejected) {
+      const size_t budget = req.budget[static_cast<size_t>(c.overflow)];
+      std::printf(
+          "  %s: %.1f ms/step, %s needs %s > %s usable of %s\n", c.describe().c_str(),
+          c.time.total_s * 1e3, tier_name(c.overflow), format_bytes(c.overflow_bytes).c_str(),
+          format_bytes(static_cast<size_t>(static_cast<double>(budget) * (1.0 - req.margin)))
+              .c_str(),
+          format_bytes(budget).c_str());
+    }
+  }
+  TZ_CHECK(result.found, "no configuration of this model fits the given budgets",
+           "give more --device-mem, --host-mem or --nvme, more --ranks, or a shorter --seq");
+  const profile::Candidate& b = result.best;
+  const double tokens = static_cast<double>(b.micro_batch * b.accumulation * seq) * world.dp;
+  std::printf("\nchosen   %s\n", b.describe().c_str());
+  std::printf(
+      "why      fastest per token of those that fit: predicted step %.1f ms for %.0f "
+      "tokens (%.0f tokens/s)\n",
+      b.time.total_s * 1e3, tokens, tokens / b.time.total_s);
+  std::printf(
+      "    compute %.1f ms + exposed transfer %.1f ms (of %.1f ms, the rest overlaps "
+      "compute) + optimizer %.1f ms\n",
+      b.time.compute_s * 1e3, b.time.exposed_s * 1e3, b.time.transfer_s * 1e3,
+      b.time.optimizer_s * 1e3);
+  std::printf("  bytes per rank vs budget:\n");
+  print_bytes_vs_budget(req, b.estimate);
+  if (!f.output.empty()) {
+    std::ofstream out(f.output);
+    TZ_CHECK(out.good(), "cannot write '" + f.output + "'", "check the directory exists");
+    out << config_json(f, model, seq, b).dump(2) << "\n";
+    TZ_CHECK(out.good(), "writing '" + f.output + "' failed", "check free space");
+    std::printf("\nwrote    %s (run it with `tierzero train --config %s`)\n", f.output.c_str(),
+                f.output.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_plan_command(CLI::App& app) {
+  auto f = std::make_shared<PlanFlags>();
+  CLI::App* sub = app.add_subcommand(
+      "plan", "the fastest stage, placement and batch that fit the given memory budgets");
+  add_model_options(*sub, f->model);
+  add_world_options(*sub, f->world);
+  sub->add_option("--device-mem", f->device_mem, "device memory per rank, e.g. 24GiB")
+      ->transform(CLI::AsSizeValue(false))
+      ->required();
+  sub->add_option("--host-mem", f->host_mem, "host memory per rank (default: physical memory)")
+      ->transform(CLI::AsSizeValue(false));
+  sub->add_option("--nvme", f->nvme, "NVMe swap space per rank (default 0: no NVMe offload)")
+      ->transform(CLI::AsSizeValue(false));
+  sub->add_option("--nvme-path", f->nvme_path, "directory on the NVMe drive")
+      ->capture_default_str();
+  sub->add_option("--seq", f->seq, "tokens per sequence (default: the model's context)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  sub->add_option("--global-batch", f->global_batch, "sequences per optimizer step, all ranks")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
+      ->capture_default_str();
+  sub->add_option("--margin", f->margin, "fraction of each budget kept free")
+      ->check(CLI::Range(0.0, 0.9))
+      ->capture_default_str();
+  sub->add_option("--calibration", f->calibration,
+                  "rates file: `tierzero bench` JSON lines or an object of rates "
+                  "(default: measure quickly)");
+  sub->add_option("--device", f->device, "cpu, cuda or cuda:N (measured, and written to -o)")
+      ->capture_default_str();
+  sub->add_option("-o,--output", f->output, "write the chosen configuration as a config JSON");
+  return {sub, [f] { return run_plan(*f); }};
+}
+
+}  // namespace tierzero::cli

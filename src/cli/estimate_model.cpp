@@ -1,0 +1,168 @@
+// Model and layout flags of `estimate` and `plan`, and the GPT's units and activation bytes.
+#include "estimate_model.hpp"
+
+#include <cstdio>
+
+#include "tierzero/core/error.hpp"
+#include "tierzero/device/device_allocator.hpp"
+#include "tierzero/nn/gpt.hpp"
+#include "tierzero/nn/param_layout.hpp"
+#include "tierzero/offload/host_pool.hpp"
+#include "tierzero/train/store_provider.hpp"
+
+namespace tierzero::cli {
+
+void add_model_options(CLI::App& app, ModelFlags& f) {
+  app.add_option("--model", f.model, "preset: gpt2, gpt2-medium, gpt2-large, gpt2-xl");
+  app.add_option("--layers", f.layers, "transformer blocks (L)")->check(CLI::Range(1, 100000));
+  app.add_option("--heads", f.heads, "attention heads")->check(CLI::Range(1, 100000));
+  app.add_option("--channels", f.channels, "model width (C)")->check(CLI::Range(1, 1000000));
+  app.add_option("--vocab", f.vocab, "vocabulary size (padded up to 128)")
+      ->check(CLI::Range(1, 100000000));
+  app.add_option("--context", f.context, "context length (positions)")
+      ->check(CLI::Range(1, 10000000));
+}
+
+void add_world_options(CLI::App& app, WorldFlags& f) {
+  app.add_option("--ranks", f.ranks, "world size (default: dp * tp * pp * sp)")
+      ->check(CLI::Range(1, 1000000));
+  app.add_option("--dp", f.dp, "data-parallel ranks (default: ranks / (tp * pp * sp))")
+      ->check(CLI::Range(1, 1000000));
+  app.add_option("--tp", f.tp, "tensor-parallel ranks")->check(CLI::Range(1, 4096));
+  app.add_option("--pp", f.pp, "pipeline stages")->check(CLI::Range(1, 4096));
+  app.add_option("--sp", f.sp, "sequence-parallel ranks")->check(CLI::Range(1, 4096));
+}
+
+nn::GPTConfig resolve_model(const ModelFlags& f, const TrainConfig* config) {
+  nn::GPTConfig c;
+  if (!f.model.empty())
+    c = nn::GPTConfig::preset(f.model);
+  else if (config)
+    c = nn::GPTConfig::from_shape(config->model);
+  ModelShape s;
+  s.n_layer = f.layers > 0 ? f.layers : static_cast<int64_t>(c.num_layers);
+  s.n_head = f.heads > 0 ? f.heads : static_cast<int64_t>(c.num_heads);
+  s.n_embd = f.channels > 0 ? f.channels : static_cast<int64_t>(c.channels);
+  s.context_length = f.context > 0 ? f.context : static_cast<int64_t>(c.max_seq_len);
+  s.vocab_size = f.vocab > 0 ? f.vocab : static_cast<int64_t>(c.vocab_size);
+  s.padded_vocab_size = f.vocab > 0 ? 0 : static_cast<int64_t>(c.padded_vocab_size);
+  return nn::GPTConfig::from_shape(s);
+}
+
+profile::WorldLayout resolve_world(const WorldFlags& f) {
+  profile::WorldLayout w;
+  w.tp = static_cast<int>(f.tp);
+  w.pp = static_cast<int>(f.pp);
+  w.sp = static_cast<int>(f.sp);
+  const int64_t model_parallel = f.tp * f.pp * f.sp;
+  if (f.dp > 0) {
+    w.dp = static_cast<int>(f.dp);
+    TZ_CHECK(f.ranks == 0 || f.ranks == f.dp * model_parallel,
+             "--ranks " + std::to_string(f.ranks) +
+                 " is not dp * tp * pp * sp = " + std::to_string(f.dp * model_parallel),
+             "give --ranks or --dp, or make them agree");
+  } else {
+    const int64_t ranks = f.ranks > 0 ? f.ranks : model_parallel;
+    TZ_CHECK(ranks % model_parallel == 0,
+             "--ranks " + std::to_string(ranks) +
+                 " is not a multiple of tp * pp * sp = " + std::to_string(model_parallel),
+             "choose ranks = dp * tp * pp * sp");
+    w.dp = static_cast<int>(ranks / model_parallel);
+  }
+  return w;
+}
+
+size_t nvme_bounce_bytes(const AioConfig& aio) {
+  return static_cast<size_t>(aio.queue_depth) *
+         offload::HostPool::round_size(static_cast<size_t>(aio.block_size));
+}
+
+std::vector<zero::UnitSpec> model_units(const nn::GPTConfig& config) {
+  return train::units_from_layout(nn::ParamLayout(config));
+}
+
+size_t activation_bytes(const nn::GPTConfig& config, size_t B, size_t T, bool checkpointing,
+                        const profile::WorldLayout& world) {
+  nn::GPTConfig stage = config;
+  const auto pp = static_cast<size_t>(world.pp), sp = static_cast<size_t>(world.sp);
+  stage.num_layers = (config.num_layers + pp - 1) / pp;
+  const size_t local_T = (T + sp - 1) / sp;
+  return nn::GPT::activation_bytes_for(stage, B, local_T, checkpointing);
+}
+
+void add_run_options(CLI::App& app, RunFlags& f) {
+  app.add_option("--config", f.config,
+                 "DeepSpeed-style JSON config to take the model, stage, offload and batch from");
+  app.add_option("--stage", f.stage, "ZeRO stage 0-3")->check(CLI::Range(0, 3));
+  app.add_option("--offload-param", f.offload_param, "none, cpu or nvme (stage 3)")
+      ->check(CLI::IsMember({"none", "cpu", "nvme"}));
+  app.add_option("--offload-param-ratio", f.offload_param_ratio,
+                 "fraction of units whose parameters are offloaded")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--offload-optimizer", f.offload_optimizer, "none, cpu or nvme (stage >= 1)")
+      ->check(CLI::IsMember({"none", "cpu", "nvme"}));
+  app.add_option("--offload-optimizer-ratio", f.offload_optimizer_ratio,
+                 "fraction of units whose optimizer states are offloaded")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--micro-batch", f.micro_batch, "sequences per rank per micro-step")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  app.add_option("--seq", f.seq, "tokens per sequence")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  app.add_flag("--checkpointing", f.checkpointing, "activation checkpointing per block");
+}
+
+namespace {
+
+std::string offload_desc(const std::string& device, double ratio) {
+  if (device == "none") return "none";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%s (ratio %g)", device.c_str(), ratio);
+  return buf;
+}
+
+}  // namespace
+
+EstimateSettings resolve_settings(const ModelFlags& model, const WorldFlags& world,
+                                  const RunFlags& run) {
+  EstimateSettings s;
+  const bool have_config = !run.config.empty();
+  s.config = have_config ? TrainConfig::load(run.config) : TrainConfig::defaults();
+  TrainConfig& c = s.config;
+  ZeroConfig& z = c.zero;
+  if (run.stage >= 0) z.stage = run.stage;
+  if (!run.offload_param.empty()) z.offload_param.device = run.offload_param;
+  if (!run.offload_optimizer.empty()) z.offload_optimizer.device = run.offload_optimizer;
+  if (run.offload_optimizer_ratio >= 0) z.offload_optimizer.ratio = run.offload_optimizer_ratio;
+  const double param_ratio = run.offload_param_ratio >= 0 ? run.offload_param_ratio : 1.0;
+  s.model = resolve_model(model, have_config ? &c : nullptr);
+  s.micro_batch = static_cast<size_t>(run.micro_batch > 0 ? run.micro_batch : c.micro_batch_size);
+  s.seq_len = static_cast<size_t>(run.seq > 0   ? run.seq
+                                  : have_config ? c.seq_len
+                                                : static_cast<int64_t>(s.model.max_seq_len));
+  TZ_CHECK(s.seq_len <= s.model.max_seq_len,
+           "sequence length " + std::to_string(s.seq_len) + " exceeds the model's context " +
+               std::to_string(s.model.max_seq_len),
+           "lower --seq or raise --context");
+  s.checkpointing = run.checkpointing || c.activation_checkpointing;
+
+  profile::EstimateInput& in = s.input;
+  in.units = model_units(s.model);
+  in.world = resolve_world(world);
+  in.stage = static_cast<int>(z.stage);
+  in.placement.param = {zero::offload_tier(z.offload_param.device), param_ratio};
+  in.placement.optimizer = {zero::offload_tier(z.offload_optimizer.device),
+                            z.offload_optimizer.ratio};
+  // The NVMe chunk is the optimizer's buffer_size (elements), as DeepSpeed's swapper uses it.
+  in.placement.nvme_chunk_elems = static_cast<size_t>(z.offload_optimizer.buffer_size);
+  in.staging_buffer_count = static_cast<size_t>(z.offload_optimizer.buffer_count);
+  in.nvme_bounce_bytes = nvme_bounce_bytes(c.aio);
+  in.param_persistence_threshold = static_cast<size_t>(z.param_persistence_threshold);
+  in.max_live_parameters = static_cast<size_t>(z.max_live_parameters);
+  in.activation_bytes =
+      activation_bytes(s.model, s.micro_batch, s.seq_len, s.checkpointing, in.world);
+  s.param_desc = offload_desc(z.offload_param.device, param_ratio);
+  s.optimizer_desc = offload_desc(z.offload_optimizer.device, z.offload_optimizer.ratio);
+  return s;
+}
+
+}  // namespace tierzero::cli

@@ -1,0 +1,82 @@
+// What `tierzero estimate` and `tierzero plan` share: the model and world-layout flags, and the
+// GPT-specific inputs of the estimator (its units and its activation bytes) that the profile layer
+// may not compute itself because it knows nothing of GPT.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tierzero/core/train_config.hpp"
+#include "tierzero/nn/gpt_config.hpp"
+#include "tierzero/profile/estimator.hpp"
+
+namespace tierzero::cli {
+
+struct ModelFlags {
+  std::string model;   // preset name; empty: the config's model, else gpt2
+  int64_t layers = 0;  // shape flags override the preset's (0: keep)
+  int64_t heads = 0;
+  int64_t channels = 0;
+  int64_t vocab = 0;
+  int64_t context = 0;
+};
+
+struct WorldFlags {
+  int64_t ranks = 0;  // 0: dp * tp * pp * sp
+  int64_t dp = 0;     // 0: ranks / (tp * pp * sp)
+  int64_t tp = 1;
+  int64_t pp = 1;
+  int64_t sp = 1;
+};
+
+void add_model_options(CLI::App& app, ModelFlags& f);
+void add_world_options(CLI::App& app, WorldFlags& f);
+
+// The model: --model's preset (or the config's shape when a config is given and no --model,
+// else gpt2), with any shape flag replacing its part.
+nn::GPTConfig resolve_model(const ModelFlags& f, const TrainConfig* config);
+// Throws Error when the parts do not multiply to --ranks.
+profile::WorldLayout resolve_world(const WorldFlags& f);
+
+// Pinned bounce buffers of one NVMe engine built from the aio section (queue_depth x block_size).
+size_t nvme_bounce_bytes(const AioConfig& aio);
+
+// The GPT's units as the partition store sees them.
+std::vector<zero::UnitSpec> model_units(const nn::GPTConfig& config);
+
+// Device activation bytes per rank for micro-batch B and sequence T: the GPT's own count for
+// one pipeline stage's layers (ceil(L / pp)) and T / sp tokens per sequence (see
+// docs/estimator.md for what tensor parallelism does not reduce).
+size_t activation_bytes(const nn::GPTConfig& config, size_t B, size_t T, bool checkpointing,
+                        const profile::WorldLayout& world);
+
+// The run settings both commands take, on top of a TrainConfig (--config, or the defaults).
+struct RunFlags {
+  std::string config;         // DeepSpeed-style JSON (TrainConfig::load); flags below override it
+  int64_t stage = -1;         // -1: the config's
+  std::string offload_param;  // none, cpu, nvme; empty: the config's
+  double offload_param_ratio = -1.0;      // < 0: 1
+  std::string offload_optimizer;          // none, cpu, nvme; empty: the config's
+  double offload_optimizer_ratio = -1.0;  // < 0: the config's
+  int64_t micro_batch = 0;                // 0: the config's train_micro_batch_size_per_gpu
+  int64_t seq = 0;             // 0: the config's seq_len, or the model's context without a config
+  bool checkpointing = false;  // or the config's tierzero.activation_checkpointing
+};
+void add_run_options(CLI::App& app, RunFlags& f);
+
+struct EstimateSettings {
+  TrainConfig config;  // loaded or defaults, with the flags applied
+  nn::GPTConfig model;
+  profile::EstimateInput input;  // activation bytes filled in
+  size_t micro_batch = 1;
+  size_t seq_len = 1;
+  bool checkpointing = false;
+  std::string param_desc;  // "none", "cpu (ratio 1)", ...
+  std::string optimizer_desc;
+};
+EstimateSettings resolve_settings(const ModelFlags& model, const WorldFlags& world,
+                                  const RunFlags& run);
+
+}  // namespace tierzero::cli

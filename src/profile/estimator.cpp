@@ -1,0 +1,230 @@
+// The memory estimator (see estimator.hpp; formulas in docs/estimator.md).
+#include "tierzero/profile/estimator.hpp"
+
+#include <algorithm>
+
+#include "tierzero/core/error.hpp"
+#include "tierzero/device/device_allocator.hpp"
+
+namespace tierzero::profile {
+
+namespace {
+
+size_t ceil_div(size_t a, size_t b) {
+  return (a + b - 1) / b;
+}
+
+size_t align_up(size_t n, size_t a) {
+  return ceil_div(n, a) * a;
+}
+
+size_t& slot(TierBytes& b, Tier t, Category c) {
+  return b.bytes[static_cast<size_t>(t)][static_cast<size_t>(c)];
+}
+
+// One unit with its matrices cut `tp` ways. Tensors keep nn's 64-element alignment so the result
+// has the same kind of inner padding a tensor-parallel layout would have.
+zero::UnitSpec split_unit(const zero::UnitSpec& unit, size_t tp) {
+  if (tp == 1) return unit;
+  zero::UnitSpec out;
+  out.name = unit.name;
+  size_t at = 0;
+  for (const zero::TensorSpec& t : unit.tensors) {
+    const size_t numel = t.decay ? ceil_div(t.numel, tp) : t.numel;
+    out.tensors.push_back({at, numel, t.decay});
+    at = align_up(at + numel, zero::kShardAlignElems);
+  }
+  out.numel = unit.tensors.empty() ? ceil_div(unit.numel, tp) : at;
+  return out;
+}
+
+size_t unit_parameters(const zero::UnitSpec& u) {
+  size_t n = 0;
+  for (const zero::TensorSpec& t : u.tensors) n += t.numel;
+  return u.tensors.empty() ? u.numel : n;
+}
+
+}  // namespace
+
+size_t Estimate::total() const {
+  size_t n = 0;
+  for (Tier t : {Tier::device, Tier::host, Tier::nvme}) n += tier_total(t);
+  return n;
+}
+
+std::vector<zero::UnitSpec> rank_units(const std::vector<zero::UnitSpec>& units,
+                                       const WorldLayout& world) {
+  TZ_CHECK(world.dp >= 1 && world.tp >= 1 && world.pp >= 1 && world.sp >= 1,
+           "world layout dp=" + std::to_string(world.dp) + " tp=" + std::to_string(world.tp) +
+               " pp=" + std::to_string(world.pp) + " sp=" + std::to_string(world.sp) +
+               " has a part below 1",
+           "every part of the layout is at least 1; ranks = dp * tp * pp * sp");
+  TZ_CHECK(!units.empty(), "the model has no units", "describe at least one unit");
+  const auto pp = static_cast<size_t>(world.pp);
+  TZ_CHECK(pp <= units.size(),
+           "pipeline parallelism pp=" + std::to_string(pp) + " exceeds the model's " +
+               std::to_string(units.size()) + " units",
+           "use at most one pipeline stage per unit");
+  const size_t per_stage = ceil_div(units.size(), pp);
+  std::vector<zero::UnitSpec> worst;
+  size_t worst_elems = 0;
+  for (size_t begin = 0; begin < units.size(); begin += per_stage) {
+    std::vector<zero::UnitSpec> stage;
+    size_t elems = 0;
+    for (size_t u = begin; u < std::min(units.size(), begin + per_stage); ++u) {
+      stage.push_back(split_unit(units[u], static_cast<size_t>(world.tp)));
+      elems += stage.back().numel;
+    }
+    if (worst.empty() || elems > worst_elems) {
+      worst = std::move(stage);
+      worst_elems = elems;
+    }
+  }
+  return worst;
+}
+
+Estimate estimate(const EstimateInput& in) {
+  const std::vector<zero::UnitSpec> units = rank_units(in.units, in.world);
+  // Every rank of the group has the same shard sizes; rank 0 stands for all of them. At stage 0
+  // nothing is partitioned: the store plans for one rank (every rank holds everything).
+  const int group = in.stage == 0 ? 1 : in.world.partition_group();
+  const zero::PartitionPlan plan(units, group, 0);
+  const std::vector<zero::UnitPlacement> placement =
+      zero::place_units(plan, in.stage, in.placement);
+
+  Estimate e;
+  e.persistent = zero::model_state_bytes(plan, in.stage, placement, in.placement);
+  e.units = units.size();
+  e.full_elems = plan.full_numel();
+  e.shard_elems = plan.shard_numel();
+  e.largest_unit_elems = plan.largest_padded_numel();
+  for (const zero::UnitSpec& u : units) e.parameters += unit_parameters(u);
+
+  // Stage 3: units below the persistence threshold stay gathered on the device for the whole run
+  // (gathering them each time costs more in latency than they save), one allocator block each.
+  // The rest are gathered on demand: at most max_live_parameters elements at once, but never
+  // fewer than the two largest (the unit in use and the one prefetched), nor more than all.
+  if (in.stage == 3) {
+    std::vector<size_t> gathered;  // padded lengths of non-persistent units
+    for (size_t u = 0; u < plan.num_units(); ++u) {
+      const zero::UnitPartition& p = plan.partition(u);
+      if (p.numel < in.param_persistence_threshold) {
+        slot(e.persistent, Tier::device, Category::param) +=
+            DeviceAllocator::round_size(p.padded_numel * sizeof(float));
+        ++e.persistent_units;
+      } else {
+        gathered.push_back(p.padded_numel);
+      }
+    }
+    std::sort(gathered.rbegin(), gathered.rend());
+    size_t all = 0;
+    for (size_t n : gathered) all += n;
+    size_t two_largest = 0;
+    for (size_t i = 0; i < std::min<size_t>(2, gathered.size()); ++i) two_largest += gathered[i];
+    const size_t live = std::min(all, std::max(in.max_live_parameters, two_largest));
+    slot(e.buffers, Tier::device, Category::param) += live * sizeof(float);
+  }
+
+  // Stages 2-3 accumulate each unit's full gradient in a fresh block and reduce-scatter it into a
+  // fresh shard-sized block: one unit being filled by backward plus max_pending_reductions still
+  // being reduced, each at most the largest unit. The store tags the full gradients as grad and
+  // the reduced shards as comm, and so do we.
+  if (in.stage >= 2) {
+    size_t largest_shard = 0;
+    for (size_t u = 0; u < plan.num_units(); ++u)
+      largest_shard = std::max(largest_shard, plan.partition(u).shard_numel);
+    const size_t in_flight = in.max_pending_reductions + 1;
+    slot(e.buffers, Tier::device, Category::grad) +=
+        in_flight * DeviceAllocator::round_size(plan.largest_padded_numel() * sizeof(float));
+    slot(e.buffers, Tier::device, Category::comm) +=
+        in_flight * DeviceAllocator::round_size(largest_shard * sizeof(float));
+  }
+
+  // From stage 1 each rank owns only part of the gradient, so clipping exchanges the partial sums
+  // of squares: a (ranks, 2) fp32 block, allocated after the reductions have finished.
+  if (in.stage >= 1)
+    slot(e.buffers, Tier::device, Category::comm) +=
+        DeviceAllocator::round_size(2 * static_cast<size_t>(group) * sizeof(float));
+
+  // NVMe-resident classes stream through pinned host staging: staging_buffer_count chunks per
+  // class (parameters; optimizer states). A chunk holds nvme_chunk_elems fp32 but never more than
+  // one unit's shard, since the store cuts each unit's part into its own chunks.
+  size_t largest_shard = 0;
+  for (size_t u = 0; u < plan.num_units(); ++u)
+    largest_shard = std::max(largest_shard, plan.partition(u).shard_numel);
+  const size_t staging = in.staging_buffer_count *
+                         std::min(in.placement.nvme_chunk_elems, largest_shard) * sizeof(float);
+  bool param_nvme = false, optim_nvme = false;
+  for (const zero::UnitPlacement& p : placement) {
+    param_nvme = param_nvme || p.param == Tier::nvme;
+    optim_nvme = optim_nvme || p.optimizer == Tier::nvme;
+  }
+  if (param_nvme) slot(e.buffers, Tier::host, Category::io) += staging + in.nvme_bounce_bytes;
+  if (optim_nvme) slot(e.buffers, Tier::host, Category::io) += staging + in.nvme_bounce_bytes;
+
+  slot(e.buffers, Tier::device, Category::activation) += in.activation_bytes;
+  return e;
+}
+
+const char* offload_option_name(OffloadOption o) {
+  switch (o) {
+    case OffloadOption::none:
+      return "none";
+    case OffloadOption::optimizer_cpu:
+      return "optimizer cpu";
+    case OffloadOption::optimizer_nvme:
+      return "optimizer nvme";
+    case OffloadOption::param_optimizer_cpu:
+      return "param+optimizer cpu";
+    case OffloadOption::param_optimizer_nvme:
+      return "param+optimizer nvme";
+  }
+  return "?";
+}
+
+void apply_offload_option(OffloadOption o, zero::PlacementConfig& placement) {
+  placement.param = {Tier::device, 1.0};
+  placement.optimizer = {Tier::device, 1.0};
+  switch (o) {
+    case OffloadOption::none:
+      break;
+    case OffloadOption::optimizer_cpu:
+      placement.optimizer.tier = Tier::host;
+      break;
+    case OffloadOption::optimizer_nvme:
+      placement.optimizer.tier = Tier::nvme;
+      break;
+    case OffloadOption::param_optimizer_cpu:
+      placement.param.tier = Tier::host;
+      placement.optimizer.tier = Tier::host;
+      break;
+    case OffloadOption::param_optimizer_nvme:
+      placement.param.tier = Tier::nvme;
+      placement.optimizer.tier = Tier::nvme;
+      break;
+  }
+}
+
+std::vector<TableRow> estimate_table(const EstimateInput& base) {
+  std::vector<TableRow> rows;
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (size_t o = 0; o < kNumOffloadOptions; ++o) {
+      TableRow row;
+      row.stage = stage;
+      row.offload = static_cast<OffloadOption>(o);
+      EstimateInput in = base;
+      in.stage = stage;
+      apply_offload_option(row.offload, in.placement);
+      try {
+        row.estimate = estimate(in);
+        row.valid = true;
+      } catch (const Error& err) {
+        row.reason = err.what_failed();
+      }
+      rows.push_back(std::move(row));
+    }
+  }
+  return rows;
+}
+
+}  // namespace tierzero::profile

@@ -1,0 +1,36 @@
+# The estimator and planner's tests (included from tests/profile/CMakeLists.txt; kept in their own
+# file so the profile recorder's tests sit beside them without merge conflicts).
+tierzero_test(test_estimator
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_estimator.cpp ${CMAKE_CURRENT_LIST_DIR}/test_planner.cpp
+  LIBS tz_estimate tz_train TIMEOUT 120)
+tierzero_test(test_estimate_cli
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_estimate_cli.cpp
+  LIBS tz_core TIMEOUT 120)
+add_dependencies(test_estimate_cli tierzero)
+
+# Estimator against measurement (issue 6): every stage and placement of a small GPT on 1, 2 and 4
+# ranks, `tierzero train --memory-json` against `tierzero estimate --json`. Needs the store's
+# offload support and train's --memory-json, which the integrator adds; until then these fail.
+set(TZ_ESTIMATE_MPI_ENV
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl=self,vader
+  TIERZERO_COMM_TIMEOUT_S=30 OMP_NUM_THREADS=1)
+add_executable(estimate_match_check ${CMAKE_CURRENT_LIST_DIR}/estimate_match_check.cpp)
+target_link_libraries(estimate_match_check PRIVATE nlohmann_json::nlohmann_json)
+tierzero_cxx_target(estimate_match_check)
+foreach(n 1 2 4)
+  add_test(NAME estimate_matches_train_np${n}
+           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/run_estimate_match.sh $<TARGET_FILE:tierzero>
+                   $<TARGET_FILE:estimate_match_check> ${n}
+                   ${MPIEXEC_EXECUTABLE} --oversubscribe --bind-to none)
+  set_tests_properties(estimate_matches_train_np${n} PROPERTIES
+                       TIMEOUT 600 LABELS "mpi;zero" RESOURCE_LOCK mpi_ranks
+                       ENVIRONMENT "${TZ_ESTIMATE_MPI_ENV}")
+endforeach()
+
+# The planner's choice fits when run: plan for a small device budget, then train 3 steps with the
+# device allocator enforcing that budget (train's --device-mem, added by the integrator).
+add_test(NAME plan_choice_fits_when_trained
+         COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/run_plan_fits.sh $<TARGET_FILE:tierzero>)
+set_tests_properties(plan_choice_fits_when_trained PROPERTIES
+                     TIMEOUT 300 LABELS "zero" ENVIRONMENT "OMP_NUM_THREADS=1")

@@ -1,0 +1,50 @@
+#!/bin/sh
+# Estimator against measurement (issue 6): a small GPT at every ZeRO stage and offload option
+# that the stage allows, trained for 2 steps on <ranks> ranks with `--memory-json`; each rank's
+# memory file is compared with `tierzero estimate --json` for the same config (see
+# estimate_match_check.cpp for the rules: model state exact, activation peak within 10%, buffer
+# peaks within their bounds). Needs the store's offload support and train's --memory-json.
+# usage: run_estimate_match.sh <tierzero> <estimate_match_check> <ranks> <mpiexec and args...>
+tierzero=$1; check=$2; ranks=$3; shift 3
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+mkdir -p "$dir/nvme"
+fail=0
+for stage in 0 1 2 3; do
+  for option in none optimizer_cpu optimizer_nvme param_optimizer_cpu param_optimizer_nvme; do
+    case $option in
+      none) param=none; optim=none ;;
+      optimizer_cpu) param=none; optim=cpu ;;
+      optimizer_nvme) param=none; optim=nvme ;;
+      param_optimizer_cpu) param=cpu; optim=cpu ;;
+      param_optimizer_nvme) param=nvme; optim=nvme ;;
+    esac
+    [ "$param" != none ] && [ "$stage" -ne 3 ] && continue
+    [ "$optim" != none ] && [ "$stage" -eq 0 ] && continue
+    case_dir="$dir/s${stage}_$option"
+    mkdir -p "$case_dir"
+    # Persistence threshold 0 so stage 3 really gathers and releases every unit.
+    cat > "$case_dir/config.json" <<JSON
+{"train_micro_batch_size_per_gpu": 2,
+ "zero_optimization": {"stage": $stage, "stage3_param_persistence_threshold": 0,
+   "offload_param": {"device": "$param", "nvme_path": "$dir/nvme"},
+   "offload_optimizer": {"device": "$optim", "nvme_path": "$dir/nvme", "buffer_size": 65536}},
+ "tierzero": {"steps": 2, "seq_len": 16, "seed": 7, "threads": 1, "val_batches": 1,
+              "model": {"vocab_size": 257, "n_layer": 2, "n_head": 2, "n_embd": 32,
+                        "context_length": 16}}}
+JSON
+    echo "== stage $stage, $option, $ranks ranks"
+    "$tierzero" estimate --config "$case_dir/config.json" --ranks "$ranks" --json \
+      > "$case_dir/estimate.json" || { fail=1; continue; }
+    timeout -k 5 120 "$@" -n "$ranks" "$tierzero" train --config "$case_dir/config.json" \
+      --memory-json "$case_dir/mem.json" > "$case_dir/train.log" 2>&1 ||
+      { tail -5 "$case_dir/train.log"; fail=1; continue; }
+    files="$case_dir/mem.json"
+    r=1
+    while [ "$r" -lt "$ranks" ]; do files="$files $case_dir/mem.json.rank$r"; r=$((r + 1)); done
+    # shellcheck disable=SC2086
+    "$check" "$case_dir/estimate.json" $files || fail=1
+  done
+done
+[ "$fail" -eq 0 ] && echo "run_estimate_match: OK" || echo "run_estimate_match: FAILED"
+exit "$fail"

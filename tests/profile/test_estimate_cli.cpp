@@ -1,0 +1,140 @@
+// `tierzero estimate` and `tierzero plan` end to end with the real binary: the JSON's shape and
+// its agreement with the library, the human table, the plan's config file loading as a
+// TrainConfig, and bad input giving one clear error line.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "tierzero/core/train_config.hpp"
+
+namespace {
+
+struct RunResult {
+  int exit_code;
+  std::string output;
+};
+
+// stderr goes to the output too unless `stdout_only`.
+RunResult tierzero_cli(const std::string& args, bool stdout_only = false) {
+  std::string cmd =
+      std::string(TIERZERO_BINARY) + " " + args + (stdout_only ? " 2>/dev/null" : " 2>&1");
+  FILE* p = ::popen(cmd.c_str(), "r");
+  EXPECT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int status = ::pclose(p);
+  RunResult r{WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+  std::printf("$ tierzero %s\n-> exit %d\n", args.c_str(), r.exit_code);
+  return r;
+}
+
+std::string dir() {
+  static std::string d = [] {
+    std::string p = std::filesystem::temp_directory_path().string() + "/tz_estimate_cli_" +
+                    std::to_string(::getpid());
+    std::filesystem::create_directories(p);
+    return p;
+  }();
+  return d;
+}
+
+TEST(EstimateCli, JsonForGpt2Stage0) {
+  const RunResult r = tierzero_cli("estimate --model gpt2 --micro-batch 1 --seq 64 --json", true);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["parameters"], 124475904u);
+  const double psi = 124475904.0;
+  const auto& dev = j["tiers"]["device"];
+  const double state =
+      dev["param"].get<double>() + dev["grad"].get<double>() + dev["optimizer"].get<double>();
+  std::printf("stage 0 model state %.0f bytes = %.4f bytes per parameter\n", state, state / psi);
+  EXPECT_NEAR(state / psi, 16.0, 0.16);
+  EXPECT_EQ(j["tiers"]["host"]["param"], 0u);
+  EXPECT_GT(j["buffers"]["device"]["activation"].get<size_t>(), 0u);
+  ASSERT_EQ(j["table"].size(), 20u);
+  EXPECT_EQ(j["table"][1]["valid"], false);
+  EXPECT_NE(j["table"][1]["reason"].get<std::string>().find("n/a"), std::string::npos);
+}
+
+TEST(EstimateCli, Stage3OffloadAndLayout) {
+  const RunResult r = tierzero_cli(
+      "estimate --model gpt2 --ranks 8 --tp 2 --stage 3 --offload-param cpu "
+      "--offload-optimizer cpu --micro-batch 2 --seq 128 --checkpointing --json",
+      true);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["world"]["dp"], 4);
+  EXPECT_EQ(j["world"]["tp"], 2);
+  EXPECT_EQ(j["checkpointing"], true);
+  EXPECT_EQ(j["tiers"]["device"]["grad"], 0u);
+  EXPECT_GT(j["tiers"]["host"]["optimizer"].get<size_t>(), 0u);
+  EXPECT_GT(j["tiers"]["host"]["param"].get<size_t>(), 0u);
+  EXPECT_GT(j["buffers"]["device"]["param"].get<size_t>(), 0u);  // live gathers
+}
+
+TEST(EstimateCli, HumanTableAndConfigFile) {
+  const std::string cfg = dir() + "/ds.json";
+  FILE* f = std::fopen(cfg.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs(R"({"train_micro_batch_size_per_gpu": 2,
+    "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+    "tierzero": {"seq_len": 32, "model": {"n_layer": 2, "n_head": 2, "n_embd": 64,
+                                          "context_length": 32}}})",
+             f);
+  std::fclose(f);
+  const RunResult r = tierzero_cli("estimate --config " + cfg + " --ranks 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::printf("%s", r.output.c_str());
+  EXPECT_NE(r.output.find("stage 2, offload_param none, offload_optimizer cpu"), std::string::npos);
+  EXPECT_NE(r.output.find("n/a: "), std::string::npos);
+  EXPECT_NE(r.output.find("host"), std::string::npos);
+}
+
+TEST(EstimateCli, BadInputIsOneClearError) {
+  RunResult r = tierzero_cli("estimate --model gpt2 --stage 1 --offload-param cpu");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("tierzero: error: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("needs stage 3"), std::string::npos) << r.output;
+  r = tierzero_cli("estimate --model gpt5");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("unknown model preset"), std::string::npos) << r.output;
+  r = tierzero_cli("estimate --ranks 6 --tp 4");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("not a multiple"), std::string::npos) << r.output;
+}
+
+TEST(PlanCli, WritesALoadableConfigThatFits) {
+  const std::string cal = dir() + "/cal.json";
+  FILE* f = std::fopen(cal.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs(R"({"gemm_gflops": 100, "copy_gbps": 10, "adam_cpu_gbps": 10})", f);
+  std::fclose(f);
+  const std::string out = dir() + "/plan.json";
+  const RunResult r = tierzero_cli(
+      "plan --model gpt2 --device-mem 2GiB --host-mem 16GiB --ranks 1 "
+      "--seq 256 --global-batch 8 --calibration " +
+      cal + " -o " + out);
+  std::printf("%s", r.output.c_str());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("chosen"), std::string::npos);
+  EXPECT_NE(r.output.find("would not fit"), std::string::npos);
+  const tierzero::TrainConfig c = tierzero::TrainConfig::load(out);
+  EXPECT_EQ(c.model.n_layer, 12);
+  EXPECT_EQ(c.seq_len, 256);
+  EXPECT_EQ(c.micro_batch_size * c.gradient_accumulation_steps, 8);
+  EXPECT_DOUBLE_EQ(c.device_memory_budget_gb, 2.0);
+}
+
+TEST(PlanCli, NothingFitsIsOneClearError) {
+  const RunResult r = tierzero_cli("plan --model gpt2-xl --device-mem 64MiB --host-mem 64MiB");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("tierzero: error: no configuration"), std::string::npos) << r.output;
+}
+
+}  // namespace

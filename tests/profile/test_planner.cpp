@@ -1,0 +1,108 @@
+// The planner and its calibration: a roomy budget keeps everything on the device at stage 0, a
+// small one forces sharding or offload and the choice fits, nothing fitting is reported, and the
+// calibration file's two forms parse while malformed ones fail with the line named.
+#include <gtest/gtest.h>
+
+#include "tierzero/core/error.hpp"
+#include "tierzero/nn/gpt_config.hpp"
+#include "tierzero/nn/param_layout.hpp"
+#include "tierzero/profile/planner.hpp"
+#include "tierzero/train/store_provider.hpp"
+
+namespace tierzero::profile {
+namespace {
+
+constexpr size_t GiB = size_t{1} << 30;
+
+PlanRequest gpt2_request(size_t device, size_t host, size_t nvme, int dp = 1) {
+  PlanRequest r;
+  r.base.units = train::units_from_layout(nn::ParamLayout(nn::GPTConfig::preset("gpt2")));
+  r.base.world.dp = dp;
+  r.seq_len = 1024;
+  r.target_global_batch = 8;
+  r.budget = {device, host, nvme};
+  // A stand-in activation model: 100 MiB per sequence, a quarter with checkpointing.
+  r.activation_bytes = [](size_t b, bool ckpt) {
+    return b * (ckpt ? 25 : 100) * (size_t{1} << 20);
+  };
+  return r;
+}
+
+TEST(Planner, RoomyBudgetKeepsEverythingOnTheDevice) {
+  const PlanResult p = plan(gpt2_request(80 * GiB, 64 * GiB, 0));
+  ASSERT_TRUE(p.found);
+  std::printf("chose: %s, %.3f s/step\n", p.best.describe().c_str(), p.best.time.total_s);
+  EXPECT_EQ(p.best.stage, 0);
+  EXPECT_EQ(p.best.placement.optimizer.tier, Tier::device);
+  EXPECT_FALSE(p.best.checkpointing);
+  EXPECT_EQ(p.best.micro_batch, 8u);
+}
+
+TEST(Planner, SmallDeviceForcesOffloadAndTheChoiceFits) {
+  const PlanRequest req = gpt2_request(2 * GiB, 16 * GiB, 0);
+  const PlanResult p = plan(req);
+  ASSERT_TRUE(p.found);
+  std::printf("chose: %s; device %zu of %zu\n", p.best.describe().c_str(),
+              p.best.estimate.tier_total(Tier::device), req.budget[0]);
+  EXPECT_LE(static_cast<double>(p.best.estimate.tier_total(Tier::device)),
+            0.9 * static_cast<double>(2 * GiB));
+  EXPECT_GT(p.best.estimate.tier_total(Tier::host), 0u);   // something had to move
+  EXPECT_NE(p.best.placement.optimizer.tier, Tier::nvme);  // no NVMe budget given
+  ASSERT_FALSE(p.rejected.empty());
+  for (const Candidate& c : p.rejected) EXPECT_FALSE(c.fits);
+}
+
+TEST(Planner, NothingFits) {
+  const PlanResult p = plan(gpt2_request(size_t{1} << 20, size_t{1} << 20, 0));
+  EXPECT_FALSE(p.found);
+  EXPECT_EQ(p.fitting, 0u);
+  EXPECT_GT(p.considered, 0u);
+}
+
+TEST(Planner, TimeModelParts) {
+  PlanRequest req = gpt2_request(80 * GiB, 64 * GiB, 0);
+  req.rates.gemm_gflops = 1000.0;
+  Candidate c;
+  c.stage = 0;
+  c.micro_batch = 8;
+  c.accumulation = 1;
+  EstimateInput in = req.base;
+  c.estimate = estimate(in);
+  const StepTime t = predict_step_time(req, c);
+  const double flops = 6.0 * 124475904.0 * 8 * 1024;
+  EXPECT_NEAR(t.compute_s, flops / 1e12, 1e-9);
+  EXPECT_EQ(t.transfer_s, 0.0);  // one rank, nothing offloaded
+  c.checkpointing = true;
+  EXPECT_NEAR(predict_step_time(req, c).compute_s, flops / 1e12 * 8.0 / 6.0, 1e-9);
+}
+
+TEST(Calibration, BenchLinesAndRateObject) {
+  const Rates a = parse_calibration(
+      "{\"bench\": \"train.step\", \"value\": 50, \"baseline\": \"sgemm\", "
+      "\"baseline_value\": 123.5}\n"
+      "{\"bench\": \"io.read\", \"value\": 2.5}\n{\"bench\": \"io.write\", \"value\": 1.5}\n"
+      "{\"bench\": \"adam.cpu\", \"value\": 7}\n{\"bench\": \"comm.all_gather\", \"value\": 9}\n"
+      "{\"bench\": \"comm.reduce_scatter\", \"value\": 8}\n{\"bench\": \"io.stream\", \"value\": "
+      "1}\n",
+      "cal.jsonl");
+  EXPECT_EQ(a.gemm_gflops, 123.5);
+  EXPECT_EQ(a.nvme_read_gbps, 2.5);
+  EXPECT_EQ(a.nvme_write_gbps, 1.5);
+  EXPECT_EQ(a.adam_cpu_gbps, 7.0);
+  EXPECT_EQ(a.comm_gbps, 8.0);
+  const Rates b = parse_calibration("{\"gemm_gflops\": 300, \"copy_gbps\": 20}", "cal.json");
+  EXPECT_EQ(b.gemm_gflops, 300.0);
+  EXPECT_EQ(b.copy_gbps, 20.0);
+  EXPECT_EQ(b.nvme_read_gbps, Rates{}.nvme_read_gbps);  // the default stays
+  EXPECT_THROW(parse_calibration("{\"gemm_gflop\": 300}", "x"), Error);
+  EXPECT_THROW(parse_calibration("{\"gemm_gflops\": -1}", "x"), Error);
+  try {
+    parse_calibration("{\"bench\": \"io.read\", \"value\": 1}\nnot json\n", "cal.jsonl");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cal.jsonl:2"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tierzero::profile
