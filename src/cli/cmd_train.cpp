@@ -18,8 +18,8 @@ struct TrainFlags {
   int64_t seed = -1;
   std::string data, val_data, device, load, save, log_level, metrics, memory_json;
   int64_t threads = -1;
-  double device_mem_gb = -1.0;
-  double host_mem_gb = -1.0;
+  size_t device_mem = 0;  // bytes; 0: from the config
+  size_t host_mem = 0;
   int64_t batches = -1;
 };
 
@@ -31,13 +31,14 @@ void add_common(CLI::App* sub, TrainFlags& f) {
   sub->add_option("--threads", f.threads, "CPU threads (default: all)")->check(CLI::Range(1, 4096));
   sub->add_option("--load", f.load, "llm.c model checkpoint (version 3, fp32) to start from");
   sub->add_option("--log-level", f.log_level, "debug, info, warn, error or off");
-  sub->add_option("--device-mem", f.device_mem_gb,
-                  "device memory budget in GiB, a hard limit (on the CPU backend: the compute "
-                  "arena's budget, so an offloaded run behaves as on a GPU of that size)")
-      ->check(CLI::PositiveNumber);
-  sub->add_option("--host-mem", f.host_mem_gb,
-                  "pinned host memory budget in GiB for offloaded state and staging")
-      ->check(CLI::PositiveNumber);
+  sub->add_option("--device-mem", f.device_mem,
+                  "device memory budget, e.g. 24GiB or 36MiB: a hard limit (on the CPU backend "
+                  "the compute arena's budget, so an offloaded run behaves as on a GPU of that "
+                  "size)")
+      ->transform(CLI::AsSizeValue(false));
+  sub->add_option("--host-mem", f.host_mem,
+                  "pinned host memory budget for offloaded state and staging, e.g. 64GiB")
+      ->transform(CLI::AsSizeValue(false));
 }
 
 TrainConfig resolve(const TrainFlags& f) {
@@ -52,8 +53,9 @@ TrainConfig resolve(const TrainFlags& f) {
   if (!f.save.empty()) c.save_checkpoint = f.save;
   if (!f.log_level.empty()) c.log_level = f.log_level;
   if (f.batches >= 0) c.val_batches = f.batches;
-  if (f.device_mem_gb > 0.0) c.device_memory_budget_gb = f.device_mem_gb;
-  if (f.host_mem_gb > 0.0) c.host_memory_budget_gb = f.host_mem_gb;
+  if (f.device_mem > 0)
+    c.device_memory_budget_gb = static_cast<double>(f.device_mem) / 1073741824.0;
+  if (f.host_mem > 0) c.host_memory_budget_gb = static_cast<double>(f.host_mem) / 1073741824.0;
   return c;
 }
 

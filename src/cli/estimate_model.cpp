@@ -1,6 +1,7 @@
 // Model and layout flags of `estimate` and `plan`, and the GPT's units and activation bytes.
 #include "estimate_model.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "tierzero/core/error.hpp"
@@ -133,7 +134,8 @@ EstimateSettings resolve_settings(const ModelFlags& model, const WorldFlags& wor
   if (!run.offload_param.empty()) z.offload_param.device = run.offload_param;
   if (!run.offload_optimizer.empty()) z.offload_optimizer.device = run.offload_optimizer;
   if (run.offload_optimizer_ratio >= 0) z.offload_optimizer.ratio = run.offload_optimizer_ratio;
-  const double param_ratio = run.offload_param_ratio >= 0 ? run.offload_param_ratio : 1.0;
+  const double param_ratio =
+      run.offload_param_ratio >= 0 ? run.offload_param_ratio : z.offload_param.ratio;
   s.model = resolve_model(model, have_config ? &c : nullptr);
   s.micro_batch = static_cast<size_t>(run.micro_batch > 0 ? run.micro_batch : c.micro_batch_size);
   s.seq_len = static_cast<size_t>(run.seq > 0   ? run.seq
@@ -157,6 +159,11 @@ EstimateSettings resolve_settings(const ModelFlags& model, const WorldFlags& wor
   in.staging_buffer_count = static_cast<size_t>(z.offload_optimizer.buffer_count);
   in.nvme_bounce_bytes = nvme_bounce_bytes(c.aio);
   in.param_persistence_threshold = static_cast<size_t>(z.param_persistence_threshold);
+  // As the trainer sets it: as many whole units as reduce_bucket_size holds, 1 or 2.
+  size_t largest_unit = 1;
+  for (const zero::UnitSpec& u : in.units) largest_unit = std::max(largest_unit, u.numel);
+  in.max_pending_reductions = std::clamp<size_t>(
+      static_cast<size_t>(std::max<int64_t>(z.reduce_bucket_size, 1)) / largest_unit, 1, 2);
   in.max_live_parameters = static_cast<size_t>(z.max_live_parameters);
   in.activation_bytes =
       activation_bytes(s.model, s.micro_batch, s.seq_len, s.checkpointing, in.world);

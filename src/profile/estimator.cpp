@@ -5,6 +5,7 @@
 
 #include "tierzero/core/error.hpp"
 #include "tierzero/device/device_allocator.hpp"
+#include "tierzero/offload/host_pool.hpp"
 
 namespace tierzero::profile {
 
@@ -127,14 +128,14 @@ Estimate estimate(const EstimateInput& in) {
 
   // Stages 2-3 accumulate each unit's full gradient in a fresh block and reduce-scatter it into a
   // fresh shard-sized block: one unit being filled by backward plus max_pending_reductions still
-  // being reduced, each at most the largest unit. The store tags the full gradients as grad and
-  // the reduced shards as comm, and so do we.
+  // being reduced, each at most the largest unit. Both are transient buffers of the reduction
+  // (a bucket awaiting reduce-scatter and its result), so the store tags both as comm.
   if (in.stage >= 2) {
     size_t largest_shard = 0;
     for (size_t u = 0; u < plan.num_units(); ++u)
       largest_shard = std::max(largest_shard, plan.partition(u).shard_numel);
     const size_t in_flight = in.max_pending_reductions + 1;
-    slot(e.buffers, Tier::device, Category::grad) +=
+    slot(e.buffers, Tier::device, Category::comm) +=
         in_flight * DeviceAllocator::round_size(plan.largest_padded_numel() * sizeof(float));
     slot(e.buffers, Tier::device, Category::comm) +=
         in_flight * DeviceAllocator::round_size(largest_shard * sizeof(float));
@@ -159,6 +160,13 @@ Estimate estimate(const EstimateInput& in) {
     param_nvme = param_nvme || p.param == Tier::nvme;
     optim_nvme = optim_nvme || p.optimizer == Tier::nvme;
   }
+  // Stages 2-3 with gradients on the host: each reduced shard is staged through pinned memory on
+  // its way to the host accumulator, one at a time.
+  bool grad_host = false;
+  for (const zero::UnitPlacement& p : placement) grad_host = grad_host || p.grad == Tier::host;
+  if (in.stage >= 2 && grad_host && !optim_nvme)
+    slot(e.buffers, Tier::host, Category::io) +=
+        offload::HostPool::round_size(largest_shard * sizeof(float));
   if (param_nvme) slot(e.buffers, Tier::host, Category::io) += staging + in.nvme_bounce_bytes;
   if (optim_nvme) slot(e.buffers, Tier::host, Category::io) += staging + in.nvme_bounce_bytes;
 

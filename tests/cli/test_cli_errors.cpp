@@ -119,7 +119,7 @@ TEST(Cli, ImpossibleOffloadIsRefusedClearly) {
 // request and the budget, not a crash.
 TEST(Cli, DeviceBudgetTooSmallIsAClearError) {
   std::string cfg = write_file("budget.json", kTinyConfig);
-  expect_clean_error(tierzero_cli("train --config " + cfg + " --device-mem 0.0001"), "budget");
+  expect_clean_error(tierzero_cli("train --config " + cfg + " --device-mem 100KiB"), "budget");
 }
 
 TEST(Cli, MissingConfigAndDataFiles) {

@@ -136,11 +136,11 @@ TEST(Estimator, BuffersAreBounded) {
   for (size_t u = 0; u < plan.num_units(); ++u) sizes.push_back(plan.partition(u).padded_numel);
   std::sort(sizes.rbegin(), sizes.rend());
   EXPECT_EQ(e.buffers.at(Tier::device, Category::param), (sizes[0] + sizes[1]) * 4);
-  EXPECT_EQ(e.buffers.at(Tier::device, Category::grad),
-            3 * DeviceAllocator::round_size(sizes[0] * 4));  // full-unit gradients in flight
+  EXPECT_EQ(e.buffers.at(Tier::device, Category::grad), 0u);
   EXPECT_EQ(e.buffers.at(Tier::device, Category::comm),
-            3 * DeviceAllocator::round_size(sizes[0] / 4 * 4) +  // their reduced shards
-                DeviceAllocator::round_size(2 * 4 * 4));         // the grad-norm exchange
+            3 * DeviceAllocator::round_size(sizes[0] * 4) +          // full-unit gradient buckets
+                3 * DeviceAllocator::round_size(sizes[0] / 4 * 4) +  // their reduced shards
+                DeviceAllocator::round_size(2 * 4 * 4));             // the grad-norm exchange
   EXPECT_EQ(e.buffers.at(Tier::device, Category::activation), 12345u);
 
   in.max_live_parameters = 1000000000;  // more than the model: all of it at most

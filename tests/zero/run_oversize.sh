@@ -24,7 +24,7 @@ cat > "$dir/oversize.json" <<JSON
 JSON
 cat "$dir/oversize.json"
 timeout -k 5 240 "$tierzero" train --config "$dir/oversize.json" \
-  --device-mem "$(awk -v m=$budget_mib 'BEGIN { printf "%.9f", m / 1024 }')" \
+  --device-mem "${budget_mib}MiB" \
   --memory-json "$dir/mem.json" || exit 1
 cat "$dir/mem.json"
 # "tier": {"param": {"current": c, "peak": p}, ...}: the peak of one tier's categories summed is
