@@ -15,5 +15,6 @@ Command add_train_command(CLI::App& app);
 Command add_eval_command(CLI::App& app);
 Command add_prepare_data_command(CLI::App& app);
 Command add_bench_command(CLI::App& app);
+Command add_report_command(CLI::App& app);
 
 }  // namespace tierzero::cli
