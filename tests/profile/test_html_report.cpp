@@ -165,3 +165,33 @@ TEST(HtmlReport, RendersInHeadlessChromiumWithoutErrors) {
 #endif
   }
 }
+
+// The harness itself: a page whose script throws must be caught (marker missing, data-error set
+// and shown), or the test above could pass on a broken page.
+TEST(HtmlReport, ChromiumHarnessCatchesAScriptError) {
+  const std::string chromium = find_chromium();
+  if (chromium.empty())
+    GTEST_SKIP() << "chromium is not installed (scripts/setup.sh installs Debian's chromium)";
+  std::string page = render_html_report(synthetic::synthetic_profile(2, 2, false));
+  const std::string marker = "document.body.setAttribute('data-rendered', 'ok');";
+  const size_t at = page.find(marker);
+  ASSERT_NE(at, std::string::npos);
+  page.replace(at, marker.size(), "no_such_function();");
+  const fs::path html = test_dir() / "broken.html";
+  std::ofstream(html) << page;
+  const fs::path dom_file = test_dir() / "broken-dom.html";
+  const Output log =
+      run(chromium_command(chromium, "--dump-dom file://" + html.string(), dom_file.string()));
+  ASSERT_EQ(log.status, 0) << log.text;
+  const std::string dom = read_text(dom_file);
+  const size_t body = dom.find("<body");
+  ASSERT_NE(body, std::string::npos);
+  const std::string body_tag = dom.substr(body, dom.find('>', body) - body + 1);
+  std::printf("%s\n", body_tag.c_str());
+  EXPECT_EQ(body_tag.find("data-rendered"), std::string::npos);
+  EXPECT_NE(body_tag.find("data-error"), std::string::npos);
+  EXPECT_NE(dom.find("report script error: "), std::string::npos);
+  const bool console_seen = log.text.find("Uncaught") != std::string::npos ||
+                            log.text.find(":CONSOLE(") != std::string::npos;
+  EXPECT_TRUE(console_seen) << "chromium's log did not show the uncaught error:\n" << log.text;
+}
