@@ -28,6 +28,7 @@ ProfileRecorder::ProfileRecorder(RecorderOptions options) : options_(std::move(o
     profile_.has_timeline = true;
     profile_.timeline.initial = state_;
     options_.activities->take_activities();
+    started_recording_ = !options_.activities->recording();
     options_.activities->set_recording(true);
   }
   dropped_at_start_ = tracker.timeline_dropped();
@@ -35,6 +36,10 @@ ProfileRecorder::ProfileRecorder(RecorderOptions options) : options_(std::move(o
   const HostMemory host = read_host_memory();
   profile_.run.host_total = host.total;
   profile_.run.host_available = host.available;
+}
+
+ProfileRecorder::~ProfileRecorder() {
+  if (started_recording_) options_.activities->set_recording(false);
 }
 
 void ProfileRecorder::set_run_info(RunInfo run) {

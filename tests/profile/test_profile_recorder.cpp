@@ -171,6 +171,20 @@ TEST(ProfileRecorder, FineTimelineKeepsEveryEventActivityAndPosition) {
   EXPECT_EQ(p.timeline.positions.size(), 8u);  // start + 7 changes
 }
 
+TEST(ProfileRecorder, FineTimelineStopsTheActivityRecordingItStarted) {
+  MemoryTracker tr;
+  ActivityLog log;
+  RecorderOptions o;
+  o.timeline = true;
+  o.tracker = &tr;
+  o.activities = &log;
+  { ProfileRecorder rec(o); }
+  EXPECT_FALSE(log.recording());
+  log.set_recording(true);
+  { ProfileRecorder rec(o); }
+  EXPECT_TRUE(log.recording());  // someone else's recording stays on
+}
+
 TEST(ProfileRecorder, MisuseIsAClearError) {
   MemoryTracker tr;
   ActivityLog log;

@@ -34,6 +34,9 @@ struct RecorderOptions {
 class ProfileRecorder {
  public:
   explicit ProfileRecorder(RecorderOptions options = {});
+  ~ProfileRecorder();  // stops the activity log's recording if this recorder started it
+  ProfileRecorder(const ProfileRecorder&) = delete;
+  ProfileRecorder& operator=(const ProfileRecorder&) = delete;
 
   // Host total/available memory are read here from /proc/meminfo when `run` leaves them 0.
   void set_run_info(RunInfo run);
@@ -53,7 +56,8 @@ class ProfileRecorder {
 
   RecorderOptions options_;
   Profile profile_;
-  TierCategoryBytes state_{};  // bytes per (tier, category) as the replay has reached
+  TierCategoryBytes state_{};       // bytes per (tier, category) as the replay has reached
+  bool started_recording_ = false;  // the activity log was not recording before us
   bool in_step_ = false;
   int64_t step_ = 0;
   double step_start_ = 0.0;
