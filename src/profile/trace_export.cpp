@@ -86,12 +86,13 @@ json trace_json(const Profile& p, const std::string& source) {
   // Positions become slices from each change to the next one within the same step.
   for (size_t i = 0; i < tl.positions.size(); ++i) {
     const ChangePoint& cp = tl.positions[i];
-    double end = cp.time_s;
-    const auto step = std::find_if(p.steps.begin(), p.steps.end(), [&](const StepProfile& s) {
-      return cp.time_s >= s.start_s && cp.time_s <= s.end_s;
-    });
-    const double step_end = step != p.steps.end() ? step->end_s : cp.time_s;
-    end = i + 1 < tl.positions.size() ? std::min(tl.positions[i + 1].time_s, step_end) : step_end;
+    // Steps are in time order: the first one ending at or after the change holds it.
+    const auto step = std::lower_bound(p.steps.begin(), p.steps.end(), cp.time_s,
+                                       [](const StepProfile& s, double t) { return s.end_s < t; });
+    const double step_end =
+        step != p.steps.end() && step->start_s <= cp.time_s ? step->end_s : cp.time_s;
+    const double end =
+        i + 1 < tl.positions.size() ? std::min(tl.positions[i + 1].time_s, step_end) : step_end;
     if (end <= cp.time_s) continue;
     std::string name = phase_name(cp.phase);
     if (cp.unit >= 0) name += " unit " + std::to_string(cp.unit);

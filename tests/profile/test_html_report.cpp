@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "synthetic_profile.hpp"
@@ -194,4 +195,33 @@ TEST(HtmlReport, ChromiumHarnessCatchesAScriptError) {
   const bool console_seen = log.text.find("Uncaught") != std::string::npos ||
                             log.text.find(":CONSOLE(") != std::string::npos;
   EXPECT_TRUE(console_seen) << "chromium's log did not show the uncaught error:\n" << log.text;
+}
+
+// A profile with no steps, no placements and a non-finite loss still renders without errors.
+TEST(HtmlReport, EmptyAndOddProfilesRenderWithoutErrors) {
+  const std::string chromium = find_chromium();
+  if (chromium.empty())
+    GTEST_SKIP() << "chromium is not installed (scripts/setup.sh installs Debian's chromium)";
+  Profile empty;
+  Profile odd = synthetic::synthetic_profile(1, 1, false);
+  odd.steps[0].counters.loss = std::numeric_limits<double>::quiet_NaN();
+  odd.placements.clear();
+  odd.has_predicted = false;
+  odd.run.model = "</script><b>not markup</b>";
+  for (const Profile* p : {&empty, &odd}) {
+    const fs::path html = test_dir() / "odd.html";
+    write_html_report(*p, html.string());
+    const fs::path dom_file = test_dir() / "odd-dom.html";
+    const Output log =
+        run(chromium_command(chromium, "--dump-dom file://" + html.string(), dom_file.string()));
+    ASSERT_EQ(log.status, 0) << log.text;
+    const std::string dom = read_text(dom_file);
+    const size_t body = dom.find("<body");
+    ASSERT_NE(body, std::string::npos);
+    const std::string body_tag = dom.substr(body, dom.find('>', body) - body + 1);
+    std::printf("%zu steps: %s\n", p->steps.size(), body_tag.c_str());
+    EXPECT_NE(body_tag.find("data-rendered=\"ok\""), std::string::npos) << body_tag;
+    EXPECT_EQ(body_tag.find("data-error"), std::string::npos) << body_tag;
+    EXPECT_EQ(dom.find("<b>not markup</b>"), std::string::npos);
+  }
 }
