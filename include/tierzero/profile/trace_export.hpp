@@ -15,7 +15,8 @@ namespace tierzero::profile {
 
 // Throws Error when the profile has no timeline (it was recorded without the fine-grained
 // option). `source` names the profile file in that error.
-nlohmann::json trace_json(const Profile& p, const std::string& source = "the profile");
+std::string trace_text(const Profile& p, const std::string& source = "the profile");
+nlohmann::json trace_json(const Profile& p, const std::string& source = "the profile");  // parsed
 void write_trace(const Profile& p, const std::string& path,
                  const std::string& source = "the profile");
 
