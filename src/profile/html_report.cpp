@@ -300,6 +300,7 @@ void predicted_section(std::string& h, const Profile& p, const ProfileSummary& s
   for (size_t t = 0; t < kNumTiers; ++t)
     for (size_t c = 0; c < kNumCategories; ++c) {
       const size_t pred = p.predicted[t][c], meas = s.peak[t][c].at.bytes;
+      if (pred == 0 && meas == 0) continue;
       const int64_t diff = static_cast<int64_t>(meas) - static_cast<int64_t>(pred);
       const std::string pct = pred ? format_text("%+.1f%%", 100.0 * static_cast<double>(diff) /
                                                                 static_cast<double>(pred))
@@ -309,7 +310,8 @@ void predicted_section(std::string& h, const Profile& p, const ProfileSummary& s
            "</td><td>" + format_bytes(meas) + "</td><td class=" + (diff > 0 ? "pos" : "neg") + ">" +
            (diff ? signed_bytes(diff) : "0") + "</td><td>" + pct + "</td></tr>";
     }
-  h += "</tbody></table>";
+  h += "</tbody></table><p class=note>measured: the highest peak over all steps; tiers and "
+       "categories where both are 0 are left out</p>";
 }
 
 void activity_section(std::string& h, const ProfileSummary& s) {
