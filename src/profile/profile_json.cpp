@@ -91,6 +91,7 @@ json step_to_json(const StepProfile& s) {
   for (const auto& u : s.units) units.push_back({u.unit, u.seconds, u.peak});
   j["units"] = units;
   j["process_rss"] = s.process_rss;
+  j["host_available"] = s.host_available;
   j["driver_device_used"] = s.driver_device_used;
   return j;
 }
@@ -135,6 +136,7 @@ StepProfile step_from_json(const json& j) {
     s.units.push_back({u.at(0).get<int64_t>(), u.at(1).get<double>(),
                        u.at(2).get<std::array<size_t, kNumTiers>>()});
   s.process_rss = j.at("process_rss").get<size_t>();
+  s.host_available = j.at("host_available").get<size_t>();
   s.driver_device_used = j.at("driver_device_used").get<int64_t>();
   return s;
 }

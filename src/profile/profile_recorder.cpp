@@ -181,6 +181,7 @@ void ProfileRecorder::end_step(const StepCounters& counters) {
                    totals[t].bytes - tracks_at_start_[t].bytes,
                    totals[t].count - tracks_at_start_[t].count};
   s.process_rss = process_rss_bytes();
+  s.host_available = read_host_memory().available;
   if (options_.driver_device_used) s.driver_device_used = options_.driver_device_used();
 
   if (options_.timeline) {

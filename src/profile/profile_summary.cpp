@@ -12,6 +12,8 @@ bool device_is_host_memory(const RunInfo& run) {
 ProfileSummary summarize(const Profile& p) {
   ProfileSummary s;
   s.steps = p.steps.size();
+  s.host_available = p.run.host_available;
+  bool seen_available = false;
   const size_t first_steady = p.steps.size() > 1 ? 1 : 0;
   s.steady_steps = p.steps.size() - first_steady;
   double stall_counter = 0.0, stall_track = 0.0;
@@ -43,6 +45,11 @@ ProfileSummary summarize(const Profile& p) {
         s.process_rss = st.process_rss;
         s.tracked_process = tracked;
       }
+    }
+    if (st.host_available > 0) {
+      s.host_available =
+          seen_available ? std::min(s.host_available, st.host_available) : st.host_available;
+      seen_available = true;
     }
     if (i < first_steady) continue;
     s.mean_step_s += st.counters.step_s;

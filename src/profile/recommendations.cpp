@@ -44,13 +44,13 @@ void nvme_to_host(const Profile& p, const ProfileSummary& s, std::string Placeme
   if (s.mean_step_s <= 0.0 || s.mean_stall_s < kStallShare * s.mean_step_s) return;
   const size_t need =
       s.peak[static_cast<size_t>(Tier::nvme)][static_cast<size_t>(category)].at.bytes;
-  const auto room = static_cast<size_t>(static_cast<double>(p.run.host_available) * kHostHeadroom);
-  if (need == 0 || p.run.host_available == 0 || need > room) return;
-  out.push_back({id, format_text("%s on NVMe cost %.2f s of stalls per step (%.0f%% of the "
-                                 "step); %s of free host memory would hold them (%s): set %s",
-                                 what, s.mean_stall_s, 100.0 * s.mean_stall_s / s.mean_step_s,
-                                 format_bytes(p.run.host_available).c_str(),
-                                 format_bytes(need).c_str(), knob)});
+  const auto room = static_cast<size_t>(static_cast<double>(s.host_available) * kHostHeadroom);
+  if (need == 0 || s.host_available == 0 || need > room) return;
+  out.push_back(
+      {id, format_text("%s on NVMe cost %.2f s of stalls per step (%.0f%% of the "
+                       "step); %s of free host memory would hold them (%s): set %s",
+                       what, s.mean_stall_s, 100.0 * s.mean_stall_s / s.mean_step_s,
+                       format_bytes(s.host_available).c_str(), format_bytes(need).c_str(), knob)});
 }
 
 }  // namespace

@@ -133,6 +133,7 @@ Profile synthetic_profile(size_t steps, size_t units, bool timeline) {
     st.counters.loss = 4.0 - 0.001 * static_cast<double>(s);
     st.counters.tokens = 8192;
     st.process_rss = 3000 * MiB;
+    st.host_available = 40 * 1024 * MiB;
     st.driver_device_used = static_cast<int64_t>(tier_total(state, Tier::device) + 300 * MiB);
     p.steps.push_back(std::move(st));
     now = t + 0.001;

@@ -120,6 +120,7 @@ TEST(ProfileRecorder, PeaksAreAttributedToTheExactPhaseAndUnit) {
   EXPECT_EQ(s.counters.prefetch_hits, 3u);
   EXPECT_GT(s.counters.step_s, 0.0);  // measured when the trainer gives 0
   EXPECT_GT(s.process_rss, 0u);
+  EXPECT_GT(s.host_available, 0u);
   EXPECT_EQ(s.driver_device_used, -1);
   EXPECT_FALSE(rec.profile().has_timeline);
   EXPECT_TRUE(tr.timeline().empty());  // drained: the tracker stays bounded

@@ -76,6 +76,16 @@ TEST(Recommendations, OptimizerOnNvmeWithStallsAndRoomOnHost) {
   print(none);
   EXPECT_EQ(find(none, "optimizer_nvme_to_host"), nullptr);
   EXPECT_NE(find(none, "stalls_dominate"), nullptr);
+
+  // What is free while the run holds its states counts, not what was free before it began.
+  Profile later = crafted(4.0, 1.8);
+  later.steps[1].host_available = 5 * GiB;
+  EXPECT_EQ(find(recommend(later), "optimizer_nvme_to_host"), nullptr);
+  later.steps[1].host_available = 10 * GiB;
+  const auto recs_later = recommend(later);
+  ASSERT_NE(find(recs_later, "optimizer_nvme_to_host"), nullptr);
+  EXPECT_NE(find(recs_later, "optimizer_nvme_to_host")->text.find("10.0 GiB of free host"),
+            std::string::npos);
 }
 
 TEST(Recommendations, PrefetchNeverHitAndLowHitRate) {

@@ -117,6 +117,7 @@ struct StepProfile {
   std::vector<PhaseSegment> phases;
   std::vector<UnitStat> units;      // by unit id
   size_t process_rss = 0;           // /proc/self/statm resident bytes at step end
+  size_t host_available = 0;        // /proc/meminfo MemAvailable at step end (0: unknown)
   int64_t driver_device_used = -1;  // device bytes in use as the driver reports; -1 unknown
   bool operator==(const StepProfile&) const = default;
 };

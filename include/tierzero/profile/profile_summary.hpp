@@ -35,6 +35,10 @@ struct ProfileSummary {
   int64_t unaccounted_process = -1;  // RSS - tracked host (+ device on the CPU backend)
   size_t process_rss = 0;
   size_t tracked_process = 0;
+
+  // Host memory free while the run held its states: the least MemAvailable seen at a step end,
+  // else the figure read when recording began (0: unknown).
+  size_t host_available = 0;
 };
 
 bool device_is_host_memory(const RunInfo& run);  // the CPU backend: "device" bytes are in RAM
