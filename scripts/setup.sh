@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what TierZero needs to build and test, from Debian packages only, skipping what is
-# already there. The CUDA toolkit is not installed here: when /usr/local/cuda/bin/nvcc exists the
+# already there (chromium renders the HTML report in its test; libpng decodes the screenshot).
+# The CUDA toolkit is not installed here: when /usr/local/cuda/bin/nvcc exists the
 # CUDA backend is built too.
 set -euo pipefail
 
@@ -9,6 +10,7 @@ packages=(
   libopenblas-dev liburing-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev googletest libbenchmark-dev
   openmpi-bin libopenmpi-dev fio
+  chromium libpng-dev
 )
 
 missing=()

@@ -16,7 +16,8 @@ struct TrainFlags {
   std::string config;
   int64_t steps = -1;
   int64_t seed = -1;
-  std::string data, val_data, device, load, save, log_level, metrics, memory_json;
+  std::string data, val_data, device, load, save, log_level, metrics, memory_json, profile;
+  bool profile_timeline = false;
   int64_t threads = -1;
   size_t device_mem = 0;  // bytes; 0: from the config
   size_t host_mem = 0;
@@ -76,8 +77,15 @@ Command add_train_command(CLI::App& app) {
   sub->add_option("--memory-json", flags->memory_json,
                   "write each rank's tracked bytes per tier and category (current and peak) at "
                   "the end to this file (ranks > 0: <file>.rank<r>)");
+  sub->add_option("--profile", flags->profile,
+                  "write a run profile (JSON) here at the end, for `tierzero report` (ranks > 0: "
+                  "<file>.rank<r>)");
+  sub->add_flag("--profile-timeline", flags->profile_timeline,
+                "keep every memory event and activity in the profile (for `report --trace`)");
   return {sub, [flags] {
             train::Trainer trainer(resolve(*flags));
+            if (!flags->profile.empty())
+              trainer.set_profile(flags->profile, flags->profile_timeline);
             trainer.run(stderr, flags->metrics, flags->memory_json);
             return 0;
           }};

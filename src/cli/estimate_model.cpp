@@ -147,26 +147,11 @@ EstimateSettings resolve_settings(const ModelFlags& model, const WorldFlags& wor
            "lower --seq or raise --context");
   s.checkpointing = run.checkpointing || c.activation_checkpointing;
 
-  profile::EstimateInput& in = s.input;
-  in.units = model_units(s.model);
-  in.world = resolve_world(world);
-  in.stage = static_cast<int>(z.stage);
-  in.placement.param = {zero::offload_tier(z.offload_param.device), param_ratio};
-  in.placement.optimizer = {zero::offload_tier(z.offload_optimizer.device),
-                            z.offload_optimizer.ratio};
-  // The NVMe chunk is the optimizer's buffer_size (elements), as DeepSpeed's swapper uses it.
-  in.placement.nvme_chunk_elems = static_cast<size_t>(z.offload_optimizer.buffer_size);
-  in.staging_buffer_count = static_cast<size_t>(z.offload_optimizer.buffer_count);
-  in.nvme_bounce_bytes = nvme_bounce_bytes(c.aio);
-  in.param_persistence_threshold = static_cast<size_t>(z.param_persistence_threshold);
-  // As the trainer sets it: as many whole units as reduce_bucket_size holds, 1 or 2.
-  size_t largest_unit = 1;
-  for (const zero::UnitSpec& u : in.units) largest_unit = std::max(largest_unit, u.numel);
-  in.max_pending_reductions = std::clamp<size_t>(
-      static_cast<size_t>(std::max<int64_t>(z.reduce_bucket_size, 1)) / largest_unit, 1, 2);
-  in.max_live_parameters = static_cast<size_t>(z.max_live_parameters);
-  in.activation_bytes =
-      activation_bytes(s.model, s.micro_batch, s.seq_len, s.checkpointing, in.world);
+  const profile::WorldLayout w = resolve_world(world);
+  s.input = profile::estimate_input_from_config(
+      c, model_units(s.model), w,
+      activation_bytes(s.model, s.micro_batch, s.seq_len, s.checkpointing, w));
+  s.input.placement.param.ratio = param_ratio;
   s.param_desc = offload_desc(z.offload_param.device, param_ratio);
   s.optimizer_desc = offload_desc(z.offload_optimizer.device, z.offload_optimizer.ratio);
   return s;

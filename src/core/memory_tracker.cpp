@@ -36,7 +36,7 @@ void MemoryTracker::on_alloc(Tier t, Category c, size_t bytes, const char* label
   tier_current_[ti] += bytes;
   tier_peak_[ti] = std::max(tier_peak_[ti], tier_current_[ti]);
   if (timeline_enabled_)
-    timeline_.push_back({monotonic_seconds(), t, c, static_cast<int64_t>(bytes), cur, label});
+    keep_event({monotonic_seconds(), t, c, static_cast<int64_t>(bytes), cur, label});
 }
 
 void MemoryTracker::on_free(Tier t, Category c, size_t bytes, const char* label) {
@@ -52,7 +52,7 @@ void MemoryTracker::on_free(Tier t, Category c, size_t bytes, const char* label)
   cur -= bytes;
   tier_current_[ti] -= bytes;
   if (timeline_enabled_)
-    timeline_.push_back({monotonic_seconds(), t, c, -static_cast<int64_t>(bytes), cur, label});
+    keep_event({monotonic_seconds(), t, c, -static_cast<int64_t>(bytes), cur, label});
 }
 
 size_t MemoryTracker::current(Tier t, Category c) const {
@@ -85,6 +85,34 @@ std::vector<MemoryEvent> MemoryTracker::timeline() const {
   return timeline_;
 }
 
+std::vector<MemoryEvent> MemoryTracker::take_timeline() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<MemoryEvent> out;
+  out.swap(timeline_);
+  return out;
+}
+
+void MemoryTracker::set_timeline_capacity(size_t events) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  timeline_capacity_ = events;
+}
+
+size_t MemoryTracker::timeline_dropped() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return timeline_dropped_;
+}
+
+void MemoryTracker::keep_event(const MemoryEvent& e) {
+  if (timeline_capacity_ != 0 && timeline_.size() >= timeline_capacity_) {
+    // Drop the oldest half at once: amortised O(1) per event, and the newest stay. Each event
+    // carries its category's current bytes, so a reader that lost some still sees true levels.
+    const size_t drop = timeline_.size() / 2 + 1;
+    timeline_.erase(timeline_.begin(), timeline_.begin() + static_cast<std::ptrdiff_t>(drop));
+    timeline_dropped_ += drop;
+  }
+  timeline_.push_back(e);
+}
+
 void MemoryTracker::reset_peaks() {
   std::lock_guard<std::mutex> lock(mutex_);
   peak_ = current_;
@@ -98,6 +126,7 @@ void MemoryTracker::reset() {
   tier_current_ = {};
   tier_peak_ = {};
   timeline_.clear();
+  timeline_dropped_ = 0;
 }
 
 std::string format_bytes(size_t bytes) {

@@ -23,11 +23,14 @@
 #include "tierzero/device/device_allocator.hpp"
 #include "tierzero/nn/gpt.hpp"
 #include "tierzero/offload/nvme_engine.hpp"
+#include "tierzero/profile/estimator.hpp"
+#include "tierzero/profile/profile_recorder.hpp"
 #include "tierzero/train/adamw_optimizer.hpp"
 #include "tierzero/train/byte_tokenizer.hpp"
 #include "tierzero/train/checkpoint.hpp"
 #include "tierzero/train/data_loader.hpp"
 #include "tierzero/train/lr_schedule.hpp"
+#include "tierzero/train/profiling_provider.hpp"
 #include "tierzero/train/progress.hpp"
 #include "tierzero/train/store_provider.hpp"
 #include "tierzero/train/synthetic_corpus.hpp"
@@ -239,6 +242,67 @@ void Trainer::build() {
 
 Trainer::~Trainer() = default;
 
+void Trainer::set_profile(const std::string& path, bool timeline) {
+  profile_path_ = path;
+  profile_timeline_ = timeline;
+}
+
+namespace {
+
+// A recorder primed with what the run is, where each unit's states live, and what the estimator
+// predicts for every tier and category, so the report can set measured against predicted.
+std::unique_ptr<profile::ProfileRecorder> make_recorder(const TrainConfig& c, bool timeline,
+                                                        const nn::GPT& model,
+                                                        const zero::PartitionStore* store, int rank,
+                                                        int ranks, size_t budget,
+                                                        const std::string& device) {
+  profile::RecorderOptions options;
+  options.timeline = timeline;
+  auto recorder = std::make_unique<profile::ProfileRecorder>(options);
+  const nn::ParamLayout& layout = model.layout();
+  profile::RunInfo info;
+  info.model = "GPT-2 " + model.config().str();
+  info.parameters = static_cast<int64_t>(layout.parameter_count());
+  info.ranks = ranks;
+  info.rank = rank;
+  info.stage = static_cast<int>(c.zero.stage);
+  info.device = device;
+  info.device_budget = budget;
+  info.extra["micro_batch"] = std::to_string(c.micro_batch_size);
+  info.extra["seq_len"] = std::to_string(c.seq_len);
+  info.extra["offload_param"] = c.zero.offload_param.device;
+  info.extra["offload_optimizer"] = c.zero.offload_optimizer.device;
+  info.extra["activation_checkpointing"] = c.activation_checkpointing ? "on" : "off";
+  recorder->set_run_info(info);
+  std::vector<profile::PlacementRow> rows;
+  for (size_t u = 0; u < layout.units().size(); ++u) {
+    const nn::ParamUnit& unit = layout.units()[u];
+    profile::PlacementRow row{unit.name, unit.numel, "device", "device", "device"};
+    if (store) {
+      const zero::UnitPlacement& p = store->placement()[u];
+      row.param_tier = tier_name(p.param);
+      row.grad_tier = tier_name(p.grad);
+      row.optimizer_tier = tier_name(p.optimizer);
+    }
+    rows.push_back(row);
+  }
+  recorder->set_placements(rows);
+  profile::WorldLayout world;
+  world.dp = ranks;
+  const profile::Estimate e = profile::estimate(profile::estimate_input_from_config(
+      c, units_from_layout(layout), world,
+      nn::GPT::activation_bytes_for(model.config(), static_cast<size_t>(c.micro_batch_size),
+                                    static_cast<size_t>(c.seq_len), c.activation_checkpointing)));
+  profile::TierCategoryBytes predicted{};
+  for (size_t t = 0; t < kNumTiers; ++t)
+    for (size_t k = 0; k < kNumCategories; ++k)
+      predicted[t][k] = e.at(static_cast<Tier>(t), static_cast<Category>(k));
+  recorder->set_predicted(predicted);
+  return recorder;
+}
+
+}  // namespace
+
 namespace {
 
 // The sum over the group of a few per-rank values (the group reduces f32).
@@ -380,9 +444,19 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
     std::fprintf(out, "\n");
   }
 
+  std::unique_ptr<profile::ProfileRecorder> recorder;
+  std::unique_ptr<ProfilingProvider> profiled;
+  if (!profile_path_.empty()) {
+    recorder = make_recorder(config_, profile_timeline_, *s.model, s.store.get(), s.rank,
+                             s.world_size, s.allocator->stats().budget, s.device->name());
+    profiled = std::make_unique<ProfilingProvider>(params, *recorder);
+  }
+  nn::ParamProvider& step_params = profiled ? static_cast<nn::ParamProvider&>(*profiled) : params;
+
   std::vector<int32_t> x(B * T), y(B * T);  // (B, T) inputs and targets
   for (int64_t step = 0; step < config_.steps; ++step) {
     Timer timer;
+    if (recorder) recorder->begin_step(step + 1);
     if (s.store)
       s.store->zero_grads();
     else
@@ -390,10 +464,15 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
     double loss = 0.0;
     for (int64_t micro = 0; micro < accum; ++micro) {
       s.train_loader->next_batch(x.data(), y.data());
-      loss += static_cast<double>(s.model->forward_backward(params, x.data(), y.data(), B, T,
+      if (profiled) profiled->begin_pass(profile::Phase::forward);
+      loss += static_cast<double>(s.model->forward_backward(step_params, x.data(), y.data(), B, T,
                                                             1.0f / static_cast<float>(accum)));
     }
     loss /= static_cast<double>(accum);
+    if (recorder) {
+      recorder->set_phase(profile::Phase::optimizer);
+      recorder->set_unit(-1);
+    }
     const double lr = schedule.lr(step);
     double grad_norm = 0.0;
     if (s.store) {
@@ -424,6 +503,16 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
       r.stall_s = fc.stall_s;
     }
     result.steps.push_back(r);
+    if (recorder) {
+      profile::StepCounters counters;
+      counters.prefetch_hits = r.prefetch_hits;
+      counters.on_demand_fetches = r.on_demand_fetches;
+      counters.stall_s = r.stall_s;
+      counters.step_s = r.seconds;
+      counters.loss = r.loss;
+      counters.tokens = B * T * static_cast<size_t>(accum);
+      recorder->end_step(counters);
+    }
     print_step_line(out, r, config_.steps, MemoryTracker::global());
     if (metrics) {
       std::fprintf(metrics.get(),
@@ -472,6 +561,12 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
     if (out) std::fprintf(out, "saved checkpoint '%s'\n", config_.save_checkpoint.c_str());
   }
   if (!memory_json_path.empty()) write_memory_json(memory_json_path, s.rank, s.world_size);
+  if (recorder) {
+    const std::string file =
+        s.rank == 0 ? profile_path_ : profile_path_ + ".rank" + std::to_string(s.rank);
+    recorder->write_json(file);
+    if (out) std::fprintf(out, "wrote profile '%s'\n", file.c_str());
+  }
   if (s.world_size > 1 && all_ranks_out) {
     // Rank by rank (barriers between), so that the summaries usually arrive in rank order; every
     // rank gets the same `out` (null or not), so all or none take part.

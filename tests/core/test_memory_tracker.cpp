@@ -44,3 +44,17 @@ TEST(MemoryTracker, ResetPeaksAndFormat) {
   EXPECT_EQ(format_bytes(512), "512 B");
   EXPECT_EQ(format_bytes(3 * 1024 * 1024 / 2), "1.5 MiB");
 }
+
+TEST(MemoryTracker, TakeTimelineDrainsAndCapacityBoundsIt) {
+  MemoryTracker t;
+  t.on_alloc(Tier::host, Category::io, 10);
+  t.on_free(Tier::host, Category::io, 10);
+  auto taken = t.take_timeline();
+  EXPECT_EQ(taken.size(), 2u);
+  EXPECT_TRUE(t.timeline().empty());
+  t.set_timeline_capacity(4);
+  for (int i = 0; i < 10; ++i) t.on_alloc(Tier::device, Category::workspace, 1);
+  EXPECT_LE(t.timeline().size(), 4u);
+  EXPECT_EQ(t.timeline().back().current, 10u);  // the newest events stay
+  EXPECT_EQ(t.timeline_dropped() + t.timeline().size(), 10u);
+}

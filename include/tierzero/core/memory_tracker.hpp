@@ -1,6 +1,8 @@
 // MemoryTracker: current and peak bytes per (tier, category), plus an event timeline.
 // Every allocator reports here, so a run can explain each byte it held; the profile and report
-// tools read the timeline. Thread-safe: I/O and copy workers allocate too.
+// tools read the timeline. Thread-safe: I/O and copy workers allocate too. The timeline is
+// bounded: the profile recorder drains it every step (take_timeline), and a capacity drops the
+// oldest events when nobody drains it, so a long run without profiling cannot grow without limit.
 #pragma once
 
 #include <array>
@@ -43,7 +45,12 @@ class MemoryTracker {
   size_t peak(Tier t) const;     // peak of the per-tier sum, not the sum of peaks
 
   void set_timeline_enabled(bool on);
-  std::vector<MemoryEvent> timeline() const;
+  std::vector<MemoryEvent> timeline() const;  // a copy of the events kept so far
+  std::vector<MemoryEvent> take_timeline();   // the events kept so far, and forget them
+  // Bounds the kept events (the oldest half is dropped when full); 0 means unbounded.
+  // Default 1,000,000 (about 40 MB).
+  void set_timeline_capacity(size_t events);
+  size_t timeline_dropped() const;  // events dropped because of the capacity
   void reset_peaks();
   void reset();  // forget everything (tests)
 
@@ -55,6 +62,10 @@ class MemoryTracker {
   std::array<size_t, kNumTiers> tier_peak_{};
   bool timeline_enabled_ = true;
   std::vector<MemoryEvent> timeline_;
+  size_t timeline_capacity_ = 1000000;
+  size_t timeline_dropped_ = 0;
+
+  void keep_event(const MemoryEvent& e);  // with mutex_ held
 };
 
 std::string format_bytes(size_t bytes);  // "12.3 MiB"

@@ -48,6 +48,10 @@ class Trainer {
   // When `memory_json_path` is not empty, every rank writes its MemoryTracker's current and peak
   // bytes per tier and category at the end of the run there (rank r > 0 to "<path>.rank<r>"):
   // {"rank", "ranks", "tiers": {"device": {"param": {"current", "peak"}, ...}, ...}}.
+  // Records a run profile (memory per step, phase, unit, tier and category; fetch counters; time
+  // and bytes per link) and writes it to `path` at the end (rank r > 0: "<path>.rank<r>"); with
+  // `timeline`, every memory event and activity too (what `tierzero report --trace` needs).
+  void set_profile(const std::string& path, bool timeline);
   TrainResult run(std::FILE* out, const std::string& metrics_path = "",
                   const std::string& memory_json_path = "");
 
@@ -57,6 +61,8 @@ class Trainer {
                        const std::string& memory_json_path);
   struct State;
   TrainConfig config_;
+  std::string profile_path_;
+  bool profile_timeline_ = false;
   std::unique_ptr<State> state_;
 };
 

@@ -1,0 +1,47 @@
+// Figures over a whole profile that the report shows and the recommendations reason from:
+// peaks over all steps (with the step, phase and unit), per-step means over the steady steps
+// (all but the first when there are several: the first step records the prefetch trace and
+// warms up), and the bytes nobody accounted for.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "tierzero/profile/profile.hpp"
+
+namespace tierzero::profile {
+
+struct PeakInStep {
+  PeakAt at;
+  int64_t step = -1;  // -1: no step recorded
+};
+
+struct ProfileSummary {
+  size_t steps = 0;
+  size_t steady_steps = 0;  // the steps the means below are over
+  double mean_step_s = 0.0;
+  double mean_stall_s = 0.0;  // the trainer's stall counter, else the stall track
+  size_t prefetch_hits = 0;   // summed over the steady steps
+  size_t on_demand_fetches = 0;
+  std::array<std::array<PeakInStep, kNumCategories>, kNumTiers> peak{};  // max over all steps
+  std::array<PeakInStep, kNumTiers> tier_peak{};
+  std::array<TrackStep, kNumTracks> track_per_step{};  // mean per steady step (count rounded)
+
+  // Bytes nobody accounted for, at the step end where the gap was largest; -1 when unknown.
+  int64_t unaccounted_device = -1;  // driver-reported in use - tracked device bytes
+  size_t driver_device_used = 0;
+  size_t tracked_device = 0;
+  int64_t unaccounted_process = -1;  // RSS - tracked host (+ device on the CPU backend)
+  size_t process_rss = 0;
+  size_t tracked_process = 0;
+
+  // Host memory free while the run held its states: the least MemAvailable seen at a step end,
+  // else the figure read when recording began (0: unknown).
+  size_t host_available = 0;
+};
+
+bool device_is_host_memory(const RunInfo& run);  // the CPU backend: "device" bytes are in RAM
+ProfileSummary summarize(const Profile& p);
+
+}  // namespace tierzero::profile
