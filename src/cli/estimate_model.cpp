@@ -78,8 +78,8 @@ size_t nvme_bounce_bytes(const AioConfig& aio) {
          offload::HostPool::round_size(static_cast<size_t>(aio.block_size));
 }
 
-std::vector<zero::UnitSpec> model_units(const nn::GPTConfig& config) {
-  return train::units_from_layout(nn::ParamLayout(config));
+std::vector<zero::UnitSpec> model_units(const nn::GPTConfig& config, size_t blocks_per_unit) {
+  return train::units_from_layout(nn::ParamLayout(config), blocks_per_unit);
 }
 
 size_t activation_bytes(const nn::GPTConfig& config, size_t B, size_t T, bool checkpointing,
@@ -149,7 +149,7 @@ EstimateSettings resolve_settings(const ModelFlags& model, const WorldFlags& wor
 
   const profile::WorldLayout w = resolve_world(world);
   s.input = profile::estimate_input_from_config(
-      c, model_units(s.model), w,
+      c, model_units(s.model, static_cast<size_t>(c.blocks_per_unit)), w,
       activation_bytes(s.model, s.micro_batch, s.seq_len, s.checkpointing, w));
   s.input.placement.param.ratio = param_ratio;
   s.param_desc = offload_desc(z.offload_param.device, param_ratio);

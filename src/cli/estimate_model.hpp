@@ -44,7 +44,7 @@ profile::WorldLayout resolve_world(const WorldFlags& f);
 size_t nvme_bounce_bytes(const AioConfig& aio);
 
 // The GPT's units as the partition store sees them.
-std::vector<zero::UnitSpec> model_units(const nn::GPTConfig& config);
+std::vector<zero::UnitSpec> model_units(const nn::GPTConfig& config, size_t blocks_per_unit = 1);
 
 // Device activation bytes per rank for micro-batch B and sequence T: the GPT's own count for
 // one pipeline stage's layers (ceil(L / pp)) and T / sp tokens per sequence (see

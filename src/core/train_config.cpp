@@ -184,6 +184,7 @@ void read_tierzero(ConfigReader r, TrainConfig& c) {
   c.activation_checkpointing = r.get_bool("activation_checkpointing", c.activation_checkpointing);
   c.host_memory_budget_gb =
       r.get_number("host_memory_budget_gb", c.host_memory_budget_gb, 0.0, 1.0e6);
+  c.blocks_per_unit = r.get_int("blocks_per_unit", c.blocks_per_unit, 1, 1 << 20);
   if (c.device != "cpu" && c.device != "cuda" && c.device.rfind("cuda:", 0) != 0)
     r.fail("device", "= \"" + c.device + "\" is not cpu, cuda or cuda:N");
   if (c.seq_len > c.model.context_length)

@@ -124,6 +124,7 @@ struct Trainer::State {
   std::unique_ptr<AdamWOptimizer> optimizer;
   std::unique_ptr<zero::PartitionStore> store;  // the ZeRO path: params, grads, AdamW states
   std::unique_ptr<StoreParamProvider> store_params;
+  std::vector<size_t> store_starts;  // per store unit: its offset in the model's layout
   std::unique_ptr<DataLoader> train_loader;
   std::unique_ptr<DataLoader> val_loader;
   double unigram_entropy = std::numeric_limits<double>::quiet_NaN();
@@ -213,17 +214,18 @@ void Trainer::build() {
     zero::StoreConfig store_config = store_config_from(config_);
     // reduce_bucket_size bounds the gradient buckets awaiting reduce-scatter: as many whole
     // units as it holds, at least one, at most two (more buys no overlap).
+    UnitGrouping grouping = group_units(layout, static_cast<size_t>(config_.blocks_per_unit));
     size_t largest_unit = 1;
-    for (const nn::ParamUnit& u : layout.units()) largest_unit = std::max(largest_unit, u.numel);
+    for (const zero::UnitSpec& u : grouping.specs) largest_unit = std::max(largest_unit, u.numel);
     store_config.max_pending_reductions = std::clamp<size_t>(
         static_cast<size_t>(std::max<int64_t>(config_.zero.reduce_bucket_size, 1)) / largest_unit,
         1, 2);
-    s.store =
-        std::make_unique<zero::PartitionStore>(units_from_layout(layout), store_config,
-                                               config_.optimizer, s.session->world(), *s.allocator);
-    for (size_t u = 0; u < layout.units().size(); ++u)
-      s.store->load_unit(u, host.data() + layout.units()[u].offset);
-    s.store_params = std::make_unique<StoreParamProvider>(*s.store);
+    s.store = std::make_unique<zero::PartitionStore>(
+        grouping.specs, store_config, config_.optimizer, s.session->world(), *s.allocator);
+    for (size_t g = 0; g < grouping.specs.size(); ++g)
+      s.store->load_unit(g, host.data() + grouping.start[g]);
+    s.store_starts = grouping.start;
+    s.store_params = std::make_unique<StoreParamProvider>(*s.store, std::move(grouping));
   } else {
     s.params = std::make_unique<nn::LocalParams>(layout, *s.allocator);
     s.device->copy(s.params->params(), host.data(), host.size() * sizeof(float),
@@ -290,7 +292,7 @@ std::unique_ptr<profile::ProfileRecorder> make_recorder(const TrainConfig& c, bo
   profile::WorldLayout world;
   world.dp = ranks;
   const profile::Estimate e = profile::estimate(profile::estimate_input_from_config(
-      c, units_from_layout(layout), world,
+      c, units_from_layout(layout, static_cast<size_t>(c.blocks_per_unit)), world,
       nn::GPT::activation_bytes_for(model.config(), static_cast<size_t>(c.micro_batch_size),
                                     static_cast<size_t>(c.seq_len), c.activation_checkpointing)));
   profile::TierCategoryBytes predicted{};
@@ -550,8 +552,8 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
     std::vector<float> host(layout.total_numel());  // (total_numel) fp32
     if (s.store) {
       // Every rank reads (a gather at stage 3, so all must take part); rank 0 writes.
-      for (size_t u = 0; u < layout.units().size(); ++u)
-        s.store->read_unit(u, host.data() + layout.units()[u].offset);
+      for (size_t g = 0; g < s.store_starts.size(); ++g)
+        s.store->read_unit(g, host.data() + s.store_starts[g]);
     } else {
       s.device->copy(host.data(), s.params->params(), host.size() * sizeof(float),
                      CopyKind::device_to_host, s.device->default_stream());

@@ -97,7 +97,7 @@ struct Fixture {
         store_alloc(*device, 0, store_tracker),
         store(tierzero::train::units_from_layout(ref_model.layout()),
               store_config(stage, placement, max_live_elems), optimizer, world, store_alloc),
-        provider(store),
+        provider(store, tierzero::train::group_units(ref_model.layout())),
         model(cfg, ref_alloc),
         x(global_batch * kSeq),
         y(global_batch * kSeq) {

@@ -115,6 +115,8 @@ struct TrainConfig {
   // Pinned host memory the partition store may hold for offloaded state and staging;
   // 0: 80% of the machine's physical memory.
   double host_memory_budget_gb = 0.0;
+  // Transformer blocks per partition-store unit (the granularity of gathers and reduce-scatters).
+  int64_t blocks_per_unit = 1;
   // Keep only each transformer block's input and recompute the block in the backward: less
   // activation memory for one more forward's compute.
   bool activation_checkpointing = false;
