@@ -139,8 +139,18 @@ void read_activation_checkpointing(ConfigReader r, DeepSpeedActivationCheckpoint
   r.finish();
 }
 
-bool read_enabled(ConfigReader r) {
+bool read_enabled(ConfigReader r, LossScaleConfig* scaling = nullptr) {
   bool on = r.get_bool("enabled", false);
+  if (scaling) {
+    scaling->loss_scale = r.get_number("loss_scale", scaling->loss_scale, 0.0, 1.0e30);
+    scaling->initial_scale_power =
+        r.get_int("initial_scale_power", scaling->initial_scale_power, 0, 127);
+    scaling->loss_scale_window =
+        r.get_int("loss_scale_window", scaling->loss_scale_window, 1, kMaxInt);
+    scaling->hysteresis = r.get_int("hysteresis", scaling->hysteresis, 1, kMaxInt);
+    scaling->min_loss_scale =
+        r.get_number("min_loss_scale", scaling->min_loss_scale, 1.0e-30, 1.0e30);
+  }
   r.accept({"loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
             "consecutive_hysteresis", "min_loss_scale", "auto_cast", "immediate_grad_update",
             "fp16_master_weights_and_grads"});
@@ -218,7 +228,7 @@ TrainConfig TrainConfig::parse(const std::string& text, const std::string& sourc
   read_optimizer(r.child("optimizer"), c.optimizer);
   read_scheduler(r.child("scheduler"), c.scheduler);
   c.bf16 = read_enabled(r.child("bf16"));
-  c.fp16 = read_enabled(r.child("fp16"));
+  c.fp16 = read_enabled(r.child("fp16"), &c.fp16_scaling);
   if (c.bf16 && c.fp16) r.fail("fp16", "and bf16 are both enabled; choose one");
   read_zero(r.child("zero_optimization"), c.zero);
   read_aio(r.child("aio"), c.aio);

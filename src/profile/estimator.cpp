@@ -186,6 +186,7 @@ EstimateInput estimate_input_from_config(const TrainConfig& c, std::vector<zero:
                             z.offload_optimizer.ratio};
   // The NVMe chunk is the optimizer's buffer_size (elements), as DeepSpeed's swapper uses it.
   in.placement.nvme_chunk_elems = static_cast<size_t>(z.offload_optimizer.buffer_size);
+  in.placement.working = c.bf16 ? DType::bf16 : c.fp16 ? DType::f16 : DType::f32;
   in.staging_buffer_count = static_cast<size_t>(z.offload_optimizer.buffer_count);
   in.nvme_bounce_bytes = static_cast<size_t>(c.aio.queue_depth) *
                          offload::HostPool::round_size(static_cast<size_t>(c.aio.block_size));

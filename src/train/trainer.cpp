@@ -29,6 +29,7 @@
 #include "tierzero/train/byte_tokenizer.hpp"
 #include "tierzero/train/checkpoint.hpp"
 #include "tierzero/train/data_loader.hpp"
+#include "tierzero/train/loss_scaler.hpp"
 #include "tierzero/train/lr_schedule.hpp"
 #include "tierzero/train/profiling_provider.hpp"
 #include "tierzero/train/progress.hpp"
@@ -70,6 +71,7 @@ zero::StoreConfig store_config_from(const TrainConfig& c) {
   s.placement.param = {zero::offload_tier(op.device), op.ratio};
   s.placement.optimizer = {zero::offload_tier(oo.device), oo.ratio};
   s.placement.nvme_chunk_elems = elems(oo.buffer_size);
+  s.placement.working = c.bf16 ? DType::bf16 : c.fp16 ? DType::f16 : DType::f32;
   // One engine for both: the union of the directories (each one drive) of what goes to NVMe.
   std::vector<std::string> dirs;
   for (const OffloadConfig* o : {&op, &oo}) {
@@ -136,7 +138,8 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)), state_(new St
   State& s = *state_;
   // The reference path stays exactly the one-rank loop; anything else goes through the store.
   // The whole world is the data-parallel (partition) group for now.
-  if (config_.zero.stage > 0 || comm::launched_by_mpi()) {
+  // 16-bit working parameters live in the store (the reference path is fp32 only).
+  if (config_.zero.stage > 0 || comm::launched_by_mpi() || config_.bf16 || config_.fp16) {
     s.session = std::make_unique<comm::MpiSession>(nullptr, nullptr);
     s.rank = s.session->rank();
     s.world_size = s.session->size();
@@ -236,10 +239,6 @@ void Trainer::build() {
     if (config_.steps > 0)
       s.optimizer = std::make_unique<AdamWOptimizer>(config_.optimizer, layout, *s.allocator);
   }
-  if (config_.bf16 || config_.fp16)
-    log::info(
-        "the CPU backend keeps working parameters in fp32; the bf16/fp16 setting has no "
-        "effect here");
 }
 
 Trainer::~Trainer() = default;
@@ -455,6 +454,7 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
   }
   nn::ParamProvider& step_params = profiled ? static_cast<nn::ParamProvider&>(*profiled) : params;
 
+  LossScaler scaler(config_.fp16_scaling, config_.fp16);
   std::vector<int32_t> x(B * T), y(B * T);  // (B, T) inputs and targets
   for (int64_t step = 0; step < config_.steps; ++step) {
     Timer timer;
@@ -467,8 +467,10 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
     for (int64_t micro = 0; micro < accum; ++micro) {
       s.train_loader->next_batch(x.data(), y.data());
       if (profiled) profiled->begin_pass(profile::Phase::forward);
-      loss += static_cast<double>(s.model->forward_backward(step_params, x.data(), y.data(), B, T,
-                                                            1.0f / static_cast<float>(accum)));
+      // fp16: the gradients carry the loss scale; the store divides it out.
+      const auto grad_scale = static_cast<float>(scaler.scale() / static_cast<double>(accum));
+      loss += static_cast<double>(
+          s.model->forward_backward(step_params, x.data(), y.data(), B, T, grad_scale));
     }
     loss /= static_cast<double>(accum);
     if (recorder) {
@@ -478,7 +480,12 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
     const double lr = schedule.lr(step);
     double grad_norm = 0.0;
     if (s.store) {
-      grad_norm = s.store->step(lr, config_.gradient_clipping).grad_norm;
+      const zero::StoreStepStats st = s.store->step(lr, config_.gradient_clipping, scaler.scale());
+      grad_norm = st.grad_norm;
+      if (st.skipped && out)
+        std::fprintf(out, "step %lld: gradient overflow at loss scale %g, step skipped\n",
+                     static_cast<long long>(step + 1), scaler.scale());
+      scaler.update(st.skipped);
       // Every rank's loss is the mean over its own tokens, and every rank has as many: the
       // global loss is the mean over ranks.
       float sum = static_cast<float>(loss);

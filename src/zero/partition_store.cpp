@@ -50,6 +50,9 @@ PartitionStore::PartitionStore(std::vector<UnitSpec> units, const StoreConfig& c
             config.shard_align_elems),
       placement_(place_units(plan_, config.stage, config.placement)),
       units_(plan_.num_units()) {
+  TZ_CHECK(config_.placement.working == DType::f32 || device_.kind() == DeviceKind::cpu,
+           "PartitionStore: bf16/fp16 working parameters are implemented on the CPU backend only",
+           "train in fp32 on CUDA for now (bf16.enabled and fp16.enabled false)");
   bool host = false, nvme = false;
   for (const UnitPlacement& p : placement_) {
     host = host || p.param != Tier::device || p.optimizer != Tier::device;
@@ -104,6 +107,20 @@ float* PartitionStore::param_shard_ptr(size_t unit) {
          plan_.partition(unit).shard_begin(plan_.rank());
 }
 
+void* PartitionStore::param_shard_raw(size_t unit) {
+  if (config_.stage == 3) return arenas_->raw(StateBuffer::param_shard, unit);
+  return static_cast<std::byte*>(arenas_->raw(StateBuffer::params_full, unit)) +
+         plan_.partition(unit).shard_begin(plan_.rank()) *
+             arenas_->elem_bytes(StateBuffer::params_full);
+}
+
+const float* PartitionStore::unit_params(size_t unit) {
+  UnitState& s = units_[unit];
+  if (s.compute) return s.compute.f32();
+  if (config_.stage < 3) return arenas_->ptr(StateBuffer::params_full, unit);
+  return s.gathered.f32();
+}
+
 float* PartitionStore::grad_shard_ptr(size_t unit) {
   if (arenas_->has(StateBuffer::grad_shard, unit))
     return arenas_->ptr(StateBuffer::grad_shard, unit);
@@ -124,6 +141,27 @@ float* PartitionStore::master_ptr(size_t unit) {
 void PartitionStore::write_shard(StateBuffer kind, size_t unit, const float* host_shard) {
   const size_t n = plan_.partition(unit).shard_numel;
   if (n == 0) return;
+  if (arenas_->elem_bytes(kind) != sizeof(float)) {
+    // 16-bit working parameters: round once here, then store the bits wherever they live.
+    std::vector<uint16_t> bits(n);  // (shard_numel) working type
+    convert_from_f32(bits.data(), config_.placement.working, host_shard, n);
+    const Arenas::Slot& slot = arenas_->slot(kind, unit);
+    const size_t bytes = n * sizeof(uint16_t);
+    if (slot.tier == Tier::nvme) {
+      auto writes = arenas_->write(kind, unit, 0, n, bits.data());
+      wait_io(writes);
+    } else {
+      void* dst =
+          kind == StateBuffer::params_full ? param_shard_raw(unit) : arenas_->raw(kind, unit);
+      if (slot.tier == Tier::host) {
+        std::memcpy(dst, bits.data(), bytes);
+      } else {
+        device_.copy(dst, bits.data(), bytes, CopyKind::host_to_device, device_.default_stream());
+        device_.default_stream().synchronize();
+      }
+    }
+    return;
+  }
   const Arenas::Slot& slot = arenas_->slot(kind, unit);
   Stream& st = device_.default_stream();
   if (kind == StateBuffer::params_full) {
@@ -148,8 +186,16 @@ const float* PartitionStore::acquire_params(size_t unit) {
   check_unit("acquire_params", unit);
   UnitState& s = units_[unit];
   if (config_.stage < 3) {
+    if (config_.placement.working != DType::f32 && !s.compute) {
+      // The CPU backend computes in fp32 from 16-bit storage: a converted copy while in use.
+      const size_t padded = plan_.partition(unit).padded_numel;
+      s.compute = allocator_.allocate(padded * sizeof(float), Category::param,
+                                      "zero fp32 compute params");  // (padded_numel) fp32
+      convert_to_f32(s.compute.f32(), arenas_->raw(StateBuffer::params_full, unit),
+                     config_.placement.working, padded);
+    }
     ++s.param_refs;
-    return arenas_->ptr(StateBuffer::params_full, unit);
+    return unit_params(unit);
   }
   ++counters_.acquires;
   if (pass_ == PassKind::train) {
@@ -181,7 +227,7 @@ const float* PartitionStore::acquire_params(size_t unit) {
   s.prefetched = false;
   ++s.param_refs;
   pump_prefetch();
-  return s.gathered.f32();
+  return unit_params(unit);
 }
 
 void PartitionStore::release_params(size_t unit) {
@@ -192,6 +238,7 @@ void PartitionStore::release_params(size_t unit) {
                " released more often than acquired",
            "pair every release_params with an acquire_params");
   --s.param_refs;
+  if (config_.stage < 3 && s.param_refs == 0) s.compute.reset();
   if (config_.stage == 3 && s.param_refs == 0 && !persistent(unit) && !keep_after_release(unit))
     drop_gathered(unit);
   pump_prefetch();
@@ -350,10 +397,17 @@ void PartitionStore::load_unit(size_t unit, const float* host_values) {
            "load parameters before training or between steps");
   const UnitPartition& p = plan_.partition(unit);
   if (config_.stage < 3) {
-    Stream& st = device_.default_stream();
-    device_.copy(arenas_->ptr(StateBuffer::params_full, unit), host_values,
-                 plan_.units()[unit].numel * sizeof(float), CopyKind::host_to_device, st);
-    st.synchronize();  // the host array may be freed on return
+    const size_t numel = plan_.units()[unit].numel;
+    if (config_.placement.working == DType::f32) {
+      Stream& st = device_.default_stream();
+      device_.copy(arenas_->ptr(StateBuffer::params_full, unit), host_values, numel * sizeof(float),
+                   CopyKind::host_to_device, st);
+      st.synchronize();  // the host array may be freed on return
+    } else {
+      // CPU backend only (checked at construction): device memory is host memory.
+      convert_from_f32(arenas_->raw(StateBuffer::params_full, unit), config_.placement.working,
+                       host_values, numel);
+    }
   }
   // This rank's shard, padding zero, for the shard-shaped homes.
   std::vector<float> shard(p.shard_numel, 0.0f);  // (shard_numel)
@@ -372,9 +426,14 @@ void PartitionStore::read_unit(size_t unit, float* host_values) {
   const size_t numel = plan_.units()[unit].numel;
   Stream& st = device_.default_stream();
   if (config_.stage < 3) {
-    device_.copy(host_values, arenas_->ptr(StateBuffer::params_full, unit), numel * sizeof(float),
-                 CopyKind::device_to_host, st);
-    st.synchronize();
+    if (config_.placement.working == DType::f32) {
+      device_.copy(host_values, arenas_->ptr(StateBuffer::params_full, unit), numel * sizeof(float),
+                   CopyKind::device_to_host, st);
+      st.synchronize();
+    } else {
+      convert_to_f32(host_values, arenas_->raw(StateBuffer::params_full, unit),
+                     config_.placement.working, numel);
+    }
     return;
   }
   UnitState& s = units_[unit];

@@ -50,7 +50,7 @@ std::vector<UnitPlacement> place_units(const PartitionPlan& plan, int stage,
     p.grad = p.optimizer == Tier::device ? Tier::device : Tier::host;
     // Below stage 3 the parameters are the device's full copy; the master shard is its slice
     // only while the optimizer is on the device too.
-    p.master_is_param = p.param == p.optimizer;
+    p.master_is_param = p.param == p.optimizer && config.working == DType::f32;
   }
   return out;
 }
@@ -118,20 +118,24 @@ Category state_buffer_category(StateBuffer b) {
   return Category::workspace;
 }
 
-size_t arena_bytes(Tier tier, size_t elems) {
-  if (elems == 0) return 0;
-  const size_t bytes = elems * sizeof(float);
+size_t state_elem_bytes(StateBuffer b, DType working) {
+  return b == StateBuffer::params_full || b == StateBuffer::param_shard ? dtype_size(working)
+                                                                        : sizeof(float);
+}
+
+size_t arena_bytes(Tier tier, size_t bytes) {
+  if (bytes == 0) return 0;
   TZ_CHECK(tier != Tier::nvme, "arena_bytes: nvme arenas are counted per unit",
            "use nvme_unit_bytes");
   return tier == Tier::device ? DeviceAllocator::round_size(bytes)
                               : offload::HostPool::round_size(bytes);
 }
 
-size_t nvme_unit_bytes(size_t unit_elems, size_t chunk_elems) {
+size_t nvme_unit_bytes(size_t unit_elems, size_t chunk_elems, size_t elem_bytes) {
   TZ_CHECK(chunk_elems > 0, "nvme_unit_bytes: chunk of 0 elements", "");
   size_t total = 0;
   for (size_t at = 0; at < unit_elems; at += chunk_elems) {
-    const size_t bytes = std::min(chunk_elems, unit_elems - at) * sizeof(float);
+    const size_t bytes = std::min(chunk_elems, unit_elems - at) * elem_bytes;
     total += std::max(offload::kIoAlignment, (bytes + offload::kIoAlignment - 1) /
                                                  offload::kIoAlignment * offload::kIoAlignment);
   }
@@ -145,16 +149,18 @@ StateBytes model_state_bytes(const PartitionPlan& plan, int stage,
   for (size_t b = 0; b < kNumStateBuffers; ++b) {
     const auto buffer = static_cast<StateBuffer>(b);
     const auto c = static_cast<size_t>(state_buffer_category(buffer));
+    const size_t elem_bytes = state_elem_bytes(buffer, config.working);
     for (Tier tier : {Tier::device, Tier::host, Tier::nvme}) {
       size_t elems = 0;
       size_t nvme = 0;
       for (size_t u = 0; u < plan.num_units(); ++u) {
         const size_t e = unit_state_elems(plan, stage, placement, u, buffer, tier);
         elems += e;
-        if (tier == Tier::nvme && e > 0) nvme += nvme_unit_bytes(e, config.nvme_chunk_elems);
+        if (tier == Tier::nvme && e > 0)
+          nvme += nvme_unit_bytes(e, config.nvme_chunk_elems, elem_bytes);
       }
       out.bytes[static_cast<size_t>(tier)][c] +=
-          tier == Tier::nvme ? nvme : arena_bytes(tier, elems);
+          tier == Tier::nvme ? nvme : arena_bytes(tier, elems * elem_bytes);
     }
   }
   return out;

@@ -40,6 +40,7 @@ PartitionStore::Arenas::Arenas(const PartitionPlan& plan, int stage,
     const Category category = state_buffer_category(kind);
     Kind& k = kinds[b];
     k.slots.resize(plan.num_units());
+    k.elem_bytes = state_elem_bytes(kind, config.working);
     size_t device_elems = 0, host_elems = 0;
     for (size_t u = 0; u < plan.num_units(); ++u) {
       for (Tier tier : {Tier::device, Tier::host, Tier::nvme}) {
@@ -58,7 +59,7 @@ PartitionStore::Arenas::Arenas(const PartitionPlan& plan, int stage,
           TZ_CHECK(swap != nullptr, "PartitionStore: NVMe state without a swap space", "");
           for (size_t at = 0; at < e; at += chunk_elems) {
             const size_t n = std::min(chunk_elems, e - at);
-            s.chunks.push_back(swap->allocate(n * sizeof(float), category, "zero nvme state"));
+            s.chunks.push_back(swap->allocate(n * k.elem_bytes, category, "zero nvme state"));
           }
         }
       }
@@ -72,13 +73,13 @@ PartitionStore::Arenas::Arenas(const PartitionPlan& plan, int stage,
         "zero host grad shards",   "zero host master shards", "zero host adam m shards",
         "zero host adam v shards"};
     if (device_elems > 0) {
-      k.device = allocator.allocate(device_elems * sizeof(float), category, kDeviceLabels[b]);
-      device.fill_zero(k.device.data(), device_elems * sizeof(float), device.default_stream());
+      k.device = allocator.allocate(device_elems * k.elem_bytes, category, kDeviceLabels[b]);
+      device.fill_zero(k.device.data(), device_elems * k.elem_bytes, device.default_stream());
     }
     if (host_elems > 0) {
       TZ_CHECK(pool != nullptr, "PartitionStore: host state without a host pool", "");
-      k.host = pool->allocate(host_elems * sizeof(float), category, kHostLabels[b]);
-      std::memset(k.host.data(), 0, host_elems * sizeof(float));
+      k.host = pool->allocate(host_elems * k.elem_bytes, category, kHostLabels[b]);
+      std::memset(k.host.data(), 0, host_elems * k.elem_bytes);
     }
   }
   device.default_stream().synchronize();
@@ -103,13 +104,21 @@ PartitionStore::Arenas::~Arenas() {
       for (const offload::Extent& e : s.chunks) swap->free(e);
 }
 
-float* PartitionStore::Arenas::ptr(StateBuffer b, size_t unit) {
+void* PartitionStore::Arenas::raw(StateBuffer b, size_t unit) {
   Kind& k = kinds[static_cast<size_t>(b)];
   const Slot& s = k.slots.at(unit);
   if (s.elems == 0) return nullptr;
-  if (s.tier == Tier::device) return k.device.f32() + s.offset;
-  if (s.tier == Tier::host) return static_cast<float*>(k.host.data()) + s.offset;
+  if (s.tier == Tier::device)
+    return static_cast<std::byte*>(k.device.data()) + s.offset * k.elem_bytes;
+  if (s.tier == Tier::host) return k.host.bytes_ptr() + s.offset * k.elem_bytes;
   return nullptr;
+}
+
+float* PartitionStore::Arenas::ptr(StateBuffer b, size_t unit) {
+  TZ_CHECK(elem_bytes(b) == sizeof(float),
+           std::string("PartitionStore: ") + state_buffer_name(b) + " is not fp32",
+           "internal error: 16-bit working parameters are reached through raw()");
+  return static_cast<float*>(raw(b, unit));
 }
 
 namespace {
@@ -117,6 +126,7 @@ namespace {
 template <typename Fn>
 std::vector<offload::IoHandle> for_chunks(const PartitionStore::Arenas::Slot& s, size_t chunk,
                                           size_t begin, size_t count, Fn&& fn) {
+  // fn(extent, elements from `begin`) issues one chunk's transfer.
   TZ_CHECK(s.tier == Tier::nvme && begin % chunk == 0 && begin + count <= s.elems &&
                (count % chunk == 0 || begin + count == s.elems),
            "PartitionStore: NVMe transfer of elements [" + std::to_string(begin) + ", " +
@@ -131,31 +141,34 @@ std::vector<offload::IoHandle> for_chunks(const PartitionStore::Arenas::Slot& s,
 }  // namespace
 
 std::vector<offload::IoHandle> PartitionStore::Arenas::read(StateBuffer b, size_t unit,
-                                                            size_t begin, size_t count,
-                                                            float* dst) {
+                                                            size_t begin, size_t count, void* dst) {
   const auto u = static_cast<int64_t>(unit);
-  return for_chunks(slot(b, unit), chunk_elems, begin, count,
-                    [&](const offload::Extent& e, size_t at) {
-                      const double t0 = monotonic_seconds();
-                      return swap->read(e, dst + at, [t0, u](const offload::IoResult& r) {
-                        ActivityLog::global().record(Track::nvme_read, "nvme read", t0,
-                                                     monotonic_seconds(), r.bytes, u);
-                      });
-                    });
+  const size_t eb = elem_bytes(b);
+  return for_chunks(
+      slot(b, unit), chunk_elems, begin, count, [&](const offload::Extent& e, size_t at) {
+        const double t0 = monotonic_seconds();
+        return swap->read(e, static_cast<std::byte*>(dst) + at * eb,
+                          [t0, u](const offload::IoResult& r) {
+                            ActivityLog::global().record(Track::nvme_read, "nvme read", t0,
+                                                         monotonic_seconds(), r.bytes, u);
+                          });
+      });
 }
 
 std::vector<offload::IoHandle> PartitionStore::Arenas::write(StateBuffer b, size_t unit,
                                                              size_t begin, size_t count,
-                                                             const float* src) {
+                                                             const void* src) {
   const auto u = static_cast<int64_t>(unit);
-  return for_chunks(slot(b, unit), chunk_elems, begin, count,
-                    [&](const offload::Extent& e, size_t at) {
-                      const double t0 = monotonic_seconds();
-                      return swap->write(e, src + at, [t0, u](const offload::IoResult& r) {
-                        ActivityLog::global().record(Track::nvme_write, "nvme write", t0,
-                                                     monotonic_seconds(), r.bytes, u);
-                      });
-                    });
+  const size_t eb = elem_bytes(b);
+  return for_chunks(
+      slot(b, unit), chunk_elems, begin, count, [&](const offload::Extent& e, size_t at) {
+        const double t0 = monotonic_seconds();
+        return swap->write(e, static_cast<const std::byte*>(src) + at * eb,
+                           [t0, u](const offload::IoResult& r) {
+                             ActivityLog::global().record(Track::nvme_write, "nvme write", t0,
+                                                          monotonic_seconds(), r.bytes, u);
+                           });
+      });
 }
 
 }  // namespace tierzero::zero

@@ -26,9 +26,10 @@ struct PartitionStore::Arenas {
     std::vector<offload::Extent> chunks;  // nvme: consecutive chunks of at most chunk_elems
   };
   struct Kind {
-    DeviceBuffer device;         // (sum of device slots) fp32
-    offload::PinnedBuffer host;  // (sum of host slots) fp32
+    DeviceBuffer device;         // (sum of device slots) elements of elem_bytes
+    offload::PinnedBuffer host;  // (sum of host slots) elements of elem_bytes
     std::vector<Slot> slots;     // per unit
+    size_t elem_bytes = 4;       // the working type's size for the working parameters, else 4
   };
 
   // Allocates every arena (zeroed) for `plan` and `placement`; nvme slots need `swap`, host ones
@@ -44,16 +45,19 @@ struct PartitionStore::Arenas {
     return kinds[static_cast<size_t>(b)].slots.at(unit);
   }
   bool has(StateBuffer b, size_t unit) const { return slot(b, unit).elems > 0; }
-  // Device or host memory of the unit's slot (null when it is on NVMe or absent).
+  // Device or host memory of the unit's slot (null when it is on NVMe or absent); ptr() only
+  // for fp32 kinds.
+  void* raw(StateBuffer b, size_t unit);
   float* ptr(StateBuffer b, size_t unit);
+  size_t elem_bytes(StateBuffer b) const { return kinds[static_cast<size_t>(b)].elem_bytes; }
 
   // NVMe: reads / writes `count` elements of the unit's slot starting at element `begin` (chunk
   // aligned: begin is a multiple of chunk_elems, count reaches a chunk end or the slot end)
   // to / from host memory; returns the handles to wait on.
   std::vector<offload::IoHandle> read(StateBuffer b, size_t unit, size_t begin, size_t count,
-                                      float* dst);
+                                      void* dst);
   std::vector<offload::IoHandle> write(StateBuffer b, size_t unit, size_t begin, size_t count,
-                                       const float* src);
+                                       const void* src);
 
   std::array<Kind, kNumStateBuffers> kinds;
   size_t chunk_elems = 0;

@@ -82,10 +82,9 @@ void PartitionStore::check_trace_end() {
 void PartitionStore::start_read(size_t unit) {
   UnitState& s = units_[unit];
   const size_t n = plan_.partition(unit).shard_numel;
-  s.staging = host_pool_->allocate(n * sizeof(float), Category::io, "zero nvme param staging");
-  if (n > 0)
-    s.reads =
-        arenas_->read(StateBuffer::param_shard, unit, 0, n, static_cast<float*>(s.staging.data()));
+  const size_t eb = arenas_->elem_bytes(StateBuffer::param_shard);
+  s.staging = host_pool_->allocate(n * eb, Category::io, "zero nvme param staging");
+  if (n > 0) s.reads = arenas_->read(StateBuffer::param_shard, unit, 0, n, s.staging.data());
   s.fetch = Fetch::reading;
   ++reads_in_flight_;
   ++counters_.nvme_reads;
@@ -96,20 +95,23 @@ void PartitionStore::start_gather(size_t unit) {
   const UnitPartition& p = plan_.partition(unit);
   const Tier home = placement_[unit].param;
   if (s.fetch == Fetch::none && home == Tier::nvme) start_read(unit);
-  s.gathered = allocator_.allocate(p.padded_numel * sizeof(float), Category::param,
-                                   "zero gathered params");  // (padded_numel) fp32
+  const DType working = config_.placement.working;
+  const size_t eb = dtype_size(working);
+  s.gathered = allocator_.allocate(p.padded_numel * eb, Category::param,
+                                   "zero gathered params");  // (padded_numel) working type
   if (!persistent(unit)) live_elems_ += p.padded_numel;
   Stream& st = device_.default_stream();
-  float* slot = s.gathered.f32() + p.shard_begin(plan_.rank());  // this rank's block, in place
-  const size_t bytes = p.shard_numel * sizeof(float);
+  // This rank's block of the gathered buffer: the all-gather runs in place.
+  void* slot = static_cast<std::byte*>(s.gathered.data()) + p.shard_begin(plan_.rank()) * eb;
+  const size_t bytes = p.shard_numel * eb;
   const void* send = slot;
   const auto u = static_cast<int64_t>(unit);
   if (home == Tier::device) {
-    send = arenas_->ptr(StateBuffer::param_shard, unit);
+    send = arenas_->raw(StateBuffer::param_shard, unit);
   } else {
-    const float* src = nullptr;
+    const void* src = nullptr;
     if (home == Tier::host) {
-      src = arenas_->ptr(StateBuffer::param_shard, unit);
+      src = arenas_->raw(StateBuffer::param_shard, unit);
     } else {
       const double t0 = monotonic_seconds();
       wait_io(s.reads);
@@ -117,7 +119,7 @@ void PartitionStore::start_gather(size_t unit) {
       counters_.stall_s += t1 - t0;
       if (t1 > t0) ActivityLog::global().record(Track::stall, "wait nvme read", t0, t1, 0, u);
       --reads_in_flight_;
-      src = static_cast<const float*>(s.staging.data());
+      src = s.staging.data();
     }
     const double t0 = monotonic_seconds();
     device_.copy(slot, src, bytes, CopyKind::host_to_device, st);
@@ -129,7 +131,7 @@ void PartitionStore::start_gather(size_t unit) {
   st.synchronize();  // the shard must be ready before the engine reads it
   s.gather_issued_s = monotonic_seconds();
   if (p.padded_numel > 0) {
-    s.gather = group_.all_gather_async(send, s.gathered.f32(), p.shard_numel, DType::f32);
+    s.gather = group_.all_gather_async(send, s.gathered.data(), p.shard_numel, working);
     ++counters_.gathers;
   }
   s.fetch = Fetch::gathering;
@@ -146,8 +148,17 @@ void PartitionStore::finish_fetch(size_t unit, bool stall) {
       counters_.stall_s += t1 - t0;
       if (t1 > t0) ActivityLog::global().record(Track::stall, "wait gather", t0, t1, 0, u);
     }
-    ActivityLog::global().record(Track::collective, "all_gather", s.gather_issued_s, t1,
-                                 plan_.partition(unit).padded_numel * sizeof(float), u);
+    ActivityLog::global().record(
+        Track::collective, "all_gather", s.gather_issued_s, t1,
+        plan_.partition(unit).padded_numel * dtype_size(config_.placement.working), u);
+  }
+  if (config_.placement.working != DType::f32 && s.gathered) {
+    // The CPU backend computes in fp32 from 16-bit storage (the store checked the backend).
+    const size_t padded = plan_.partition(unit).padded_numel;
+    s.compute = allocator_.allocate(padded * sizeof(float), Category::param,
+                                    "zero fp32 compute params");  // (padded_numel) fp32
+    convert_to_f32(s.compute.f32(), s.gathered.data(), config_.placement.working, padded);
+    s.gathered.reset();
   }
   s.fetch = Fetch::ready;
 }
@@ -159,9 +170,10 @@ void PartitionStore::drop_gathered(size_t unit) {
     --reads_in_flight_;
   }
   if (s.gather.pending()) s.gather.wait();
-  if (s.gathered) {
+  if (s.gathered || s.compute) {
     if (!persistent(unit)) live_elems_ -= plan_.partition(unit).padded_numel;
     s.gathered.reset();  // stream-ordered: later work reuses the block after this unit's work
+    s.compute.reset();
   }
   s.staging.reset();
   s.fetch = Fetch::none;

@@ -56,41 +56,51 @@ double PartitionStore::local_grad_sum_squares() {
 
 void PartitionStore::publish_params(size_t unit, const float* master, size_t begin, size_t count,
                                     bool master_on_device) {
-  // The updated master values become the working parameters wherever they live.
+  // The updated master values become the working parameters wherever they live, rounded once to
+  // the working type (16-bit types run on the CPU backend only, where device memory is host
+  // memory, so the master can be read directly).
   if (count == 0) return;
   const Tier home = config_.stage == 3 ? placement_[unit].param : Tier::device;
-  const size_t bytes = count * sizeof(float);
+  const DType working = config_.placement.working;
+  const size_t eb = dtype_size(working);
+  std::vector<uint16_t> bits;  // (count) working type, 16-bit types only
+  const void* src = master;
+  if (working != DType::f32) {
+    bits.resize(count);
+    convert_from_f32(bits.data(), working, master, count);
+    src = bits.data();
+    master_on_device = false;
+  }
+  const size_t bytes = count * eb;
   Stream& st = device_.default_stream();
   const double t0 = monotonic_seconds();
   const auto u = static_cast<int64_t>(unit);
-  if (home == Tier::device) {
-    device_.copy(param_shard_ptr(unit) + begin, master, bytes,
-                 master_on_device ? CopyKind::device_to_device : CopyKind::host_to_device, st);
+  if (home == Tier::device || home == Tier::host) {
+    void* dst = static_cast<std::byte*>(param_shard_raw(unit)) + begin * eb;
+    if (home == Tier::host && !master_on_device) {
+      std::memcpy(dst, src, bytes);
+      return;
+    }
+    const CopyKind kind = home == Tier::host ? CopyKind::device_to_host
+                          : master_on_device ? CopyKind::device_to_device
+                                             : CopyKind::host_to_device;
+    device_.copy(dst, src, bytes, kind, st);
     st.synchronize();
-    if (!master_on_device)
-      ActivityLog::global().record(Track::host_to_device, "params to device", t0,
-                                   monotonic_seconds(), bytes, u);
-  } else if (home == Tier::host) {
-    if (master_on_device) {
-      device_.copy(param_shard_ptr(unit) + begin, master, bytes, CopyKind::device_to_host, st);
-      st.synchronize();
-      ActivityLog::global().record(Track::device_to_host, "params to host", t0, monotonic_seconds(),
-                                   bytes, u);
-    } else {
-      std::memcpy(param_shard_ptr(unit) + begin, master, bytes);
-    }
-  } else {
-    offload::PinnedBuffer staging;
-    const float* src = master;
-    if (master_on_device) {
-      staging = host_pool_->allocate(bytes, Category::io, "zero param publish staging");
-      device_.copy(staging.data(), master, bytes, CopyKind::device_to_host, st);
-      st.synchronize();
-      src = static_cast<const float*>(staging.data());
-    }
-    auto writes = arenas_->write(StateBuffer::param_shard, unit, begin, count, src);
-    wait_io(writes);
+    if (kind != CopyKind::device_to_device)
+      ActivityLog::global().record(
+          kind == CopyKind::host_to_device ? Track::host_to_device : Track::device_to_host,
+          "publish params", t0, monotonic_seconds(), bytes, u);
+    return;
   }
+  offload::PinnedBuffer staging;
+  if (master_on_device) {
+    staging = host_pool_->allocate(bytes, Category::io, "zero param publish staging");
+    device_.copy(staging.data(), src, bytes, CopyKind::device_to_host, st);
+    st.synchronize();
+    src = staging.data();
+  }
+  auto writes = arenas_->write(StateBuffer::param_shard, unit, begin, count, src);
+  wait_io(writes);
 }
 
 void PartitionStore::update_unit_on_device(size_t unit, const kernels::AdamWParams& base) {
@@ -210,7 +220,7 @@ void PartitionStore::update_units_on_nvme(const kernels::AdamWParams& base) {
   }
 }
 
-StoreStepStats PartitionStore::step(double lr, double clip) {
+StoreStepStats PartitionStore::step(double lr, double clip, double loss_scale) {
   for (size_t u = 0; u < units_.size(); ++u)
     TZ_CHECK(units_[u].param_refs == 0 && !units_[u].grads_open,
              "PartitionStore::step: unit " + plan_.units()[u].name +
@@ -246,9 +256,16 @@ StoreStepStats PartitionStore::step(double lr, double clip) {
                                  monotonic_seconds(), n * sizeof(float), static_cast<int64_t>(u));
   }
 
+  TZ_CHECK(loss_scale > 0.0 && std::isfinite(loss_scale),
+           "PartitionStore::step: loss scale " + std::to_string(loss_scale) + " is not positive",
+           "pass 1 without loss scaling");
   const double local = local_grad_sum_squares();
   StoreStepStats stats;
-  stats.grad_norm = std::sqrt(config_.stage == 0 ? local : global_sum_squares(local));
+  stats.grad_norm = std::sqrt(config_.stage == 0 ? local : global_sum_squares(local)) / loss_scale;
+  if (!std::isfinite(stats.grad_norm) && loss_scale != 1.0) {
+    stats.skipped = true;  // every rank sees the same norm, so every rank skips
+    return stats;
+  }
   if (!std::isfinite(stats.grad_norm))
     TZ_THROW("gradient norm is not finite at optimizer step " + std::to_string(t_ + 1) +
                  " (ZeRO stage " + std::to_string(config_.stage) + ", " + group_.describe() + ")",
@@ -263,7 +280,7 @@ StoreStepStats PartitionStore::step(double lr, double clip) {
                                   static_cast<float>(optimizer_.beta2),
                                   static_cast<float>(optimizer_.eps),
                                   0.0f,
-                                  static_cast<float>(stats.clip_scale),
+                                  static_cast<float>(stats.clip_scale / loss_scale),
                                   t_};
   const double t0 = monotonic_seconds();
   for (size_t u = 0; u < units_.size(); ++u) {
@@ -285,10 +302,10 @@ StoreStepStats PartitionStore::step(double lr, double clip) {
     for (size_t u = 0; u < units_.size(); ++u) {
       const UnitPartition& p = plan_.partition(u);
       if (p.padded_numel == 0) continue;
-      gathers.push_back(group_.all_gather_async(param_shard_ptr(u),
-                                                arenas_->ptr(StateBuffer::params_full, u),
-                                                p.shard_numel, DType::f32));
-      bytes += p.padded_numel * sizeof(float);
+      gathers.push_back(group_.all_gather_async(param_shard_raw(u),
+                                                arenas_->raw(StateBuffer::params_full, u),
+                                                p.shard_numel, config_.placement.working));
+      bytes += p.padded_numel * dtype_size(config_.placement.working);
     }
     comm::wait_all(gathers);
     ActivityLog::global().record(Track::collective, "all_gather params", g0, monotonic_seconds(),

@@ -122,6 +122,22 @@ TEST(Cli, DeviceBudgetTooSmallIsAClearError) {
   expect_clean_error(tierzero_cli("train --config " + cfg + " --device-mem 100KiB"), "budget");
 }
 
+// fp16 with dynamic loss scaling: a start scale so large that the gradients overflow skips those
+// steps (nothing updated, said on the progress output), halves the scale, and then trains.
+TEST(Cli, Fp16LossScaleOverflowSkipsStepsThenTrains) {
+  std::string cfg = write_file("fp16.json", R"({"train_micro_batch_size_per_gpu": 2,
+    "fp16": {"enabled": true, "initial_scale_power": 127, "hysteresis": 1},
+    "zero_optimization": {"stage": 3},
+    "tierzero": {"steps": 40, "seq_len": 16, "val_batches": 2,
+                 "model": {"n_layer": 1, "n_head": 2, "n_embd": 32, "context_length": 16}}})");
+  const RunResult r = tierzero_cli("train --config " + cfg);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("gradient overflow at loss scale"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("val loss"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("val loss nan"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("step    40/40"), std::string::npos) << r.output;
+}
+
 TEST(Cli, MissingConfigAndDataFiles) {
   expect_clean_error(tierzero_cli("train --config /nonexistent/c.json"), "cannot read config file");
   std::string cfg = write_file("tiny2.json", kTinyConfig);

@@ -7,7 +7,8 @@
 # 2. <variant> sets where the store run keeps its states and how it computes: plain (all on the
 # device tier), opt_host, opt_nvme, all_host, all_nvme (params and optimizer), half (half the
 # units' params on NVMe and optimizer states on the host), ckpt (activation checkpointing),
-# blocks2 (two transformer blocks per store unit: bigger gathers and reduce-scatters).
+# blocks2 (two transformer blocks per store unit: bigger gathers and reduce-scatters), bf16 and
+# fp16 (16-bit working parameters with fp32 masters; fp16 with dynamic loss scaling).
 # Prints every step's losses and the max absolute and relative error.
 # usage: run_train_match.sh <tierzero> <ranks> <stage> <rel_tol> <variant> [mpiexec command...]
 tierzero=$1; ranks=$2; stage=$3; tol=$4; variant=$5; shift 5
@@ -16,7 +17,7 @@ trap 'rm -rf "$dir"' EXIT
 ref_batch=$((2 * (ranks > 0 ? ranks : 1)))
 
 nvme() { echo "{\"device\": \"nvme\", \"nvme_path\": \"$dir\", \"buffer_size\": 3000$1}"; }
-offload=""; ckpt=false; blocks=1
+offload=""; ckpt=false; blocks=1; precision=""
 case "$variant" in
   plain) ;;
   opt_host) offload=', "offload_optimizer": {"device": "cpu"}' ;;
@@ -26,14 +27,16 @@ case "$variant" in
   half) offload=", \"offload_param\": $(nvme ', "ratio": 0.5'), \"offload_optimizer\": {\"device\": \"cpu\", \"ratio\": 0.5}" ;;
   ckpt) ckpt=true ;;
   blocks2) blocks=2 ;;
+  bf16) precision='"bf16": {"enabled": true},' ;;
+  fp16) precision='"fp16": {"enabled": true},' ;;
   *) echo "unknown variant $variant"; exit 2 ;;
 esac
 
-# write_config <file> <stage> <micro_batch> <offload> <checkpointing> <blocks>: the tiny model;
+# write_config <file> <stage> <micro_batch> <offload> <checkpointing> <blocks> [precision]:
 # persistence threshold 0 so that stage 3 really gathers and releases every unit.
 write_config() {
   cat > "$1" <<JSON
-{"train_micro_batch_size_per_gpu": $3,
+{"train_micro_batch_size_per_gpu": $3, $7
  "zero_optimization": {"stage": $2, "stage3_param_persistence_threshold": 0 $4},
  "tierzero": {"steps": 5, "seq_len": 16, "seed": 7, "threads": 1, "val_batches": 2,
               "activation_checkpointing": $5, "blocks_per_unit": $6,
@@ -42,7 +45,7 @@ write_config() {
 JSON
 }
 write_config "$dir/ref.json" 0 "$ref_batch" "" false 1
-write_config "$dir/zero.json" "$stage" 2 "$offload" "$ckpt" "$blocks"
+write_config "$dir/zero.json" "$stage" 2 "$offload" "$ckpt" "$blocks" "$precision"
 echo "variant $variant: $(cat "$dir/zero.json")"
 
 echo "reference: one rank, stage 0, micro-batch $ref_batch"

@@ -82,6 +82,17 @@ struct DeepSpeedActivationCheckpointing {
   bool profile = false;
 };
 
+// fp16's loss scaling (DeepSpeed's "fp16" keys): loss_scale 0 is dynamic, starting at
+// 2^initial_scale_power, halved on an overflow once `hysteresis` overflows have been seen, doubled
+// after loss_scale_window steps without one, never below min_loss_scale; > 0 is a fixed scale.
+struct LossScaleConfig {
+  double loss_scale = 0.0;
+  int64_t initial_scale_power = 16;
+  int64_t loss_scale_window = 1000;
+  int64_t hysteresis = 2;
+  double min_loss_scale = 1.0;
+};
+
 struct TrainConfig {
   // DeepSpeed keys
   int64_t micro_batch_size = 8;  // train_micro_batch_size_per_gpu
@@ -93,6 +104,7 @@ struct TrainConfig {
   SchedulerConfig scheduler;
   bool bf16 = false;
   bool fp16 = false;
+  LossScaleConfig fp16_scaling;
   ZeroConfig zero;
   AioConfig aio;
   DeepSpeedActivationCheckpointing ds_activation_checkpointing;  // "activation_checkpointing"

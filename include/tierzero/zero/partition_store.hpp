@@ -69,8 +69,9 @@ struct StoreConfig {
 };
 
 struct StoreStepStats {
-  double grad_norm = 0.0;  // global L2 norm of the averaged gradient, before clipping
+  double grad_norm = 0.0;  // global L2 norm of the averaged gradient (unscaled), before clipping
   double clip_scale = 1.0;
+  bool skipped = false;  // loss scaling: the gradient overflowed, nothing was updated
 };
 
 // What stage 3's fetching did since the last begin_pass(train) (per training step), so a prefetch
@@ -123,9 +124,11 @@ class PartitionStore {
 
   // Clips by the global gradient norm (PyTorch's rule: scale clip / (norm + 1e-6) when below 1;
   // clip <= 0 disables), runs AdamW where each shard's optimizer states live (decay per tensor),
-  // and makes the updated parameters visible to every rank. Collective. Throws Error, updating
-  // nothing, when the norm is not finite. Gradients are left as they are.
-  StoreStepStats step(double lr, double clip);
+  // and makes the updated parameters visible to every rank. Collective. The gradients may carry
+  // a loss scale (fp16's dynamic loss scaling): they are divided by it. When the norm is not
+  // finite nothing is updated: with a loss scale other than 1 the step reports skipped (the
+  // scale was too large), otherwise it throws Error. Gradients are left as they are.
+  StoreStepStats step(double lr, double clip, double loss_scale = 1.0);
 
   // Sets / reads the full values of a unit (host arrays of units[unit].numel). load_unit is not
   // collective (every rank passes the same values and keeps what it owns); read_unit is
@@ -153,9 +156,10 @@ class PartitionStore {
     size_t param_refs = 0;  // acquire_params nesting count
     bool grads_open = false;
     Fetch fetch = Fetch::none;
-    bool prefetched = false;        // the fetch was started by the prefetcher
-    DeviceBuffer gathered;          // (padded_numel) fp32, stage 3: the unit's working parameters
-    DeviceBuffer full_grad;         // (padded_numel) fp32, stages 2-3: the local full gradient
+    bool prefetched = false;  // the fetch was started by the prefetcher
+    DeviceBuffer gathered;    // (padded_numel) working type, stage 3: the unit's working params
+    DeviceBuffer compute;     // (padded_numel) fp32: converted from 16-bit working parameters
+    DeviceBuffer full_grad;   // (padded_numel) fp32, stages 2-3: the local full gradient
     offload::PinnedBuffer staging;  // (shard_numel) fp32: the shard read from NVMe
     std::vector<offload::IoHandle> reads;
     double gather_issued_s = 0.0;
@@ -175,7 +179,9 @@ class PartitionStore {
   // This rank's shard of `unit` for the kinds that may live on any tier: a device or host pointer,
   // null when it is on NVMe. Below stage 3 the parameter and (device) gradient shards are slices
   // of the full buffers.
-  float* param_shard_ptr(size_t unit);
+  float* param_shard_ptr(size_t unit);    // fp32 working parameters only
+  void* param_shard_raw(size_t unit);     // any working type
+  const float* unit_params(size_t unit);  // the fp32 values acquire_params hands out
   float* grad_shard_ptr(size_t unit);
   float* master_ptr(size_t unit);  // the fp32 master shard (the parameter shard when shared)
   StateBuffer master_kind(size_t unit) const;

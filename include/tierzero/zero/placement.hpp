@@ -13,8 +13,11 @@
 //  - `ratio` offloads the first round(ratio * units) units (in unit order) and keeps the rest on
 //    the device, so a fraction of the model can be offloaded.
 //  - With fp32 working parameters, a parameter shard on the same tier as its unit's optimizer
-//    states *is* the master copy (one buffer); otherwise the master is a separate fp32 shard on
-//    the optimizer's tier and each step publishes the updated values to the parameter's tier.
+//    states *is* the master copy (one buffer); otherwise (another tier, or bf16/fp16 working
+//    parameters) the master is a separate fp32 shard on the optimizer's tier and each step
+//    publishes the updated values, rounded to the working type, to the parameter's tier.
+//  - Working parameters (params_full, param_shard) take dtype_size(working) bytes per element;
+//    every other state is fp32.
 #pragma once
 
 #include <array>
@@ -22,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "tierzero/core/dtype.hpp"
 #include "tierzero/core/memory_tracker.hpp"
 #include "tierzero/zero/partition.hpp"
 
@@ -38,6 +42,7 @@ struct PlacementConfig {
   // Elements per NVMe chunk of the optimizer step pipeline (offload_optimizer.buffer_size);
   // every NVMe-resident shard is cut into chunks of at most this many elements.
   size_t nvme_chunk_elems = size_t{1} << 20;
+  DType working = DType::f32;  // the working parameters' type (bf16.enabled / fp16.enabled)
 };
 
 // Where one unit's states live on one rank.
@@ -89,12 +94,15 @@ size_t unit_state_elems(const PartitionPlan& plan, int stage,
                         const std::vector<UnitPlacement>& placement, size_t unit,
                         StateBuffer buffer, Tier tier);
 
-// Bytes the allocators count for one arena of `elems` fp32 elements: the device allocator's or
-// the host pool's size class of one block (0 elements: no arena, 0 bytes). For nvme the store
-// writes each unit's part as chunks of at most chunk_elems, each extent padded to 4 KiB:
-// nvme_unit_bytes gives one unit's part.
-size_t arena_bytes(Tier tier, size_t elems);  // device or host
-size_t nvme_unit_bytes(size_t unit_elems, size_t chunk_elems);
+// Bytes per element of a state buffer: the working type's for the working parameters, else 4.
+size_t state_elem_bytes(StateBuffer b, DType working);
+
+// Bytes the allocators count for one arena of `bytes`: the device allocator's or the host pool's
+// size class of one block (0: no arena, 0 bytes). For nvme the store writes each unit's part as
+// chunks of at most chunk_elems elements, each extent padded to 4 KiB: nvme_unit_bytes gives one
+// unit's part.
+size_t arena_bytes(Tier tier, size_t bytes);  // device or host
+size_t nvme_unit_bytes(size_t unit_elems, size_t chunk_elems, size_t elem_bytes = 4);
 
 StateBytes model_state_bytes(const PartitionPlan& plan, int stage,
                              const std::vector<UnitPlacement>& placement,
