@@ -361,17 +361,12 @@ void PartitionStore::zero_grads() {
   begin_pass(PassKind::train);
 }
 
-double PartitionStore::global_sum_squares(double local) {
-  // Exchange each rank's double as (hi, lo) fp32 words with an all-gather (no arithmetic on the
-  // wire) and sum in rank order: every rank gets the same, near-double-precise total, so every
-  // rank computes the same clip coefficient.
+std::vector<float> PartitionStore::all_gather_pair(float a, float b, const char* label) {
   const auto n = static_cast<size_t>(group_.size());
-  const float hi = static_cast<float>(local);
-  const float lo = static_cast<float>(local - static_cast<double>(hi));
-  const float mine[2] = {hi, lo};
   DeviceBuffer buf = allocator_.allocate(2 * n * sizeof(float), Category::comm,
-                                         "zero grad-norm exchange");  // (ranks, 2) fp32
+                                         label);  // (ranks, 2) fp32
   Stream& s = device_.default_stream();
+  const float mine[2] = {a, b};
   float* slot = buf.f32() + 2 * static_cast<size_t>(group_.rank());
   device_.copy(slot, mine, sizeof(mine), CopyKind::host_to_device, s);
   s.synchronize();
@@ -379,8 +374,18 @@ double PartitionStore::global_sum_squares(double local) {
   std::vector<float> all(2 * n);  // (ranks, 2)
   device_.copy(all.data(), buf.data(), all.size() * sizeof(float), CopyKind::device_to_host, s);
   s.synchronize();
+  return all;
+}
+
+double PartitionStore::global_sum_squares(double local) {
+  // Exchange each rank's double as (hi, lo) fp32 words with an all-gather (no arithmetic on the
+  // wire) and sum in rank order: every rank gets the same, near-double-precise total, so every
+  // rank computes the same clip coefficient.
+  const float hi = static_cast<float>(local);
+  const float lo = static_cast<float>(local - static_cast<double>(hi));
+  const std::vector<float> all = all_gather_pair(hi, lo, "zero grad-norm exchange");
   double total = 0.0;
-  for (size_t r = 0; r < n; ++r)
+  for (size_t r = 0; r < all.size() / 2; ++r)
     total += static_cast<double>(all[2 * r]) + static_cast<double>(all[2 * r + 1]);
   return total;
 }

@@ -38,17 +38,7 @@ void PartitionStore::begin_pass(PassKind kind) {
 void PartitionStore::exchange_trace_word(float kind, float value, const char* what) {
   const auto n = static_cast<size_t>(group_.size());
   if (n == 1) return;
-  DeviceBuffer buf = allocator_.allocate(2 * n * sizeof(float), Category::comm,
-                                         "zero trace check");  // (ranks, 2) fp32
-  Stream& s = device_.default_stream();
-  const float mine[2] = {kind, value};
-  float* slot = buf.f32() + 2 * static_cast<size_t>(group_.rank());
-  device_.copy(slot, mine, sizeof(mine), CopyKind::host_to_device, s);
-  s.synchronize();
-  group_.all_gather(slot, buf.f32(), 2, DType::f32);
-  std::vector<float> all(2 * n);  // (ranks, 2)
-  device_.copy(all.data(), buf.data(), all.size() * sizeof(float), CopyKind::device_to_host, s);
-  s.synchronize();
+  const std::vector<float> all = all_gather_pair(kind, value, "zero trace check");  // (ranks, 2)
   auto describe = [&](float k, float v) -> std::string {
     const auto u = static_cast<size_t>(v < 0.0f ? 0.0f : v);
     const std::string name = u < plan_.num_units() ? "unit '" + plan_.units()[u].name + "'"

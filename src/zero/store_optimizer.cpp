@@ -103,7 +103,10 @@ void PartitionStore::publish_params(size_t unit, const float* master, size_t beg
   wait_io(writes);
 }
 
-void PartitionStore::update_unit_on_device(size_t unit, const kernels::AdamWParams& base) {
+void PartitionStore::update_unit_in_memory(size_t unit, const kernels::AdamWParams& base,
+                                           bool on_device) {
+  // The device's kernel for device-resident states, the CPU kernel for host-resident ones (on
+  // the CPU backend both are the same function, so the placements agree bitwise).
   kernels::Kernels& k = device_.kernels();
   float* param = master_ptr(unit);
   const float* grad = grad_shard_ptr(unit);
@@ -112,22 +115,12 @@ void PartitionStore::update_unit_on_device(size_t unit, const kernels::AdamWPara
   const size_t n = plan_.partition(unit).shard_numel;
   for_segments(plan_.segments(unit), 0, n, base, static_cast<float>(optimizer_.weight_decay),
                [&](size_t o, size_t count, const kernels::AdamWParams& p) {
-                 k.adamw_update(param + o, m + o, v + o, grad + o, count, p);
+                 if (on_device)
+                   k.adamw_update(param + o, m + o, v + o, grad + o, count, p);
+                 else
+                   kernels::cpu::adamw_update(param + o, m + o, v + o, grad + o, count, p);
                });
-  if (!placement_[unit].master_is_param) publish_params(unit, param, 0, n, true);
-}
-
-void PartitionStore::update_unit_on_host(size_t unit, const kernels::AdamWParams& base) {
-  float* param = master_ptr(unit);
-  const float* grad = grad_shard_ptr(unit);
-  float* m = arenas_->ptr(StateBuffer::adam_m, unit);
-  float* v = arenas_->ptr(StateBuffer::adam_v, unit);
-  const size_t n = plan_.partition(unit).shard_numel;
-  for_segments(plan_.segments(unit), 0, n, base, static_cast<float>(optimizer_.weight_decay),
-               [&](size_t o, size_t count, const kernels::AdamWParams& p) {
-                 kernels::cpu::adamw_update(param + o, m + o, v + o, grad + o, count, p);
-               });
-  if (!placement_[unit].master_is_param) publish_params(unit, param, 0, n, false);
+  if (!placement_[unit].master_is_param) publish_params(unit, param, 0, n, on_device);
 }
 
 void PartitionStore::update_units_on_nvme(const kernels::AdamWParams& base) {
@@ -284,8 +277,8 @@ StoreStepStats PartitionStore::step(double lr, double clip, double loss_scale) {
                                   t_};
   const double t0 = monotonic_seconds();
   for (size_t u = 0; u < units_.size(); ++u) {
-    if (placement_[u].optimizer == Tier::device) update_unit_on_device(u, base);
-    if (placement_[u].optimizer == Tier::host) update_unit_on_host(u, base);
+    if (placement_[u].optimizer != Tier::nvme)
+      update_unit_in_memory(u, base, placement_[u].optimizer == Tier::device);
   }
   st.synchronize();
   ActivityLog::global().record(Track::optimizer, "adamw", t0, monotonic_seconds());

@@ -191,6 +191,8 @@ class PartitionStore {
   void finish_reductions_through(size_t unit);  // until no reduction of `unit` is pending
   void finish_all_reductions();
   double global_sum_squares(double local);
+  // Every rank's pair of floats, in rank order (ranks, 2): a tiny all-gather through the device.
+  std::vector<float> all_gather_pair(float a, float b, const char* label);
 
   // Stage 3 fetching (store_fetch.cpp).
   void start_read(size_t unit);    // NVMe -> host staging (params on NVMe only)
@@ -208,8 +210,7 @@ class PartitionStore {
 
   // Optimizer step (store_optimizer.cpp).
   double local_grad_sum_squares();
-  void update_unit_on_device(size_t unit, const kernels::AdamWParams& base);
-  void update_unit_on_host(size_t unit, const kernels::AdamWParams& base);
+  void update_unit_in_memory(size_t unit, const kernels::AdamWParams& base, bool on_device);
   void update_units_on_nvme(const kernels::AdamWParams& base);
   void publish_params(size_t unit, const float* master, size_t begin, size_t count,
                       bool master_on_device);
