@@ -187,6 +187,12 @@ class CudaDevice final : public Device {
   int index() const override { return index_; }
   std::string name() const override { return name_; }
   size_t total_memory() const override { return total_memory_; }
+  int64_t driver_used_bytes() const override {
+    CudaDeviceGuard guard(index_);
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) return -1;
+    return static_cast<int64_t>(total_bytes - free_bytes);
+  }
 
   void* raw_alloc(size_t bytes) override {
     if (bytes == 0) return nullptr;

@@ -256,9 +256,12 @@ std::unique_ptr<profile::ProfileRecorder> make_recorder(const TrainConfig& c, bo
                                                         const nn::GPT& model,
                                                         const zero::PartitionStore* store, int rank,
                                                         int ranks, size_t budget,
-                                                        const std::string& device) {
+                                                        const Device& device) {
   profile::RecorderOptions options;
   options.timeline = timeline;
+  // Where the driver counts device bytes (CUDA), the report shows what nobody accounted for.
+  if (device.driver_used_bytes() >= 0)
+    options.driver_device_used = [&device] { return device.driver_used_bytes(); };
   auto recorder = std::make_unique<profile::ProfileRecorder>(options);
   const nn::ParamLayout& layout = model.layout();
   profile::RunInfo info;
@@ -267,7 +270,7 @@ std::unique_ptr<profile::ProfileRecorder> make_recorder(const TrainConfig& c, bo
   info.ranks = ranks;
   info.rank = rank;
   info.stage = static_cast<int>(c.zero.stage);
-  info.device = device;
+  info.device = device.name();
   info.device_budget = budget;
   info.extra["micro_batch"] = std::to_string(c.micro_batch_size);
   info.extra["seq_len"] = std::to_string(c.seq_len);
@@ -449,7 +452,7 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
   std::unique_ptr<ProfilingProvider> profiled;
   if (!profile_path_.empty()) {
     recorder = make_recorder(config_, profile_timeline_, *s.model, s.store.get(), s.rank,
-                             s.world_size, s.allocator->stats().budget, s.device->name());
+                             s.world_size, s.allocator->stats().budget, *s.device);
     profiled = std::make_unique<ProfilingProvider>(params, *recorder);
   }
   nn::ParamProvider& step_params = profiled ? static_cast<nn::ParamProvider&>(*profiled) : params;

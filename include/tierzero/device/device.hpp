@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -38,6 +39,10 @@ class Device {
   virtual int index() const = 0;
   virtual std::string name() const = 0;
   virtual size_t total_memory() const = 0;  // bytes of memory the device has (RAM on the CPU)
+  // Bytes in use on the device as its driver reports them (on CUDA: total - free from
+  // cudaMemGetInfo, which includes what no allocator of ours asked for: the CUDA context,
+  // cuBLAS and NCCL workspaces), or -1 where the backend has no such count (the CPU).
+  virtual int64_t driver_used_bytes() const { return -1; }
 
   // Unpooled memory from the backend (malloc / cudaMalloc), 256-byte aligned at least.
   // Throws Error naming the size when the backend refuses. Only allocators call these.
