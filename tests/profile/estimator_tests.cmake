@@ -33,4 +33,4 @@ endforeach()
 add_test(NAME plan_choice_fits_when_trained
          COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/run_plan_fits.sh $<TARGET_FILE:tierzero>)
 set_tests_properties(plan_choice_fits_when_trained PROPERTIES
-                     TIMEOUT 300 LABELS "zero" ENVIRONMENT "OMP_NUM_THREADS=1")
+                     TIMEOUT 300 LABELS "zero;mpi" ENVIRONMENT "OMP_NUM_THREADS=1")
