@@ -116,6 +116,7 @@ void* PartitionStore::param_shard_raw(size_t unit) {
 
 const float* PartitionStore::unit_params(size_t unit) {
   UnitState& s = units_[unit];
+  if (s.direct) return arenas_->ptr(StateBuffer::param_shard, unit);
   if (s.compute) return s.compute.f32();
   if (config_.stage < 3) return arenas_->ptr(StateBuffer::params_full, unit);
   return s.gathered.f32();
@@ -250,7 +251,13 @@ float* PartitionStore::acquire_grads(size_t unit) {
   check_unit("acquire_grads", unit);
   UnitState& s = units_[unit];
   if (!s.grads_open) {
-    if (config_.stage >= 2) {
+    s.grads_direct =
+        config_.stage >= 2 && group_.size() == 1 && placement_[unit].grad == Tier::device;
+    if (s.grads_direct) {
+      // One rank: the mean over the group is the gradient itself, and backward's += is the
+      // accumulation across micro-batches; no bucket, no reduction.
+      finish_reductions_through(unit);
+    } else if (config_.stage >= 2) {
       // A bucket awaiting reduce-scatter: transient, so it counts as a comm buffer, not as
       // model state.
       const size_t padded = plan_.partition(unit).padded_numel;
@@ -263,6 +270,7 @@ float* PartitionStore::acquire_grads(size_t unit) {
     }
     s.grads_open = true;
   }
+  if (s.grads_direct) return grad_shard_ptr(unit);
   if (config_.stage >= 2) return s.full_grad.f32();
   return arenas_->ptr(StateBuffer::grads_full, unit);
 }
@@ -280,7 +288,7 @@ void PartitionStore::grads_done(size_t unit) {
   if (config_.stage == 3 && pass_ == PassKind::train && recording_)
     exchange_trace_word(2.0f, static_cast<float>(unit), "reduces the gradients of");
   const UnitPartition& p = plan_.partition(unit);
-  if (p.padded_numel == 0) {
+  if (p.padded_numel == 0 || s.grads_direct) {
     s.full_grad.reset();
     return;
   }

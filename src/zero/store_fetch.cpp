@@ -86,6 +86,13 @@ void PartitionStore::start_gather(size_t unit) {
   const Tier home = placement_[unit].param;
   if (s.fetch == Fetch::none && home == Tier::nvme) start_read(unit);
   const DType working = config_.placement.working;
+  if (group_.size() == 1 && home == Tier::device && working == DType::f32) {
+    // One rank: the shard is the whole unit and already where compute reads it; nothing to
+    // gather or copy (unit_params hands out the shard itself).
+    s.direct = true;
+    s.fetch = Fetch::gathering;
+    return;
+  }
   const size_t eb = dtype_size(working);
   s.gathered = allocator_.allocate(p.padded_numel * eb, Category::param,
                                    "zero gathered params");  // (padded_numel) working type
@@ -120,7 +127,9 @@ void PartitionStore::start_gather(size_t unit) {
   }
   st.synchronize();  // the shard must be ready before the engine reads it
   s.gather_issued_s = monotonic_seconds();
-  if (p.padded_numel > 0) {
+  if (group_.size() == 1) {
+    if (send != slot) device_.copy(slot, send, bytes, CopyKind::device_to_device, st);
+  } else if (p.padded_numel > 0) {
     s.gather = group_.all_gather_async(send, s.gathered.data(), p.shard_numel, working);
     ++counters_.gathers;
   }
@@ -129,6 +138,10 @@ void PartitionStore::start_gather(size_t unit) {
 
 void PartitionStore::finish_fetch(size_t unit, bool stall) {
   UnitState& s = units_[unit];
+  if (s.direct) {
+    s.fetch = Fetch::ready;
+    return;
+  }
   if (s.fetch == Fetch::gathering) {
     const double t0 = monotonic_seconds();
     if (s.gather.pending()) s.gather.wait();
@@ -143,6 +156,7 @@ void PartitionStore::finish_fetch(size_t unit, bool stall) {
         plan_.partition(unit).padded_numel * dtype_size(config_.placement.working), u);
   }
   if (config_.placement.working != DType::f32 && s.gathered) {
+    device_.default_stream().synchronize();
     // The CPU backend computes in fp32 from 16-bit storage (the store checked the backend).
     const size_t padded = plan_.partition(unit).padded_numel;
     s.compute = allocator_.allocate(padded * sizeof(float), Category::param,
@@ -168,6 +182,7 @@ void PartitionStore::drop_gathered(size_t unit) {
   s.staging.reset();
   s.fetch = Fetch::none;
   s.prefetched = false;
+  s.direct = false;
 }
 
 void PartitionStore::drop_unused_fetches() {

@@ -156,10 +156,12 @@ class PartitionStore {
     size_t param_refs = 0;  // acquire_params nesting count
     bool grads_open = false;
     Fetch fetch = Fetch::none;
-    bool prefetched = false;  // the fetch was started by the prefetcher
-    DeviceBuffer gathered;    // (padded_numel) working type, stage 3: the unit's working params
-    DeviceBuffer compute;     // (padded_numel) fp32: converted from 16-bit working parameters
-    DeviceBuffer full_grad;   // (padded_numel) fp32, stages 2-3: the local full gradient
+    bool prefetched = false;    // the fetch was started by the prefetcher
+    bool direct = false;        // one rank, fp32 on the device: the shard is the unit, no copy
+    bool grads_direct = false;  // one rank: backward accumulates straight into the shard
+    DeviceBuffer gathered;      // (padded_numel) working type, stage 3: the unit's working params
+    DeviceBuffer compute;       // (padded_numel) fp32: converted from 16-bit working parameters
+    DeviceBuffer full_grad;     // (padded_numel) fp32, stages 2-3: the local full gradient
     offload::PinnedBuffer staging;  // (shard_numel) fp32: the shard read from NVMe
     std::vector<offload::IoHandle> reads;
     double gather_issued_s = 0.0;
