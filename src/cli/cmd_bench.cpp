@@ -9,6 +9,7 @@
 #include "bench_adam.hpp"
 #include "bench_comm.hpp"
 #include "bench_io.hpp"
+#include "bench_train_modes.hpp"
 #include "commands.hpp"
 #include "tierzero/core/random.hpp"
 #include "tierzero/core/timer.hpp"
@@ -183,7 +184,10 @@ Command add_bench_command(CLI::App& app) {
   CLI::App* a = bench->add_subcommand("adam", "CPU AdamW + bf16 copy vs. a STREAM triad");
   add_bench_adam_options(*a, *adam);
 
-  return {bench, [train, io, comm, adam, t, o, c, a] {
+  std::function<int()> train_modes = add_bench_train_modes_commands(*bench);
+
+  return {bench, [train, io, comm, adam, t, o, c, a, train_modes] {
+            if (const int rc = train_modes(); rc >= 0) return rc;
             if (t->parsed()) return bench_train(*train);
             if (o->parsed()) return run_bench_io(*io);
             if (c->parsed()) return bench_comm(*comm);

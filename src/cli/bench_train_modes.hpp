@@ -1,0 +1,40 @@
+// `tierzero bench train-nvme`, `train-stage3`, `profile` and `train-modes` (all three): real
+// `tierzero train` runs, spawned as child processes of this same binary, timed from their
+// --metrics files (median step ms after the warm-up steps) against a peer run in the same
+// benchmark: NVMe offload vs host offload, stage 3 vs the stage 0 reference, --profile vs none.
+// Table on stderr, one JSON object per result on stdout (train.nvme_vs_host,
+// train.stage3_vs_stage0, profile.overhead).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace tierzero::cli {
+
+struct BenchTrainModesOptions {
+  int64_t layers = 6;       // transformer blocks
+  int64_t channels = 512;   // n_embd
+  int64_t heads = 8;        // n_head
+  int64_t seq = 128;        // tokens per sequence (also the context length)
+  int64_t batch = 2;        // micro-batch per rank
+  int64_t steps = 8;        // steps per run, warm-up included
+  int64_t warmup = 2;       // first steps of each run that are not counted
+  int64_t repeats = 0;      // runs of each mode, alternating; 0: the benchmark's default
+  int64_t timeout_s = 600;  // per run; a run past it is killed and the benchmark fails
+  std::string dir;          // where the private temp directory goes (default /var/tmp or .)
+  std::string mpiexec;      // launcher (default: mpiexec on PATH)
+};
+
+// Adds the subcommands under `bench`. The returned function runs whichever of them was parsed
+// and returns its exit code, or -1 when none of them was.
+std::function<int()> add_bench_train_modes_commands(CLI::App& bench);
+
+// The benchmarks themselves; each returns the exit code and throws tierzero::Error on failure.
+int bench_train_nvme(const BenchTrainModesOptions& options);
+int bench_train_stage3(const BenchTrainModesOptions& options);
+int bench_profile_overhead(const BenchTrainModesOptions& options);
+int bench_train_modes(const BenchTrainModesOptions& options);
+
+}  // namespace tierzero::cli
