@@ -71,11 +71,22 @@ PartitionStore::PartitionStore(std::vector<UnitSpec> units, const StoreConfig& c
   }
   arenas_ = std::make_unique<Arenas>(plan_, config_.stage, placement_, config_.placement,
                                      allocator_, host_pool_.get(), swap_.get());
+  // The NVMe optimizer pipeline may run behind the next forward at stage 3 (below it the updated
+  // parameters are all-gathered right after the step). The CPU backend only: on CUDA its copies
+  // would share the training thread's stream.
+  background_optimizer_ = config_.stage == 3 && device_.kind() == DeviceKind::cpu;
+  optimizer_pending_.assign(units_.size(), 0);
+  grads_cleared_.assign(units_.size(), 0);
 }
 
 PartitionStore::~PartitionStore() {
-  // Wait for reductions, gathers and NVMe reads still in flight (quietly) before the buffers they
-  // read and write are freed.
+  // Wait for the background optimizer, reductions, gathers and NVMe reads still in flight
+  // (quietly) before the buffers they read and write are freed.
+  try {
+    wait_optimizer_all();
+  } catch (const Error& e) {
+    log::error(std::string("the background optimizer step failed: ") + e.what());
+  }
   pending_.clear();
   for (UnitState& s : units_) {
     for (auto& h : s.reads) {
@@ -316,6 +327,7 @@ void PartitionStore::grads_done(size_t unit) {
 void PartitionStore::finish_oldest_reduction() {
   PendingReduction& r = pending_.front();
   r.request.wait();
+  wait_optimizer(r.unit);  // the background update must have read the shard this adds into
   const UnitPartition& p = plan_.partition(r.unit);
   ActivityLog::global().record(
       Track::collective, config_.stage >= 2 ? "reduce_scatter" : "all_reduce", r.issued_s,
@@ -337,6 +349,8 @@ void PartitionStore::finish_oldest_reduction() {
                                    monotonic_seconds(), n * sizeof(float),
                                    static_cast<int64_t>(r.unit));
       kernels::cpu::residual_forward(acc, acc, static_cast<const float*>(staging.data()), n);
+      std::lock_guard<std::mutex> lock(optimizer_mutex_);
+      grads_cleared_[r.unit] = 0;  // holds a gradient again
     }
   }
   pending_.pop_front();
@@ -360,10 +374,20 @@ void PartitionStore::zero_grads() {
         "call grads_done for every unit before zero_grads");
   finish_all_reductions();  // a result landing after the zeroing would leak into the next step
   Stream& s = device_.default_stream();
-  for (StateBuffer b : {StateBuffer::grads_full, StateBuffer::grad_shard}) {
-    Arenas::Kind& k = arenas_->kinds[static_cast<size_t>(b)];
-    if (k.device) device_.fill_zero(k.device.data(), k.device.bytes(), s);
-    if (k.host) std::memset(k.host.data(), 0, k.host.size());
+  Arenas::Kind& full = arenas_->kinds[static_cast<size_t>(StateBuffer::grads_full)];
+  if (full.device) device_.fill_zero(full.device.data(), full.device.bytes(), s);
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (!arenas_->has(StateBuffer::grad_shard, u)) continue;
+    {
+      // A unit the background optimizer has not reached yet is cleared by it after reading.
+      std::lock_guard<std::mutex> lock(optimizer_mutex_);
+      if (optimizer_pending_[u] || grads_cleared_[u]) continue;
+    }
+    const size_t bytes = plan_.partition(u).shard_numel * sizeof(float);
+    if (placement_[u].grad == Tier::device)
+      device_.fill_zero(grad_shard_ptr(u), bytes, s);
+    else
+      std::memset(grad_shard_ptr(u), 0, bytes);
   }
   s.synchronize();
   begin_pass(PassKind::train);
@@ -402,6 +426,7 @@ double PartitionStore::global_sum_squares(double local) {
 
 void PartitionStore::load_unit(size_t unit, const float* host_values) {
   check_unit("load_unit", unit);
+  wait_optimizer_all();
   TZ_CHECK(host_values != nullptr || plan_.units()[unit].numel == 0,
            "PartitionStore::load_unit: null values for unit " + plan_.units()[unit].name, "");
   UnitState& s = units_[unit];
@@ -436,6 +461,7 @@ void PartitionStore::load_unit(size_t unit, const float* host_values) {
 
 void PartitionStore::read_unit(size_t unit, float* host_values) {
   check_unit("read_unit", unit);
+  wait_optimizer(unit);
   const size_t numel = plan_.units()[unit].numel;
   Stream& st = device_.default_stream();
   if (config_.stage < 3) {

@@ -70,6 +70,7 @@ void PartitionStore::check_trace_end() {
 }
 
 void PartitionStore::start_read(size_t unit) {
+  wait_optimizer(unit);  // the background update may still be writing these extents
   UnitState& s = units_[unit];
   const size_t n = plan_.partition(unit).shard_numel;
   const size_t eb = arenas_->elem_bytes(StateBuffer::param_shard);
@@ -81,6 +82,7 @@ void PartitionStore::start_read(size_t unit) {
 }
 
 void PartitionStore::start_gather(size_t unit) {
+  wait_optimizer(unit);  // the background update publishes this unit's parameters
   UnitState& s = units_[unit];
   const UnitPartition& p = plan_.partition(unit);
   const Tier home = placement_[unit].param;

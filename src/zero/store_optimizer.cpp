@@ -10,7 +10,10 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "state_arenas.hpp"
 #include "tierzero/core/activity_log.hpp"
@@ -123,7 +126,8 @@ void PartitionStore::update_unit_in_memory(size_t unit, const kernels::AdamWPara
   if (!placement_[unit].master_is_param) publish_params(unit, param, 0, n, on_device);
 }
 
-void PartitionStore::update_units_on_nvme(const kernels::AdamWParams& base) {
+void PartitionStore::update_units_on_nvme(const kernels::AdamWParams& base,
+                                          const std::function<void(size_t)>& unit_done) {
   struct Chunk {
     size_t unit, begin, count;
   };
@@ -190,6 +194,11 @@ void PartitionStore::update_units_on_nvme(const kernels::AdamWParams& base) {
       append(s.writes, arenas_->write(master_kind(c.unit), c.unit, c.begin, c.count, param));
       append(s.writes, arenas_->write(StateBuffer::adam_m, c.unit, c.begin, c.count, m));
       append(s.writes, arenas_->write(StateBuffer::adam_v, c.unit, c.begin, c.count, v));
+      if (i + 1 == chunks.size() || chunks[i + 1].unit != c.unit) {
+        // The unit's last chunk: once its writes are on disk, its new values may be read.
+        for (Slot& r : ring) wait_io(r.writes);
+        unit_done(c.unit);
+      }
       if (i + 2 < chunks.size()) {
         Slot& next = ring[(i + 2) % kSlots];
         wait_io(next.writes);  // chunk i - 1 must be on disk before its slot is refilled
@@ -213,7 +222,35 @@ void PartitionStore::update_units_on_nvme(const kernels::AdamWParams& base) {
   }
 }
 
+void PartitionStore::wait_optimizer(size_t unit) {
+  if (!optimizer_thread_.joinable()) return;
+  std::unique_lock<std::mutex> lock(optimizer_mutex_);
+  if (optimizer_pending_[unit] || optimizer_error_) {
+    const double t0 = monotonic_seconds();
+    optimizer_cv_.wait(lock, [&] { return !optimizer_pending_[unit] || optimizer_error_; });
+    const double t1 = monotonic_seconds();
+    counters_.stall_s += t1 - t0;
+    ActivityLog::global().record(Track::stall, "wait nvme optimizer", t0, t1, 0,
+                                 static_cast<int64_t>(unit));
+  }
+  if (optimizer_error_) {
+    lock.unlock();
+    wait_optimizer_all();  // rethrows
+  }
+}
+
+void PartitionStore::wait_optimizer_all() {
+  if (optimizer_thread_.joinable()) optimizer_thread_.join();
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(optimizer_mutex_);
+    std::swap(error, optimizer_error_);
+  }
+  if (error) std::rethrow_exception(error);
+}
+
 StoreStepStats PartitionStore::step(double lr, double clip, double loss_scale) {
+  wait_optimizer_all();
   for (size_t u = 0; u < units_.size(); ++u)
     TZ_CHECK(units_[u].param_refs == 0 && !units_[u].grads_open,
              "PartitionStore::step: unit " + plan_.units()[u].name +
@@ -282,7 +319,37 @@ StoreStepStats PartitionStore::step(double lr, double clip, double loss_scale) {
   }
   st.synchronize();
   ActivityLog::global().record(Track::optimizer, "adamw", t0, monotonic_seconds());
-  update_units_on_nvme(base);
+  bool any_nvme = false;
+  for (const UnitPlacement& p : placement_) any_nvme = any_nvme || p.optimizer == Tier::nvme;
+  if (any_nvme && background_optimizer_) {
+    // Stage 3 on the CPU backend: the NVMe pipeline runs behind the next forward. Every access
+    // to a unit's parameters or gradient shard waits for that unit's update (wait_optimizer);
+    // the pipeline clears each gradient shard once it has read it.
+    {
+      std::lock_guard<std::mutex> lock(optimizer_mutex_);
+      for (size_t u = 0; u < units_.size(); ++u)
+        optimizer_pending_[u] = placement_[u].optimizer == Tier::nvme;
+    }
+    optimizer_thread_ = std::thread([this, base] {
+      try {
+        update_units_on_nvme(base, [this](size_t u) {
+          const size_t n = plan_.partition(u).shard_numel;
+          std::memset(grad_shard_ptr(u), 0, n * sizeof(float));  // host (the CPU updates it)
+          std::lock_guard<std::mutex> lock(optimizer_mutex_);
+          optimizer_pending_[u] = 0;
+          grads_cleared_[u] = 1;
+          optimizer_cv_.notify_all();
+        });
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(optimizer_mutex_);
+        optimizer_error_ = std::current_exception();
+        std::fill(optimizer_pending_.begin(), optimizer_pending_.end(), 0);
+        optimizer_cv_.notify_all();
+      }
+    });
+  } else if (any_nvme) {
+    update_units_on_nvme(base, [](size_t) {});
+  }
 
   // Make the update visible. Stage 0: every rank made the same update. Stages 1-2: each rank
   // updated its slice of the full parameters; gather every unit in place. Stage 3: the shard is

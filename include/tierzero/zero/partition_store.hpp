@@ -22,11 +22,16 @@
 // shows each rank's model-state bytes per tier exactly as placement.hpp predicts them.
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <exception>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tierzero/comm/communicator.hpp"
@@ -213,7 +218,12 @@ class PartitionStore {
   // Optimizer step (store_optimizer.cpp).
   double local_grad_sum_squares();
   void update_unit_in_memory(size_t unit, const kernels::AdamWParams& base, bool on_device);
-  void update_units_on_nvme(const kernels::AdamWParams& base);
+  // The read -> update -> write pipeline over NVMe-resident optimizer states; unit_done(u) runs
+  // once unit u's new values are on disk.
+  void update_units_on_nvme(const kernels::AdamWParams& base,
+                            const std::function<void(size_t)>& unit_done);
+  void wait_optimizer(size_t unit);  // until a background update of `unit` has finished
+  void wait_optimizer_all();         // joins the background update; rethrows its error
   void publish_params(size_t unit, const float* master, size_t begin, size_t count,
                       bool master_on_device);
 
@@ -245,6 +255,16 @@ class PartitionStore {
   size_t live_elems_ = 0;
   size_t reads_in_flight_ = 0;
   FetchCounters counters_;
+
+  // The NVMe optimizer pipeline running behind the next forward (stage 3, CPU backend).
+  bool background_optimizer_ = false;
+  std::thread optimizer_thread_;
+  std::mutex optimizer_mutex_;
+  std::condition_variable optimizer_cv_;
+  std::vector<char> optimizer_pending_;  // per unit: its background update has not finished
+  // Per unit: the pipeline zeroed its gradient shard and nothing has been added since.
+  std::vector<char> grads_cleared_;
+  std::exception_ptr optimizer_error_;
 };
 
 }  // namespace tierzero::zero
