@@ -109,6 +109,10 @@ Estimate estimate(const EstimateInput& in) {
     std::vector<size_t> gathered;  // padded lengths of non-persistent units
     for (size_t u = 0; u < plan.num_units(); ++u) {
       const zero::UnitPartition& p = plan.partition(u);
+      // On one rank a device-resident fp32 shard is the unit itself: nothing is gathered.
+      const bool direct =
+          group == 1 && placement[u].param == Tier::device && in.placement.working == DType::f32;
+      if (direct) continue;
       if (p.numel < in.param_persistence_threshold) {
         slot(e.persistent, Tier::device, Category::param) +=
             DeviceAllocator::round_size(p.padded_numel * sizeof(float));
