@@ -142,6 +142,11 @@ std::vector<Recommendation> recommend(const Profile& p) {
         const double meas = static_cast<double>(s.peak[t][c].at.bytes);
         const double diff = std::fabs(meas - pred);
         if (diff <= static_cast<double>(kPredictionBytes)) continue;
+        // The estimator bounds comm and io buffers from above (in-flight reductions, staging,
+        // bounce buffers): only a measurement beyond the bound says something is off.
+        const bool bound =
+            c == static_cast<size_t>(Category::comm) || c == static_cast<size_t>(Category::io);
+        if (bound && meas <= pred) continue;
         const double share = diff / std::max(pred, meas);
         if (share > kPredictionShare && share > worst) {
           worst = share;

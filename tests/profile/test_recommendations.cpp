@@ -14,7 +14,7 @@ namespace {
 constexpr size_t MiB = size_t{1} << 20;
 constexpr size_t GiB = size_t{1} << 30;
 constexpr size_t D = 0, H = 1, N = 2;
-constexpr size_t PARAM = 0, OPT = 2;
+constexpr size_t PARAM = 0, OPT = 2, IO = 5;
 
 // Two steps of `step_s` seconds with `stall_s` of stalls; optimizer states on NVMe.
 Profile crafted(double step_s, double stall_s) {
@@ -177,4 +177,15 @@ TEST(Recommendations, DeviceBudgetUseAndPredictionMisses) {
   ASSERT_NE(r, nullptr);
   EXPECT_NE(r->text.find("measured device param peak (7.0 GiB)"), std::string::npos) << r->text;
   EXPECT_NE(r->text.find("+40%"), std::string::npos) << r->text;
+  // io and comm predictions are upper bounds: measuring less is no finding, more is.
+  p.predicted[D][PARAM] = 7 * GiB;
+  for (auto& s : p.steps) s.peak[H][IO].bytes = GiB;
+  p.predicted[H][IO] = 3 * GiB;  // measured 1 GiB
+  recs = recommend(p);
+  EXPECT_EQ(find(recs, "prediction_off"), nullptr);
+  p.predicted[H][IO] = 512 * MiB;
+  recs = recommend(p);
+  r = find(recs, "prediction_off");
+  ASSERT_NE(r, nullptr);
+  EXPECT_NE(r->text.find("host io"), std::string::npos) << r->text;
 }
