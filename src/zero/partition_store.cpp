@@ -480,8 +480,7 @@ void PartitionStore::read_unit(size_t unit, float* host_values) {
     if (s.fetch != Fetch::gathering) start_gather(unit);
     finish_fetch(unit, false);
   }
-  device_.copy(host_values, unit_params(unit), numel * sizeof(float), CopyKind::device_to_host,
-               st);
+  device_.copy(host_values, unit_params(unit), numel * sizeof(float), CopyKind::device_to_host, st);
   st.synchronize();
   if (s.param_refs == 0 && !persistent(unit)) drop_gathered(unit);
 }
