@@ -6,6 +6,7 @@
 #include "tierzero/core/error.hpp"
 #include "tierzero/device/device_allocator.hpp"
 #include "tierzero/offload/host_pool.hpp"
+#include "tierzero/zero/partition_store.hpp"
 
 namespace tierzero::profile {
 
@@ -195,11 +196,7 @@ EstimateInput estimate_input_from_config(const TrainConfig& c, std::vector<zero:
   in.nvme_bounce_bytes = static_cast<size_t>(c.aio.queue_depth) *
                          offload::HostPool::round_size(static_cast<size_t>(c.aio.block_size));
   in.param_persistence_threshold = static_cast<size_t>(z.param_persistence_threshold);
-  // As the trainer sets it: as many whole units as reduce_bucket_size holds, 1 or 2.
-  size_t largest_unit = 1;
-  for (const zero::UnitSpec& u : in.units) largest_unit = std::max(largest_unit, u.numel);
-  in.max_pending_reductions = std::clamp<size_t>(
-      static_cast<size_t>(std::max<int64_t>(z.reduce_bucket_size, 1)) / largest_unit, 1, 2);
+  in.max_pending_reductions = zero::reductions_in_flight(z.reduce_bucket_size, in.units);
   in.max_live_parameters = static_cast<size_t>(z.max_live_parameters);
   in.activation_bytes = activation_bytes;
   return in;

@@ -126,7 +126,6 @@ struct Trainer::State {
   std::unique_ptr<AdamWOptimizer> optimizer;
   std::unique_ptr<zero::PartitionStore> store;  // the ZeRO path: params, grads, AdamW states
   std::unique_ptr<StoreParamProvider> store_params;
-  std::vector<size_t> store_starts;  // per store unit: its offset in the model's layout
   std::unique_ptr<DataLoader> train_loader;
   std::unique_ptr<DataLoader> val_loader;
   double unigram_entropy = std::numeric_limits<double>::quiet_NaN();
@@ -215,19 +214,13 @@ void Trainer::build() {
   s.model->set_activation_checkpointing(config_.activation_checkpointing);
   if (s.session) {
     zero::StoreConfig store_config = store_config_from(config_);
-    // reduce_bucket_size bounds the gradient buckets awaiting reduce-scatter: as many whole
-    // units as it holds, at least one, at most two (more buys no overlap).
     UnitGrouping grouping = group_units(layout, static_cast<size_t>(config_.blocks_per_unit));
-    size_t largest_unit = 1;
-    for (const zero::UnitSpec& u : grouping.specs) largest_unit = std::max(largest_unit, u.numel);
-    store_config.max_pending_reductions = std::clamp<size_t>(
-        static_cast<size_t>(std::max<int64_t>(config_.zero.reduce_bucket_size, 1)) / largest_unit,
-        1, 2);
+    store_config.max_pending_reductions =
+        zero::reductions_in_flight(config_.zero.reduce_bucket_size, grouping.specs);
     s.store = std::make_unique<zero::PartitionStore>(
         grouping.specs, store_config, config_.optimizer, s.session->world(), *s.allocator);
     for (size_t g = 0; g < grouping.specs.size(); ++g)
       s.store->load_unit(g, host.data() + grouping.start[g]);
-    s.store_starts = grouping.start;
     s.store_params = std::make_unique<StoreParamProvider>(*s.store, std::move(grouping));
   } else {
     s.params = std::make_unique<nn::LocalParams>(layout, *s.allocator);
@@ -562,8 +555,8 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
     std::vector<float> host(layout.total_numel());  // (total_numel) fp32
     if (s.store) {
       // Every rank reads (a gather at stage 3, so all must take part); rank 0 writes.
-      for (size_t g = 0; g < s.store_starts.size(); ++g)
-        s.store->read_unit(g, host.data() + s.store_starts[g]);
+      const std::vector<size_t>& starts = s.store_params->grouping().start;
+      for (size_t g = 0; g < starts.size(); ++g) s.store->read_unit(g, host.data() + starts[g]);
     } else {
       s.device->copy(host.data(), s.params->params(), host.size() * sizeof(float),
                      CopyKind::device_to_host, s.device->default_stream());

@@ -38,6 +38,13 @@ int plan_rank(const StoreConfig& c, const comm::Communicator& g) {
 
 }  // namespace
 
+size_t reductions_in_flight(int64_t reduce_bucket_elems, const std::vector<UnitSpec>& units) {
+  size_t largest = 1;
+  for (const UnitSpec& u : units) largest = std::max(largest, u.numel);
+  const auto bucket = static_cast<size_t>(std::max<int64_t>(reduce_bucket_elems, 1));
+  return std::clamp<size_t>(bucket / largest, 1, 2);
+}
+
 PartitionStore::PartitionStore(std::vector<UnitSpec> units, const StoreConfig& config,
                                const OptimizerConfig& optimizer, comm::Communicator& group,
                                DeviceAllocator& allocator)
@@ -153,42 +160,25 @@ float* PartitionStore::master_ptr(size_t unit) {
 void PartitionStore::write_shard(StateBuffer kind, size_t unit, const float* host_shard) {
   const size_t n = plan_.partition(unit).shard_numel;
   if (n == 0) return;
-  if (arenas_->elem_bytes(kind) != sizeof(float)) {
-    // 16-bit working parameters: round once here, then store the bits wherever they live.
-    std::vector<uint16_t> bits(n);  // (shard_numel) working type
+  // 16-bit working parameters are rounded once here; the bits are then stored like any state.
+  const size_t elem_bytes = arenas_->elem_bytes(kind);
+  std::vector<uint16_t> bits;  // (shard_numel) working type, 16-bit kinds only
+  const void* src = host_shard;
+  if (elem_bytes != sizeof(float)) {
+    bits.resize(n);
     convert_from_f32(bits.data(), config_.placement.working, host_shard, n);
-    const Arenas::Slot& slot = arenas_->slot(kind, unit);
-    const size_t bytes = n * sizeof(uint16_t);
-    if (slot.tier == Tier::nvme) {
-      auto writes = arenas_->write(kind, unit, 0, n, bits.data());
-      wait_io(writes);
-    } else {
-      void* dst =
-          kind == StateBuffer::params_full ? param_shard_raw(unit) : arenas_->raw(kind, unit);
-      if (slot.tier == Tier::host) {
-        std::memcpy(dst, bits.data(), bytes);
-      } else {
-        device_.copy(dst, bits.data(), bytes, CopyKind::host_to_device, device_.default_stream());
-        device_.default_stream().synchronize();
-      }
-    }
-    return;
+    src = bits.data();
   }
   const Arenas::Slot& slot = arenas_->slot(kind, unit);
-  Stream& st = device_.default_stream();
-  if (kind == StateBuffer::params_full) {
-    device_.copy(param_shard_ptr(unit), host_shard, n * sizeof(float), CopyKind::host_to_device,
-                 st);
-    st.synchronize();
-  } else if (slot.tier == Tier::device) {
-    device_.copy(arenas_->ptr(kind, unit), host_shard, n * sizeof(float), CopyKind::host_to_device,
-                 st);
-    st.synchronize();
-  } else if (slot.tier == Tier::host) {
-    std::memcpy(arenas_->ptr(kind, unit), host_shard, n * sizeof(float));
-  } else {
-    auto writes = arenas_->write(kind, unit, 0, n, host_shard);
+  if (slot.tier == Tier::nvme) {
+    auto writes = arenas_->write(kind, unit, 0, n, src);
     wait_io(writes);
+  } else if (slot.tier == Tier::host) {
+    std::memcpy(arenas_->raw(kind, unit), src, n * elem_bytes);
+  } else {
+    device_.copy(arenas_->raw(kind, unit), src, n * elem_bytes, CopyKind::host_to_device,
+                 device_.default_stream());
+    device_.default_stream().synchronize();
   }
 }
 

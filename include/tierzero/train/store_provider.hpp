@@ -41,6 +41,7 @@ class StoreParamProvider final : public nn::ParamProvider {
   float* acquire_grads(size_t unit) override;
   // A store unit's gradients are done (and reduced) when all its nn units' are.
   void grads_done(size_t unit) override;
+  const UnitGrouping& grouping() const { return grouping_; }
 
  private:
   zero::PartitionStore& store_;

@@ -73,6 +73,11 @@ struct StoreConfig {
   size_t nvme_read_buffers = 5;
 };
 
+// Gradient reductions the store keeps in flight for a reduce_bucket_size (elements): as many whole
+// units (the largest of `units`) as the bucket holds, at least one, at most two — more buys no
+// overlap. What the trainer configures and the estimator assumes.
+size_t reductions_in_flight(int64_t reduce_bucket_elems, const std::vector<UnitSpec>& units);
+
 struct StoreStepStats {
   double grad_norm = 0.0;  // global L2 norm of the averaged gradient (unscaled), before clipping
   double clip_scale = 1.0;
@@ -192,7 +197,8 @@ class PartitionStore {
   float* grad_shard_ptr(size_t unit);
   float* master_ptr(size_t unit);  // the fp32 master shard (the parameter shard when shared)
   StateBuffer master_kind(size_t unit) const;
-  // Writes this rank's shard (shard_numel, host memory) of `kind` wherever it lives.
+  // Writes this rank's shard (shard_numel fp32, host memory) of a shard-shaped kind
+  // (param_shard, master) wherever it lives, rounded to the kind's element type.
   void write_shard(StateBuffer kind, size_t unit, const float* host_shard);
   void finish_oldest_reduction();
   void finish_reductions_through(size_t unit);  // until no reduction of `unit` is pending
