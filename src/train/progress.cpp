@@ -20,7 +20,13 @@ void print_step_line(std::FILE* out, const StepRecord& r, int64_t total, const M
                r.tokens_per_second, format_bytes(t.current(Tier::device)).c_str(),
                format_bytes(t.current(Tier::host)).c_str(),
                format_bytes(t.current(Tier::nvme)).c_str());
-  if (r.fetch_counted)
+  if (r.fetch_counted && r.nvme_reads + r.handoffs > 0)
+    std::fprintf(out,
+                 "           prefetch: %zu hits, %zu on demand, stall %.1f ms | nvme: %zu shards "
+                 "read, %zu handed over by the optimizer\n",
+                 r.prefetch_hits, r.on_demand_fetches, r.stall_s * 1000.0, r.nvme_reads,
+                 r.handoffs);
+  else if (r.fetch_counted)
     std::fprintf(out, "           prefetch: %zu hits, %zu on demand, stall %.1f ms\n",
                  r.prefetch_hits, r.on_demand_fetches, r.stall_s * 1000.0);
   std::fflush(out);

@@ -84,6 +84,7 @@ zero::StoreConfig store_config_from(const TrainConfig& c) {
     s.nvme.directories = dirs;
   }
   s.nvme_read_buffers = elems(op.buffer_count);
+  s.optimizer_swap_buffers = elems(oo.buffer_count);
   if (c.host_memory_budget_gb > 0.0) {
     s.host_budget_bytes = static_cast<size_t>(c.host_memory_budget_gb * 1073741824.0);
   } else {
@@ -506,6 +507,8 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
       r.prefetch_hits = fc.prefetch_hits;
       r.on_demand_fetches = fc.on_demand_fetches;
       r.stall_s = fc.stall_s;
+      r.nvme_reads = fc.nvme_reads;
+      r.handoffs = fc.handoffs;
     }
     result.steps.push_back(r);
     if (recorder) {
@@ -523,9 +526,11 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
       std::fprintf(metrics.get(),
                    "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
                    "\"ms\": %.3f, \"tokens_per_s\": %.1f, \"prefetch_hits\": %zu, "
-                   "\"on_demand_fetches\": %zu, \"stall_ms\": %.3f}\n",
+                   "\"on_demand_fetches\": %zu, \"stall_ms\": %.3f, \"nvme_reads\": %zu, "
+                   "\"handoffs\": %zu}\n",
                    static_cast<long long>(r.step), r.loss, r.lr, r.grad_norm, r.seconds * 1e3,
-                   r.tokens_per_second, r.prefetch_hits, r.on_demand_fetches, r.stall_s * 1e3);
+                   r.tokens_per_second, r.prefetch_hits, r.on_demand_fetches, r.stall_s * 1e3,
+                   r.nvme_reads, r.handoffs);
       std::fflush(metrics.get());
     }
     if (s.val_loader && config_.val_every > 0 && (step + 1) % config_.val_every == 0 &&

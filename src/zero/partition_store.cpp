@@ -82,8 +82,8 @@ PartitionStore::PartitionStore(std::vector<UnitSpec> units, const StoreConfig& c
   // parameters are all-gathered right after the step). The CPU backend only: on CUDA its copies
   // would share the training thread's stream.
   background_optimizer_ = config_.stage == 3 && device_.kind() == DeviceKind::cpu;
-  optimizer_pending_.assign(units_.size(), 0);
   grads_cleared_.assign(units_.size(), 0);
+  setup_optimizer_swap();
 }
 
 PartitionStore::~PartitionStore() {
@@ -94,6 +94,7 @@ PartitionStore::~PartitionStore() {
   } catch (const Error& e) {
     log::error(std::string("the background optimizer step failed: ") + e.what());
   }
+  wait_swap_io_quietly();
   pending_.clear();
   for (UnitState& s : units_) {
     for (auto& h : s.reads) {
@@ -215,7 +216,7 @@ const float* PartitionStore::acquire_params(size_t unit) {
     }
     ++cursor_;
   }
-  if (s.fetch == Fetch::none) {
+  if (s.fetch == Fetch::none && !s.deferred) {
     ++counters_.on_demand_fetches;
   } else if (s.prefetched) {
     ++counters_.prefetch_hits;
@@ -223,7 +224,7 @@ const float* PartitionStore::acquire_params(size_t unit) {
     ++counters_.resident_hits;
   }
   if (s.fetch != Fetch::ready) {
-    if (s.fetch != Fetch::gathering) start_gather(unit);
+    if (s.fetch != Fetch::gathering && !s.deferred) start_gather(unit);
     finish_fetch(unit);
   }
   s.prefetched = false;
@@ -293,6 +294,7 @@ void PartitionStore::grads_done(size_t unit) {
     s.full_grad.reset();
     return;
   }
+  flush_deferred_gathers();                // collectives go out in the same order on every rank
   device_.default_stream().synchronize();  // backward's writes must land before the engine reads
   PendingReduction r;
   r.unit = unit;
@@ -371,7 +373,7 @@ void PartitionStore::zero_grads() {
     {
       // A unit the background optimizer has not reached yet is cleared by it after reading.
       std::lock_guard<std::mutex> lock(optimizer_mutex_);
-      if (optimizer_pending_[u] || grads_cleared_[u]) continue;
+      if (update_state_[u] == kUpdating || grads_cleared_[u]) continue;
     }
     const size_t bytes = plan_.partition(u).shard_numel * sizeof(float);
     if (placement_[u].grad == Tier::device)
@@ -384,6 +386,7 @@ void PartitionStore::zero_grads() {
 }
 
 std::vector<float> PartitionStore::all_gather_pair(float a, float b, const char* label) {
+  flush_deferred_gathers();  // collectives go out in the same order on every rank
   const auto n = static_cast<size_t>(group_.size());
   DeviceBuffer buf = allocator_.allocate(2 * n * sizeof(float), Category::comm,
                                          label);  // (ranks, 2) fp32
@@ -417,6 +420,7 @@ double PartitionStore::global_sum_squares(double local) {
 void PartitionStore::load_unit(size_t unit, const float* host_values) {
   check_unit("load_unit", unit);
   wait_optimizer_all();
+  discard_staged_swap_reads();  // they may hold the old master values
   TZ_CHECK(host_values != nullptr || plan_.units()[unit].numel == 0,
            "PartitionStore::load_unit: null values for unit " + plan_.units()[unit].name, "");
   UnitState& s = units_[unit];
@@ -444,7 +448,7 @@ void PartitionStore::load_unit(size_t unit, const float* host_values) {
     std::memcpy(shard.data(), host_values + p.shard_begin(plan_.rank()), owned * sizeof(float));
   if (config_.stage == 3) {
     write_shard(StateBuffer::param_shard, unit, shard.data());
-    if (s.fetch != Fetch::none) drop_gathered(unit);  // the gathered copy is stale
+    if (s.fetch != Fetch::none || s.deferred) drop_gathered(unit);  // the copy is stale
   }
   if (!placement_[unit].master_is_param) write_shard(StateBuffer::master, unit, shard.data());
 }
@@ -467,7 +471,7 @@ void PartitionStore::read_unit(size_t unit, float* host_values) {
   }
   UnitState& s = units_[unit];
   if (s.fetch != Fetch::ready) {
-    if (s.fetch != Fetch::gathering) start_gather(unit);
+    if (s.fetch != Fetch::gathering && !s.deferred) start_gather(unit);
     finish_fetch(unit, false);
   }
   device_.copy(host_values, unit_params(unit), numel * sizeof(float), CopyKind::device_to_host, st);

@@ -5,7 +5,10 @@
 // Collectives must be issued in the same order on every rank, so every decision that issues a
 // gather depends only on the trace, the position in it and the budgets — never on how fast an
 // NVMe read or a gather happened to finish on this rank. NVMe reads (local, not collective) are
-// started further ahead, as far as the staging buffers allow.
+// started further ahead, as far as the staging buffers allow. A gather whose shard is not ready
+// (its NVMe read, or its update behind the previous step, still running) is queued rather than
+// waited for; the queue is issued in order at later calls, and flushed before the store issues
+// any other collective, so the order of collectives stays the same on every rank.
 //
 // While the trace is recorded (the first training step, or the step after a unit was used out of
 // order), every acquire and every gradient reduction first exchanges (kind, unit) with the group,
@@ -13,6 +16,7 @@
 // collectives.
 #include <algorithm>
 #include <limits>
+#include <mutex>
 #include <string>
 
 #include "state_arenas.hpp"
@@ -69,19 +73,79 @@ void PartitionStore::check_trace_end() {
   exchange_trace_word(3.0f, static_cast<float>(recording_trace_.size()), "ends the step at");
 }
 
+bool PartitionStore::read_ready(size_t unit) {
+  if (!optimizer_thread_.joinable()) return true;
+  std::lock_guard<std::mutex> lock(optimizer_mutex_);
+  return update_state_[unit] == kUpdateDone || optimizer_error_ != nullptr ||
+         (update_state_[unit] == kUpdatePublished && handoff_[unit]);
+}
+
 void PartitionStore::start_read(size_t unit) {
-  wait_optimizer(unit);  // the background update may still be writing these extents
   UnitState& s = units_[unit];
-  const size_t n = plan_.partition(unit).shard_numel;
-  const size_t eb = arenas_->elem_bytes(StateBuffer::param_shard);
-  s.staging = host_pool_->allocate(n * eb, Category::io, "zero nvme param staging");
-  if (n > 0) s.reads = arenas_->read(StateBuffer::param_shard, unit, 0, n, s.staging.data());
+  wait_optimizer(unit);
+  if (offload::PinnedBuffer handed = take_handoff(unit)) {
+    // The update's new shard, still in memory: no read of what is being written.
+    s.staging = std::move(handed);
+    ++counters_.handoffs;
+  } else {
+    wait_unit_on_disk(unit);  // the background update may still be writing these extents
+    const size_t n = plan_.partition(unit).shard_numel;
+    const size_t eb = arenas_->elem_bytes(StateBuffer::param_shard);
+    s.staging = host_pool_->allocate(n * eb, Category::io, "zero nvme param staging");
+    if (n > 0) s.reads = arenas_->read(StateBuffer::param_shard, unit, 0, n, s.staging.data());
+    ++counters_.nvme_reads;
+  }
   s.fetch = Fetch::reading;
   ++reads_in_flight_;
-  ++counters_.nvme_reads;
+}
+
+bool PartitionStore::gather_ready(size_t unit) {
+  if (!update_published(unit)) return false;
+  if (placement_[unit].param != Tier::nvme) return true;
+  const UnitState& s = units_[unit];
+  return s.fetch == Fetch::reading &&
+         std::all_of(s.reads.begin(), s.reads.end(),
+                     [](const offload::IoHandle& h) { return h.poll(); });
 }
 
 void PartitionStore::start_gather(size_t unit) {
+  UnitState& s = units_[unit];
+  const Tier home = placement_[unit].param;
+  const bool direct =
+      group_.size() == 1 && home == Tier::device && config_.placement.working == DType::f32;
+  // The unit counts against the live budget from now on, issued or queued, so that every
+  // budget decision is the same on every rank however fast its shards arrive.
+  if (!direct && !persistent(unit)) live_elems_ += plan_.partition(unit).padded_numel;
+  if (home == Tier::nvme && s.fetch == Fetch::none && read_ready(unit)) start_read(unit);
+  if (deferred_gathers_.empty() && gather_ready(unit)) {
+    issue_gather(unit);
+    return;
+  }
+  s.deferred = true;
+  deferred_gathers_.push_back(unit);
+}
+
+void PartitionStore::issue_deferred_gathers(size_t through) {
+  while (!deferred_gathers_.empty()) {
+    const size_t u = deferred_gathers_.front();
+    UnitState& s = units_[u];
+    const bool must = through < units_.size() && units_[through].deferred;
+    if (placement_[u].param == Tier::nvme && s.fetch == Fetch::none) {
+      if (!must && !read_ready(u)) return;
+      start_read(u);
+    }
+    if (!must && !gather_ready(u)) return;
+    deferred_gathers_.pop_front();
+    s.deferred = false;
+    issue_gather(u);
+  }
+}
+
+void PartitionStore::flush_deferred_gathers() {
+  if (!deferred_gathers_.empty()) issue_deferred_gathers(deferred_gathers_.back());
+}
+
+void PartitionStore::issue_gather(size_t unit) {
   wait_optimizer(unit);  // the background update publishes this unit's parameters
   UnitState& s = units_[unit];
   const UnitPartition& p = plan_.partition(unit);
@@ -98,7 +162,6 @@ void PartitionStore::start_gather(size_t unit) {
   const size_t eb = dtype_size(working);
   s.gathered = allocator_.allocate(p.padded_numel * eb, Category::param,
                                    "zero gathered params");  // (padded_numel) working type
-  if (!persistent(unit)) live_elems_ += p.padded_numel;
   Stream& st = device_.default_stream();
   // This rank's block of the gathered buffer: the all-gather runs in place.
   void* slot = static_cast<std::byte*>(s.gathered.data()) + p.shard_begin(plan_.rank()) * eb;
@@ -140,6 +203,7 @@ void PartitionStore::start_gather(size_t unit) {
 
 void PartitionStore::finish_fetch(size_t unit, bool stall) {
   UnitState& s = units_[unit];
+  if (s.deferred) issue_deferred_gathers(unit);
   if (s.direct) {
     s.fetch = Fetch::ready;
     return;
@@ -171,6 +235,8 @@ void PartitionStore::finish_fetch(size_t unit, bool stall) {
 
 void PartitionStore::drop_gathered(size_t unit) {
   UnitState& s = units_[unit];
+  // Another rank may have issued this gather already: it must be issued here too.
+  if (s.deferred) issue_deferred_gathers(unit);
   if (s.fetch == Fetch::reading) {
     wait_io(s.reads);  // the staging buffer must outlive its reads
     --reads_in_flight_;
@@ -216,20 +282,28 @@ bool PartitionStore::keep_after_release(size_t unit) const {
 void PartitionStore::pump_prefetch() {
   if (config_.stage != 3 || pass_ != PassKind::train || recording_ || off_trace_ || !trace_valid_)
     return;
+  issue_deferred_gathers();
   std::vector<char> seen(units_.size(), 0);
   size_t window = 0;  // elements gathered (or being gathered) ahead of use
   bool gathering = config_.prefetch_bucket_elems > 0;
   const size_t read_buffers = std::max<size_t>(1, config_.nvme_read_buffers);
+  size_t handoffs = 0;  // staging the NVMe optimizer holds for the next fetches
+  {
+    std::lock_guard<std::mutex> lock(optimizer_mutex_);
+    handoffs = handoffs_held_;
+  }
   for (size_t i = cursor_; i < trace_.size(); ++i) {
     const size_t u = trace_[i];
     if (seen[u]) continue;
     seen[u] = 1;
     UnitState& s = units_[u];
     if (s.param_refs > 0) continue;
-    if (persistent(u) && s.fetch != Fetch::none) continue;  // held until the step
+    // Gathered, being gathered or queued (an NVMe read alone does not count: whether it has
+    // started depends on this rank's timing, and this decision must not).
+    const bool held = s.deferred || s.fetch == Fetch::gathering || s.fetch == Fetch::ready;
+    if (persistent(u) && held) continue;  // held until the step
     const size_t padded = plan_.partition(u).padded_numel;
     if (gathering) {
-      const bool held = s.fetch == Fetch::gathering || s.fetch == Fetch::ready;
       const bool fits_bucket = window == 0 || window + padded <= config_.prefetch_bucket_elems;
       const bool fits_live =
           held || persistent(u) || live_elems_ + padded <= config_.max_live_elems;
@@ -244,8 +318,8 @@ void PartitionStore::pump_prefetch() {
       gathering = false;
     }
     // Beyond the gather window: start NVMe reads early, as far as the staging buffers allow.
-    if (placement_[u].param != Tier::nvme || s.fetch != Fetch::none) continue;
-    if (reads_in_flight_ >= read_buffers) break;
+    if (placement_[u].param != Tier::nvme || s.fetch != Fetch::none || s.deferred) continue;
+    if (reads_in_flight_ + handoffs >= read_buffers || !read_ready(u)) break;
     start_read(u);
     s.prefetched = true;
   }

@@ -1,20 +1,20 @@
 // The partition store's optimizer step: the global gradient norm over every shard wherever it
 // lives, then AdamW where each unit's optimizer states live — the device's kernel, the CPU kernel
-// on host shards, or a read -> update -> write pipeline over chunks of NVMe-resident shards — and
-// the updated parameters published to wherever the next forward reads them.
+// on host shards, or a read -> update -> write pipeline over chunks of NVMe-resident shards
+// (store_nvme_optimizer.cpp) — and the updated parameters published to wherever the next forward
+// reads them.
 //
 // Every path applies the same elementwise kernel to the same values (the device tier of the CPU
 // backend and the host path run the same CPU function), so the placements agree bitwise; the
 // NVMe pipeline only cuts the calls at chunk boundaries, which an elementwise update ignores.
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstring>
-#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
 
+#include "segment_update.hpp"
 #include "state_arenas.hpp"
 #include "tierzero/core/activity_log.hpp"
 #include "tierzero/core/error.hpp"
@@ -23,25 +23,6 @@
 #include "tierzero/zero/partition_store.hpp"
 
 namespace tierzero::zero {
-
-namespace {
-
-// One kernel call per tensor piece inside [begin, begin + count) of a shard, so that decay
-// follows the tensor; padding is in no piece and stays zero.
-template <typename Update>
-void for_segments(const std::vector<ShardSegment>& segments, size_t begin, size_t count,
-                  const kernels::AdamWParams& base, float weight_decay, Update&& update) {
-  for (const ShardSegment& seg : segments) {
-    const size_t lo = std::max(seg.shard_offset, begin);
-    const size_t hi = std::min(seg.shard_offset + seg.numel, begin + count);
-    if (lo >= hi) continue;
-    kernels::AdamWParams p = base;
-    p.weight_decay = seg.decay ? weight_decay : 0.0f;
-    update(lo - begin, hi - lo, p);  // offset relative to `begin`, elements
-  }
-}
-
-}  // namespace
 
 double PartitionStore::local_grad_sum_squares() {
   // Sum of squares over the gradient this rank owns. At stage 0 every rank owns (and holds) the
@@ -126,129 +107,6 @@ void PartitionStore::update_unit_in_memory(size_t unit, const kernels::AdamWPara
   if (!placement_[unit].master_is_param) publish_params(unit, param, 0, n, on_device);
 }
 
-void PartitionStore::update_units_on_nvme(const kernels::AdamWParams& base,
-                                          const std::function<void(size_t)>& unit_done) {
-  struct Chunk {
-    size_t unit, begin, count;
-  };
-  std::vector<Chunk> chunks;
-  const size_t chunk = arenas_->chunk_elems;
-  for (size_t u = 0; u < units_.size(); ++u) {
-    if (placement_[u].optimizer != Tier::nvme) continue;
-    const size_t n = plan_.partition(u).shard_numel;
-    for (size_t at = 0; at < n; at += chunk) chunks.push_back({u, at, std::min(chunk, n - at)});
-  }
-  if (chunks.empty()) return;
-  size_t largest = 0;
-  for (const Chunk& c : chunks) largest = std::max(largest, c.count);
-
-  // A ring of three staging slots: chunk i is updated in slot i % 3 while chunk i + 1 is being
-  // read into the next slot and chunk i - 1 written back from the previous one.
-  constexpr size_t kSlots = 3;
-  struct Slot {
-    offload::PinnedBuffer master, m, v;  // (largest) fp32 each
-    std::vector<offload::IoHandle> reads, writes;
-  };
-  std::array<Slot, kSlots> ring;
-  for (Slot& s : ring) {
-    s.master = host_pool_->allocate(largest * sizeof(float), Category::io, "zero nvme optim slot");
-    s.m = host_pool_->allocate(largest * sizeof(float), Category::io, "zero nvme optim slot");
-    s.v = host_pool_->allocate(largest * sizeof(float), Category::io, "zero nvme optim slot");
-  }
-  auto f32 = [](offload::PinnedBuffer& b) { return static_cast<float*>(b.data()); };
-  auto append = [](std::vector<offload::IoHandle>& to, std::vector<offload::IoHandle> from) {
-    to.insert(to.end(), from.begin(), from.end());
-  };
-  auto issue_read = [&](size_t i) {
-    const Chunk& c = chunks[i];
-    Slot& s = ring[i % kSlots];
-    append(s.reads, arenas_->read(master_kind(c.unit), c.unit, c.begin, c.count, f32(s.master)));
-    append(s.reads, arenas_->read(StateBuffer::adam_m, c.unit, c.begin, c.count, f32(s.m)));
-    append(s.reads, arenas_->read(StateBuffer::adam_v, c.unit, c.begin, c.count, f32(s.v)));
-  };
-  try {
-    issue_read(0);
-    if (chunks.size() > 1) issue_read(1);
-    for (size_t i = 0; i < chunks.size(); ++i) {
-      const Chunk& c = chunks[i];
-      Slot& s = ring[i % kSlots];
-      const double t0 = monotonic_seconds();
-      wait_io(s.reads);
-      const double t1 = monotonic_seconds();
-      if (t1 > t0)
-        ActivityLog::global().record(Track::stall, "wait nvme optimizer read", t0, t1, 0,
-                                     static_cast<int64_t>(c.unit));
-      const float* grad = grad_shard_ptr(c.unit) + c.begin;
-      float* param = f32(s.master);
-      float* m = f32(s.m);
-      float* v = f32(s.v);
-      for_segments(plan_.segments(c.unit), c.begin, c.count, base,
-                   static_cast<float>(optimizer_.weight_decay),
-                   [&](size_t o, size_t count, const kernels::AdamWParams& p) {
-                     kernels::cpu::adamw_update(param + o, m + o, v + o, grad + o, count, p);
-                   });
-      ActivityLog::global().record(Track::optimizer, "adamw nvme chunk", t1, monotonic_seconds(), 0,
-                                   static_cast<int64_t>(c.unit));
-      if (!placement_[c.unit].master_is_param)
-        publish_params(c.unit, param, c.begin, c.count, false);
-      append(s.writes, arenas_->write(master_kind(c.unit), c.unit, c.begin, c.count, param));
-      append(s.writes, arenas_->write(StateBuffer::adam_m, c.unit, c.begin, c.count, m));
-      append(s.writes, arenas_->write(StateBuffer::adam_v, c.unit, c.begin, c.count, v));
-      if (i + 1 == chunks.size() || chunks[i + 1].unit != c.unit) {
-        // The unit's last chunk: once its writes are on disk, its new values may be read.
-        for (Slot& r : ring) wait_io(r.writes);
-        unit_done(c.unit);
-      }
-      if (i + 2 < chunks.size()) {
-        Slot& next = ring[(i + 2) % kSlots];
-        wait_io(next.writes);  // chunk i - 1 must be on disk before its slot is refilled
-        issue_read(i + 2);
-      }
-    }
-    for (Slot& s : ring) wait_io(s.writes);
-  } catch (...) {
-    // No staging buffer may be freed under a transfer still in flight.
-    for (Slot& s : ring) {
-      for (auto* list : {&s.reads, &s.writes}) {
-        for (auto& h : *list) {
-          try {
-            h.wait();
-          } catch (const Error&) {
-          }
-        }
-      }
-    }
-    throw;
-  }
-}
-
-void PartitionStore::wait_optimizer(size_t unit) {
-  if (!optimizer_thread_.joinable()) return;
-  std::unique_lock<std::mutex> lock(optimizer_mutex_);
-  if (optimizer_pending_[unit] || optimizer_error_) {
-    const double t0 = monotonic_seconds();
-    optimizer_cv_.wait(lock, [&] { return !optimizer_pending_[unit] || optimizer_error_; });
-    const double t1 = monotonic_seconds();
-    counters_.stall_s += t1 - t0;
-    ActivityLog::global().record(Track::stall, "wait nvme optimizer", t0, t1, 0,
-                                 static_cast<int64_t>(unit));
-  }
-  if (optimizer_error_) {
-    lock.unlock();
-    wait_optimizer_all();  // rethrows
-  }
-}
-
-void PartitionStore::wait_optimizer_all() {
-  if (optimizer_thread_.joinable()) optimizer_thread_.join();
-  std::exception_ptr error;
-  {
-    std::lock_guard<std::mutex> lock(optimizer_mutex_);
-    std::swap(error, optimizer_error_);
-  }
-  if (error) std::rethrow_exception(error);
-}
-
 StoreStepStats PartitionStore::step(double lr, double clip, double loss_scale) {
   wait_optimizer_all();
   for (size_t u = 0; u < units_.size(); ++u)
@@ -323,32 +181,24 @@ StoreStepStats PartitionStore::step(double lr, double clip, double loss_scale) {
   for (const UnitPlacement& p : placement_) any_nvme = any_nvme || p.optimizer == Tier::nvme;
   if (any_nvme && background_optimizer_) {
     // Stage 3 on the CPU backend: the NVMe pipeline runs behind the next forward. Every access
-    // to a unit's parameters or gradient shard waits for that unit's update (wait_optimizer);
-    // the pipeline clears each gradient shard once it has read it.
+    // to a unit's parameters or gradient shard waits until that unit's update is published
+    // (wait_optimizer); the pipeline clears each gradient shard once it has read it.
     {
       std::lock_guard<std::mutex> lock(optimizer_mutex_);
-      for (size_t u = 0; u < units_.size(); ++u)
-        optimizer_pending_[u] = placement_[u].optimizer == Tier::nvme;
+      for (const SwapChunk& c : swap_chunks_) update_state_[c.unit] = kUpdating;
     }
     optimizer_thread_ = std::thread([this, base] {
       try {
-        update_units_on_nvme(base, [this](size_t u) {
-          const size_t n = plan_.partition(u).shard_numel;
-          std::memset(grad_shard_ptr(u), 0, n * sizeof(float));  // host (the CPU updates it)
-          std::lock_guard<std::mutex> lock(optimizer_mutex_);
-          optimizer_pending_[u] = 0;
-          grads_cleared_[u] = 1;
-          optimizer_cv_.notify_all();
-        });
+        update_units_on_nvme(base, true);
       } catch (...) {
         std::lock_guard<std::mutex> lock(optimizer_mutex_);
         optimizer_error_ = std::current_exception();
-        std::fill(optimizer_pending_.begin(), optimizer_pending_.end(), 0);
+        std::fill(update_state_.begin(), update_state_.end(), kUpdateDone);
         optimizer_cv_.notify_all();
       }
     });
   } else if (any_nvme) {
-    update_units_on_nvme(base, [](size_t) {});
+    update_units_on_nvme(base, false);
   }
 
   // Make the update visible. Stage 0: every rank made the same update. Stages 1-2: each rank

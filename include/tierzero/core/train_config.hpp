@@ -47,10 +47,17 @@ struct OffloadConfig {
   double ratio = 1.0;               // fraction of units offloaded (the first ones)
 };
 
+// offload_optimizer's defaults differ from offload_param's only in buffer_count (DeepSpeed's 4).
+inline OffloadConfig optimizer_offload_defaults() {
+  OffloadConfig o;
+  o.buffer_count = 4;
+  return o;
+}
+
 struct ZeroConfig {
   int64_t stage = 0;
   OffloadConfig offload_param;
-  OffloadConfig offload_optimizer;
+  OffloadConfig offload_optimizer = optimizer_offload_defaults();
   bool overlap_comm = true;
   bool contiguous_gradients = true;
   int64_t reduce_bucket_size = 500000000;

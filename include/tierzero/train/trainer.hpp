@@ -25,6 +25,8 @@ struct StepRecord {
   size_t prefetch_hits = 0;
   size_t on_demand_fetches = 0;
   double stall_s = 0.0;
+  size_t nvme_reads = 0;  // parameter shards read from NVMe
+  size_t handoffs = 0;    // parameter shards the NVMe optimizer handed over instead
 };
 
 struct TrainResult {

@@ -22,6 +22,7 @@
 // shows each rank's model-state bytes per tier exactly as placement.hpp predicts them.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -71,6 +72,10 @@ struct StoreConfig {
   size_t host_budget_bytes = size_t{8} << 30;
   offload::NvmeOptions nvme;
   size_t nvme_read_buffers = 5;
+  // Slots of the NVMe optimizer pipeline (offload_optimizer.buffer_count, at least 2): each holds
+  // one chunk's fp32 master, Adam m and v. The slots stay allocated; after a step they are filled
+  // with the next step's first chunks, which load while the next forward and backward run.
+  size_t optimizer_swap_buffers = 4;
 };
 
 // Gradient reductions the store keeps in flight for a reduce_bucket_size (elements): as many whole
@@ -93,6 +98,7 @@ struct FetchCounters {
   size_t on_demand_fetches = 0;  // nothing was under way: fetched at the call
   size_t out_of_order = 0;       // acquires that did not follow the trace
   size_t nvme_reads = 0;         // parameter shards read from NVMe
+  size_t handoffs = 0;           // shards taken from the NVMe optimizer's update instead (no read)
   size_t gathers = 0;            // all-gathers issued
   double stall_s = 0.0;          // time acquire_params waited for reads and gathers
 };
@@ -167,6 +173,7 @@ class PartitionStore {
     bool grads_open = false;
     Fetch fetch = Fetch::none;
     bool prefetched = false;    // the fetch was started by the prefetcher
+    bool deferred = false;      // in deferred_gathers_: counted as gathered, not issued yet
     bool direct = false;        // one rank, fp32 on the device: the shard is the unit, no copy
     bool grads_direct = false;  // one rank: backward accumulates straight into the shard
     DeviceBuffer gathered;      // (padded_numel) working type, stage 3: the unit's working params
@@ -208,8 +215,19 @@ class PartitionStore {
   std::vector<float> all_gather_pair(float a, float b, const char* label);
 
   // Stage 3 fetching (store_fetch.cpp).
-  void start_read(size_t unit);    // NVMe -> host staging (params on NVMe only)
-  void start_gather(size_t unit);  // shard -> device slot, all-gather issued
+  void start_read(size_t unit);  // NVMe -> host staging (params on NVMe only), or the handoff
+  // Gathers are issued strictly in the order start_gather is called (the same on every rank).
+  // A unit whose shard is not ready yet (its background update or NVMe read still running) is
+  // queued instead, and the queue is issued in order as shards become ready, so the training
+  // thread does not wait for one unit while it could compute another.
+  void start_gather(size_t unit);
+  void issue_gather(size_t unit);  // shard -> device slot, all-gather issued
+  bool gather_ready(size_t unit);  // issue_gather would not wait (never blocks)
+  // Issues queued gathers in order: those that are ready, and when `through` is queued, every one
+  // up to and including it, waiting as needed.
+  void issue_deferred_gathers(size_t through = static_cast<size_t>(-1));
+  void flush_deferred_gathers();  // every queued gather, waiting as needed
+  bool read_ready(size_t unit);   // start_read would not wait (never blocks)
   // Waits for the gather; the unit is ready. The wait counts as stall time when `stall`.
   void finish_fetch(size_t unit, bool stall = true);
   void drop_gathered(size_t unit);
@@ -224,12 +242,22 @@ class PartitionStore {
   // Optimizer step (store_optimizer.cpp).
   double local_grad_sum_squares();
   void update_unit_in_memory(size_t unit, const kernels::AdamWParams& base, bool on_device);
-  // The read -> update -> write pipeline over NVMe-resident optimizer states; unit_done(u) runs
-  // once unit u's new values are on disk.
-  void update_units_on_nvme(const kernels::AdamWParams& base,
-                            const std::function<void(size_t)>& unit_done);
-  void wait_optimizer(size_t unit);  // until a background update of `unit` has finished
-  void wait_optimizer_all();         // joins the background update; rethrows its error
+  // The read -> update -> write pipeline over NVMe-resident optimizer states
+  // (store_nvme_optimizer.cpp). In the background it moves each unit through update_state_ and
+  // clears the gradient shards it has read.
+  void setup_optimizer_swap();
+  void update_units_on_nvme(const kernels::AdamWParams& base, bool background);
+  void issue_swap_read(size_t chunk);
+  void wait_swap_io_quietly();       // every slot transfer, errors ignored (error paths)
+  void discard_staged_swap_reads();  // the states changed outside the pipeline
+  void set_update_state(size_t unit, uint8_t state);
+  void wait_optimizer(size_t unit);     // until `unit`'s update has been computed and published
+  void wait_unit_on_disk(size_t unit);  // until `unit`'s update is also written to NVMe
+  void wait_update(size_t unit, bool on_disk);
+  bool update_published(size_t unit);  // wait_optimizer would not wait (never blocks)
+  void wait_optimizer_all();           // joins the background update; rethrows its error
+  // Takes the parameter shard the background update handed over for `unit` (empty if none).
+  offload::PinnedBuffer take_handoff(size_t unit);
   void publish_params(size_t unit, const float* master, size_t begin, size_t count,
                       bool master_on_device);
 
@@ -259,15 +287,40 @@ class PartitionStore {
   std::vector<size_t> recording_trace_;
   size_t cursor_ = 0;  // acquires so far in this pass
   size_t live_elems_ = 0;
-  size_t reads_in_flight_ = 0;
+  // Parameter shards in pinned staging (NVMe reads started, handoffs taken) and not yet copied to
+  // the device. Atomic: the NVMe optimizer thread counts it against the staging budget too.
+  std::atomic<size_t> reads_in_flight_{0};
+  std::deque<size_t> deferred_gathers_;  // units whose gather waits to be issued, in order
   FetchCounters counters_;
+
+  // The NVMe optimizer pipeline: chunks of the NVMe-resident units in update order, the slots
+  // they stream through, and whether slot i already holds (or is reading) chunk i for the next
+  // update.
+  struct SwapChunk {
+    size_t unit, begin, count;  // elements of the unit's shard
+  };
+  struct SwapSlot {
+    offload::PinnedBuffer master, m, v;  // (largest chunk) fp32 each
+    std::vector<offload::IoHandle> reads, writes;
+  };
+  std::vector<SwapChunk> swap_chunks_;
+  std::vector<SwapSlot> swap_slots_;
+  bool swap_staged_ = false;
 
   // The NVMe optimizer pipeline running behind the next forward (stage 3, CPU backend).
   bool background_optimizer_ = false;
   std::thread optimizer_thread_;
   std::mutex optimizer_mutex_;
   std::condition_variable optimizer_cv_;
-  std::vector<char> optimizer_pending_;  // per unit: its background update has not finished
+  // Per unit, kUpdate*: done (on disk), updating (not computed yet), published (new values
+  // visible to fetches; NVMe writes may still be in flight).
+  static constexpr uint8_t kUpdateDone = 0, kUpdating = 1, kUpdatePublished = 2;
+  std::vector<uint8_t> update_state_;
+  // Per unit: the updated parameter shard (shard_numel, working type) handed from the NVMe
+  // pipeline to the next fetch, which then needs no NVMe read. Handoffs and reads in flight share
+  // the nvme_read_buffers staging budget.
+  std::vector<offload::PinnedBuffer> handoff_;
+  size_t handoffs_held_ = 0;
   // Per unit: the pipeline zeroed its gradient shard and nothing has been added since.
   std::vector<char> grads_cleared_;
   std::exception_ptr optimizer_error_;
