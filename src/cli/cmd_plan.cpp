@@ -101,6 +101,7 @@ int run_plan(const PlanFlags& f) {
   req.base.placement.nvme_chunk_elems =
       static_cast<size_t>(defaults.zero.offload_optimizer.buffer_size);
   req.base.staging_buffer_count = static_cast<size_t>(defaults.zero.offload_optimizer.buffer_count);
+  req.base.param_staging_buffers = static_cast<size_t>(defaults.zero.offload_param.buffer_count);
   req.base.nvme_bounce_bytes = nvme_bounce_bytes(defaults.aio);
   req.base.param_persistence_threshold =
       static_cast<size_t>(defaults.zero.param_persistence_threshold);

@@ -152,28 +152,43 @@ Estimate estimate(const EstimateInput& in) {
     slot(e.buffers, Tier::device, Category::comm) +=
         DeviceAllocator::round_size(2 * static_cast<size_t>(group) * sizeof(float));
 
-  // NVMe-resident classes stream through pinned host staging: staging_buffer_count chunks per
-  // class (parameters; optimizer states). A chunk holds nvme_chunk_elems fp32 but never more than
-  // one unit's shard, since the store cuts each unit's part into its own chunks.
-  size_t largest_shard = 0;
-  for (size_t u = 0; u < plan.num_units(); ++u)
-    largest_shard = std::max(largest_shard, plan.partition(u).shard_numel);
-  const size_t staging = in.staging_buffer_count *
-                         std::min(in.placement.nvme_chunk_elems, largest_shard) * sizeof(float);
-  bool param_nvme = false, optim_nvme = false;
-  for (const zero::UnitPlacement& p : placement) {
-    param_nvme = param_nvme || p.param == Tier::nvme;
-    optim_nvme = optim_nvme || p.optimizer == Tier::nvme;
+  // NVMe-resident optimizer states stream through the pipeline's slots: min(buffer_count, at
+  // least 2; chunks) of them, each one chunk's master, m and v (a chunk is nvme_chunk_elems fp32
+  // but never more than one unit's shard, since the store cuts each unit into its own chunks).
+  // NVMe-resident parameters are staged a shard at a time, offload_param.buffer_count shards at
+  // most (reads in flight and the optimizer's handoffs to the next fetch share them).
+  const size_t chunk = std::max<size_t>(in.placement.nvme_chunk_elems, 1);
+  size_t largest_shard = 0, largest_chunk = 0, largest_param_shard = 0, chunks = 0;
+  bool param_nvme = false, optim_nvme = false, grad_host = false;
+  for (size_t u = 0; u < plan.num_units(); ++u) {
+    const size_t n = plan.partition(u).shard_numel;
+    largest_shard = std::max(largest_shard, n);
+    grad_host = grad_host || placement[u].grad == Tier::host;
+    if (placement[u].optimizer == Tier::nvme) {
+      optim_nvme = true;
+      chunks += (n + chunk - 1) / chunk;
+      largest_chunk = std::max(largest_chunk, std::min(chunk, n));
+    }
+    if (placement[u].param == Tier::nvme) {
+      param_nvme = true;
+      largest_param_shard = std::max(largest_param_shard, n);
+    }
   }
   // Stages 2-3 with gradients on the host: each reduced shard is staged through pinned memory on
   // its way to the host accumulator, one at a time.
-  bool grad_host = false;
-  for (const zero::UnitPlacement& p : placement) grad_host = grad_host || p.grad == Tier::host;
   if (in.stage >= 2 && grad_host && !optim_nvme)
     slot(e.buffers, Tier::host, Category::io) +=
         offload::HostPool::round_size(largest_shard * sizeof(float));
-  if (param_nvme) slot(e.buffers, Tier::host, Category::io) += staging + in.nvme_bounce_bytes;
-  if (optim_nvme) slot(e.buffers, Tier::host, Category::io) += staging + in.nvme_bounce_bytes;
+  if (optim_nvme) {
+    const size_t slots = std::min(chunks, std::max<size_t>(2, in.staging_buffer_count));
+    slot(e.buffers, Tier::host, Category::io) +=
+        slots * 3 * offload::HostPool::round_size(largest_chunk * sizeof(float));
+  }
+  if (param_nvme)
+    slot(e.buffers, Tier::host, Category::io) +=
+        std::max<size_t>(1, in.param_staging_buffers) *
+        offload::HostPool::round_size(largest_param_shard * dtype_size(in.placement.working));
+  if (param_nvme || optim_nvme) slot(e.buffers, Tier::host, Category::io) += in.nvme_bounce_bytes;
 
   slot(e.buffers, Tier::device, Category::activation) += in.activation_bytes;
   return e;
@@ -193,6 +208,7 @@ EstimateInput estimate_input_from_config(const TrainConfig& c, std::vector<zero:
   in.placement.nvme_chunk_elems = static_cast<size_t>(z.offload_optimizer.buffer_size);
   in.placement.working = c.bf16 ? DType::bf16 : c.fp16 ? DType::f16 : DType::f32;
   in.staging_buffer_count = static_cast<size_t>(z.offload_optimizer.buffer_count);
+  in.param_staging_buffers = static_cast<size_t>(z.offload_param.buffer_count);
   in.nvme_bounce_bytes = static_cast<size_t>(c.aio.queue_depth) *
                          offload::HostPool::round_size(static_cast<size_t>(c.aio.block_size));
   in.param_persistence_threshold = static_cast<size_t>(z.param_persistence_threshold);
