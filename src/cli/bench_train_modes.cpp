@@ -270,6 +270,7 @@ std::vector<StepMetrics> read_metrics(const std::string& path, int64_t steps) {
 // Model state (param + grad + optimizer, current) of rank 0 on each tier, from --memory-json.
 struct StateBytes {
   double device = 0.0, host = 0.0, nvme = 0.0;
+  double host_io_peak = 0.0;  // pinned staging (NVMe slots, reads, handoffs, bounce buffers)
 };
 StateBytes read_state_bytes(const std::string& path) {
   std::ifstream in(path);
@@ -286,6 +287,7 @@ StateBytes read_state_bytes(const std::string& path) {
     b.device = tier("device");
     b.host = tier("host");
     b.nvme = tier("nvme");
+    b.host_io_peak = j.at("tiers").at("host").at("io").at("peak").get<double>();
   } catch (const nlohmann::json::exception& e) {
     TZ_THROW("bad memory report " + path + ": " + e.what(), "run the command by hand");
   }
@@ -537,12 +539,16 @@ int bench_train_nvme(const BenchTrainModesOptions& o) {
   std::filesystem::create_directory(swap);
   const std::string nvme =
       "{\"device\": \"nvme\", \"nvme_path\": " + nlohmann::json(swap).dump() + "}";
+  std::string optimizer_nvme = nvme;
+  if (o.swap_buffers > 0)
+    optimizer_nvme = "{\"device\": \"nvme\", \"nvme_path\": " + nlohmann::json(swap).dump() +
+                     ", \"buffer_count\": " + std::to_string(o.swap_buffers) + "}";
   Mode n{"stage 3, NVMe offload",
          "nvme",
          2,
          1,
          3,
-         ", \"offload_param\": " + nvme + ", \"offload_optimizer\": " + nvme,
+         ", \"offload_param\": " + nvme + ", \"offload_optimizer\": " + optimizer_nvme,
          false,
          "nvme"};
   Mode h{"stage 3, host offload",
@@ -568,15 +574,25 @@ int bench_train_nvme(const BenchTrainModesOptions& o) {
       "host offload, median step (baseline)", p.b.median_ms, p.b.hits, p.b.on_demand, p.b.stall_ms);
   std::fprintf(stderr, "  %-40s %9.3f (goal >= 0.77, i.e. NVMe <= 1.3x host): %s\n",
                "ratio host / NVMe", ratio, ratio >= 0.77 ? "met" : "NOT met");
+  const StateBytes& ns = p.runs_a.front().state;
+  const StateBytes& hs = p.runs_b.front().state;
+  std::fprintf(stderr,
+               "  rank 0 memory: NVMe run %.1f MB of model state on NVMe, %.1f MB on the host, "
+               "pinned staging peak %.1f MB; host run %.1f MB of model state on the host, staging "
+               "peak %.1f MB\n",
+               ns.nvme / 1e6, ns.host / 1e6, ns.host_io_peak / 1e6, hs.host / 1e6,
+               hs.host_io_peak / 1e6);
   std::fflush(stderr);
-  char extra[512];
+  char extra[768];
   std::snprintf(extra, sizeof extra,
                 ", \"goal\": 0.77, \"nvme_prefetch_hits\": %.2f, \"nvme_on_demand_fetches\": "
                 "%.2f, \"nvme_stall_ms\": %.3f, \"host_prefetch_hits\": %.2f, "
                 "\"host_on_demand_fetches\": %.2f, \"host_stall_ms\": %.3f, \"nvme_state_bytes\": "
-                "%.0f, \"host_state_bytes\": %.0f",
+                "%.0f, \"host_state_bytes\": %.0f, \"nvme_run_host_io_peak_bytes\": %.0f, "
+                "\"host_run_host_io_peak_bytes\": %.0f, \"swap_buffers\": %lld",
                 p.a.hits, p.a.on_demand, p.a.stall_ms, p.b.hits, p.b.on_demand, p.b.stall_ms,
-                p.runs_a.front().state.nvme, p.runs_b.front().state.host);
+                ns.nvme, hs.host, ns.host_io_peak, hs.host_io_peak,
+                static_cast<long long>(o.swap_buffers));
   print_json("train.nvme_vs_host", p.a.median_ms, "host offload", p.b.median_ms, o, 2, 1, repeats,
              extra + run_medians_json("nvme_run_ms", p.a.run_medians) +
                  run_medians_json("host_run_ms", p.b.run_medians));
@@ -683,6 +699,10 @@ void add_options(CLI::App& c, BenchTrainModesOptions& o, const char* repeats_hel
                "directory for the private temp directory (configs, metrics, NVMe swap); "
                "default /var/tmp");
   c.add_option("--mpiexec", o.mpiexec, "the MPI launcher (default: mpiexec on PATH)");
+  c.add_option("--swap-buffers", o.swap_buffers,
+               "train-nvme: offload_optimizer.buffer_count of the NVMe run (default: the "
+               "config's)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1024}));
 }
 
 }  // namespace

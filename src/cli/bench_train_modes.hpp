@@ -25,6 +25,9 @@ struct BenchTrainModesOptions {
   int64_t timeout_s = 600;  // per run; a run past it is killed and the benchmark fails
   std::string dir;          // where the private temp directory goes (default /var/tmp or .)
   std::string mpiexec;      // launcher (default: mpiexec on PATH)
+  // train-nvme: offload_optimizer.buffer_count of the NVMe run (slots of the optimizer pipeline,
+  // each one chunk of master, m and v); 0: the config default.
+  int64_t swap_buffers = 0;
 };
 
 // Adds the subcommands under `bench`. The returned function runs whichever of them was parsed
