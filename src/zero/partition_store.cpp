@@ -91,10 +91,12 @@ PartitionStore::~PartitionStore() {
   // (quietly) before the buffers they read and write are freed.
   try {
     wait_optimizer_all();
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
     log::error(std::string("the background optimizer step failed: ") + e.what());
+  } catch (...) {
+    log::error("the background optimizer step failed");
   }
-  wait_swap_io_quietly();
+  release_optimizer_swap();
   pending_.clear();
   for (UnitState& s : units_) {
     for (auto& h : s.reads) {
@@ -207,6 +209,7 @@ const float* PartitionStore::acquire_params(size_t unit) {
     } else if (!off_trace_ && (cursor_ >= trace_.size() || trace_[cursor_] != unit)) {
       off_trace_ = true;
       ++counters_.out_of_order;
+      flush_deferred_gathers();  // prefetches the trace promised: every rank issues them now
       log::warn("stage 3: unit " + plan_.units()[unit].name + " used out of trace order (call " +
                 std::to_string(cursor_ + 1) + " of the step, the trace expects " +
                 (cursor_ < trace_.size() ? plan_.units()[trace_[cursor_]].name
@@ -447,8 +450,9 @@ void PartitionStore::load_unit(size_t unit, const float* host_values) {
   if (owned > 0)
     std::memcpy(shard.data(), host_values + p.shard_begin(plan_.rank()), owned * sizeof(float));
   if (config_.stage == 3) {
+    // The gathered copy is stale, and a read-ahead of these extents must not race the write.
+    if (s.fetch != Fetch::none || s.deferred) drop_gathered(unit);
     write_shard(StateBuffer::param_shard, unit, shard.data());
-    if (s.fetch != Fetch::none || s.deferred) drop_gathered(unit);  // the copy is stale
   }
   if (!placement_[unit].master_is_param) write_shard(StateBuffer::master, unit, shard.data());
 }

@@ -27,6 +27,16 @@ void wait_io(std::vector<offload::IoHandle>& handles) {
   if (first) std::rethrow_exception(first);
 }
 
+void wait_io_quietly(std::vector<offload::IoHandle>& handles) {
+  for (auto& h : handles) {
+    try {
+      h.wait();
+    } catch (const Error&) {
+    }
+  }
+  handles.clear();
+}
+
 PartitionStore::Arenas::Arenas(const PartitionPlan& plan, int stage,
                                const std::vector<UnitPlacement>& placement,
                                const PlacementConfig& config, DeviceAllocator& allocator,

@@ -67,5 +67,7 @@ struct PartitionStore::Arenas {
 // Waits for every handle; the first failure is rethrown after all have finished, so no buffer is
 // freed under a transfer still in flight.
 void wait_io(std::vector<offload::IoHandle>& handles);
+// The same for error paths: waits for every handle, ignores failures, clears the list.
+void wait_io_quietly(std::vector<offload::IoHandle>& handles);
 
 }  // namespace tierzero::zero

@@ -73,30 +73,47 @@ void PartitionStore::check_trace_end() {
   exchange_trace_word(3.0f, static_cast<float>(recording_trace_.size()), "ends the step at");
 }
 
-bool PartitionStore::read_ready(size_t unit) {
-  if (!optimizer_thread_.joinable()) return true;
+bool PartitionStore::read_startable(size_t unit) {
+  const size_t limit = std::max<size_t>(1, config_.nvme_read_buffers);
   std::lock_guard<std::mutex> lock(optimizer_mutex_);
-  return update_state_[unit] == kUpdateDone || optimizer_error_ != nullptr ||
-         (update_state_[unit] == kUpdatePublished && handoff_[unit]);
+  if (handoff_[unit]) return true;  // taking it costs no buffer and no wait
+  const bool on_disk = !optimizer_thread_.joinable() || optimizer_error_ != nullptr ||
+                       update_state_[unit] == kUpdateDone;
+  return on_disk && handoffs_held_ + reads_in_flight_.load() < limit;
 }
 
 void PartitionStore::start_read(size_t unit) {
   UnitState& s = units_[unit];
   wait_optimizer(unit);
-  if (offload::PinnedBuffer handed = take_handoff(unit)) {
+  offload::PinnedBuffer handed;
+  {
+    // The staging buffer is counted before it exists, under the lock the NVMe optimizer takes to
+    // count its handoffs, so the two never overshoot the budget together.
+    std::lock_guard<std::mutex> lock(optimizer_mutex_);
+    handed = std::move(handoff_[unit]);
+    if (handed) --handoffs_held_;
+    ++reads_in_flight_;
+  }
+  if (handed) {
     // The update's new shard, still in memory: no read of what is being written.
     s.staging = std::move(handed);
     ++counters_.handoffs;
   } else {
-    wait_unit_on_disk(unit);  // the background update may still be writing these extents
-    const size_t n = plan_.partition(unit).shard_numel;
-    const size_t eb = arenas_->elem_bytes(StateBuffer::param_shard);
-    s.staging = host_pool_->allocate(n * eb, Category::io, "zero nvme param staging");
-    if (n > 0) s.reads = arenas_->read(StateBuffer::param_shard, unit, 0, n, s.staging.data());
+    try {
+      wait_unit_on_disk(unit);  // the background update may still be writing these extents
+      const size_t n = plan_.partition(unit).shard_numel;
+      const size_t eb = arenas_->elem_bytes(StateBuffer::param_shard);
+      s.staging = host_pool_->allocate(n * eb, Category::io, "zero nvme param staging");
+      if (n > 0) s.reads = arenas_->read(StateBuffer::param_shard, unit, 0, n, s.staging.data());
+    } catch (...) {
+      wait_io_quietly(s.reads);
+      s.staging.reset();
+      --reads_in_flight_;
+      throw;
+    }
     ++counters_.nvme_reads;
   }
   s.fetch = Fetch::reading;
-  ++reads_in_flight_;
 }
 
 bool PartitionStore::gather_ready(size_t unit) {
@@ -116,7 +133,7 @@ void PartitionStore::start_gather(size_t unit) {
   // The unit counts against the live budget from now on, issued or queued, so that every
   // budget decision is the same on every rank however fast its shards arrive.
   if (!direct && !persistent(unit)) live_elems_ += plan_.partition(unit).padded_numel;
-  if (home == Tier::nvme && s.fetch == Fetch::none && read_ready(unit)) start_read(unit);
+  if (home == Tier::nvme && s.fetch == Fetch::none && read_startable(unit)) start_read(unit);
   if (deferred_gathers_.empty() && gather_ready(unit)) {
     issue_gather(unit);
     return;
@@ -131,7 +148,7 @@ void PartitionStore::issue_deferred_gathers(size_t through) {
     UnitState& s = units_[u];
     const bool must = through < units_.size() && units_[through].deferred;
     if (placement_[u].param == Tier::nvme && s.fetch == Fetch::none) {
-      if (!must && !read_ready(u)) return;
+      if (!must && !read_startable(u)) return;
       start_read(u);
     }
     if (!must && !gather_ready(u)) return;
@@ -286,12 +303,6 @@ void PartitionStore::pump_prefetch() {
   std::vector<char> seen(units_.size(), 0);
   size_t window = 0;  // elements gathered (or being gathered) ahead of use
   bool gathering = config_.prefetch_bucket_elems > 0;
-  const size_t read_buffers = std::max<size_t>(1, config_.nvme_read_buffers);
-  size_t handoffs = 0;  // staging the NVMe optimizer holds for the next fetches
-  {
-    std::lock_guard<std::mutex> lock(optimizer_mutex_);
-    handoffs = handoffs_held_;
-  }
   for (size_t i = cursor_; i < trace_.size(); ++i) {
     const size_t u = trace_[i];
     if (seen[u]) continue;
@@ -319,7 +330,7 @@ void PartitionStore::pump_prefetch() {
     }
     // Beyond the gather window: start NVMe reads early, as far as the staging buffers allow.
     if (placement_[u].param != Tier::nvme || s.fetch != Fetch::none || s.deferred) continue;
-    if (reads_in_flight_ + handoffs >= read_buffers || !read_ready(u)) break;
+    if (!read_startable(u)) break;  // the staging budget is full, or the update is not on disk
     start_read(u);
     s.prefetched = true;
   }

@@ -35,16 +35,6 @@ bool finished(const std::vector<offload::IoHandle>& handles) {
                      [](const offload::IoHandle& h) { return h.poll(); });
 }
 
-void wait_quietly(std::vector<offload::IoHandle>& handles) {
-  for (auto& h : handles) {
-    try {
-      h.wait();
-    } catch (const Error&) {
-    }
-  }
-  handles.clear();
-}
-
 }  // namespace
 
 void PartitionStore::setup_optimizer_swap() {
@@ -64,10 +54,22 @@ void PartitionStore::setup_optimizer_swap() {
       std::min(swap_chunks_.size(), std::max<size_t>(2, config_.optimizer_swap_buffers));
   swap_slots_.resize(slots);
   for (SwapSlot& s : swap_slots_) {
-    s.master = host_pool_->allocate(largest * sizeof(float), Category::io, "zero nvme optim slot");
-    s.m = host_pool_->allocate(largest * sizeof(float), Category::io, "zero nvme optim slot");
-    s.v = host_pool_->allocate(largest * sizeof(float), Category::io, "zero nvme optim slot");
+    for (offload::PinnedBuffer* b : {&s.master, &s.m, &s.v}) {
+      *b = host_pool_->allocate(largest * sizeof(float), Category::io, "zero nvme optim slot");
+      // The slots live as long as the store: as io_uring fixed buffers the kernel does not pin
+      // their pages again for every transfer.
+      nvme_->register_memory(b->data(), b->capacity());
+    }
   }
+}
+
+void PartitionStore::release_optimizer_swap() {
+  wait_swap_io_quietly();
+  for (SwapSlot& s : swap_slots_)
+    for (offload::PinnedBuffer* b : {&s.master, &s.m, &s.v}) {
+      if (*b) nvme_->unregister_memory(b->data());
+      b->reset();
+    }
 }
 
 void PartitionStore::issue_swap_read(size_t chunk) {
@@ -83,13 +85,13 @@ void PartitionStore::issue_swap_read(size_t chunk) {
 
 void PartitionStore::wait_swap_io_quietly() {
   for (SwapSlot& s : swap_slots_) {
-    wait_quietly(s.reads);
-    wait_quietly(s.writes);
+    wait_io_quietly(s.reads);
+    wait_io_quietly(s.writes);
   }
 }
 
 void PartitionStore::discard_staged_swap_reads() {
-  for (SwapSlot& s : swap_slots_) wait_quietly(s.reads);
+  for (SwapSlot& s : swap_slots_) wait_io_quietly(s.reads);
   swap_staged_ = false;
 }
 
@@ -160,9 +162,13 @@ void PartitionStore::update_units_on_nvme(const kernels::AdamWParams& base, bool
       if (c.begin == 0 && config_.stage == 3 && placement_[c.unit].param == Tier::nvme) {
         std::lock_guard<std::mutex> lock(optimizer_mutex_);
         if (handoffs_held_ + reads_in_flight_.load() < handoff_limit) {
-          ++handoffs_held_;
-          handoff = host_pool_->allocate(plan_.partition(c.unit).shard_numel * eb, Category::io,
-                                         "zero param handoff");
+          try {
+            handoff = host_pool_->allocate(plan_.partition(c.unit).shard_numel * eb, Category::io,
+                                           "zero param handoff");
+            ++handoffs_held_;
+          } catch (const Error&) {
+            // No room in the host pool: the next fetch reads the shard from NVMe instead.
+          }
         }
       }
       if (handoff) {
@@ -210,13 +216,6 @@ void PartitionStore::update_units_on_nvme(const kernels::AdamWParams& base, bool
     }
     throw;
   }
-}
-
-offload::PinnedBuffer PartitionStore::take_handoff(size_t unit) {
-  std::lock_guard<std::mutex> lock(optimizer_mutex_);
-  offload::PinnedBuffer b = std::move(handoff_[unit]);
-  if (b) --handoffs_held_;
-  return b;
 }
 
 bool PartitionStore::update_published(size_t unit) {

@@ -187,7 +187,8 @@ StoreStepStats PartitionStore::step(double lr, double clip, double loss_scale) {
       std::lock_guard<std::mutex> lock(optimizer_mutex_);
       for (const SwapChunk& c : swap_chunks_) update_state_[c.unit] = kUpdating;
     }
-    optimizer_thread_ = std::thread([this, base] {
+    auto run = [this, base, threads = kernels::cpu::threads()] {
+      kernels::cpu::set_threads(threads);  // not OpenMP's default of every core
       try {
         update_units_on_nvme(base, true);
       } catch (...) {
@@ -196,7 +197,14 @@ StoreStepStats PartitionStore::step(double lr, double clip, double loss_scale) {
         std::fill(update_state_.begin(), update_state_.end(), kUpdateDone);
         optimizer_cv_.notify_all();
       }
-    });
+    };
+    try {
+      optimizer_thread_ = std::thread(run);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(optimizer_mutex_);
+      std::fill(update_state_.begin(), update_state_.end(), kUpdateDone);
+      throw;
+    }
   } else if (any_nvme) {
     update_units_on_nvme(base, false);
   }

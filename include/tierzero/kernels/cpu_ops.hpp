@@ -90,4 +90,10 @@ double sum_squares(const float* x, size_t n);
 // x (n) *= s
 void scale(float* x, size_t n, float s);
 
+// The OpenMP thread count the calling thread's kernels use, and setting it for the calling thread
+// only. A thread the caller starts begins with OpenMP's default (every core), so a background
+// thread that runs these kernels next to the training thread takes the training thread's count.
+int threads();
+void set_threads(int threads);
+
 }  // namespace tierzero::kernels::cpu

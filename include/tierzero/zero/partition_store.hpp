@@ -106,7 +106,10 @@ struct FetchCounters {
 enum class PassKind { train, eval };
 
 // Not thread-safe: one thread (the training loop) makes every call, which also keeps the group's
-// collectives in the same order on every rank.
+// collectives in the same order on every rank. At stage 3 the store may hold back gathers it has
+// decided on until their shards are ready, issuing them in order at its later calls (and always
+// before its own reductions and the step): a caller that issues collectives of its own on `group`
+// during a training pass (between zero_grads/begin_pass and step) calls flush_collectives() first.
 class PartitionStore {
  public:
   // Collective over `group` (the data-parallel partition group): every rank passes the same
@@ -145,6 +148,10 @@ class PartitionStore {
   // finite nothing is updated: with a loss scale other than 1 the step reports skipped (the
   // scale was too large), otherwise it throws Error. Gradients are left as they are.
   StoreStepStats step(double lr, double clip, double loss_scale = 1.0);
+
+  // Issues every gather held back so far (waiting for their shards as needed), so the caller may
+  // issue its own collective on the group. Collective only in that it may issue gathers.
+  void flush_collectives() { flush_deferred_gathers(); }
 
   // Sets / reads the full values of a unit (host arrays of units[unit].numel). load_unit is not
   // collective (every rank passes the same values and keeps what it owns); read_unit is
@@ -227,7 +234,8 @@ class PartitionStore {
   // up to and including it, waiting as needed.
   void issue_deferred_gathers(size_t through = static_cast<size_t>(-1));
   void flush_deferred_gathers();  // every queued gather, waiting as needed
-  bool read_ready(size_t unit);   // start_read would not wait (never blocks)
+  // start_read would neither wait nor exceed the staging budget (never blocks).
+  bool read_startable(size_t unit);
   // Waits for the gather; the unit is ready. The wait counts as stall time when `stall`.
   void finish_fetch(size_t unit, bool stall = true);
   void drop_gathered(size_t unit);
@@ -246,6 +254,7 @@ class PartitionStore {
   // (store_nvme_optimizer.cpp). In the background it moves each unit through update_state_ and
   // clears the gradient shards it has read.
   void setup_optimizer_swap();
+  void release_optimizer_swap();  // waits for the slots' transfers, unregisters and frees them
   void update_units_on_nvme(const kernels::AdamWParams& base, bool background);
   void issue_swap_read(size_t chunk);
   void wait_swap_io_quietly();       // every slot transfer, errors ignored (error paths)
@@ -256,8 +265,6 @@ class PartitionStore {
   void wait_update(size_t unit, bool on_disk);
   bool update_published(size_t unit);  // wait_optimizer would not wait (never blocks)
   void wait_optimizer_all();           // joins the background update; rethrows its error
-  // Takes the parameter shard the background update handed over for `unit` (empty if none).
-  offload::PinnedBuffer take_handoff(size_t unit);
   void publish_params(size_t unit, const float* master, size_t begin, size_t count,
                       bool master_on_device);
 
