@@ -1,11 +1,14 @@
-// CRC32C: a slicing-by-8 table version for any CPU and an SSE4.2 version for x86-64, chosen once
-// at run time. Both give identical results (checked against the RFC 3720 test vectors).
+// CRC32C: a slicing-by-8 table version for any CPU, an SSE4.2 version for x86-64 and, where the
+// CPU has AVX-512 with VPCLMULQDQ, a carry-less-multiply folding version (several times faster on
+// long buffers), chosen once at run time. All give identical results (checked against the RFC 3720
+// test vectors and against each other).
 #include "tierzero/offload/crc32c.hpp"
 
 #include <array>
 #include <cstring>
 
 #if defined(__x86_64__)
+#include <immintrin.h>
 #include <nmmintrin.h>
 #endif
 
@@ -148,6 +151,101 @@ __attribute__((target("sse4.2"))) uint32_t crc32c_hardware(const void* data, siz
 bool crc32c_hardware_available() {
   return __builtin_cpu_supports("sse4.2");
 }
+
+// Folding with carry-less multiplication, 64 bytes per 512-bit register and four registers in
+// flight. A 16-byte lane V = L x^64 + H (L: its first 8 bytes) that lies D bytes before the lane
+// it is folded into is replaced by L (x^(8D+64) mod P) + H (x^(8D) mod P), which leaves the CRC
+// unchanged. PCLMULQDQ of two bit-reflected operands yields their product times x, and a
+// constant kept in the low 32 bits of a 64-bit lane stands for itself times x^32, so the
+// constants are x^(8D+31) mod P (for L) and x^(8D-33) mod P (for H). What is left at the end is
+// one 16-byte lane congruent to all the data before it; the CRC instruction finishes from there.
+namespace {
+
+// x^n mod P as the CRC register holds it (bit 31 is x^0).
+uint32_t x_pow_mod(size_t n) {
+  uint32_t r = 0x80000000u;
+  for (size_t i = 0; i < n; ++i) r = (r >> 1) ^ ((r & 1u) ? kPolynomial : 0u);
+  return r;
+}
+
+struct FoldConstants {
+  uint64_t k[4][2];  // per fold distance 16, 32, 48, 64 bytes: {for L, for H}
+  uint64_t k256[2];  // distance 256 bytes (the four registers)
+};
+
+FoldConstants make_fold_constants() {
+  FoldConstants c{};
+  for (size_t i = 0; i < 4; ++i) {
+    const size_t d = 16 * (i + 1);
+    c.k[i][0] = x_pow_mod(8 * d + 31);
+    c.k[i][1] = x_pow_mod(8 * d - 33);
+  }
+  c.k256[0] = x_pow_mod(8 * 256 + 31);
+  c.k256[1] = x_pow_mod(8 * 256 - 33);
+  return c;
+}
+
+constexpr size_t kFoldMin = 256;  // shorter buffers go to the CRC instruction alone
+
+}  // namespace
+
+__attribute__((target("avx512f,avx512vl,vpclmulqdq,pclmul,sse4.2"))) uint32_t crc32c_folding(
+    const void* data, size_t bytes, uint32_t crc) {
+  if (bytes < kFoldMin) return crc32c_hardware(data, bytes, crc);
+  static const FoldConstants fc = make_fold_constants();
+  const auto* p = static_cast<const unsigned char*>(data);
+  // (Built with set/store/load rather than the broadcast, zero-extend and extract intrinsics,
+  // which make GCC 12 warn about their undefined pass-through operands.)
+  const auto kl256 = static_cast<long long>(fc.k256[0]);
+  const auto kh256 = static_cast<long long>(fc.k256[1]);
+  const __m512i k256 = _mm512_set_epi64(kh256, kl256, kh256, kl256, kh256, kl256, kh256, kl256);
+  const auto kl64 = static_cast<long long>(fc.k[3][0]);
+  const auto kh64 = static_cast<long long>(fc.k[3][1]);
+  const __m512i k64 = _mm512_set_epi64(kh64, kl64, kh64, kl64, kh64, kl64, kh64, kl64);
+  auto fold = [](__m512i x, __m512i k, __m512i next) {
+    // (L * kL) ^ (H * kH) ^ next, per 128-bit lane
+    return _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(x, k, 0x00),
+                                     _mm512_clmulepi64_epi128(x, k, 0x11), next, 0x96);
+  };
+  // The starting register (~crc) enters as if XORed into the first four bytes.
+  __m512i x0 = _mm512_xor_si512(
+      _mm512_loadu_si512(p), _mm512_set_epi64(0, 0, 0, 0, 0, 0, 0, static_cast<long long>(~crc)));
+  __m512i x1 = _mm512_loadu_si512(p + 64);
+  __m512i x2 = _mm512_loadu_si512(p + 128);
+  __m512i x3 = _mm512_loadu_si512(p + 192);
+  p += 256;
+  bytes -= 256;
+  for (; bytes >= 256; p += 256, bytes -= 256) {
+    x0 = fold(x0, k256, _mm512_loadu_si512(p));
+    x1 = fold(x1, k256, _mm512_loadu_si512(p + 64));
+    x2 = fold(x2, k256, _mm512_loadu_si512(p + 128));
+    x3 = fold(x3, k256, _mm512_loadu_si512(p + 192));
+  }
+  x1 = fold(x0, k64, x1);
+  x2 = fold(x1, k64, x2);
+  x3 = fold(x2, k64, x3);
+  for (; bytes >= 64; p += 64, bytes -= 64) x3 = fold(x3, k64, _mm512_loadu_si512(p));
+  // Four lanes to one: lane j lies 16 * (3 - j) bytes before lane 3.
+  alignas(64) unsigned char lanes[64];  // (4 lanes, 16 bytes)
+  _mm512_store_si512(lanes, x3);
+  __m128i acc = _mm_load_si128(reinterpret_cast<const __m128i*>(lanes + 48));
+  for (size_t j = 0; j < 3; ++j) {
+    const uint64_t* k = fc.k[2 - j];  // distance 48, 32, 16 bytes
+    const __m128i kv = _mm_set_epi64x(static_cast<long long>(k[1]), static_cast<long long>(k[0]));
+    const __m128i lane = _mm_load_si128(reinterpret_cast<const __m128i*>(lanes + 16 * j));
+    acc = _mm_xor_si128(acc, _mm_xor_si128(_mm_clmulepi64_si128(lane, kv, 0x00),
+                                           _mm_clmulepi64_si128(lane, kv, 0x11)));
+  }
+  uint64_t c = _mm_crc32_u64(0, static_cast<uint64_t>(_mm_cvtsi128_si64(acc)));
+  c = _mm_crc32_u64(c, static_cast<uint64_t>(_mm_extract_epi64(acc, 1)));
+  return crc32c_hardware(p, bytes, ~static_cast<uint32_t>(c));  // the last 0-63 bytes
+}
+
+bool crc32c_folding_available() {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("vpclmulqdq") && __builtin_cpu_supports("pclmul") &&
+         __builtin_cpu_supports("sse4.2");
+}
 #else
 uint32_t crc32c_hardware(const void* data, size_t bytes, uint32_t crc) {
   return crc32c_portable(data, bytes, crc);
@@ -155,11 +253,18 @@ uint32_t crc32c_hardware(const void* data, size_t bytes, uint32_t crc) {
 bool crc32c_hardware_available() {
   return false;
 }
+uint32_t crc32c_folding(const void* data, size_t bytes, uint32_t crc) {
+  return crc32c_portable(data, bytes, crc);
+}
+bool crc32c_folding_available() {
+  return false;
+}
 #endif
 
 uint32_t crc32c(const void* data, size_t bytes, uint32_t crc) {
-  static const bool hardware = crc32c_hardware_available();
-  return hardware ? crc32c_hardware(data, bytes, crc) : crc32c_portable(data, bytes, crc);
+  static const int path = crc32c_folding_available() ? 2 : crc32c_hardware_available() ? 1 : 0;
+  if (path == 2) return crc32c_folding(data, bytes, crc);
+  return path == 1 ? crc32c_hardware(data, bytes, crc) : crc32c_portable(data, bytes, crc);
 }
 
 }  // namespace tierzero::offload
