@@ -1,8 +1,6 @@
 // Element-wise CPU kernels: GELU, residual add, scale and the sum of squares (gradient norm).
 // Each is one OpenMP-parallel, vectorised pass; they are memory-bound, so none makes a second pass
-// over its data. Also the per-thread OpenMP thread count the CPU kernels run with.
-#include <omp.h>
-
+// over its data.
 #include "cpu/vec_math.hpp"
 #include "tierzero/kernels/cpu_ops.hpp"
 
@@ -81,14 +79,6 @@ double sum_squares(const float* x, size_t n) {  // x (n)
 void scale(float* x, size_t n, float s) {  // x (n)
 #pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; ++i) x[i] *= s;
-}
-
-int threads() {
-  return omp_get_max_threads();
-}
-
-void set_threads(int threads) {
-  if (threads > 0) omp_set_num_threads(threads);
 }
 
 }  // namespace tierzero::kernels::cpu

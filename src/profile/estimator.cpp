@@ -152,38 +152,30 @@ Estimate estimate(const EstimateInput& in) {
     slot(e.buffers, Tier::device, Category::comm) +=
         DeviceAllocator::round_size(2 * static_cast<size_t>(group) * sizeof(float));
 
-  // NVMe-resident optimizer states stream through the pipeline's slots: min(buffer_count, at
-  // least 2; chunks) of them, each one chunk's master, m and v (a chunk is nvme_chunk_elems fp32
-  // but never more than one unit's shard, since the store cuts each unit into its own chunks).
-  // NVMe-resident parameters are staged a shard at a time, offload_param.buffer_count shards at
-  // most (reads in flight and the optimizer's handoffs to the next fetch share them).
-  const size_t chunk = std::max<size_t>(in.placement.nvme_chunk_elems, 1);
-  size_t largest_shard = 0, largest_chunk = 0, largest_param_shard = 0, chunks = 0;
-  bool param_nvme = false, optim_nvme = false, grad_host = false;
+  // NVMe-resident optimizer states stream through the pipeline's slots (zero's rule:
+  // optimizer_swap_shape). NVMe-resident parameters are staged a shard at a time,
+  // offload_param.buffer_count shards at most (reads in flight and the optimizer's handoffs to the
+  // next fetch share them).
+  const zero::OptimizerSwapShape swap = zero::optimizer_swap_shape(
+      plan, placement, std::max<size_t>(in.placement.nvme_chunk_elems, 1), in.staging_buffer_count);
+  size_t largest_shard = 0, largest_param_shard = 0;
+  bool param_nvme = false, grad_host = false;
   for (size_t u = 0; u < plan.num_units(); ++u) {
     const size_t n = plan.partition(u).shard_numel;
     largest_shard = std::max(largest_shard, n);
     grad_host = grad_host || placement[u].grad == Tier::host;
-    if (placement[u].optimizer == Tier::nvme) {
-      optim_nvme = true;
-      chunks += (n + chunk - 1) / chunk;
-      largest_chunk = std::max(largest_chunk, std::min(chunk, n));
-    }
     if (placement[u].param == Tier::nvme) {
       param_nvme = true;
       largest_param_shard = std::max(largest_param_shard, n);
     }
   }
+  const bool optim_nvme = swap.slots > 0;
   // Stages 2-3 with gradients on the host: each reduced shard is staged through pinned memory on
   // its way to the host accumulator, one at a time.
   if (in.stage >= 2 && grad_host && !optim_nvme)
     slot(e.buffers, Tier::host, Category::io) +=
         offload::HostPool::round_size(largest_shard * sizeof(float));
-  if (optim_nvme) {
-    const size_t slots = std::min(chunks, std::max<size_t>(2, in.staging_buffer_count));
-    slot(e.buffers, Tier::host, Category::io) +=
-        slots * 3 * offload::HostPool::round_size(largest_chunk * sizeof(float));
-  }
+  slot(e.buffers, Tier::host, Category::io) += zero::optimizer_swap_host_bytes(swap);
   if (param_nvme)
     slot(e.buffers, Tier::host, Category::io) +=
         std::max<size_t>(1, in.param_staging_buffers) *

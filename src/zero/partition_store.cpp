@@ -99,13 +99,7 @@ PartitionStore::~PartitionStore() {
   release_optimizer_swap();
   pending_.clear();
   for (UnitState& s : units_) {
-    for (auto& h : s.reads) {
-      try {
-        h.wait();
-      } catch (const Error&) {
-      }
-    }
-    s.reads.clear();
+    wait_io_quietly(s.reads);
     s.gather = comm::CommRequest();
   }
 }

@@ -142,6 +142,27 @@ size_t nvme_unit_bytes(size_t unit_elems, size_t chunk_elems, size_t elem_bytes)
   return total;
 }
 
+OptimizerSwapShape optimizer_swap_shape(const PartitionPlan& plan,
+                                        const std::vector<UnitPlacement>& placement,
+                                        size_t chunk_elems, size_t buffer_count) {
+  TZ_CHECK(chunk_elems > 0, "optimizer_swap_shape: chunk of 0 elements",
+           "offload_optimizer.buffer_size must be positive");
+  OptimizerSwapShape shape;
+  for (size_t u = 0; u < plan.num_units(); ++u) {
+    if (placement.at(u).optimizer != Tier::nvme) continue;
+    const size_t n = plan.partition(u).shard_numel;
+    shape.chunks += (n + chunk_elems - 1) / chunk_elems;
+    shape.largest_chunk = std::max(shape.largest_chunk, std::min(chunk_elems, n));
+  }
+  shape.slots = std::min(shape.chunks, std::max<size_t>(2, buffer_count));
+  return shape;
+}
+
+size_t optimizer_swap_host_bytes(const OptimizerSwapShape& shape) {
+  if (shape.slots == 0) return 0;
+  return shape.slots * 3 * offload::HostPool::round_size(shape.largest_chunk * sizeof(float));
+}
+
 StateBytes model_state_bytes(const PartitionPlan& plan, int stage,
                              const std::vector<UnitPlacement>& placement,
                              const PlacementConfig& config) {

@@ -37,6 +37,11 @@ void wait_io_quietly(std::vector<offload::IoHandle>& handles) {
   handles.clear();
 }
 
+bool io_finished(const std::vector<offload::IoHandle>& handles) {
+  return std::all_of(handles.begin(), handles.end(),
+                     [](const offload::IoHandle& h) { return h.poll(); });
+}
+
 PartitionStore::Arenas::Arenas(const PartitionPlan& plan, int stage,
                                const std::vector<UnitPlacement>& placement,
                                const PlacementConfig& config, DeviceAllocator& allocator,

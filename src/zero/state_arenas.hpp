@@ -69,5 +69,7 @@ struct PartitionStore::Arenas {
 void wait_io(std::vector<offload::IoHandle>& handles);
 // The same for error paths: waits for every handle, ignores failures, clears the list.
 void wait_io_quietly(std::vector<offload::IoHandle>& handles);
+// Every handle has finished (successfully or not); never blocks.
+bool io_finished(const std::vector<offload::IoHandle>& handles);
 
 }  // namespace tierzero::zero

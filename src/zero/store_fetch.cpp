@@ -77,8 +77,7 @@ bool PartitionStore::read_startable(size_t unit) {
   const size_t limit = std::max<size_t>(1, config_.nvme_read_buffers);
   std::lock_guard<std::mutex> lock(optimizer_mutex_);
   if (handoff_[unit]) return true;  // taking it costs no buffer and no wait
-  const bool on_disk = !optimizer_thread_.joinable() || optimizer_error_ != nullptr ||
-                       update_state_[unit] == kUpdateDone;
+  const bool on_disk = !optimizer_thread_.joinable() || update_reached_locked(unit, true);
   return on_disk && handoffs_held_ + reads_in_flight_.load() < limit;
 }
 
@@ -120,9 +119,7 @@ bool PartitionStore::gather_ready(size_t unit) {
   if (!update_published(unit)) return false;
   if (placement_[unit].param != Tier::nvme) return true;
   const UnitState& s = units_[unit];
-  return s.fetch == Fetch::reading &&
-         std::all_of(s.reads.begin(), s.reads.end(),
-                     [](const offload::IoHandle& h) { return h.poll(); });
+  return s.fetch == Fetch::reading && io_finished(s.reads);
 }
 
 void PartitionStore::start_gather(size_t unit) {

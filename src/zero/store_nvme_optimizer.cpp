@@ -28,15 +28,6 @@
 
 namespace tierzero::zero {
 
-namespace {
-
-bool finished(const std::vector<offload::IoHandle>& handles) {
-  return std::all_of(handles.begin(), handles.end(),
-                     [](const offload::IoHandle& h) { return h.poll(); });
-}
-
-}  // namespace
-
 void PartitionStore::setup_optimizer_swap() {
   update_state_.assign(units_.size(), kUpdateDone);
   handoff_.resize(units_.size());
@@ -47,12 +38,10 @@ void PartitionStore::setup_optimizer_swap() {
     for (size_t at = 0; at < n; at += chunk)
       swap_chunks_.push_back({u, at, std::min(chunk, n - at)});
   }
-  if (swap_chunks_.empty()) return;
-  size_t largest = 0;
-  for (const SwapChunk& c : swap_chunks_) largest = std::max(largest, c.count);
-  const size_t slots =
-      std::min(swap_chunks_.size(), std::max<size_t>(2, config_.optimizer_swap_buffers));
-  swap_slots_.resize(slots);
+  const OptimizerSwapShape shape =
+      optimizer_swap_shape(plan_, placement_, chunk, config_.optimizer_swap_buffers);
+  const size_t largest = shape.largest_chunk;
+  swap_slots_.resize(shape.slots);
   for (SwapSlot& s : swap_slots_) {
     for (offload::PinnedBuffer* b : {&s.master, &s.m, &s.v}) {
       *b = host_pool_->allocate(largest * sizeof(float), Category::io, "zero nvme optim slot");
@@ -134,7 +123,7 @@ void PartitionStore::update_units_on_nvme(const kernels::AdamWParams& base, bool
       // itself still needs its slot.
       while (next_read < n && next_read < i + slots) {
         const size_t previous = next_read - slots;  // the slot's last chunk, updated already
-        if (next_read != i && !finished(swap_slots_[previous % slots].writes)) break;
+        if (next_read != i && !io_finished(swap_slots_[previous % slots].writes)) break;
         written_through(previous + 1);
         issue_swap_read(next_read++);
       }
@@ -184,20 +173,21 @@ void PartitionStore::update_units_on_nvme(const kernels::AdamWParams& base, bool
       append(arenas_->write(master_kind(c.unit), c.unit, c.begin, c.count, param));
       append(arenas_->write(StateBuffer::adam_m, c.unit, c.begin, c.count, m));
       append(arenas_->write(StateBuffer::adam_v, c.unit, c.begin, c.count, v));
-      if (last_chunk_of_unit(i) && background) {
-        // Every chunk of the unit is updated: its gradient shard is read (clear it for the next
-        // accumulation) and its new parameters are published — in the handoff when there is
-        // one, else in its (host or device) parameter arena or, once written, on NVMe.
-        const size_t numel = plan_.partition(c.unit).shard_numel;
-        std::memset(grad_shard_ptr(c.unit), 0, numel * sizeof(float));  // host (CPU updates it)
+      if (last_chunk_of_unit(i)) {
+        // Every chunk of the unit is updated. Its new parameters are published — in the handoff
+        // when there is one, else in its (host or device) parameter arena or, once written, on
+        // NVMe — and in the background its gradient shard, read now, is cleared for the next
+        // accumulation.
+        if (background)
+          std::memset(grad_shard_ptr(c.unit), 0,
+                      plan_.partition(c.unit).shard_numel * sizeof(float));  // host (CPU)
         std::lock_guard<std::mutex> lock(optimizer_mutex_);
-        grads_cleared_[c.unit] = 1;
         if (handoff) handoff_[c.unit] = std::move(handoff);
-        update_state_[c.unit] = kUpdatePublished;
-        optimizer_cv_.notify_all();
-      } else if (last_chunk_of_unit(i) && handoff) {
-        std::lock_guard<std::mutex> lock(optimizer_mutex_);
-        handoff_[c.unit] = std::move(handoff);
+        if (background) {
+          grads_cleared_[c.unit] = 1;
+          update_state_[c.unit] = kUpdatePublished;
+          optimizer_cv_.notify_all();
+        }
       }
     }
     written_through(n);
@@ -218,10 +208,15 @@ void PartitionStore::update_units_on_nvme(const kernels::AdamWParams& base, bool
   }
 }
 
+bool PartitionStore::update_reached_locked(size_t unit, bool on_disk) const {
+  const uint8_t state = update_state_[unit];
+  return optimizer_error_ != nullptr || (on_disk ? state == kUpdateDone : state != kUpdating);
+}
+
 bool PartitionStore::update_published(size_t unit) {
   if (!optimizer_thread_.joinable()) return true;
   std::lock_guard<std::mutex> lock(optimizer_mutex_);
-  return update_state_[unit] != kUpdating || optimizer_error_ != nullptr;
+  return update_reached_locked(unit, false);
 }
 
 void PartitionStore::wait_optimizer(size_t unit) {
@@ -235,10 +230,7 @@ void PartitionStore::wait_unit_on_disk(size_t unit) {
 void PartitionStore::wait_update(size_t unit, bool on_disk) {
   if (!optimizer_thread_.joinable()) return;
   std::unique_lock<std::mutex> lock(optimizer_mutex_);
-  auto reached = [&] {
-    const uint8_t state = update_state_[unit];
-    return optimizer_error_ || (on_disk ? state == kUpdateDone : state != kUpdating);
-  };
+  auto reached = [&] { return update_reached_locked(unit, on_disk); };
   if (!reached()) {
     const double t0 = monotonic_seconds();
     optimizer_cv_.wait(lock, reached);

@@ -28,7 +28,6 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -264,7 +263,10 @@ class PartitionStore {
   void wait_unit_on_disk(size_t unit);  // until `unit`'s update is also written to NVMe
   void wait_update(size_t unit, bool on_disk);
   bool update_published(size_t unit);  // wait_optimizer would not wait (never blocks)
-  void wait_optimizer_all();           // joins the background update; rethrows its error
+  // With optimizer_mutex_ held: the unit's update is published (or, `on_disk`, also written),
+  // or the pipeline failed.
+  bool update_reached_locked(size_t unit, bool on_disk) const;
+  void wait_optimizer_all();  // joins the background update; rethrows its error
   void publish_params(size_t unit, const float* master, size_t begin, size_t count,
                       bool master_on_device);
 

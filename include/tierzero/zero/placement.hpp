@@ -108,6 +108,21 @@ StateBytes model_state_bytes(const PartitionPlan& plan, int stage,
                              const std::vector<UnitPlacement>& placement,
                              const PlacementConfig& config);
 
+// The NVMe optimizer pipeline: every unit whose optimizer states live on NVMe is cut into chunks
+// of at most chunk_elems elements of its shard, and `slots` pinned slots (buffer_count, at least
+// 2, never more than there are chunks) each hold one chunk's fp32 master, m and v. What the store
+// allocates and the estimator predicts.
+struct OptimizerSwapShape {
+  size_t chunks = 0;         // over all NVMe-resident units
+  size_t largest_chunk = 0;  // elements
+  size_t slots = 0;          // 0 when no optimizer state is on NVMe
+};
+OptimizerSwapShape optimizer_swap_shape(const PartitionPlan& plan,
+                                        const std::vector<UnitPlacement>& placement,
+                                        size_t chunk_elems, size_t buffer_count);
+// Pinned host bytes of the slots (the host pool's size classes).
+size_t optimizer_swap_host_bytes(const OptimizerSwapShape& shape);
+
 // "device" / "cpu" / "nvme" (DeepSpeed's offload device names) to a tier; "none" is the device.
 Tier offload_tier(const std::string& device_name);
 
