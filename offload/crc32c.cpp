@@ -187,6 +187,15 @@ FoldConstants make_fold_constants() {
 
 constexpr size_t kFoldMin = 256;  // shorter buffers go to the CRC instruction alone
 
+// (L * kL) ^ (H * kH) ^ next, per 128-bit lane. A function of its own with the folding target,
+// not a lambda: a lambda does not inherit its enclosing function's target attribute, so it would
+// not compile where -march leaves AVX-512 off.
+__attribute__((target("avx512f,avx512vl,vpclmulqdq,pclmul"))) inline __m512i fold_lanes(
+    __m512i x, __m512i k, __m512i next) {
+  return _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(x, k, 0x00),
+                                   _mm512_clmulepi64_epi128(x, k, 0x11), next, 0x96);
+}
+
 }  // namespace
 
 __attribute__((target("avx512f,avx512vl,vpclmulqdq,pclmul,sse4.2"))) uint32_t crc32c_folding(
@@ -202,11 +211,6 @@ __attribute__((target("avx512f,avx512vl,vpclmulqdq,pclmul,sse4.2"))) uint32_t cr
   const auto kl64 = static_cast<long long>(fc.k[3][0]);
   const auto kh64 = static_cast<long long>(fc.k[3][1]);
   const __m512i k64 = _mm512_set_epi64(kh64, kl64, kh64, kl64, kh64, kl64, kh64, kl64);
-  auto fold = [](__m512i x, __m512i k, __m512i next) {
-    // (L * kL) ^ (H * kH) ^ next, per 128-bit lane
-    return _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(x, k, 0x00),
-                                     _mm512_clmulepi64_epi128(x, k, 0x11), next, 0x96);
-  };
   // The starting register (~crc) enters as if XORed into the first four bytes.
   __m512i x0 = _mm512_xor_si512(
       _mm512_loadu_si512(p), _mm512_set_epi64(0, 0, 0, 0, 0, 0, 0, static_cast<long long>(~crc)));
@@ -216,15 +220,15 @@ __attribute__((target("avx512f,avx512vl,vpclmulqdq,pclmul,sse4.2"))) uint32_t cr
   p += 256;
   bytes -= 256;
   for (; bytes >= 256; p += 256, bytes -= 256) {
-    x0 = fold(x0, k256, _mm512_loadu_si512(p));
-    x1 = fold(x1, k256, _mm512_loadu_si512(p + 64));
-    x2 = fold(x2, k256, _mm512_loadu_si512(p + 128));
-    x3 = fold(x3, k256, _mm512_loadu_si512(p + 192));
+    x0 = fold_lanes(x0, k256, _mm512_loadu_si512(p));
+    x1 = fold_lanes(x1, k256, _mm512_loadu_si512(p + 64));
+    x2 = fold_lanes(x2, k256, _mm512_loadu_si512(p + 128));
+    x3 = fold_lanes(x3, k256, _mm512_loadu_si512(p + 192));
   }
-  x1 = fold(x0, k64, x1);
-  x2 = fold(x1, k64, x2);
-  x3 = fold(x2, k64, x3);
-  for (; bytes >= 64; p += 64, bytes -= 64) x3 = fold(x3, k64, _mm512_loadu_si512(p));
+  x1 = fold_lanes(x0, k64, x1);
+  x2 = fold_lanes(x1, k64, x2);
+  x3 = fold_lanes(x2, k64, x3);
+  for (; bytes >= 64; p += 64, bytes -= 64) x3 = fold_lanes(x3, k64, _mm512_loadu_si512(p));
   // Four lanes to one: lane j lies 16 * (3 - j) bytes before lane 3.
   alignas(64) unsigned char lanes[64];  // (4 lanes, 16 bytes)
   _mm512_store_si512(lanes, x3);
