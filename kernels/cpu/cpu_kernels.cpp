@@ -87,6 +87,12 @@ class CpuKernels final : public Kernels {
 
   double sum_squares(const float* x, size_t n) override { return cpu::sum_squares(x, n); }
   void scale(float* x, size_t n, float s) override { cpu::scale(x, n, s); }
+  void convert_from_f32(void* dst, DType dst_type, const float* src, size_t n) override {
+    tierzero::convert_from_f32(dst, dst_type, src, n);
+  }
+  void convert_to_f32(float* dst, const void* src, DType src_type, size_t n) override {
+    tierzero::convert_to_f32(dst, src, src_type, n);
+  }
 };
 
 }  // namespace

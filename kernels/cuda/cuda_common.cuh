@@ -112,6 +112,10 @@ void launch_residual_forward(cudaStream_t stream, float* out, const float* a, co
 void launch_residual_backward(cudaStream_t stream, float* da, float* db, const float* dout,
                               size_t n);
 void launch_scale(cudaStream_t stream, float* x, size_t n, float s);
+void launch_convert_from_f32(cudaStream_t stream, void* dst, DType dst_type, const float* src,
+                             size_t n);
+void launch_convert_to_f32(cudaStream_t stream, float* dst, const void* src, DType src_type,
+                           size_t n);
 void launch_adamw(cudaStream_t stream, float* param, float* m, float* v, const float* grad,
                   size_t n, const AdamWParams& p);
 // Writes one partial sum of squares per block into `partials` (device, capacity

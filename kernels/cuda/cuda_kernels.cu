@@ -280,6 +280,15 @@ class CudaKernels final : public Kernels {
     cuda_impl::launch_scale(stream_, x, n, s);
   }
 
+  void convert_from_f32(void* dst, DType dst_type, const float* src, size_t n) override {
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_convert_from_f32(stream_, dst, dst_type, src, n);
+  }
+  void convert_to_f32(float* dst, const void* src, DType src_type, size_t n) override {
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_convert_to_f32(stream_, dst, src, src_type, n);
+  }
+
  private:
   // D (m, n) = op(A) · op(B) + beta · D (+ bias broadcast over columns), all column-major fp32.
   // A is stored (m, k) when op_a is N and (k, m) when it is T; B likewise (k, n) or (n, k).

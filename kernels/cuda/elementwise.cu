@@ -1,9 +1,11 @@
 // CUDA kernels that touch each element independently (encoder, GELU, residual, bias, scale,
-// and the small reductions that go with them (sum of squares for gradient clipping, column sums
-// for matmul's bias gradient). They are memory-bound, so each is one simple grid-stride pass.
+// fp32 <-> 16-bit conversion of working parameters, and the small reductions that go with them (sum
+// of squares for gradient clipping, column sums for matmul's bias gradient). They are memory-bound,
+// so each is one simple grid-stride pass.
 #include <cmath>
 
 #include "cuda/cuda_common.cuh"
+#include "tierzero/core/dtype_bits.hpp"
 
 namespace tierzero::kernels::cuda_impl {
 
@@ -207,6 +209,25 @@ __global__ void bias_backward_kernel(float* dbias,       // (OC) +=
   }
 }
 
+// ---- fp32 <-> 16-bit working parameters (the host's bit-exact rounding) ----
+
+__global__ void f32_to_bf16_kernel(uint16_t* dst, const float* src, size_t n) {  // (n) each
+  for (size_t i = global_thread_index(); i < n; i += grid_stride())
+    dst[i] = dtype_bits::float_to_bf16(src[i]);
+}
+__global__ void f32_to_f16_kernel(uint16_t* dst, const float* src, size_t n) {  // (n) each
+  for (size_t i = global_thread_index(); i < n; i += grid_stride())
+    dst[i] = dtype_bits::float_to_f16(src[i]);
+}
+__global__ void bf16_to_f32_kernel(float* dst, const uint16_t* src, size_t n) {  // (n) each
+  for (size_t i = global_thread_index(); i < n; i += grid_stride())
+    dst[i] = dtype_bits::bf16_to_float(src[i]);
+}
+__global__ void f16_to_f32_kernel(float* dst, const uint16_t* src, size_t n) {  // (n) each
+  for (size_t i = global_thread_index(); i < n; i += grid_stride())
+    dst[i] = dtype_bits::f16_to_float(src[i]);
+}
+
 }  // namespace
 
 void launch_encoder_forward(cudaStream_t stream, float* out, const int32_t* tokens,
@@ -260,6 +281,42 @@ void launch_residual_backward(cudaStream_t stream, float* da, float* db, const f
 void launch_scale(cudaStream_t stream, float* x, size_t n, float s) {
   if (n == 0) return;
   scale_kernel<<<grid_stride_blocks(n), kBlockSize, 0, stream>>>(x, n, s);
+  TZ_CUDA_CHECK_LAUNCH();
+}
+
+void launch_convert_from_f32(cudaStream_t stream, void* dst, DType dst_type, const float* src,
+                             size_t n) {
+  if (n == 0) return;
+  auto* bits = static_cast<uint16_t*>(dst);
+  switch (dst_type) {
+    case DType::f32:
+      TZ_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+      return;
+    case DType::bf16:
+      f32_to_bf16_kernel<<<grid_stride_blocks(n), kBlockSize, 0, stream>>>(bits, src, n);
+      break;
+    case DType::f16:
+      f32_to_f16_kernel<<<grid_stride_blocks(n), kBlockSize, 0, stream>>>(bits, src, n);
+      break;
+  }
+  TZ_CUDA_CHECK_LAUNCH();
+}
+
+void launch_convert_to_f32(cudaStream_t stream, float* dst, const void* src, DType src_type,
+                           size_t n) {
+  if (n == 0) return;
+  const auto* bits = static_cast<const uint16_t*>(src);
+  switch (src_type) {
+    case DType::f32:
+      TZ_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+      return;
+    case DType::bf16:
+      bf16_to_f32_kernel<<<grid_stride_blocks(n), kBlockSize, 0, stream>>>(dst, bits, n);
+      break;
+    case DType::f16:
+      f16_to_f32_kernel<<<grid_stride_blocks(n), kBlockSize, 0, stream>>>(dst, bits, n);
+      break;
+  }
   TZ_CUDA_CHECK_LAUNCH();
 }
 

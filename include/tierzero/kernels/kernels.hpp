@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "tierzero/core/dtype.hpp"
+
 namespace tierzero::kernels {
 
 struct AdamWParams {
@@ -137,6 +139,13 @@ class Kernels {
   virtual double sum_squares(const float* x, size_t n) = 0;  // x (n)
   // x *= s
   virtual void scale(float* x, size_t n, float s) = 0;  // x (n)
+
+  // 16-bit working parameters: fp32 rounded to dst_type (nearest, ties to even; NaN stays NaN)
+  // and widened back, with the same bits on every backend (core/dtype_bits.hpp). fp32 is a copy.
+  virtual void convert_from_f32(void* dst,                                        // (n) dst_type
+                                DType dst_type, const float* src, size_t n) = 0;  // src (n)
+  virtual void convert_to_f32(float* dst,                                         // (n)
+                              const void* src, DType src_type, size_t n) = 0;  // src (n) src_type
 };
 
 // The CPU backend (always built).
