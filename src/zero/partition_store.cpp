@@ -57,9 +57,6 @@ PartitionStore::PartitionStore(std::vector<UnitSpec> units, const StoreConfig& c
             config.shard_align_elems),
       placement_(place_units(plan_, config.stage, config.placement)),
       units_(plan_.num_units()) {
-  TZ_CHECK(config_.placement.working == DType::f32 || device_.kind() == DeviceKind::cpu,
-           "PartitionStore: bf16/fp16 working parameters are implemented on the CPU backend only",
-           "train in fp32 on CUDA for now (bf16.enabled and fp16.enabled false)");
   bool host = false, nvme = false;
   for (const UnitPlacement& p : placement_) {
     host = host || p.param != Tier::device || p.optimizer != Tier::device;
@@ -186,12 +183,13 @@ const float* PartitionStore::acquire_params(size_t unit) {
   UnitState& s = units_[unit];
   if (config_.stage < 3) {
     if (config_.placement.working != DType::f32 && !s.compute) {
-      // The CPU backend computes in fp32 from 16-bit storage: a converted copy while in use.
+      // The kernels compute in fp32 from 16-bit storage: a converted copy while in use.
       const size_t padded = plan_.partition(unit).padded_numel;
       s.compute = allocator_.allocate(padded * sizeof(float), Category::param,
                                       "zero fp32 compute params");  // (padded_numel) fp32
-      convert_to_f32(s.compute.f32(), arenas_->raw(StateBuffer::params_full, unit),
-                     config_.placement.working, padded);
+      device_.kernels().convert_to_f32(s.compute.f32(),
+                                       arenas_->raw(StateBuffer::params_full, unit),
+                                       config_.placement.working, padded);
     }
     ++s.param_refs;
     return unit_params(unit);
@@ -427,16 +425,18 @@ void PartitionStore::load_unit(size_t unit, const float* host_values) {
   const UnitPartition& p = plan_.partition(unit);
   if (config_.stage < 3) {
     const size_t numel = plan_.units()[unit].numel;
-    if (config_.placement.working == DType::f32) {
-      Stream& st = device_.default_stream();
-      device_.copy(arenas_->ptr(StateBuffer::params_full, unit), host_values, numel * sizeof(float),
-                   CopyKind::host_to_device, st);
-      st.synchronize();  // the host array may be freed on return
-    } else {
-      // CPU backend only (checked at construction): device memory is host memory.
-      convert_from_f32(arenas_->raw(StateBuffer::params_full, unit), config_.placement.working,
-                       host_values, numel);
+    const DType working = config_.placement.working;
+    std::vector<uint16_t> bits;  // (numel) working type, 16-bit types only
+    const void* src = host_values;
+    if (working != DType::f32) {
+      bits.resize(numel);
+      convert_from_f32(bits.data(), working, host_values, numel);
+      src = bits.data();
     }
+    Stream& st = device_.default_stream();
+    device_.copy(arenas_->raw(StateBuffer::params_full, unit), src, numel * dtype_size(working),
+                 CopyKind::host_to_device, st);
+    st.synchronize();  // the host array may be freed on return
   }
   // This rank's shard, padding zero, for the shard-shaped homes.
   std::vector<float> shard(p.shard_numel, 0.0f);  // (shard_numel)
@@ -457,14 +457,14 @@ void PartitionStore::read_unit(size_t unit, float* host_values) {
   const size_t numel = plan_.units()[unit].numel;
   Stream& st = device_.default_stream();
   if (config_.stage < 3) {
-    if (config_.placement.working == DType::f32) {
-      device_.copy(host_values, arenas_->ptr(StateBuffer::params_full, unit), numel * sizeof(float),
-                   CopyKind::device_to_host, st);
-      st.synchronize();
-    } else {
-      convert_to_f32(host_values, arenas_->raw(StateBuffer::params_full, unit),
-                     config_.placement.working, numel);
-    }
+    const DType working = config_.placement.working;
+    std::vector<uint16_t> bits;  // (numel) working type, 16-bit types only
+    if (working != DType::f32) bits.resize(numel);
+    void* dst = working == DType::f32 ? static_cast<void*>(host_values) : bits.data();
+    device_.copy(dst, arenas_->raw(StateBuffer::params_full, unit), numel * dtype_size(working),
+                 CopyKind::device_to_host, st);
+    st.synchronize();
+    if (working != DType::f32) convert_to_f32(host_values, bits.data(), working, numel);
     return;
   }
   UnitState& s = units_[unit];

@@ -236,12 +236,13 @@ void PartitionStore::finish_fetch(size_t unit, bool stall) {
         plan_.partition(unit).padded_numel * dtype_size(config_.placement.working), u);
   }
   if (config_.placement.working != DType::f32 && s.gathered) {
-    device_.default_stream().synchronize();
-    // The CPU backend computes in fp32 from 16-bit storage (the store checked the backend).
+    // The kernels compute in fp32 from 16-bit storage: widened on the device, in stream order
+    // (the gathered block is reused only after the conversion that reads it).
     const size_t padded = plan_.partition(unit).padded_numel;
     s.compute = allocator_.allocate(padded * sizeof(float), Category::param,
                                     "zero fp32 compute params");  // (padded_numel) fp32
-    convert_to_f32(s.compute.f32(), s.gathered.data(), config_.placement.working, padded);
+    device_.kernels().convert_to_f32(s.compute.f32(), s.gathered.data(), config_.placement.working,
+                                     padded);
     s.gathered.reset();
   }
   s.fetch = Fetch::ready;

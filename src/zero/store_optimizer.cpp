@@ -41,24 +41,37 @@ double PartitionStore::local_grad_sum_squares() {
 void PartitionStore::publish_params(size_t unit, const float* master, size_t begin, size_t count,
                                     bool master_on_device) {
   // The updated master values become the working parameters wherever they live, rounded once to
-  // the working type (16-bit types run on the CPU backend only, where device memory is host
-  // memory, so the master can be read directly).
+  // the working type: by the device's kernel where master and parameters are both on the device,
+  // else on the host (a device master is copied out first).
   if (count == 0) return;
   const Tier home = config_.stage == 3 ? placement_[unit].param : Tier::device;
   const DType working = config_.placement.working;
   const size_t eb = dtype_size(working);
-  std::vector<uint16_t> bits;  // (count) working type, 16-bit types only
+  const size_t bytes = count * eb;
+  Stream& st = device_.default_stream();
+  const double t0 = monotonic_seconds();
+  const auto u = static_cast<int64_t>(unit);
+  std::vector<float> master_copy;  // (count) host, a device master of 16-bit parameters off it
+  std::vector<uint16_t> bits;      // (count) working type, 16-bit types only
   const void* src = master;
   if (working != DType::f32) {
+    if (master_on_device && home == Tier::device) {
+      void* dst = static_cast<std::byte*>(param_shard_raw(unit)) + begin * eb;
+      device_.kernels().convert_from_f32(dst, working, master, count);
+      st.synchronize();
+      return;
+    }
+    if (master_on_device) {
+      master_copy.resize(count);
+      device_.copy(master_copy.data(), master, count * sizeof(float), CopyKind::device_to_host, st);
+      st.synchronize();
+      master = master_copy.data();
+    }
     bits.resize(count);
     convert_from_f32(bits.data(), working, master, count);
     src = bits.data();
     master_on_device = false;
   }
-  const size_t bytes = count * eb;
-  Stream& st = device_.default_stream();
-  const double t0 = monotonic_seconds();
-  const auto u = static_cast<int64_t>(unit);
   if (home == Tier::device || home == Tier::host) {
     void* dst = static_cast<std::byte*>(param_shard_raw(unit)) + begin * eb;
     if (home == Tier::host && !master_on_device) {
