@@ -18,6 +18,7 @@
 #include "kernel_test_support.hpp"
 #include "reference_kernels.hpp"
 #include "tierzero/core/dtype.hpp"
+#include "tierzero/core/dtype_bits.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/kernels/cpu_ops.hpp"
 
@@ -29,17 +30,8 @@ using kernels::cpu::CpuIsa;
 
 constexpr CpuIsa kPaths[] = {CpuIsa::scalar, CpuIsa::avx2, CpuIsa::avx512};
 
-uint32_t bits_of(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
-float float_of(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+using dtype_bits::bits_float;
+using dtype_bits::float_bits;
 
 // One optimizer state of n elements, stored `offset` floats past the start of its vectors so that
 // the paths also see unaligned pointers. Every 31st gradient is zero (m = v = 0 later, where eps
@@ -96,7 +88,7 @@ void run_steps(CpuIsa isa, State& s, AdamWParams p, int steps) {
 // Index of the first element where two float arrays differ in bits, or n.
 size_t first_bit_difference(const float* a, const float* b, size_t n) {
   for (size_t i = 0; i < n; ++i)
-    if (bits_of(a[i]) != bits_of(b[i])) return i;
+    if (float_bits(a[i]) != float_bits(b[i])) return i;
   return n;
 }
 
@@ -190,7 +182,7 @@ TEST_P(AdamWCpuPath, Bf16CopyIsCoreConversion) {
   for (bool lr_zero : {true, false}) {
     State s(n, 1, 7);
     if (lr_zero)
-      for (size_t i = 0; i < std::size(patterns); ++i) s.param()[i] = float_of(patterns[i]);
+      for (size_t i = 0; i < std::size(patterns); ++i) s.param()[i] = bits_float(patterns[i]);
     AdamWParams p = kGpt2;
     if (lr_zero) p.lr = 0.0f;
     kernels::cpu::adamw_update_with_copy_on(GetParam(), s.param(), s.m(), s.v(), s.grad(), s.out(),
@@ -199,14 +191,15 @@ TEST_P(AdamWCpuPath, Bf16CopyIsCoreConversion) {
     for (size_t i = 0; i < n; ++i) {
       const uint16_t want = float_to_bf16_bits(s.param()[i]);
       if (s.out()[i] != want && ++mismatches <= 5)
-        ADD_FAILURE() << "element " << i << ": param bits 0x" << std::hex << bits_of(s.param()[i])
-                      << " copy 0x" << s.out()[i] << " core 0x" << want << std::dec;
+        ADD_FAILURE() << "element " << i << ": param bits 0x" << std::hex
+                      << float_bits(s.param()[i]) << " copy 0x" << s.out()[i] << " core 0x" << want
+                      << std::dec;
     }
     EXPECT_EQ(mismatches, 0u);
     if (lr_zero) {  // NaNs come back quieted (x * 1 sets the quiet bit); the rest unchanged
       for (size_t i = 0; i < std::size(patterns); ++i) {
         if (!std::isnan(s.param()[i])) {
-          EXPECT_EQ(bits_of(s.param()[i]), patterns[i]) << "lr = 0 changed param " << i;
+          EXPECT_EQ(float_bits(s.param()[i]), patterns[i]) << "lr = 0 changed param " << i;
         }
       }
     }

@@ -11,6 +11,7 @@
 
 #include "kernel_test_support.hpp"
 #include "tierzero/core/dtype.hpp"
+#include "tierzero/core/dtype_bits.hpp"
 
 namespace tierzero::test {
 namespace {
@@ -18,16 +19,8 @@ namespace {
 class ConvertTest : public KernelTest {};
 TZ_INSTANTIATE_BACKENDS(ConvertTest);
 
-uint32_t bits_of(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-float float_of(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+using dtype_bits::bits_float;
+using dtype_bits::float_bits;
 
 // fp32 values around every rounding boundary of both 16-bit types, plus random ones.
 std::vector<float> narrowing_inputs() {
@@ -47,14 +40,14 @@ std::vector<float> narrowing_inputs() {
                           5.96e-8f,  // fp16's smallest subnormal
                           2.98e-8f,  // half of it: a tie to zero
                           3.0e-8f,   // just above the tie
-                          float_of(0x7fc00001u),
-                          float_of(0xffa00000u),  // signalling NaN, negative
-                          float_of(0x7f800001u)};
+                          bits_float(0x7fc00001u),
+                          bits_float(0xffa00000u),  // signalling NaN, negative
+                          bits_float(0x7f800001u)};
   // Ties and neighbours for bf16 (16 dropped bits) and fp16 (13 dropped bits) at several scales.
   for (uint32_t e : {0x3f800000u, 0x47000000u, 0x38800000u, 0x33800000u, 0x00400000u}) {
     for (uint32_t low : {0x8000u, 0x7fffu, 0x8001u, 0x18000u, 0x1000u, 0x0fffu, 0x1001u, 0x3000u}) {
-      x.push_back(float_of(e | low));
-      x.push_back(-float_of(e | low));
+      x.push_back(bits_float(e | low));
+      x.push_back(-bits_float(e | low));
     }
   }
   for (float scale : {1e-6f, 1e-2f, 1.0f, 1e3f, 6e4f, 1e30f}) {
@@ -77,10 +70,10 @@ TEST_P(ConvertTest, WideningEvery16BitPatternMatchesCore) {
     convert_to_f32(want.data(), patterns.data(), type, patterns.size());
     size_t mismatches = 0;
     for (size_t i = 0; i < got.size(); ++i) {
-      if (bits_of(got[i]) != bits_of(want[i])) {
+      if (float_bits(got[i]) != float_bits(want[i])) {
         if (mismatches == 0)
           ADD_FAILURE() << dtype_name(type) << " pattern 0x" << std::hex << i << ": got 0x"
-                        << bits_of(got[i]) << " want 0x" << bits_of(want[i]);
+                        << float_bits(got[i]) << " want 0x" << float_bits(want[i]);
         ++mismatches;
       }
     }
