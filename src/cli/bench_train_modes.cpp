@@ -32,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "machine_cpu_times.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/memory_tracker.hpp"
 #include "tierzero/core/timer.hpp"
@@ -310,6 +311,7 @@ struct Run {
   std::vector<StepMetrics> steps;  // all steps, warm-up included
   StateBytes state;
   double wall_s = 0.0;
+  MachineCpuTimes cpu;  // the whole machine's CPU time during the run
   double profile_bytes = 0.0;
 };
 
@@ -367,7 +369,9 @@ struct Bench {
   Run run(const Mode& m, int index) const {
     const std::string base = dir + "/" + m.tag + "-" + std::to_string(index);
     Run r;
+    const MachineCpuTimes before = read_machine_cpu_times();
     r.wall_s = run_child(argv(m, index), child_environment(m.threads), base + ".log", o.timeout_s);
+    r.cpu = read_machine_cpu_times() - before;
     r.steps = read_metrics(base + ".metrics.jsonl", o.steps);
     r.state = read_state_bytes(base + ".memory.json");
     if (m.profile) {
@@ -394,6 +398,7 @@ struct Bench {
 
 struct ModeSummary {
   double median_ms = 0.0;
+  double steal_s = -1.0, iowait_s = -1.0;  // machine CPU seconds per run, mean; -1: unknown
   double hits = 0.0, on_demand = 0.0, stall_ms = 0.0;  // per counted step, mean
   std::vector<double> run_medians;
 };
@@ -413,6 +418,16 @@ ModeSummary summarize(const std::vector<Run>& runs, int64_t warmup) {
     s.run_medians.push_back(median(run_ms));
   }
   s.median_ms = median(ms);
+  std::vector<double> steal, iowait;
+  for (const Run& r : runs) {
+    if (!r.cpu.valid) continue;
+    steal.push_back(r.cpu.steal_s);
+    iowait.push_back(r.cpu.iowait_s);
+  }
+  if (!steal.empty() && steal.size() == runs.size()) {
+    s.steal_s = mean(steal);
+    s.iowait_s = mean(iowait);
+  }
   s.hits = mean(hits);
   s.on_demand = mean(od);
   s.stall_ms = mean(stall);
@@ -427,16 +442,19 @@ void print_run_row(const Mode& m, int index, const Run& r, int64_t warmup) {
     od.push_back(r.steps[i].on_demand_fetches);
     stall.push_back(r.steps[i].stall_ms);
   }
-  std::fprintf(stderr, "  %-26s %3d %10.1f %9.1f %9.1f %7.1f %8.1f %9.2f %7.1f\n", m.label.c_str(),
-               index + 1, median(ms), *std::min_element(ms.begin(), ms.end()),
-               *std::max_element(ms.begin(), ms.end()), mean(hits), mean(od), mean(stall),
-               r.wall_s);
+  char cpu[64] = "      -        -";
+  if (r.cpu.valid) std::snprintf(cpu, sizeof cpu, "%7.2f %8.2f", r.cpu.steal_s, r.cpu.iowait_s);
+  std::fprintf(stderr, "  %-26s %3d %10.1f %9.1f %9.1f %7.1f %8.1f %9.2f %7.1f %s\n",
+               m.label.c_str(), index + 1, median(ms), *std::min_element(ms.begin(), ms.end()),
+               *std::max_element(ms.begin(), ms.end()), mean(hits), mean(od), mean(stall), r.wall_s,
+               cpu);
   std::fflush(stderr);
 }
 
 void print_header() {
-  std::fprintf(stderr, "  %-26s %3s %10s %9s %9s %7s %8s %9s %7s\n", "mode", "run", "median ms",
-               "min ms", "max ms", "hits", "on-dem.", "stall ms", "wall s");
+  std::fprintf(stderr, "  %-26s %3s %10s %9s %9s %7s %8s %9s %7s %7s %8s\n", "mode", "run",
+               "median ms", "min ms", "max ms", "hits", "on-dem.", "stall ms", "wall s", "steal s",
+               "iowait s");
 }
 
 // Runs modes a and b alternately, `repeats` times each; prints the table rows as it goes.
@@ -453,7 +471,8 @@ PairResult run_pair(Bench& bench, const Mode& a, const Mode& b, int64_t repeats)
                join(bench.argv(b, 0)).c_str(), bench.config_json(b).c_str());
   std::fprintf(stderr,
                "  per run: median/min/max of steps %lld..%lld; per step means of prefetch hits, "
-               "on-demand fetches and stall (rank 0)\n",
+               "on-demand fetches and stall (rank 0); the whole machine's CPU seconds of steal "
+               "(the hypervisor's) and iowait during the run (/proc/stat)\n",
                static_cast<long long>(bench.o.warmup + 1), static_cast<long long>(bench.o.steps));
   print_header();
   PairResult p;
@@ -582,17 +601,24 @@ int bench_train_nvme(const BenchTrainModesOptions& o) {
                "peak %.1f MB\n",
                ns.nvme / 1e6, ns.host / 1e6, ns.host_io_peak / 1e6, hs.host / 1e6,
                hs.host_io_peak / 1e6);
+  if (p.a.steal_s >= 0.0)
+    std::fprintf(stderr,
+                 "  machine CPU per run: NVMe run steal %.2f s, iowait %.2f s; host run steal "
+                 "%.2f s, iowait %.2f s\n",
+                 p.a.steal_s, p.a.iowait_s, p.b.steal_s, p.b.iowait_s);
   std::fflush(stderr);
-  char extra[768];
+  char extra[1024];
   std::snprintf(extra, sizeof extra,
-                ", \"goal\": 0.77, \"nvme_prefetch_hits\": %.2f, \"nvme_on_demand_fetches\": "
+                ", \"goal\": 0.77, \"nvme_run_steal_s\": %.2f, \"nvme_run_iowait_s\": %.2f, "
+                "\"host_run_steal_s\": %.2f, \"host_run_iowait_s\": %.2f, "
+                "\"nvme_prefetch_hits\": %.2f, \"nvme_on_demand_fetches\": "
                 "%.2f, \"nvme_stall_ms\": %.3f, \"host_prefetch_hits\": %.2f, "
                 "\"host_on_demand_fetches\": %.2f, \"host_stall_ms\": %.3f, \"nvme_state_bytes\": "
                 "%.0f, \"host_state_bytes\": %.0f, \"nvme_run_host_io_peak_bytes\": %.0f, "
                 "\"host_run_host_io_peak_bytes\": %.0f, \"swap_buffers\": %lld",
-                p.a.hits, p.a.on_demand, p.a.stall_ms, p.b.hits, p.b.on_demand, p.b.stall_ms,
-                ns.nvme, hs.host, ns.host_io_peak, hs.host_io_peak,
-                static_cast<long long>(o.swap_buffers));
+                p.a.steal_s, p.a.iowait_s, p.b.steal_s, p.b.iowait_s, p.a.hits, p.a.on_demand,
+                p.a.stall_ms, p.b.hits, p.b.on_demand, p.b.stall_ms, ns.nvme, hs.host,
+                ns.host_io_peak, hs.host_io_peak, static_cast<long long>(o.swap_buffers));
   print_json("train.nvme_vs_host", p.a.median_ms, "host offload", p.b.median_ms, o, 2, 1, repeats,
              extra + run_medians_json("nvme_run_ms", p.a.run_medians) +
                  run_medians_json("host_run_ms", p.b.run_medians));
