@@ -25,6 +25,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "stale_swap.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/log.hpp"
 #include "tierzero/core/memory_tracker.hpp"
@@ -250,6 +251,7 @@ void NvmeEngine::Impl::open_files() {
     }
     TZ_CHECK(S_ISDIR(st.st_mode), "swap path '" + dir + "' is not a directory",
              "nvme_path must name directories, one per drive");
+    detail::remove_stale_swap_dirs(dir, opt.stale_swap_min_age_s);
     std::string templ = dir + "/tierzero-swap-XXXXXX";
     std::vector<char> buf(templ.begin(), templ.end());  // (templ.size() + 1) for mkdtemp
     buf.push_back('\0');
@@ -278,6 +280,7 @@ void NvmeEngine::Impl::open_files() {
       TZ_THROW("cannot create swap file " + path + ": " + errno_string(), hint_for(errno));
     files.paths.push_back(path);
     files.fds.push_back(fd);
+    detail::lock_swap_file(fd, path);  // held until the process ends: marks the file as live
     direct = direct && file_direct;
   }
 }

@@ -41,6 +41,9 @@ struct NvmeOptions {
   DirectIo direct_io = DirectIo::automatic;
   double io_timeout_s = 120.0;  // IoHandle::wait gives up (with an Error) after this
   int max_retries = 64;         // EINTR/EAGAIN/short-transfer retries per request
+  // Swap files of dead runs found in `directories` are removed at start once at least this old
+  // (offload/stale_swap.hpp); files of live engines are locked and never touched.
+  double stale_swap_min_age_s = 10.0;
 };
 
 // Builds engine options from DeepSpeed's `aio` section and one `offload_*` section
