@@ -50,10 +50,6 @@ void check_supported(const TrainConfig& c) {
   if (c.zero.offload_optimizer.device != "none" && c.zero.stage == 0)
     TZ_THROW("zero_optimization.offload_optimizer needs stage 1, 2 or 3 (stage is 0)",
              "set zero_optimization.stage to 1 or more, or offload_optimizer.device to none");
-  if ((c.bf16 || c.fp16) && c.device != "cpu")
-    TZ_THROW(std::string(c.bf16 ? "bf16" : "fp16") +
-                 ".enabled: mixed precision is not implemented yet on CUDA",
-             "set enabled to false to train in fp32");
 }
 
 // The partition store's settings from the config: stage, stage-3 budgets, placements and the
