@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "offload_test_util.hpp"
+#include "stale_swap.hpp"
+#include "tierzero/core/error.hpp"
 #include "tierzero/offload/nvme_engine.hpp"
 #include "tierzero/offload/swap_space.hpp"
 
@@ -78,6 +80,9 @@ TEST(StaleSwap, DeadRunsSwapIsRemovedAndLiveSwapIsLeftAlone) {
   TempDir dir;
   ASSERT_TRUE(dir.ok());
   const std::string path = dir.path();
+  std::string fs;
+  if (!detail::locks_are_node_wide(path, &fs))
+    GTEST_SKIP() << path << " is on " << fs << ", where stale swap is never removed";
   run_killed_engine(path);
   ASSERT_EQ(swap_dirs_in(path), 1u) << "the killed run left no swap behind to clean up";
 
@@ -103,6 +108,44 @@ TEST(StaleSwap, DeadRunsSwapIsRemovedAndLiveSwapIsLeftAlone) {
   live.read(e, back.data()).wait();
   EXPECT_TRUE(back == data) << "the live engine's data did not survive another engine's start";
   std::printf("dead run's swap removed, live swap kept and read back intact\n");
+}
+
+// Cleanup trusts a lock only where every process that can reach the file goes through this
+// kernel: here /proc (not a disk, and not in the list of local file systems) stands in for an NFS
+// or Lustre mount, where a run on another node may hold no lock this node can see.
+TEST(StaleSwap, OnlyLocalFileSystemsAreCleanedUp) {
+  std::string fs;
+  EXPECT_FALSE(detail::locks_are_node_wide("/proc", &fs));
+  EXPECT_EQ(fs, "file system type 0x9FA0");
+  EXPECT_FALSE(detail::locks_are_node_wide("/no/such/dir", &fs));
+  EXPECT_NE(fs.find("statfs"), std::string::npos) << fs;
+  EXPECT_EQ(detail::remove_stale_swap_dirs("/proc", 0.0), 0u);
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  const bool local = detail::locks_are_node_wide(dir.path(), &fs);
+  std::printf("%s is on %s: stale swap %s\n", dir.path().c_str(), fs.c_str(),
+              local ? "removed" : "left alone");
+}
+
+// A swap file some other process has locked is a clear error naming it, not a silent success.
+TEST(StaleSwap, LockingAFileAnotherProcessHoldsIsAnError) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::string file = dir.path() + "/swap.bin";
+  const int a = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  ASSERT_GE(a, 0);
+  const int b = ::open(file.c_str(), O_RDWR | O_CLOEXEC);  // its own open file description
+  ASSERT_GE(b, 0);
+  EXPECT_TRUE(detail::lock_swap_file(a, file));
+  try {
+    detail::lock_swap_file(b, file);
+    ADD_FAILURE() << "a file locked by another open was locked again";
+  } catch (const Error& e) {
+    std::printf("%s\n", e.what());
+    EXPECT_NE(std::string(e.what()).find(file), std::string::npos) << e.what();
+  }
+  ::close(b);
+  ::close(a);
 }
 
 }  // namespace
