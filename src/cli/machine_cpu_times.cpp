@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -35,13 +36,16 @@ MachineCpuTimes read_machine_cpu_times() {
 }
 
 MachineCpuTimes operator-(const MachineCpuTimes& later, const MachineCpuTimes& earlier) {
+  // The kernel's iowait (and, on some hypervisors, idle) counters can step backwards between two
+  // reads; a negative interval means "none seen", not time given back.
+  auto since = [](double a, double b) { return std::max(a - b, 0.0); };
   MachineCpuTimes d;
   d.valid = later.valid && earlier.valid;
-  d.user_s = later.user_s - earlier.user_s;
-  d.system_s = later.system_s - earlier.system_s;
-  d.idle_s = later.idle_s - earlier.idle_s;
-  d.iowait_s = later.iowait_s - earlier.iowait_s;
-  d.steal_s = later.steal_s - earlier.steal_s;
+  d.user_s = since(later.user_s, earlier.user_s);
+  d.system_s = since(later.system_s, earlier.system_s);
+  d.idle_s = since(later.idle_s, earlier.idle_s);
+  d.iowait_s = since(later.iowait_s, earlier.iowait_s);
+  d.steal_s = since(later.steal_s, earlier.steal_s);
   return d;
 }
 

@@ -36,6 +36,9 @@ void copy_device_to_host(void* host, const void* device, size_t bytes) {
 
 void copy_host_to_device(void* device, const void* host, size_t bytes) {
   TZ_CUDA_CHECK(cudaMemcpy(device, host, bytes, cudaMemcpyDefault));
+  // From pageable memory cudaMemcpy may return once the bytes are in the driver's staging buffer,
+  // before the DMA lands; kernels on non-blocking streams could then read the old values.
+  TZ_CUDA_CHECK(cudaStreamSynchronize(nullptr));
 }
 
 }  // namespace tierzero::comm::comm_detail
