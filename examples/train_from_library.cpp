@@ -3,12 +3,12 @@
 #include <cstdio>
 
 #include "tierzero/core/error.hpp"
-#include "tierzero/core/train_config.hpp"
+#include "tierzero/train/train_config.hpp"
 #include "tierzero/train/trainer.hpp"
 
 int main() {
   try {
-    tierzero::TrainConfig config = tierzero::TrainConfig::parse(
+    tierzero::train::TrainConfig config = tierzero::train::TrainConfig::parse(
         R"({"train_micro_batch_size_per_gpu": 4, "tierzero": {"steps": 20}})", "example");
     tierzero::train::Trainer trainer(config);
     tierzero::train::TrainResult result = trainer.run(stderr);

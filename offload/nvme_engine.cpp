@@ -29,7 +29,6 @@
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/log.hpp"
 #include "tierzero/core/memory_tracker.hpp"
-#include "tierzero/core/train_config.hpp"
 #include "tierzero/offload/crc32c.hpp"
 #include "tierzero/offload/host_pool.hpp"
 
@@ -779,27 +778,6 @@ std::pair<size_t, uint64_t> NvmeEngine::locate(uint64_t logical_offset) const {
 NvmeStats NvmeEngine::stats() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   return impl_->stats;
-}
-
-NvmeOptions nvme_options_from_config(const AioConfig& aio, const OffloadConfig& offload) {
-  NvmeOptions o;
-  size_t start = 0;
-  const std::string& paths = offload.nvme_path;
-  while (start <= paths.size()) {
-    const size_t comma = std::min(paths.find(',', start), paths.size());
-    std::string d = paths.substr(start, comma - start);
-    if (!d.empty()) o.directories.push_back(std::move(d));
-    start = comma + 1;
-  }
-  TZ_CHECK(!o.directories.empty(), "offload to nvme needs nvme_path",
-           "set zero_optimization.offload_param.nvme_path (or offload_optimizer.nvme_path) to a "
-           "directory on the NVMe drive");
-  TZ_CHECK(aio.block_size > 0 && aio.queue_depth > 0,
-           "aio.block_size and aio.queue_depth must be positive", "see docs/config.md");
-  o.block_size = static_cast<size_t>(aio.block_size);
-  o.queue_depth = static_cast<size_t>(aio.queue_depth);
-  o.single_submit = aio.single_submit;
-  return o;
 }
 
 }  // namespace tierzero::offload

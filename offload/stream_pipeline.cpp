@@ -9,24 +9,10 @@
 #include <string>
 
 #include "tierzero/core/error.hpp"
-#include "tierzero/core/train_config.hpp"
 #include "tierzero/device/device.hpp"
 #include "tierzero/offload/swap_space.hpp"
 
 namespace tierzero::offload {
-
-StreamOptions stream_options_from_config(const OffloadConfig& offload, size_t element_bytes) {
-  TZ_CHECK(offload.buffer_count >= 2 && offload.buffer_size > 0,
-           "offload buffer_count must be >= 2 and buffer_size positive (got " +
-               std::to_string(offload.buffer_count) + ", " + std::to_string(offload.buffer_size) +
-               ")",
-           "the streaming pipeline needs one buffer to work on and one in flight");
-  StreamOptions o;
-  o.buffer_count = static_cast<size_t>(offload.buffer_count);
-  const size_t bytes = static_cast<size_t>(offload.buffer_size) * element_bytes;
-  o.buffer_bytes = (bytes + kIoAlignment - 1) / kIoAlignment * kIoAlignment;
-  return o;
-}
 
 StreamPipeline::StreamPipeline(NvmeEngine& engine, HostPool& pool, StreamOptions options)
     : engine_(engine), options_(options) {

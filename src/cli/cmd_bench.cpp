@@ -97,7 +97,7 @@ int bench_train(const BenchFlags& f) {
   nn::init_gpt2_params(model.layout(), cfg, 1337, host.data());
   dev->copy(params.params(), host.data(), host.size() * sizeof(float), CopyKind::host_to_device,
             dev->default_stream());
-  OptimizerConfig oc;
+  train::OptimizerConfig oc;
   train::AdamWOptimizer opt(oc, model.layout(), alloc);
   std::vector<int32_t> x(B * T), y(B * T);  // (B, T)
   Rng rng(7);

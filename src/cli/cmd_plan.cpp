@@ -95,7 +95,7 @@ int run_plan(const PlanFlags& f) {
            "lower --seq or raise --context");
 
   profile::PlanRequest req;
-  const TrainConfig defaults = TrainConfig::defaults();
+  const train::TrainConfig defaults = train::TrainConfig::defaults();
   req.base.units = model_units(model);
   req.base.world = world;
   req.base.placement.nvme_chunk_elems =

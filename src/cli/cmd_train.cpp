@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "commands.hpp"
-#include "tierzero/core/train_config.hpp"
+#include "tierzero/train/train_config.hpp"
 #include "tierzero/train/trainer.hpp"
 
 namespace tierzero::cli {
@@ -42,8 +42,9 @@ void add_common(CLI::App* sub, TrainFlags& f) {
       ->transform(CLI::AsSizeValue(false));
 }
 
-TrainConfig resolve(const TrainFlags& f) {
-  TrainConfig c = f.config.empty() ? TrainConfig::defaults() : TrainConfig::load(f.config);
+train::TrainConfig resolve(const TrainFlags& f) {
+  train::TrainConfig c =
+      f.config.empty() ? train::TrainConfig::defaults() : train::TrainConfig::load(f.config);
   if (f.steps >= 0) c.steps = f.steps;
   if (f.seed >= 0) c.seed = static_cast<uint64_t>(f.seed);
   if (!f.data.empty()) c.train_data = f.data;
@@ -98,7 +99,7 @@ Command add_eval_command(CLI::App& app) {
   sub->add_option("--batches", flags->batches, "batches to evaluate")
       ->check(CLI::Range(1, 1 << 30));
   return {sub, [flags] {
-            TrainConfig c = resolve(*flags);
+            train::TrainConfig c = resolve(*flags);
             c.steps = 0;
             if (c.val_data.empty()) c.val_data = c.train_data;
             train::Trainer trainer(c);

@@ -9,6 +9,7 @@
 #include "tierzero/nn/gpt.hpp"
 #include "tierzero/nn/param_layout.hpp"
 #include "tierzero/offload/host_pool.hpp"
+#include "tierzero/train/config_bridges.hpp"
 #include "tierzero/train/store_provider.hpp"
 
 namespace tierzero::cli {
@@ -34,20 +35,20 @@ void add_world_options(CLI::App& app, WorldFlags& f) {
   app.add_option("--sp", f.sp, "sequence-parallel ranks")->check(CLI::Range(1, 4096));
 }
 
-nn::GPTConfig resolve_model(const ModelFlags& f, const TrainConfig* config) {
+nn::GPTConfig resolve_model(const ModelFlags& f, const train::TrainConfig* config) {
   nn::GPTConfig c;
   if (!f.model.empty())
     c = nn::GPTConfig::preset(f.model);
   else if (config)
-    c = nn::GPTConfig::from_shape(config->model);
-  ModelShape s;
+    c = train::gpt_config_from(config->model);
+  train::ModelShape s;
   s.n_layer = f.layers > 0 ? f.layers : static_cast<int64_t>(c.num_layers);
   s.n_head = f.heads > 0 ? f.heads : static_cast<int64_t>(c.num_heads);
   s.n_embd = f.channels > 0 ? f.channels : static_cast<int64_t>(c.channels);
   s.context_length = f.context > 0 ? f.context : static_cast<int64_t>(c.max_seq_len);
   s.vocab_size = f.vocab > 0 ? f.vocab : static_cast<int64_t>(c.vocab_size);
   s.padded_vocab_size = f.vocab > 0 ? 0 : static_cast<int64_t>(c.padded_vocab_size);
-  return nn::GPTConfig::from_shape(s);
+  return train::gpt_config_from(s);
 }
 
 profile::WorldLayout resolve_world(const WorldFlags& f) {
@@ -73,7 +74,7 @@ profile::WorldLayout resolve_world(const WorldFlags& f) {
   return w;
 }
 
-size_t nvme_bounce_bytes(const AioConfig& aio) {
+size_t nvme_bounce_bytes(const train::AioConfig& aio) {
   return static_cast<size_t>(aio.queue_depth) *
          offload::HostPool::round_size(static_cast<size_t>(aio.block_size));
 }
@@ -127,9 +128,9 @@ EstimateSettings resolve_settings(const ModelFlags& model, const WorldFlags& wor
                                   const RunFlags& run) {
   EstimateSettings s;
   const bool have_config = !run.config.empty();
-  s.config = have_config ? TrainConfig::load(run.config) : TrainConfig::defaults();
-  TrainConfig& c = s.config;
-  ZeroConfig& z = c.zero;
+  s.config = have_config ? train::TrainConfig::load(run.config) : train::TrainConfig::defaults();
+  train::TrainConfig& c = s.config;
+  train::ZeroConfig& z = c.zero;
   if (run.stage >= 0) z.stage = run.stage;
   if (!run.offload_param.empty()) z.offload_param.device = run.offload_param;
   if (!run.offload_optimizer.empty()) z.offload_optimizer.device = run.offload_optimizer;
@@ -148,7 +149,7 @@ EstimateSettings resolve_settings(const ModelFlags& model, const WorldFlags& wor
   s.checkpointing = run.checkpointing || c.activation_checkpointing;
 
   const profile::WorldLayout w = resolve_world(world);
-  s.input = profile::estimate_input_from_config(
+  s.input = train::estimate_input_from(
       c, model_units(s.model, static_cast<size_t>(c.blocks_per_unit)), w,
       activation_bytes(s.model, s.micro_batch, s.seq_len, s.checkpointing, w));
   s.input.placement.param.ratio = param_ratio;

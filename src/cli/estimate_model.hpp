@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "tierzero/core/train_config.hpp"
 #include "tierzero/nn/gpt_config.hpp"
 #include "tierzero/profile/estimator.hpp"
+#include "tierzero/train/train_config.hpp"
 
 namespace tierzero::cli {
 
@@ -36,12 +36,12 @@ void add_world_options(CLI::App& app, WorldFlags& f);
 
 // The model: --model's preset (or the config's shape when a config is given and no --model,
 // else gpt2), with any shape flag replacing its part.
-nn::GPTConfig resolve_model(const ModelFlags& f, const TrainConfig* config);
+nn::GPTConfig resolve_model(const ModelFlags& f, const train::TrainConfig* config);
 // Throws Error when the parts do not multiply to --ranks.
 profile::WorldLayout resolve_world(const WorldFlags& f);
 
 // Pinned bounce buffers of one NVMe engine built from the aio section (queue_depth x block_size).
-size_t nvme_bounce_bytes(const AioConfig& aio);
+size_t nvme_bounce_bytes(const train::AioConfig& aio);
 
 // The GPT's units as the partition store sees them.
 std::vector<zero::UnitSpec> model_units(const nn::GPTConfig& config, size_t blocks_per_unit = 1);
@@ -67,7 +67,7 @@ struct RunFlags {
 void add_run_options(CLI::App& app, RunFlags& f);
 
 struct EstimateSettings {
-  TrainConfig config;  // loaded or defaults, with the flags applied
+  train::TrainConfig config;  // loaded or defaults, with the flags applied
   nn::GPTConfig model;
   profile::EstimateInput input;  // activation bytes filled in
   size_t micro_batch = 1;

@@ -5,21 +5,15 @@
 
 namespace tierzero::nn {
 
-GPTConfig GPTConfig::from_shape(const ModelShape& s) {
-  GPTConfig c;
-  c.max_seq_len = static_cast<size_t>(s.context_length);
-  c.vocab_size = static_cast<size_t>(s.vocab_size);
-  c.padded_vocab_size = s.padded_vocab_size > 0 ? static_cast<size_t>(s.padded_vocab_size)
-                                                : (c.vocab_size + 127) / 128 * 128;
-  c.num_layers = static_cast<size_t>(s.n_layer);
-  c.num_heads = static_cast<size_t>(s.n_head);
-  c.channels = static_cast<size_t>(s.n_embd);
-  TZ_CHECK(c.channels % c.num_heads == 0,
-           "model channels " + std::to_string(c.channels) + " not divisible by heads " +
-               std::to_string(c.num_heads),
+void GPTConfig::validate() const {
+  TZ_CHECK(num_layers > 0 && num_heads > 0 && channels > 0 && vocab_size > 0 && max_seq_len > 0,
+           "model shape " + str() + " has a zero extent",
+           "n_layer, n_head, n_embd, vocab_size and context_length must be positive");
+  TZ_CHECK(channels % num_heads == 0,
+           "model channels " + std::to_string(channels) + " not divisible by heads " +
+               std::to_string(num_heads),
            "choose n_embd a multiple of n_head");
-  TZ_CHECK(c.padded_vocab_size >= c.vocab_size, "padded vocab smaller than vocab", "");
-  return c;
+  TZ_CHECK(padded_vocab_size >= vocab_size, "padded vocab smaller than vocab", "");
 }
 
 GPTConfig GPTConfig::preset(const std::string& name) {

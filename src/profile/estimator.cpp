@@ -186,30 +186,6 @@ Estimate estimate(const EstimateInput& in) {
   return e;
 }
 
-EstimateInput estimate_input_from_config(const TrainConfig& c, std::vector<zero::UnitSpec> units,
-                                         WorldLayout world, size_t activation_bytes) {
-  const ZeroConfig& z = c.zero;
-  EstimateInput in;
-  in.units = std::move(units);
-  in.world = world;
-  in.stage = static_cast<int>(z.stage);
-  in.placement.param = {zero::offload_tier(z.offload_param.device), z.offload_param.ratio};
-  in.placement.optimizer = {zero::offload_tier(z.offload_optimizer.device),
-                            z.offload_optimizer.ratio};
-  // The NVMe chunk is the optimizer's buffer_size (elements), as DeepSpeed's swapper uses it.
-  in.placement.nvme_chunk_elems = static_cast<size_t>(z.offload_optimizer.buffer_size);
-  in.placement.working = c.bf16 ? DType::bf16 : c.fp16 ? DType::f16 : DType::f32;
-  in.staging_buffer_count = static_cast<size_t>(z.offload_optimizer.buffer_count);
-  in.param_staging_buffers = static_cast<size_t>(z.offload_param.buffer_count);
-  in.nvme_bounce_bytes = static_cast<size_t>(c.aio.queue_depth) *
-                         offload::HostPool::round_size(static_cast<size_t>(c.aio.block_size));
-  in.param_persistence_threshold = static_cast<size_t>(z.param_persistence_threshold);
-  in.max_pending_reductions = zero::reductions_in_flight(z.reduce_bucket_size, in.units);
-  in.max_live_parameters = static_cast<size_t>(z.max_live_parameters);
-  in.activation_bytes = activation_bytes;
-  return in;
-}
-
 const char* offload_option_name(OffloadOption o) {
   switch (o) {
     case OffloadOption::none:

@@ -28,6 +28,7 @@
 #include "tierzero/train/adamw_optimizer.hpp"
 #include "tierzero/train/byte_tokenizer.hpp"
 #include "tierzero/train/checkpoint.hpp"
+#include "tierzero/train/config_bridges.hpp"
 #include "tierzero/train/data_loader.hpp"
 #include "tierzero/train/loss_scaler.hpp"
 #include "tierzero/train/lr_schedule.hpp"
@@ -72,11 +73,11 @@ zero::StoreConfig store_config_from(const TrainConfig& c) {
   std::vector<std::string> dirs;
   for (const OffloadConfig* o : {&op, &oo}) {
     if (o->device != "nvme") continue;
-    for (const std::string& d : offload::nvme_options_from_config(c.aio, *o).directories)
+    for (const std::string& d : nvme_options_from(c.aio, *o).directories)
       if (std::find(dirs.begin(), dirs.end(), d) == dirs.end()) dirs.push_back(d);
   }
   if (!dirs.empty()) {
-    s.nvme = offload::nvme_options_from_config(c.aio, op.device == "nvme" ? op : oo);
+    s.nvme = nvme_options_from(c.aio, op.device == "nvme" ? op : oo);
     s.nvme.directories = dirs;
   }
   s.nvme_read_buffers = elems(op.buffer_count);
@@ -91,6 +92,10 @@ zero::StoreConfig store_config_from(const TrainConfig& c) {
     s.host_budget_bytes = static_cast<size_t>(0.8 * physical);
   }
   return s;
+}
+
+zero::AdamWConfig adamw_config_from(const OptimizerConfig& o) {
+  return {o.beta1, o.beta2, o.eps, o.weight_decay};
 }
 
 // "device tier", or where the offloaded states go: "optimizer on nvme (50% of units), ...".
@@ -158,7 +163,7 @@ void Trainer::build() {
   const auto B = static_cast<size_t>(config_.micro_batch_size);
   const auto T = static_cast<size_t>(config_.seq_len);
 
-  s.model_config = nn::GPTConfig::from_shape(config_.model);
+  s.model_config = gpt_config_from(config_.model);
   if (!config_.load_checkpoint.empty()) {
     s.model_config = read_checkpoint_config(config_.load_checkpoint);
     log::info("model shape from checkpoint '" + config_.load_checkpoint +
@@ -214,8 +219,9 @@ void Trainer::build() {
     UnitGrouping grouping = group_units(layout, static_cast<size_t>(config_.blocks_per_unit));
     store_config.max_pending_reductions =
         zero::reductions_in_flight(config_.zero.reduce_bucket_size, grouping.specs);
-    s.store = std::make_unique<zero::PartitionStore>(
-        grouping.specs, store_config, config_.optimizer, s.session->world(), *s.allocator);
+    s.store = std::make_unique<zero::PartitionStore>(grouping.specs, store_config,
+                                                     adamw_config_from(config_.optimizer),
+                                                     s.session->world(), *s.allocator);
     for (size_t g = 0; g < grouping.specs.size(); ++g)
       s.store->load_unit(g, host.data() + grouping.start[g]);
     s.store_params = std::make_unique<StoreParamProvider>(*s.store, std::move(grouping));
@@ -283,7 +289,7 @@ std::unique_ptr<profile::ProfileRecorder> make_recorder(const TrainConfig& c, bo
   recorder->set_placements(rows);
   profile::WorldLayout world;
   world.dp = ranks;
-  const profile::Estimate e = profile::estimate(profile::estimate_input_from_config(
+  const profile::Estimate e = profile::estimate(estimate_input_from(
       c, units_from_layout(layout, static_cast<size_t>(c.blocks_per_unit)), world,
       nn::GPT::activation_bytes_for(model.config(), static_cast<size_t>(c.micro_batch_size),
                                     static_cast<size_t>(c.seq_len), c.activation_checkpointing)));

@@ -46,7 +46,7 @@ size_t reductions_in_flight(int64_t reduce_bucket_elems, const std::vector<UnitS
 }
 
 PartitionStore::PartitionStore(std::vector<UnitSpec> units, const StoreConfig& config,
-                               const OptimizerConfig& optimizer, comm::Communicator& group,
+                               const AdamWConfig& optimizer, comm::Communicator& group,
                                DeviceAllocator& allocator)
     : config_(config),
       optimizer_(optimizer),

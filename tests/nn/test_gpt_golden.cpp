@@ -127,7 +127,7 @@ TEST(GptGolden, FiveAdamWStepsMatchPyTorch) {
   nn::LocalParams params(model.layout(), alloc);
   g.scatter(model.layout(), "", params.params());
   const auto& hp = g.fx.get("hparams").f32;  // lr, beta1, beta2, eps, weight_decay, clip
-  OptimizerConfig oc;
+  train::OptimizerConfig oc;
   oc.lr = hp[0];
   oc.beta1 = hp[1];
   oc.beta2 = hp[2];

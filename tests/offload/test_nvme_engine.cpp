@@ -16,7 +16,6 @@
 
 #include "offload_test_util.hpp"
 #include "tierzero/core/error.hpp"
-#include "tierzero/core/train_config.hpp"
 #include "tierzero/offload/host_pool.hpp"
 #include "tierzero/offload/nvme_engine.hpp"
 #include "tierzero/offload/swap_space.hpp"
@@ -316,24 +315,6 @@ TEST(SwapSpace, ReusesAndCoalescesFreedSpace) {
   EXPECT_EQ(s.free_ranges, 0u) << "everything coalesced back into the unused tail";
   EXPECT_EQ(tracker.current(Tier::nvme), 0u);
   EXPECT_THROW(swap.free(c), Error) << "double free is an error";
-}
-
-TEST(NvmeOptions, FromDeepSpeedConfig) {
-  AioConfig aio;
-  aio.block_size = 262144;
-  aio.queue_depth = 16;
-  aio.single_submit = true;
-  OffloadConfig off;
-  off.device = "nvme";
-  off.nvme_path = "/mnt/nvme0,/mnt/nvme1";
-  NvmeOptions o = nvme_options_from_config(aio, off);
-  ASSERT_EQ(o.directories.size(), 2u);
-  EXPECT_EQ(o.directories[1], "/mnt/nvme1");
-  EXPECT_EQ(o.block_size, 262144u);
-  EXPECT_EQ(o.queue_depth, 16u);
-  EXPECT_TRUE(o.single_submit);
-  off.nvme_path.clear();
-  EXPECT_THROW(nvme_options_from_config(aio, off), Error);
 }
 
 TEST(NvmeEngine, RejectsBadOptions) {

@@ -9,7 +9,6 @@
 
 #include "offload_test_util.hpp"
 #include "tierzero/core/error.hpp"
-#include "tierzero/core/train_config.hpp"
 #include "tierzero/device/device.hpp"
 #include "tierzero/offload/host_pool.hpp"
 #include "tierzero/offload/stream_pipeline.hpp"
@@ -112,18 +111,6 @@ TEST(StreamPipeline, DeviceRoundTripThroughTheCpuDevice) {
               bad2, bytes);
   EXPECT_EQ(bad1, 0u);
   EXPECT_EQ(bad2, 0u);
-}
-
-TEST(StreamPipeline, OptionsFromDeepSpeedConfig) {
-  OffloadConfig off;
-  off.buffer_count = 5;
-  off.buffer_size = 100000000;  // elements
-  StreamOptions o = stream_options_from_config(off, 4);
-  EXPECT_EQ(o.buffer_count, 5u);
-  EXPECT_EQ(o.buffer_bytes % 4096, 0u);
-  EXPECT_GE(o.buffer_bytes, size_t{400000000});
-  off.buffer_count = 1;
-  EXPECT_THROW(stream_options_from_config(off, 4), Error);
 }
 
 TEST(StreamPipeline, ErrorsLeaveNoRequestBehind) {

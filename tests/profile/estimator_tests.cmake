@@ -5,7 +5,7 @@ tierzero_test(test_estimator
   LIBS tz_estimate tz_train TIMEOUT 120)
 tierzero_test(test_estimate_cli
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_estimate_cli.cpp
-  LIBS tz_core TIMEOUT 120)
+  LIBS tz_train TIMEOUT 120)
 add_dependencies(test_estimate_cli tierzero)
 
 # Estimator against measurement (issue 6): every stage and placement of a small GPT on 1, 2 and 4

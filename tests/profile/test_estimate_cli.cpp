@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "tierzero/core/train_config.hpp"
+#include "tierzero/train/train_config.hpp"
 
 namespace {
 
@@ -124,7 +124,7 @@ TEST(PlanCli, WritesALoadableConfigThatFits) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("chosen"), std::string::npos);
   EXPECT_NE(r.output.find("would not fit"), std::string::npos);
-  const tierzero::TrainConfig c = tierzero::TrainConfig::load(out);
+  const tierzero::train::TrainConfig c = tierzero::train::TrainConfig::load(out);
   EXPECT_EQ(c.model.n_layer, 12);
   EXPECT_EQ(c.seq_len, 256);
   EXPECT_EQ(c.micro_batch_size * c.gradient_accumulation_steps, 8);

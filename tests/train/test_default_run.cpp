@@ -4,13 +4,13 @@
 
 #include <cmath>
 
-#include "tierzero/core/train_config.hpp"
+#include "tierzero/train/train_config.hpp"
 #include "tierzero/train/trainer.hpp"
 
 using namespace tierzero;
 
 TEST(DefaultRun, LossFallsWellBelowTheUnigramEntropy) {
-  TrainConfig c = TrainConfig::defaults();
+  train::TrainConfig c = train::TrainConfig::defaults();
   train::Trainer trainer(c);
   train::TrainResult r = trainer.run(stdout);
   ASSERT_EQ(r.steps.size(), static_cast<size_t>(c.steps));

@@ -5,7 +5,7 @@
 
 #include "tierzero/train/loss_scaler.hpp"
 
-using tierzero::LossScaleConfig;
+using tierzero::train::LossScaleConfig;
 using tierzero::train::LossScaler;
 
 TEST(LossScaler, DynamicHalvesAfterHysteresisAndGrowsAfterWindow) {

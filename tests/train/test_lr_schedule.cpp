@@ -6,6 +6,7 @@
 #include "tierzero/train/lr_schedule.hpp"
 
 using namespace tierzero;
+using namespace tierzero::train;
 
 TEST(LrSchedule, WarmupCosine) {
   SchedulerConfig c;

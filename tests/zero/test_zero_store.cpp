@@ -140,8 +140,10 @@ struct Fixture {
         ref_opt(optimizer, ref_model.layout(), ref_alloc),
         store_alloc(*device, 0, store_tracker),
         store(tierzero::train::units_from_layout(ref_model.layout()),
-              store_config(stage, placement, max_live_elems, working), optimizer, world,
-              store_alloc),
+              store_config(stage, placement, max_live_elems, working),
+              zero::AdamWConfig{optimizer.beta1, optimizer.beta2, optimizer.eps,
+                                optimizer.weight_decay},
+              world, store_alloc),
         provider(store, tierzero::train::group_units(ref_model.layout())),
         model(cfg, ref_alloc),
         x(global_batch * kSeq),
@@ -179,7 +181,7 @@ struct Fixture {
   int ranks, rank;
   nn::GPTConfig cfg;
   size_t global_batch;
-  OptimizerConfig optimizer;
+  train::OptimizerConfig optimizer;
   std::unique_ptr<Device> device;
   DeviceAllocator ref_alloc;  // reference state and both models' activations (global tracker)
   nn::GPT ref_model;
@@ -483,7 +485,8 @@ TEST(ZeroStore, UnknownStageIsAnError) {
   std::unique_ptr<Device> device = test_device();
   DeviceAllocator alloc(*device, 0);
   std::vector<zero::UnitSpec> units = {{"u", 64, {{0, 64, true}}}};
-  EXPECT_THROW(zero::PartitionStore(units, c, OptimizerConfig{}, session().world(), alloc), Error);
+  EXPECT_THROW(zero::PartitionStore(units, c, zero::AdamWConfig{}, session().world(), alloc),
+               Error);
 }
 
 // Every stage with every placement it allows: offload_param needs stage 3, offload_optimizer
@@ -577,7 +580,7 @@ TEST(ZeroStore, ImpossiblePlacementsAreErrors) {
   c.stage = 2;
   c.placement.param.tier = Tier::host;
   try {
-    zero::PartitionStore s(units, c, OptimizerConfig{}, session().world(), alloc);
+    zero::PartitionStore s(units, c, zero::AdamWConfig{}, session().world(), alloc);
     ADD_FAILURE() << "offload_param at stage 2 was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("needs stage 3"), std::string::npos) << e.what();
@@ -585,12 +588,13 @@ TEST(ZeroStore, ImpossiblePlacementsAreErrors) {
   c.stage = 0;
   c.placement.param.tier = Tier::device;
   c.placement.optimizer.tier = Tier::nvme;
-  EXPECT_THROW(zero::PartitionStore(units, c, OptimizerConfig{}, session().world(), alloc), Error);
+  EXPECT_THROW(zero::PartitionStore(units, c, zero::AdamWConfig{}, session().world(), alloc),
+               Error);
   c.stage = 3;
   c.placement.optimizer.tier = Tier::nvme;  // but no directory
   c.nvme.directories.clear();
   try {
-    zero::PartitionStore s(units, c, OptimizerConfig{}, session().world(), alloc);
+    zero::PartitionStore s(units, c, zero::AdamWConfig{}, session().world(), alloc);
     ADD_FAILURE() << "NVMe placement without a directory was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("nvme_path"), std::string::npos) << e.what();

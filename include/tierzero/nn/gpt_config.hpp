@@ -4,8 +4,6 @@
 #include <cstddef>
 #include <string>
 
-#include "tierzero/core/train_config.hpp"
-
 namespace tierzero::nn {
 
 struct GPTConfig {
@@ -16,8 +14,10 @@ struct GPTConfig {
   size_t num_heads = 12;             // NH
   size_t channels = 768;             // C
 
-  static GPTConfig from_shape(const ModelShape& shape);  // validates; pads V to 128 if asked
-  static GPTConfig preset(const std::string& name);      // gpt2, gpt2-medium, gpt2-large, gpt2-xl
+  // Throws Error naming the field when the shape cannot be built (channels not divisible by
+  // heads, padded vocabulary smaller than the vocabulary, a zero extent).
+  void validate() const;
+  static GPTConfig preset(const std::string& name);  // gpt2, gpt2-medium, gpt2-large, gpt2-xl
   std::string str() const;
 };
 

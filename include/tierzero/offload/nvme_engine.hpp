@@ -17,11 +17,6 @@
 #include <utility>
 #include <vector>
 
-namespace tierzero {
-struct AioConfig;
-struct OffloadConfig;
-}  // namespace tierzero
-
 namespace tierzero::offload {
 
 class HostPool;
@@ -45,10 +40,6 @@ struct NvmeOptions {
   // (offload/stale_swap.hpp); files of live engines are locked and never touched.
   double stale_swap_min_age_s = 10.0;
 };
-
-// Builds engine options from DeepSpeed's `aio` section and one `offload_*` section
-// (`nvme_path` may list several directories separated by commas, one per drive).
-NvmeOptions nvme_options_from_config(const AioConfig& aio, const OffloadConfig& offload);
 
 // A range of the engine's logical swap space. SwapSpace hands these out; `bytes` is the logical
 // length, `padded` what the disk holds (a kIoAlignment multiple, at least kIoAlignment).

@@ -15,7 +15,6 @@
 namespace tierzero {
 class Device;
 class Stream;
-struct OffloadConfig;
 }  // namespace tierzero
 
 namespace tierzero::offload {
@@ -26,9 +25,6 @@ struct StreamOptions {
   size_t buffer_count = 4;                 // staging buffers in the ring (>= 2)
   size_t buffer_bytes = size_t{64} << 20;  // bytes per buffer = bytes per chunk
 };
-
-// DeepSpeed's buffer_count and buffer_size (in elements of `element_bytes` each).
-StreamOptions stream_options_from_config(const OffloadConfig& offload, size_t element_bytes);
 
 class StreamPipeline {
  public:

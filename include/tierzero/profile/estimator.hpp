@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "tierzero/core/memory_tracker.hpp"
-#include "tierzero/core/train_config.hpp"
 #include "tierzero/zero/partition.hpp"
 #include "tierzero/zero/placement.hpp"
 
@@ -45,13 +44,6 @@ struct EstimateInput {
 
 // Per tier and category: [tier][category], the same shape the memory tracker reports.
 using TierBytes = zero::StateBytes;
-
-// The store's settings in `config` as the trainer applies them (stage, placements and their
-// ratios, NVMe chunk and staging, persistence threshold, live budget, reductions in flight),
-// for `units` on `world`, with the caller's activation bytes.
-EstimateInput estimate_input_from_config(const TrainConfig& config,
-                                         std::vector<zero::UnitSpec> units, WorldLayout world,
-                                         size_t activation_bytes);
 
 struct Estimate {
   TierBytes persistent;           // model state for the whole run (exact)

@@ -5,10 +5,10 @@
 
 #include <cstdint>
 
-#include "tierzero/core/train_config.hpp"
 #include "tierzero/device/device_allocator.hpp"
 #include "tierzero/nn/param_layout.hpp"
 #include "tierzero/nn/param_provider.hpp"
+#include "tierzero/train/train_config.hpp"
 
 namespace tierzero::train {
 

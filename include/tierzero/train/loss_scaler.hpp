@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "tierzero/core/train_config.hpp"
+#include "tierzero/train/train_config.hpp"
 
 namespace tierzero::train {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "tierzero/core/train_config.hpp"
+#include "tierzero/train/train_config.hpp"
 
 namespace tierzero::train {
 

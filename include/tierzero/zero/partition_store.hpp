@@ -35,7 +35,6 @@
 #include <vector>
 
 #include "tierzero/comm/communicator.hpp"
-#include "tierzero/core/train_config.hpp"
 #include "tierzero/device/device_allocator.hpp"
 #include "tierzero/offload/host_pool.hpp"
 #include "tierzero/offload/nvme_engine.hpp"
@@ -47,6 +46,14 @@ class SwapSpace;
 }
 
 namespace tierzero::zero {
+
+// AdamW's constants (the learning rate comes with each step).
+struct AdamWConfig {
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;  // applied to tensors marked decay (matrices), not biases or norms
+};
 
 struct StoreConfig {
   int stage = 3;  // 0, 1, 2 or 3 (zero_optimization.stage)
@@ -116,7 +123,7 @@ class PartitionStore {
   // fill them with load_unit. Throws Error when a placement is not possible (see place_units) or
   // a tier cannot hold its share.
   PartitionStore(std::vector<UnitSpec> units, const StoreConfig& config,
-                 const OptimizerConfig& optimizer, comm::Communicator& group,
+                 const AdamWConfig& optimizer, comm::Communicator& group,
                  DeviceAllocator& allocator);
   ~PartitionStore();
   PartitionStore(const PartitionStore&) = delete;
@@ -271,7 +278,7 @@ class PartitionStore {
                       bool master_on_device);
 
   StoreConfig config_;
-  OptimizerConfig optimizer_;
+  AdamWConfig optimizer_;
   comm::Communicator& group_;
   DeviceAllocator& allocator_;
   Device& device_;

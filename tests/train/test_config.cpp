@@ -5,9 +5,10 @@
 #include <string>
 
 #include "tierzero/core/error.hpp"
-#include "tierzero/core/train_config.hpp"
+#include "tierzero/train/train_config.hpp"
 
 using namespace tierzero;
+using namespace tierzero::train;
 
 namespace {
 

@@ -1,13 +1,15 @@
-// TrainConfig: everything a training run is told, parsed from a DeepSpeed-style JSON config.
-// DeepSpeed's key names are used for what applies, so an existing DeepSpeed config reads
-// unchanged; TierZero's own settings (model shape, data, run length) live under "tierzero".
-// Every unknown key, wrong type or out-of-range value is an Error naming the key's full path.
+// TrainConfig: everything a training run is told (the train layer's own settings; the layers
+// below take their own option structs, which the trainer fills from it), parsed from a
+// DeepSpeed-style JSON config. DeepSpeed's key names are used for what applies, so an existing
+// DeepSpeed config reads unchanged; TierZero's own settings (model shape, data, run length) live
+// under "tierzero". Every unknown key, wrong type or out-of-range value is an Error naming the
+// key's full path.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-namespace tierzero {
+namespace tierzero::train {
 
 struct ModelShape {
   int64_t vocab_size = 257;       // real vocabulary (byte-level tokenizer: 256 bytes + EOT)
@@ -147,4 +149,4 @@ struct TrainConfig {
   static TrainConfig load(const std::string& path);  // throws Error if unreadable
 };
 
-}  // namespace tierzero
+}  // namespace tierzero::train

@@ -1,6 +1,6 @@
 // Parsing and validation of TrainConfig. Each section is read by one function with a
 // ConfigReader, which rejects unknown keys; cross-field rules are checked at the end.
-#include "tierzero/core/train_config.hpp"
+#include "tierzero/train/train_config.hpp"
 
 #include <fstream>
 #include <limits>
@@ -9,7 +9,7 @@
 #include "tierzero/core/config_reader.hpp"
 #include "tierzero/core/error.hpp"
 
-namespace tierzero {
+namespace tierzero::train {
 
 namespace {
 
@@ -261,4 +261,4 @@ TrainConfig TrainConfig::load(const std::string& path) {
   return parse(ss.str(), "'" + path + "'");
 }
 
-}  // namespace tierzero
+}  // namespace tierzero::train

@@ -1,0 +1,38 @@
+// The trainer's settings (train_config.hpp) turned into the option structs of the layers below:
+// the GPT's shape (nn), the NVMe engine's and the streaming pipeline's options (offload), and the
+// estimator's input (profile). Those layers know nothing of TrainConfig; the train layer, which
+// sits above them all, is where a DeepSpeed-style config meets them.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "tierzero/nn/gpt_config.hpp"
+#include "tierzero/offload/nvme_engine.hpp"
+#include "tierzero/offload/stream_pipeline.hpp"
+#include "tierzero/profile/estimator.hpp"
+#include "tierzero/train/train_config.hpp"
+#include "tierzero/zero/partition.hpp"
+
+namespace tierzero::train {
+
+// The model shape as nn's GPTConfig: validated, V padded to a multiple of 128 unless given.
+nn::GPTConfig gpt_config_from(const ModelShape& shape);
+
+// The NVMe engine's options for an offload section (nvme_path may name several comma-separated
+// directories, one per drive) and the aio section. Throws Error when nvme_path is empty or aio's
+// sizes are not positive.
+offload::NvmeOptions nvme_options_from(const AioConfig& aio, const OffloadConfig& offload);
+
+// The streaming pipeline's buffers for an offload section (buffer_count buffers of buffer_size
+// elements of `element_bytes`, 4 KiB-rounded). Throws Error when buffer_count < 2.
+offload::StreamOptions stream_options_from(const OffloadConfig& offload, size_t element_bytes);
+
+// The store's settings in `config` as the trainer applies them (stage, placements and their
+// ratios, NVMe chunk and staging, persistence threshold, live budget, reductions in flight),
+// for `units` on `world`, with the caller's activation bytes.
+profile::EstimateInput estimate_input_from(const TrainConfig& config,
+                                           std::vector<zero::UnitSpec> units,
+                                           profile::WorldLayout world, size_t activation_bytes);
+
+}  // namespace tierzero::train

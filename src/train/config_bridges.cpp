@@ -1,0 +1,86 @@
+// TrainConfig to the lower layers' option structs (see config_bridges.hpp).
+#include "tierzero/train/config_bridges.hpp"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "tierzero/core/error.hpp"
+#include "tierzero/offload/host_pool.hpp"
+#include "tierzero/zero/partition_store.hpp"
+
+namespace tierzero::train {
+
+nn::GPTConfig gpt_config_from(const ModelShape& s) {
+  nn::GPTConfig c;
+  c.max_seq_len = static_cast<size_t>(s.context_length);
+  c.vocab_size = static_cast<size_t>(s.vocab_size);
+  c.padded_vocab_size = s.padded_vocab_size > 0 ? static_cast<size_t>(s.padded_vocab_size)
+                                                : (c.vocab_size + 127) / 128 * 128;
+  c.num_layers = static_cast<size_t>(s.n_layer);
+  c.num_heads = static_cast<size_t>(s.n_head);
+  c.channels = static_cast<size_t>(s.n_embd);
+  c.validate();
+  return c;
+}
+
+offload::NvmeOptions nvme_options_from(const AioConfig& aio, const OffloadConfig& offload) {
+  offload::NvmeOptions o;
+  size_t start = 0;
+  const std::string& paths = offload.nvme_path;
+  while (start <= paths.size()) {
+    const size_t comma = std::min(paths.find(',', start), paths.size());
+    std::string d = paths.substr(start, comma - start);
+    if (!d.empty()) o.directories.push_back(std::move(d));
+    start = comma + 1;
+  }
+  TZ_CHECK(!o.directories.empty(), "offload to nvme needs nvme_path",
+           "set zero_optimization.offload_param.nvme_path (or offload_optimizer.nvme_path) to a "
+           "directory on the NVMe drive");
+  TZ_CHECK(aio.block_size > 0 && aio.queue_depth > 0,
+           "aio.block_size and aio.queue_depth must be positive", "see docs/config.md");
+  o.block_size = static_cast<size_t>(aio.block_size);
+  o.queue_depth = static_cast<size_t>(aio.queue_depth);
+  o.single_submit = aio.single_submit;
+  return o;
+}
+
+offload::StreamOptions stream_options_from(const OffloadConfig& offload, size_t element_bytes) {
+  TZ_CHECK(offload.buffer_count >= 2 && offload.buffer_size > 0,
+           "offload buffer_count must be >= 2 and buffer_size positive (got " +
+               std::to_string(offload.buffer_count) + ", " + std::to_string(offload.buffer_size) +
+               ")",
+           "the streaming pipeline needs one buffer to work on and one in flight");
+  offload::StreamOptions o;
+  o.buffer_count = static_cast<size_t>(offload.buffer_count);
+  const size_t bytes = static_cast<size_t>(offload.buffer_size) * element_bytes;
+  o.buffer_bytes =
+      (bytes + offload::kIoAlignment - 1) / offload::kIoAlignment * offload::kIoAlignment;
+  return o;
+}
+
+profile::EstimateInput estimate_input_from(const TrainConfig& c, std::vector<zero::UnitSpec> units,
+                                           profile::WorldLayout world, size_t activation_bytes) {
+  const ZeroConfig& z = c.zero;
+  profile::EstimateInput in;
+  in.units = std::move(units);
+  in.world = world;
+  in.stage = static_cast<int>(z.stage);
+  in.placement.param = {zero::offload_tier(z.offload_param.device), z.offload_param.ratio};
+  in.placement.optimizer = {zero::offload_tier(z.offload_optimizer.device),
+                            z.offload_optimizer.ratio};
+  // The NVMe chunk is the optimizer's buffer_size (elements), as DeepSpeed's swapper uses it.
+  in.placement.nvme_chunk_elems = static_cast<size_t>(z.offload_optimizer.buffer_size);
+  in.placement.working = c.bf16 ? DType::bf16 : c.fp16 ? DType::f16 : DType::f32;
+  in.staging_buffer_count = static_cast<size_t>(z.offload_optimizer.buffer_count);
+  in.param_staging_buffers = static_cast<size_t>(z.offload_param.buffer_count);
+  in.nvme_bounce_bytes = static_cast<size_t>(c.aio.queue_depth) *
+                         offload::HostPool::round_size(static_cast<size_t>(c.aio.block_size));
+  in.param_persistence_threshold = static_cast<size_t>(z.param_persistence_threshold);
+  in.max_pending_reductions = zero::reductions_in_flight(z.reduce_bucket_size, in.units);
+  in.max_live_parameters = static_cast<size_t>(z.max_live_parameters);
+  in.activation_bytes = activation_bytes;
+  return in;
+}
+
+}  // namespace tierzero::train
