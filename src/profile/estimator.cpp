@@ -131,20 +131,11 @@ Estimate estimate(const EstimateInput& in) {
     slot(e.buffers, Tier::device, Category::param) += live * sizeof(float);
   }
 
-  // Stages 2-3 accumulate each unit's full gradient in a fresh block and reduce-scatter it into a
-  // fresh shard-sized block: one unit being filled by backward plus max_pending_reductions still
-  // being reduced, each at most the largest unit. Both are transient buffers of the reduction
-  // (a bucket awaiting reduce-scatter and its result), so the store tags both as comm.
-  if (in.stage >= 2) {
-    size_t largest_shard = 0;
-    for (size_t u = 0; u < plan.num_units(); ++u)
-      largest_shard = std::max(largest_shard, plan.partition(u).shard_numel);
-    const size_t in_flight = in.max_pending_reductions + 1;
-    slot(e.buffers, Tier::device, Category::comm) +=
-        in_flight * DeviceAllocator::round_size(plan.largest_padded_numel() * sizeof(float));
-    slot(e.buffers, Tier::device, Category::comm) +=
-        in_flight * DeviceAllocator::round_size(largest_shard * sizeof(float));
-  }
+  // The gradient reducer's buckets: full gradients being accumulated or waiting to be reduced,
+  // packed buckets and their reduced shards in flight (zero's rule: reduction_buffer_bound).
+  const zero::ReductionBuffers reduction =
+      zero::reduction_buffer_bound(plan, in.stage, placement, in.reduce_bucket_elems);
+  slot(e.buffers, Tier::device, Category::comm) += reduction.device_comm;
 
   // From stage 1 each rank owns only part of the gradient, so clipping exchanges the partial sums
   // of squares: a (ranks, 2) fp32 block, allocated after the reductions have finished.
@@ -158,23 +149,19 @@ Estimate estimate(const EstimateInput& in) {
   // next fetch share them).
   const zero::OptimizerSwapShape swap = zero::optimizer_swap_shape(
       plan, placement, std::max<size_t>(in.placement.nvme_chunk_elems, 1), in.staging_buffer_count);
-  size_t largest_shard = 0, largest_param_shard = 0;
-  bool param_nvme = false, grad_host = false;
+  size_t largest_param_shard = 0;
+  bool param_nvme = false;
   for (size_t u = 0; u < plan.num_units(); ++u) {
     const size_t n = plan.partition(u).shard_numel;
-    largest_shard = std::max(largest_shard, n);
-    grad_host = grad_host || placement[u].grad == Tier::host;
     if (placement[u].param == Tier::nvme) {
       param_nvme = true;
       largest_param_shard = std::max(largest_param_shard, n);
     }
   }
   const bool optim_nvme = swap.slots > 0;
-  // Stages 2-3 with gradients on the host: each reduced shard is staged through pinned memory on
-  // its way to the host accumulator, one at a time.
-  if (in.stage >= 2 && grad_host && !optim_nvme)
-    slot(e.buffers, Tier::host, Category::io) +=
-        offload::HostPool::round_size(largest_shard * sizeof(float));
+  // Stages 2-3 with gradients on the host: each reduced bucket is staged through pinned memory on
+  // its way to the host accumulators, one at a time.
+  slot(e.buffers, Tier::host, Category::io) += reduction.host_io;
   slot(e.buffers, Tier::host, Category::io) += zero::optimizer_swap_host_bytes(swap);
   if (param_nvme)
     slot(e.buffers, Tier::host, Category::io) +=

@@ -7,7 +7,6 @@
 
 #include "tierzero/core/error.hpp"
 #include "tierzero/offload/host_pool.hpp"
-#include "tierzero/zero/partition_store.hpp"
 
 namespace tierzero::train {
 
@@ -77,7 +76,7 @@ profile::EstimateInput estimate_input_from(const TrainConfig& c, std::vector<zer
   in.nvme_bounce_bytes = static_cast<size_t>(c.aio.queue_depth) *
                          offload::HostPool::round_size(static_cast<size_t>(c.aio.block_size));
   in.param_persistence_threshold = static_cast<size_t>(z.param_persistence_threshold);
-  in.max_pending_reductions = zero::reductions_in_flight(z.reduce_bucket_size, in.units);
+  in.reduce_bucket_elems = static_cast<size_t>(std::max<int64_t>(z.reduce_bucket_size, 1));
   in.max_live_parameters = static_cast<size_t>(z.max_live_parameters);
   in.activation_bytes = activation_bytes;
   return in;

@@ -63,6 +63,7 @@ zero::StoreConfig store_config_from(const TrainConfig& c) {
   s.prefetch_bucket_elems = elems(c.zero.prefetch_bucket_size);
   s.max_live_elems = elems(c.zero.max_live_parameters);
   s.max_reuse_distance = elems(c.zero.max_reuse_distance);
+  s.reduce_bucket_elems = std::max<size_t>(elems(c.zero.reduce_bucket_size), 1);
   const OffloadConfig& op = c.zero.offload_param;
   const OffloadConfig& oo = c.zero.offload_optimizer;
   s.placement.param = {zero::offload_tier(op.device), op.ratio};
@@ -217,8 +218,6 @@ void Trainer::build() {
   if (s.session) {
     zero::StoreConfig store_config = store_config_from(config_);
     UnitGrouping grouping = group_units(layout, static_cast<size_t>(config_.blocks_per_unit));
-    store_config.max_pending_reductions =
-        zero::reductions_in_flight(config_.zero.reduce_bucket_size, grouping.specs);
     s.store = std::make_unique<zero::PartitionStore>(grouping.specs, store_config,
                                                      adamw_config_from(config_.optimizer),
                                                      s.session->world(), *s.allocator);

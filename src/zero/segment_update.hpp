@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "tierzero/kernels/cpu_ops.hpp"
+#include "tierzero/kernels/kernels.hpp"
 #include "tierzero/zero/partition.hpp"
 
 namespace tierzero::zero {

@@ -12,8 +12,6 @@
 
 namespace tierzero::zero {
 
-namespace {}  // namespace
-
 void wait_io(std::vector<offload::IoHandle>& handles) {
   std::exception_ptr first;
   for (auto& h : handles) {
@@ -42,10 +40,10 @@ bool io_finished(const std::vector<offload::IoHandle>& handles) {
                      [](const offload::IoHandle& h) { return h.poll(); });
 }
 
-PartitionStore::Arenas::Arenas(const PartitionPlan& plan, int stage,
-                               const std::vector<UnitPlacement>& placement,
-                               const PlacementConfig& config, DeviceAllocator& allocator,
-                               offload::HostPool* pool, offload::SwapSpace* swap_space)
+StateArenas::StateArenas(const PartitionPlan& plan, int stage,
+                         const std::vector<UnitPlacement>& placement, const PlacementConfig& config,
+                         DeviceAllocator& allocator, offload::HostPool* pool,
+                         offload::SwapSpace* swap_space)
     : chunk_elems(config.nvme_chunk_elems), swap(swap_space) {
   TZ_CHECK(chunk_elems > 0, "PartitionStore: NVMe chunk of 0 elements",
            "offload_optimizer.buffer_size must be positive");
@@ -112,14 +110,14 @@ PartitionStore::Arenas::Arenas(const PartitionPlan& plan, int stage,
   wait_io(writes);
 }
 
-PartitionStore::Arenas::~Arenas() {
+StateArenas::~StateArenas() {
   if (!swap) return;
   for (Kind& k : kinds)
     for (Slot& s : k.slots)
       for (const offload::Extent& e : s.chunks) swap->free(e);
 }
 
-void* PartitionStore::Arenas::raw(StateBuffer b, size_t unit) {
+void* StateArenas::raw(StateBuffer b, size_t unit) {
   Kind& k = kinds[static_cast<size_t>(b)];
   const Slot& s = k.slots.at(unit);
   if (s.elems == 0) return nullptr;
@@ -129,7 +127,7 @@ void* PartitionStore::Arenas::raw(StateBuffer b, size_t unit) {
   return nullptr;
 }
 
-float* PartitionStore::Arenas::ptr(StateBuffer b, size_t unit) {
+float* StateArenas::ptr(StateBuffer b, size_t unit) {
   TZ_CHECK(elem_bytes(b) == sizeof(float),
            std::string("PartitionStore: ") + state_buffer_name(b) + " is not fp32",
            "internal error: 16-bit working parameters are reached through raw()");
@@ -139,8 +137,8 @@ float* PartitionStore::Arenas::ptr(StateBuffer b, size_t unit) {
 namespace {
 
 template <typename Fn>
-std::vector<offload::IoHandle> for_chunks(const PartitionStore::Arenas::Slot& s, size_t chunk,
-                                          size_t begin, size_t count, Fn&& fn) {
+std::vector<offload::IoHandle> for_chunks(const StateArenas::Slot& s, size_t chunk, size_t begin,
+                                          size_t count, Fn&& fn) {
   // fn(extent, elements from `begin`) issues one chunk's transfer.
   TZ_CHECK(s.tier == Tier::nvme && begin % chunk == 0 && begin + count <= s.elems &&
                (count % chunk == 0 || begin + count == s.elems),
@@ -155,8 +153,8 @@ std::vector<offload::IoHandle> for_chunks(const PartitionStore::Arenas::Slot& s,
 
 }  // namespace
 
-std::vector<offload::IoHandle> PartitionStore::Arenas::read(StateBuffer b, size_t unit,
-                                                            size_t begin, size_t count, void* dst) {
+std::vector<offload::IoHandle> StateArenas::read(StateBuffer b, size_t unit, size_t begin,
+                                                 size_t count, void* dst) {
   const auto u = static_cast<int64_t>(unit);
   const size_t eb = elem_bytes(b);
   return for_chunks(
@@ -170,9 +168,8 @@ std::vector<offload::IoHandle> PartitionStore::Arenas::read(StateBuffer b, size_
       });
 }
 
-std::vector<offload::IoHandle> PartitionStore::Arenas::write(StateBuffer b, size_t unit,
-                                                             size_t begin, size_t count,
-                                                             const void* src) {
+std::vector<offload::IoHandle> StateArenas::write(StateBuffer b, size_t unit, size_t begin,
+                                                  size_t count, const void* src) {
   const auto u = static_cast<int64_t>(unit);
   const size_t eb = elem_bytes(b);
   return for_chunks(

@@ -13,12 +13,12 @@
 #include "tierzero/offload/host_pool.hpp"
 #include "tierzero/offload/nvme_engine.hpp"
 #include "tierzero/offload/swap_space.hpp"
-#include "tierzero/zero/partition_store.hpp"
 #include "tierzero/zero/placement.hpp"
 
 namespace tierzero::zero {
 
-struct PartitionStore::Arenas {
+class StateArenas {
+ public:
   struct Slot {
     Tier tier = Tier::device;
     size_t elems = 0;   // 0: the unit has none of this kind
@@ -34,12 +34,12 @@ struct PartitionStore::Arenas {
 
   // Allocates every arena (zeroed) for `plan` and `placement`; nvme slots need `swap`, host ones
   // `pool`.
-  Arenas(const PartitionPlan& plan, int stage, const std::vector<UnitPlacement>& placement,
-         const PlacementConfig& config, DeviceAllocator& allocator, offload::HostPool* pool,
-         offload::SwapSpace* swap);
-  ~Arenas();
-  Arenas(const Arenas&) = delete;
-  Arenas& operator=(const Arenas&) = delete;
+  StateArenas(const PartitionPlan& plan, int stage, const std::vector<UnitPlacement>& placement,
+              const PlacementConfig& config, DeviceAllocator& allocator, offload::HostPool* pool,
+              offload::SwapSpace* swap);
+  ~StateArenas();
+  StateArenas(const StateArenas&) = delete;
+  StateArenas& operator=(const StateArenas&) = delete;
 
   const Slot& slot(StateBuffer b, size_t unit) const {
     return kinds[static_cast<size_t>(b)].slots.at(unit);

@@ -137,10 +137,25 @@ TEST(Estimator, BuffersAreBounded) {
   std::sort(sizes.rbegin(), sizes.rend());
   EXPECT_EQ(e.buffers.at(Tier::device, Category::param), (sizes[0] + sizes[1]) * 4);
   EXPECT_EQ(e.buffers.at(Tier::device, Category::grad), 0u);
-  EXPECT_EQ(e.buffers.at(Tier::device, Category::comm),
-            3 * DeviceAllocator::round_size(sizes[0] * 4) +          // full-unit gradient buckets
-                3 * DeviceAllocator::round_size(sizes[0] / 4 * 4) +  // their reduced shards
-                DeviceAllocator::round_size(2 * 4 * 4));             // the grad-norm exchange
+  // The gradient reducer's buffers (zero::reduction_buffer_bound): two units open under backward,
+  // the open bucket's full gradients (every allocation rounded), and a bucket in flight with its
+  // reduced shards, twice; the default bucket (5e8 elements) holds the whole model.
+  auto rounded = [](size_t elems) { return DeviceAllocator::round_size(elems * 4); };
+  size_t total = 0, slack = 0;
+  for (size_t n : sizes) {
+    total += n;
+    slack += rounded(n) - n * 4;
+  }
+  auto reducer_bound = [&](size_t bucket) {
+    return 2 * rounded(sizes[0]) + bucket * 4 + slack + 2 * (rounded(bucket) + rounded(bucket / 4));
+  };
+  const size_t norm_exchange = DeviceAllocator::round_size(2 * 4 * 4);  // (ranks, 2) fp32
+  EXPECT_EQ(e.buffers.at(Tier::device, Category::comm), reducer_bound(total) + norm_exchange);
+  // A bucket smaller than any unit: every bucket is one unit, the largest at most.
+  in.reduce_bucket_elems = 1;
+  EXPECT_EQ(estimate(in).buffers.at(Tier::device, Category::comm),
+            reducer_bound(sizes[0]) + norm_exchange);
+  in.reduce_bucket_elems = 500000000;
   EXPECT_EQ(e.buffers.at(Tier::device, Category::activation), 12345u);
 
   in.max_live_parameters = 1000000000;  // more than the model: all of it at most

@@ -17,38 +17,16 @@
 // reference tolerances instead of bitwise.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cstdio>
-#include <cstdlib>
-#include <filesystem>
-#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
 
-#include "mpi_test_main.hpp"
-#include "tierzero/core/error.hpp"
-#include "tierzero/core/memory_tracker.hpp"
-#include "tierzero/core/random.hpp"
-#include "tierzero/nn/gpt.hpp"
-#include "tierzero/train/adamw_optimizer.hpp"
-#include "tierzero/train/store_provider.hpp"
-#include "tierzero/zero/partition_store.hpp"
+#include "store_fixture.hpp"
 
 using namespace tierzero;
-using comm::test::ErrorStats;
-using comm::test::session;
+using namespace tierzero::zero_test;
 
 namespace {
-
-bool on_cuda() {
-  const char* d = std::getenv("TIERZERO_TEST_DEVICE");
-  return d != nullptr && std::string(d) == "cuda";
-}
-
-std::unique_ptr<Device> test_device() {
-  return on_cuda() ? make_cuda_device(0) : make_cpu_device();
-}
 
 // Skips every test, saying why, when CUDA was asked for and none is usable.
 class TestDeviceEnvironment : public ::testing::Environment {
@@ -61,170 +39,17 @@ class TestDeviceEnvironment : public ::testing::Environment {
 ::testing::Environment* const g_test_device_environment =
     ::testing::AddGlobalTestEnvironment(new TestDeviceEnvironment);
 
-// Two runs that should agree: bitwise on the CPU backend (same kernels, same order), within the
-// reference tolerances on CUDA (see the top of the file). Prints what it saw.
-size_t count_disagreements(const std::vector<float>& got, const std::vector<float>& want,
-                           double atol, double rtol, const std::string& what, int rank) {
-  if (!on_cuda()) {
-    size_t differing = 0;
-    for (size_t i = 0; i < got.size() && i < want.size(); ++i) differing += got[i] != want[i];
-    std::printf("[rank %d] %s: %zu of %zu differ bitwise\n", rank, what.c_str(), differing,
-                got.size());
-    return differing + (got.size() != want.size() ? 1 : 0);
-  }
-  ErrorStats err;
-  for (size_t i = 0; i < got.size() && i < want.size(); ++i)
-    err.compare(got[i], want[i], atol, rtol);
-  err.print(what, rank);
-  return err.bad + (got.size() != want.size() ? 1 : 0);
-}
-
-nn::GPTConfig tiny_config() {
-  nn::GPTConfig cfg;
-  cfg.vocab_size = 61;
-  cfg.padded_vocab_size = 64;
-  cfg.max_seq_len = 16;
-  cfg.num_layers = 2;
-  cfg.num_heads = 4;
-  cfg.channels = 32;
-  return cfg;
-}
-
-constexpr size_t kLocalBatch = 2;  // sequences per rank
-constexpr size_t kSeq = 16;
-constexpr double kLr = 3e-3;
-// Low enough that the early steps clip (the norm starts near 2), so clipping is exercised.
-constexpr double kClip = 1.0;
-constexpr size_t kPersistenceThreshold = 1000;  // the final layernorm (128 elements) persists
-
-// Placements by name; "half" puts the first half of the units' parameters on NVMe and their
-// optimizer states in host memory, the rest on the device.
-zero::PlacementConfig placement_for(const std::string& name) {
-  zero::PlacementConfig p;
-  p.nvme_chunk_elems = 1000;  // several chunks per unit, none a multiple of the alignment
-  if (name == "opt_host") p.optimizer.tier = Tier::host;
-  if (name == "opt_nvme") p.optimizer.tier = Tier::nvme;
-  if (name == "all_host") p.param.tier = p.optimizer.tier = Tier::host;
-  if (name == "all_nvme") p.param.tier = p.optimizer.tier = Tier::nvme;
-  if (name == "half") {
-    p.param = {Tier::nvme, 0.5};
-    p.optimizer = {Tier::host, 0.5};
-  }
-  return p;
-}
-
-struct Case {
-  int stage;
-  std::string placement;
-};
-
-std::string nvme_dir() {
-  const char* t = std::getenv("TMPDIR");
-  return t && *t ? t : std::filesystem::temp_directory_path().string();
-}
-
-// Everything one rank needs: the reference model on the global batch and the store-backed model
-// on this rank's slice, starting from the same parameters.
-struct Fixture {
-  explicit Fixture(int stage, const std::string& placement = "device",
-                   size_t max_live_elems = 1000000000, DType working = DType::f32)
-      : world(session().world()),
-        ranks(world.size()),
-        rank(world.rank()),
-        cfg(tiny_config()),
-        global_batch(kLocalBatch * static_cast<size_t>(ranks)),
-        device(test_device()),
-        ref_alloc(*device, 0),
-        ref_model(cfg, ref_alloc),
-        ref_params(ref_model.layout(), ref_alloc),
-        ref_opt(optimizer, ref_model.layout(), ref_alloc),
-        store_alloc(*device, 0, store_tracker),
-        store(tierzero::train::units_from_layout(ref_model.layout()),
-              store_config(stage, placement, max_live_elems, working),
-              zero::AdamWConfig{optimizer.beta1, optimizer.beta2, optimizer.eps,
-                                optimizer.weight_decay},
-              world, store_alloc),
-        provider(store, tierzero::train::group_units(ref_model.layout())),
-        model(cfg, ref_alloc),
-        x(global_batch * kSeq),
-        y(global_batch * kSeq) {
-    const nn::ParamLayout& layout = ref_model.layout();
-    std::vector<float> init(layout.total_numel());  // (total_numel) host
-    nn::init_gpt2_params(layout, cfg, 1234, init.data());
-    device->copy(ref_params.params(), init.data(), init.size() * sizeof(float),
-                 CopyKind::host_to_device, device->default_stream());
-    for (size_t u = 0; u < layout.units().size(); ++u)
-      store.load_unit(u, init.data() + layout.units()[u].offset);
-    Rng rng(99);  // the same global batch on every rank
-    for (size_t i = 0; i < x.size(); ++i) {
-      x[i] = static_cast<int32_t>(rng.below(cfg.vocab_size));
-      y[i] = static_cast<int32_t>(rng.below(cfg.vocab_size));
-    }
-  }
-
-  static zero::StoreConfig store_config(int stage, const std::string& placement,
-                                        size_t max_live_elems, DType working = DType::f32) {
-    zero::StoreConfig c;
-    c.stage = stage;
-    c.param_persistence_threshold = kPersistenceThreshold;
-    c.placement = placement_for(placement);
-    c.placement.working = working;
-    c.max_live_elems = max_live_elems;
-    c.prefetch_bucket_elems = max_live_elems / 2;
-    c.host_budget_bytes = size_t{64} << 20;
-    c.nvme.directories = {nvme_dir()};
-    c.nvme.block_size = 64 * 1024;
-    return c;
-  }
-
-  comm::MpiCommunicator& world;
-  int ranks, rank;
-  nn::GPTConfig cfg;
-  size_t global_batch;
-  train::OptimizerConfig optimizer;
-  std::unique_ptr<Device> device;
-  DeviceAllocator ref_alloc;  // reference state and both models' activations (global tracker)
-  nn::GPT ref_model;
-  nn::LocalParams ref_params;
-  train::AdamWOptimizer ref_opt;
-  MemoryTracker store_tracker;  // only the store's bytes: its model state per rank
-  DeviceAllocator store_alloc;
-  zero::PartitionStore store;
-  tierzero::train::StoreParamProvider provider;
-  nn::GPT model;              // runs on this rank's slice through the store
-  std::vector<int32_t> x, y;  // (global_batch, kSeq) inputs and targets
-};
-
 class ZeroStoreTest : public ::testing::TestWithParam<Case> {};
-
-// One training step of the store on this rank's slice; returns the global loss.
-float store_step(Fixture& f, zero::StoreStepStats* stats = nullptr) {
-  const size_t local = kLocalBatch * kSeq;  // tokens per rank
-  f.store.zero_grads();
-  const size_t at = static_cast<size_t>(f.rank) * local;
-  float loss = f.model.forward_backward(f.provider, f.x.data() + at, f.y.data() + at, kLocalBatch,
-                                        kSeq, 1.0f);
-  f.world.all_reduce(&loss, &loss, 1, DType::f32, comm::ReduceOp::avg);  // the global loss
-  const zero::StoreStepStats s = f.store.step(kLr, kClip);
-  if (stats) *stats = s;
-  return loss;
-}
-
-std::vector<float> read_all_units(Fixture& f) {
-  const nn::ParamLayout& layout = f.ref_model.layout();
-  std::vector<float> all(layout.total_numel());  // (total_numel) host
-  for (size_t u = 0; u < layout.units().size(); ++u)
-    f.store.read_unit(u, all.data() + layout.units()[u].offset);
-  return all;
-}
 
 TEST_P(ZeroStoreTest, TrainsLikeTheOneRankReference) {
   const int stage = GetParam().stage;
   const std::string placement = GetParam().placement;
-  // A live-gather budget of three blocks: room to prefetch, small enough to matter.
+  // A live-gather budget of three blocks: room to prefetch, small enough to matter. Gradient
+  // buckets of two blocks: several buckets per backward, some packing two units.
   const size_t block_elems = 12 * 32 * 32 + 13 * 32;
   const size_t live_budget = 3 * block_elems;
-  Fixture f(stage, placement, live_budget);
+  const size_t bucket = 2 * block_elems;
+  Fixture f(stage, placement, live_budget, DType::f32, bucket);
   ErrorStats loss_err, norm_err;
   size_t clipped = 0;
   std::vector<float> losses;
@@ -337,7 +162,7 @@ TEST_P(ZeroStoreTest, TrainsLikeTheOneRankReference) {
 
   // Offloaded placements compute exactly what the all-on-device store computes.
   if (placement != "device") {
-    Fixture dev(stage, "device", live_budget);
+    Fixture dev(stage, "device", live_budget, DType::f32, bucket);
     std::vector<float> dev_losses;
     for (size_t step = 0; step < losses.size(); ++step) dev_losses.push_back(store_step(dev));
     EXPECT_EQ(count_disagreements(losses, dev_losses, 0.0, 1e-5, what + " vs all on device, losses",

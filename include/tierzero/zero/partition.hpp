@@ -23,6 +23,9 @@ struct TensorSpec {
   size_t offset = 0;   // elements from the start of the unit
   size_t numel = 0;    // elements
   bool decay = false;  // AdamW weight decay applies (matrices, not biases or norms)
+  // The same values on every rank of the store's replica group (a LayerNorm under tensor
+  // parallelism): the global gradient norm counts it on one rank of that group only.
+  bool replicated = false;
 };
 
 // One unit: the granularity of gathering and reduce-scattering (e.g. one transformer block).
@@ -31,6 +34,10 @@ struct UnitSpec {
   std::string name;                 // for messages: "block.3"
   size_t numel = 0;                 // elements the unit spans, inner padding included
   std::vector<TensorSpec> tensors;  // ascending by offset, non-overlapping, inside [0, numel)
+  // A unit that other ranks of the store's tie group hold too (tied embeddings on the first and
+  // last pipeline stage): its gradient is summed over that group before every step, so every
+  // copy makes the same update, and the gradient norm counts it once.
+  bool tied = false;
 };
 
 // How one unit of `numel` elements is split over `ranks` ranks.

@@ -1,0 +1,111 @@
+// The partition store's settings and what it reports: the stage and its budgets, placement and
+// offload resources, the gradient buckets, AdamW's constants, the groups it works over besides
+// its partition group, and the per-step statistics and fetch counters. Plain data, so that the
+// trainer can fill it from a DeepSpeed-style config and the estimator can read the same rules.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "tierzero/offload/nvme_engine.hpp"
+#include "tierzero/zero/partition.hpp"
+#include "tierzero/zero/placement.hpp"
+
+namespace tierzero::comm {
+class Communicator;
+}
+
+namespace tierzero::zero {
+
+// AdamW's constants (the learning rate comes with each step).
+struct AdamWConfig {
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;  // applied to tensors marked decay (matrices), not biases or norms
+};
+
+struct StoreConfig {
+  int stage = 3;  // 0, 1, 2 or 3 (zero_optimization.stage)
+  // Units with fewer elements than this stay gathered at stage 3 once gathered (DeepSpeed's
+  // stage3_param_persistence_threshold): re-gathering tiny units costs latency for no memory.
+  size_t param_persistence_threshold = 100000;
+  // Stage 3 prefetch: elements gathered ahead of use (stage3_prefetch_bucket_size), elements of
+  // gathered units alive at once (stage3_max_live_parameters; units in use are always gathered),
+  // and how close (in elements of the trace) a unit's next use must be for it to stay gathered
+  // after release (stage3_max_reuse_distance).
+  size_t prefetch_bucket_elems = 50000000;
+  size_t max_live_elems = 1000000000;
+  size_t max_reuse_distance = 1000000000;
+  size_t shard_align_elems = kShardAlignElems;
+  // Gradient buckets (reduce_bucket_size): the gradients of units finished one after another are
+  // reduced together, one collective per bucket, once the bucket holds this many elements (a unit
+  // larger than a bucket is a bucket of its own). Small buckets overlap the reduction with the
+  // rest of the backward and hold fewer full gradients; large ones issue fewer collectives.
+  size_t reduce_bucket_elems = 500000000;
+  // Buckets being reduced at once (at least 1) before the next one waits for the oldest.
+  size_t max_pending_reductions = 2;
+  PlacementConfig placement;
+  // Offload resources, used when a placement needs them: the pinned host pool's budget (bytes),
+  // the NVMe engine (directories, block size, queue depth), and how many host staging buffers
+  // NVMe parameter reads may fill ahead (offload_param.buffer_count).
+  size_t host_budget_bytes = size_t{8} << 30;
+  offload::NvmeOptions nvme;
+  size_t nvme_read_buffers = 5;
+  // Slots of the NVMe optimizer pipeline (offload_optimizer.buffer_count, at least 2): each holds
+  // one chunk's fp32 master, Adam m and v. The slots stay allocated; after a step they are filled
+  // with the next step's first chunks, which load while the next forward and backward run.
+  size_t optimizer_swap_buffers = 4;
+};
+
+// The groups a store works with besides its partition group (all optional; null: none). Every
+// rank of a group must build its store with the same group roles.
+struct StoreGroups {
+  // Ranks holding other parts of the model (tensor- and pipeline-parallel peers): the gradient
+  // norm is summed over each of them too, so that clipping sees the whole model.
+  std::vector<comm::Communicator*> model_parallel;
+  // The group over which tensors marked TensorSpec::replicated are identical (tensor-parallel):
+  // they count in the norm on its rank 0 only.
+  comm::Communicator* replica = nullptr;
+  // The group sharing the units marked UnitSpec::tied (first and last pipeline stage): their
+  // gradient shards are summed over it before the step; they count in the norm on its rank 0.
+  comm::Communicator* tie = nullptr;
+};
+
+struct StoreStepStats {
+  double grad_norm = 0.0;  // global L2 norm of the averaged gradient (unscaled), before clipping
+  double clip_scale = 1.0;
+  bool skipped = false;  // loss scaling: the gradient overflowed, nothing was updated
+};
+
+// What stage 3's fetching did since the last begin_pass(train) (per training step), so a prefetch
+// that never runs shows at once.
+struct FetchCounters {
+  size_t acquires = 0;           // acquire_params calls
+  size_t prefetch_hits = 0;      // the unit was already gathered or being gathered by prefetch
+  size_t resident_hits = 0;      // still gathered from earlier use (persistent or retained)
+  size_t on_demand_fetches = 0;  // nothing was under way: fetched at the call
+  size_t out_of_order = 0;       // acquires that did not follow the trace
+  size_t nvme_reads = 0;         // parameter shards read from NVMe
+  size_t handoffs = 0;           // shards taken from the NVMe optimizer's update instead (no read)
+  size_t gathers = 0;            // all-gathers issued
+  size_t reductions = 0;         // gradient reductions issued (one per bucket)
+  double stall_s = 0.0;          // time acquire_params waited for reads and gathers
+};
+
+enum class PassKind { train, eval };
+
+// The bytes the gradient reducer holds at most beyond the model state, per rank: full gradients
+// being accumulated or waiting in the open bucket, packed buckets and their reduced shards in
+// flight (device, comm), and the pinned staging of reduced shards bound for a host accumulator
+// (host, io). One rule for the reducer, which allocates them, and the estimator.
+struct ReductionBuffers {
+  size_t device_comm = 0;
+  size_t host_io = 0;
+};
+ReductionBuffers reduction_buffer_bound(const PartitionPlan& plan, int stage,
+                                        const std::vector<UnitPlacement>& placement,
+                                        size_t reduce_bucket_elems);
+
+}  // namespace tierzero::zero

@@ -1,0 +1,24 @@
+// AdamW over device- or host-resident optimizer states (see adamw_in_memory.hpp).
+#include "adamw_in_memory.hpp"
+
+#include "segment_update.hpp"
+
+namespace tierzero::zero {
+
+void InMemoryAdamW::update(size_t unit, const kernels::AdamWParams& base) {
+  const bool on_device = storage_.placement(unit).optimizer == Tier::device;
+  kernels::Kernels& k = storage_.kernels_for(on_device ? Tier::device : Tier::host);
+  float* param = storage_.master_ptr(unit);
+  const float* grad = storage_.grad_shard_ptr(unit);
+  float* m = storage_.arenas().ptr(StateBuffer::adam_m, unit);
+  float* v = storage_.arenas().ptr(StateBuffer::adam_v, unit);
+  const size_t n = storage_.plan().partition(unit).shard_numel;
+  for_segments(storage_.plan().segments(unit), 0, n, base, static_cast<float>(config_.weight_decay),
+               [&](size_t o, size_t count, const kernels::AdamWParams& p) {
+                 k.adamw_update(param + o, m + o, v + o, grad + o, count, p);
+               });
+  if (!storage_.placement(unit).master_is_param)
+    storage_.publish_params(unit, param, 0, n, on_device);
+}
+
+}  // namespace tierzero::zero

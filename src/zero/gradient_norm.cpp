@@ -1,0 +1,90 @@
+// The global gradient norm over the partition and model-parallel groups, and the tied units'
+// gradient sum (see gradient_norm.hpp).
+#include "gradient_norm.hpp"
+
+#include <string>
+
+#include "group_exchange.hpp"
+#include "tierzero/core/activity_log.hpp"
+#include "tierzero/core/timer.hpp"
+
+namespace tierzero::zero {
+
+GradientNorm::GradientNorm(int stage, ShardStorage& storage, comm::Communicator& group,
+                           const StoreGroups& groups, std::function<void()> flush_collectives)
+    : stage_(stage),
+      storage_(storage),
+      group_(group),
+      groups_(groups),
+      flush_collectives_(std::move(flush_collectives)) {}
+
+void GradientNorm::sum_tied_gradients() {
+  if (groups_.tie == nullptr || groups_.tie->size() == 1) return;
+  const PartitionPlan& plan = storage_.plan();
+  Device& device = storage_.device();
+  Stream& st = device.default_stream();
+  flush_collectives_();
+  for (size_t u = 0; u < plan.num_units(); ++u) {
+    if (!plan.units()[u].tied) continue;
+    const size_t n = plan.partition(u).shard_numel;
+    if (n == 0) continue;
+    float* shard = storage_.grad_shard_ptr(u);
+    const double t0 = monotonic_seconds();
+    if (storage_.placement(u).grad == Tier::device) {
+      st.synchronize();
+      groups_.tie->all_reduce(shard, shard, n, DType::f32, comm::ReduceOp::sum);
+    } else {
+      // Through device memory: a communicator may take device buffers only (NCCL).
+      DeviceBuffer staged = storage_.allocator().allocate(n * sizeof(float), Category::comm,
+                                                          "zero tied gradient");  // (n) fp32
+      device.copy(staged.data(), shard, n * sizeof(float), CopyKind::host_to_device, st);
+      st.synchronize();
+      groups_.tie->all_reduce(staged.data(), staged.data(), n, DType::f32, comm::ReduceOp::sum);
+      device.copy(shard, staged.data(), n * sizeof(float), CopyKind::device_to_host, st);
+      st.synchronize();
+    }
+    ActivityLog::global().record(Track::collective, "all_reduce tied grads", t0,
+                                 monotonic_seconds(), n * sizeof(float), static_cast<int64_t>(u));
+  }
+}
+
+double GradientNorm::local_sum_squares() {
+  // At stage 0 every rank owns (and holds) the whole mean gradient; at stage 1 every rank holds
+  // it but owns only its shard.
+  const PartitionPlan& plan = storage_.plan();
+  const bool skip_tied = groups_.tie != nullptr && groups_.tie->rank() != 0;
+  const bool skip_replicated = groups_.replica != nullptr && groups_.replica->rank() != 0;
+  double local = 0.0;
+  for (size_t u = 0; u < plan.num_units(); ++u) {
+    const UnitSpec& spec = plan.units()[u];
+    if (skip_tied && spec.tied) continue;
+    const size_t n = plan.partition(u).shard_numel;
+    const float* g = storage_.grad_shard_ptr(u);
+    kernels::Kernels& k = storage_.kernels_for(storage_.placement(u).grad);
+    bool any_replicated = false;
+    for (const TensorSpec& t : spec.tensors) any_replicated = any_replicated || t.replicated;
+    if (!skip_replicated || !any_replicated) {
+      local += k.sum_squares(g, n);
+      continue;
+    }
+    for (const ShardSegment& seg : plan.segments(u))
+      if (!spec.tensors[seg.tensor].replicated)
+        local += k.sum_squares(g + seg.shard_offset, seg.numel);
+  }
+  return local;
+}
+
+double GradientNorm::global_sum_squares() {
+  double total = local_sum_squares();
+  if (stage_ > 0) {
+    // Also on one rank: the (hi, lo) round trip is part of the value every stage > 0 clips with.
+    flush_collectives_();  // collectives go out in the same order on every rank
+    total = exact_group_sum(group_, storage_.allocator(), total, "zero grad-norm exchange");
+  }
+  for (comm::Communicator* g : groups_.model_parallel)
+    if (g != nullptr && g->size() > 1)
+      total = exact_group_sum(*g, storage_.allocator(), total, "zero grad-norm exchange (mp)");
+  return total;
+}
+
+}  // namespace tierzero::zero

@@ -1,0 +1,40 @@
+// GradientNorm: the global L2 norm of the gradient that clipping needs, over every part of the
+// model wherever it lives — this rank's owned shards (device or host), the other ranks of the
+// partition group, and the model-parallel groups that hold the other parts of the model. A tensor
+// held identically by every rank of the replica group (TensorSpec::replicated) counts on one rank
+// of it, and a unit held by every rank of the tie group (UnitSpec::tied) counts on one rank of
+// that; before the norm, the tied units' gradients are summed over the tie group, so every copy
+// makes the same update. Internal to the zero layer.
+#pragma once
+
+#include <functional>
+
+#include "shard_storage.hpp"
+#include "tierzero/comm/communicator.hpp"
+#include "tierzero/zero/store_config.hpp"
+
+namespace tierzero::zero {
+
+class GradientNorm {
+ public:
+  GradientNorm(int stage, ShardStorage& storage, comm::Communicator& group,
+               const StoreGroups& groups, std::function<void()> flush_collectives);
+
+  // Sums the gradient shards of the tied units over the tie group (collective over it; nothing
+  // without one).
+  void sum_tied_gradients();
+  // The sum of squares of the whole model's averaged gradient, the same on every rank (collective
+  // over the partition group from stage 1, and over every model-parallel group).
+  double global_sum_squares();
+
+ private:
+  double local_sum_squares();  // what this rank owns and counts
+
+  int stage_;
+  ShardStorage& storage_;
+  comm::Communicator& group_;
+  StoreGroups groups_;
+  std::function<void()> flush_collectives_;
+};
+
+}  // namespace tierzero::zero

@@ -1,0 +1,315 @@
+// The gradient reducer: accumulation, buckets, reductions and the deferred mode (see
+// gradient_reducer.hpp), and the bound on its buffers that the estimator shares.
+#include "gradient_reducer.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "tierzero/core/activity_log.hpp"
+#include "tierzero/core/error.hpp"
+#include "tierzero/core/timer.hpp"
+
+namespace tierzero::zero {
+
+GradientReducer::GradientReducer(const StoreConfig& config, ShardStorage& storage,
+                                 BackgroundUpdate& background, comm::Communicator& group,
+                                 FetchCounters& counters, std::function<void()> flush_collectives)
+    : config_(config),
+      storage_(storage),
+      background_(background),
+      group_(group),
+      counters_(counters),
+      flush_collectives_(std::move(flush_collectives)),
+      plan_(storage.plan()),
+      device_(storage.device()),
+      units_(storage.plan().num_units()) {}
+
+GradientReducer::~GradientReducer() {
+  pending_.clear();  // each request waits for its operation (errors are logged)
+}
+
+DeviceBuffer GradientReducer::allocate(size_t elems, const char* label) {
+  try {
+    return storage_.allocator().allocate(elems * sizeof(float), Category::comm, label);
+  } catch (const Error& e) {
+    // The device budget may be too small for the buckets rather than for the model.
+    throw Error(e.what_failed(), e.where(),
+                e.hint() + "; or lower zero_optimization.reduce_bucket_size (now " +
+                    std::to_string(config_.reduce_bucket_elems) +
+                    " elements): gradient buckets hold up to that many elements on the device");
+  }
+}
+
+float* GradientReducer::acquire(size_t unit) {
+  UnitGrad& s = units_[unit];
+  if (!s.open) {
+    s.direct =
+        config_.stage >= 2 && group_.size() == 1 && storage_.placement(unit).grad == Tier::device;
+    // A unit still in the open bucket goes out first: the next micro-batch must not add to a
+    // gradient that is still to be reduced on its own.
+    if (s.in_bucket) issue_bucket();
+    if (s.direct) {
+      // One rank: the mean over the group is the gradient itself, and backward's += is the
+      // accumulation across micro-batches; no bucket, no reduction.
+      finish_through(unit);
+    } else if (config_.stage >= 2) {
+      if (!s.held) {
+        // Awaiting reduce-scatter: transient, so it counts as a comm buffer, not model state.
+        const size_t padded = plan_.partition(unit).padded_numel;
+        s.full = allocate(padded, "zero reduce-scatter bucket");  // (padded) fp32
+        device_.fill_zero(s.full.data(), padded * sizeof(float), device_.default_stream());
+      }
+    } else {
+      // The previous micro-batch's all-reduce works in place on these gradients.
+      finish_through(unit);
+    }
+    s.held = false;
+    s.open = true;
+  }
+  if (s.direct) return storage_.grad_shard_ptr(unit);
+  if (config_.stage >= 2) return s.full.f32();
+  return storage_.arenas().ptr(StateBuffer::grads_full, unit);
+}
+
+void GradientReducer::done(size_t unit) {
+  UnitGrad& s = units_[unit];
+  s.open = false;
+  if (plan_.partition(unit).padded_numel == 0 || s.direct) {
+    s.full.reset();
+    return;
+  }
+  if (!sync_) {
+    s.held = true;  // reduced at the first finish with sync on, or at the step
+    return;
+  }
+  add_to_bucket(unit);
+}
+
+bool GradientReducer::adjacent_to_bucket(size_t unit) const {
+  const auto [lo, hi] = std::minmax_element(bucket_.begin(), bucket_.end());
+  // Units sit back to back in unit order in the full-gradient arena (empty ones take no room).
+  auto next_nonempty = [&](size_t u, int dir) {
+    for (size_t v = u;;) {
+      if (dir < 0 && v == 0) return units_.size();
+      v = dir < 0 ? v - 1 : v + 1;
+      if (v >= units_.size()) return units_.size();
+      if (plan_.partition(v).padded_numel > 0) return v;
+    }
+  };
+  return unit == next_nonempty(*lo, -1) || unit == next_nonempty(*hi, +1);
+}
+
+void GradientReducer::add_to_bucket(size_t unit) {
+  const size_t padded = plan_.partition(unit).padded_numel;
+  const size_t capacity = std::max<size_t>(1, config_.reduce_bucket_elems);
+  const bool fits = bucket_elems_ + padded <= capacity;
+  if (!bucket_.empty() && (!fits || (config_.stage < 2 && !adjacent_to_bucket(unit))))
+    issue_bucket();
+  bucket_.push_back(unit);
+  bucket_elems_ += padded;
+  units_[unit].in_bucket = true;
+  if (bucket_elems_ >= capacity) issue_bucket();
+}
+
+void GradientReducer::issue_bucket() {
+  if (bucket_.empty()) return;
+  // In flight at once: at most max_pending_reductions buckets and a bucket's worth of elements
+  // (always at least one bucket), so the memory of reductions follows reduce_bucket_size.
+  const size_t capacity = std::max<size_t>(1, config_.reduce_bucket_elems);
+  const size_t max_pending = std::max<size_t>(1, config_.max_pending_reductions);
+  while (!pending_.empty() &&
+         (pending_.size() >= max_pending || pending_elems_ + bucket_elems_ > capacity))
+    finish_oldest();
+  flush_collectives_();  // collectives go out in the same order on every rank
+  Stream& st = device_.default_stream();
+  Pending r;
+  r.units = bucket_;
+  for (size_t u : bucket_) units_[u].in_bucket = false;
+  bucket_.clear();
+  const size_t elems = bucket_elems_;
+  bucket_elems_ = 0;
+  if (config_.stage >= 2) {
+    size_t shard_elems = 0;
+    for (size_t u : r.units) shard_elems += plan_.partition(u).shard_numel;
+    if (r.units.size() == 1) {
+      r.input = std::move(units_[r.units[0]].full);  // one unit is already rank-major
+    } else {
+      // Rank-major: rank q's block holds its shard of every unit, in bucket order.
+      r.input = allocate(elems, "zero reduce-scatter bucket (packed)");  // (elems) fp32
+      size_t at = 0;
+      for (int q = 0; q < group_.size(); ++q)
+        for (size_t u : r.units) {
+          const UnitPartition& p = plan_.partition(u);
+          device_.copy(r.input.f32() + at, units_[u].full.f32() + p.shard_begin(q),
+                       p.shard_numel * sizeof(float), CopyKind::device_to_device, st);
+          at += p.shard_numel;
+        }
+      for (size_t u : r.units) units_[u].full.reset();  // stream-ordered after the copies
+    }
+    st.synchronize();  // backward's (and the packing's) writes land before the engine reads
+    r.shard_mean = allocate(shard_elems, "zero reduce-scatter shard");  // (shard_elems) fp32
+    r.request = group_.reduce_scatter_async(r.input.data(), r.shard_mean.data(), shard_elems,
+                                            DType::f32, comm::ReduceOp::avg);
+  } else {
+    // Every rank ends with the mean gradient. Under accumulation this is still right: the part
+    // already averaged is equal on every rank, so the mean of (it + local) is it + mean(local).
+    st.synchronize();  // backward's writes land before the engine reads
+    const size_t first = *std::min_element(r.units.begin(), r.units.end());
+    float* g = storage_.arenas().ptr(StateBuffer::grads_full, first);
+    r.request = group_.all_reduce_async(g, g, elems, DType::f32, comm::ReduceOp::avg);
+  }
+  r.issued_s = monotonic_seconds();
+  r.elems = elems;
+  ++counters_.reductions;
+  pending_elems_ += elems;
+  pending_.push_back(std::move(r));
+}
+
+void GradientReducer::accumulate(const Pending& r) {
+  // shard += mean of this bucket's gradient: accumulation across micro-batches and steps.
+  std::vector<size_t> offset(r.units.size());  // elements into shard_mean, per bucket unit
+  size_t total = 0;
+  bool any_host = false;
+  for (size_t i = 0; i < r.units.size(); ++i) {
+    offset[i] = total;
+    total += plan_.partition(r.units[i]).shard_numel;
+    any_host = any_host || storage_.placement(r.units[i]).grad != Tier::device;
+  }
+  offload::PinnedBuffer staging;  // (total) fp32: the means bound for host accumulators
+  if (any_host) {
+    staging = storage_.host_pool()->allocate(total * sizeof(float), Category::io,
+                                             "zero grad shard staging");
+    const double t0 = monotonic_seconds();
+    Stream& st = device_.default_stream();
+    device_.copy(staging.data(), r.shard_mean.data(), total * sizeof(float),
+                 CopyKind::device_to_host, st);
+    st.synchronize();
+    ActivityLog::global().record(Track::device_to_host, "grad shard to host", t0,
+                                 monotonic_seconds(), total * sizeof(float),
+                                 static_cast<int64_t>(r.units[0]));
+  }
+  for (size_t i = 0; i < r.units.size(); ++i) {
+    const size_t u = r.units[i];
+    const size_t n = plan_.partition(u).shard_numel;
+    float* acc = storage_.grad_shard_ptr(u);
+    const Tier tier = storage_.placement(u).grad;
+    if (tier == Tier::device) {
+      device_.kernels().residual_forward(acc, acc, r.shard_mean.f32() + offset[i], n);
+    } else {
+      storage_.host_kernels().residual_forward(
+          acc, acc, static_cast<const float*>(staging.data()) + offset[i], n);
+      background_.mark_gradient_held(u);
+    }
+  }
+}
+
+void GradientReducer::finish_oldest() {
+  Pending& r = pending_.front();
+  r.request.wait();
+  // The background update must have read the shards this adds into.
+  for (size_t u : r.units) counters_.stall_s += background_.wait(u, false);
+  size_t bytes = 0;
+  for (size_t u : r.units) bytes += plan_.partition(u).padded_numel * sizeof(float);
+  ActivityLog::global().record(Track::collective,
+                               config_.stage >= 2 ? "reduce_scatter" : "all_reduce", r.issued_s,
+                               monotonic_seconds(), bytes, static_cast<int64_t>(r.units[0]));
+  if (config_.stage >= 2) accumulate(r);
+  pending_elems_ -= r.elems;
+  pending_.pop_front();
+}
+
+void GradientReducer::finish_through(size_t unit) {
+  auto involves = [&](const Pending& r) {
+    return std::find(r.units.begin(), r.units.end(), unit) != r.units.end();
+  };
+  while (std::any_of(pending_.begin(), pending_.end(), involves)) finish_oldest();
+}
+
+void GradientReducer::finish_all() {
+  // Deferred gradients go out in unit order, which every rank shares.
+  for (size_t u = units_.size(); u-- > 0;) {
+    if (!units_[u].held) continue;
+    units_[u].held = false;
+    add_to_bucket(u);
+  }
+  issue_bucket();
+  while (!pending_.empty()) finish_oldest();
+}
+
+void GradientReducer::zero() {
+  for (UnitGrad& s : units_) {
+    s.held = false;  // a deferred gradient is zeroed anyway: no need to reduce it first
+    s.full.reset();
+  }
+  for (size_t u : bucket_) units_[u].in_bucket = false;
+  bucket_.clear();
+  bucket_elems_ = 0;
+  while (!pending_.empty()) finish_oldest();  // a result landing later would leak into the step
+  Stream& s = device_.default_stream();
+  StateArenas& arenas = storage_.arenas();
+  StateArenas::Kind& full = arenas.kinds[static_cast<size_t>(StateBuffer::grads_full)];
+  if (full.device) device_.fill_zero(full.device.data(), full.device.bytes(), s);
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (!arenas.has(StateBuffer::grad_shard, u)) continue;
+    // A unit the background optimizer has not reached yet is cleared by it after reading.
+    if (background_.gradient_cleared_by_update(u)) continue;
+    const size_t bytes = plan_.partition(u).shard_numel * sizeof(float);
+    if (storage_.placement(u).grad == Tier::device)
+      device_.fill_zero(storage_.grad_shard_ptr(u), bytes, s);
+    else
+      std::memset(storage_.grad_shard_ptr(u), 0, bytes);
+  }
+  s.synchronize();
+}
+
+void GradientReducer::copy_slices_to_host() {
+  Stream& st = device_.default_stream();
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (config_.stage >= 2 || storage_.placement(u).grad == Tier::device) continue;
+    const size_t n = plan_.partition(u).shard_numel;
+    const double t0 = monotonic_seconds();
+    device_.copy(storage_.arenas().ptr(StateBuffer::grad_shard, u),
+                 storage_.arenas().ptr(StateBuffer::grads_full, u) +
+                     plan_.partition(u).shard_begin(plan_.rank()),
+                 n * sizeof(float), CopyKind::device_to_host, st);
+    st.synchronize();
+    ActivityLog::global().record(Track::device_to_host, "grad shard to host", t0,
+                                 monotonic_seconds(), n * sizeof(float), static_cast<int64_t>(u));
+  }
+}
+
+ReductionBuffers reduction_buffer_bound(const PartitionPlan& plan, int stage,
+                                        const std::vector<UnitPlacement>& placement,
+                                        size_t reduce_bucket_elems) {
+  ReductionBuffers out;
+  if (stage < 2) return out;  // stages 0-1 reduce in place in the full-gradient arena
+  // Units whose gradient is reduced at all (one rank with device gradients adds in place).
+  size_t largest = 0, total = 0, slack = 0, host_units = 0;
+  for (size_t u = 0; u < plan.num_units(); ++u) {
+    if (plan.ranks() == 1 && placement.at(u).grad == Tier::device) continue;
+    const size_t padded = plan.partition(u).padded_numel;
+    largest = std::max(largest, padded);
+    total += padded;
+    slack += DeviceAllocator::round_size(padded * sizeof(float)) - padded * sizeof(float);
+    host_units += placement.at(u).grad != Tier::device;
+  }
+  if (total == 0) return out;
+  // A bucket of several units holds at most reduce_bucket_elems; a bucket of one unit is that
+  // unit. Its reduced shards are 1/ranks of it (shards pad units evenly).
+  const size_t bucket =
+      std::max(std::min(std::max<size_t>(1, reduce_bucket_elems), total), largest);
+  const auto ranks = static_cast<size_t>(plan.ranks());
+  const size_t packed = DeviceAllocator::round_size(bucket * sizeof(float));
+  const size_t shard = DeviceAllocator::round_size(bucket / ranks * sizeof(float));
+  // Two units open under backward (the tied head keeps the embeddings' gradients open through the
+  // whole backward), the open bucket's full gradients, and the buckets in flight with their
+  // reduced shards: at most one bucket's worth of elements, in at most max_pending_reductions
+  // blocks (bounded by twice a bucket's block to cover their rounding).
+  out.device_comm = 2 * DeviceAllocator::round_size(largest * sizeof(float)) +
+                    bucket * sizeof(float) + slack + 2 * (packed + shard);
+  if (host_units > 0) out.host_io = offload::HostPool::round_size(bucket / ranks * sizeof(float));
+  return out;
+}
+
+}  // namespace tierzero::zero

@@ -1,0 +1,106 @@
+// GradientReducer: where backward accumulates each unit's gradient, and how the gradients are
+// averaged over the partition group into what each rank owns. Stages 0-1 all-reduce the full
+// gradients in place; stages 2-3 reduce-scatter each unit's full local gradient into its fp32
+// shard accumulator (on the device, or through pinned staging into host memory). One rank at
+// stage 2-3 with device gradients accumulates straight into the shard: there is nothing to average.
+//
+// Buckets (reduce_bucket_size): units finished one after another join an open bucket, reduced by
+// one collective once it holds reduce_bucket_elems elements. Several units' full gradients are
+// packed rank-major ([rank 0's shards of every unit][rank 1's]...) so that one reduce-scatter
+// leaves each rank its shard of every unit; a single unit is already in that shape. Stages 0-1
+// reduce a run of adjacent units as one span of the full-gradient arena. As DeepSpeed does, a
+// unit that would overflow the open bucket sends the bucket off first, so a bucket of several
+// units holds at most reduce_bucket_elems, and a bucket of one unit is that unit. In flight,
+// overlapping the rest of the backward: at most max_pending_reductions buckets and at most one
+// bucket's worth of elements (always at least one bucket).
+//
+// Deferred (no-sync) mode: with sync off, a unit's finished gradient stays local (stages 2-3 keep
+// its full gradient) and the next micro-batch accumulates into it; the first finish with sync on,
+// or the step, reduces the sum — one reduction per unit per step instead of one per micro-batch,
+// for the memory of the full gradients (the mode pipelining and gradient accumulation want).
+// Internal to the zero layer.
+#pragma once
+
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <vector>
+
+#include "background_update.hpp"
+#include "shard_storage.hpp"
+#include "tierzero/comm/communicator.hpp"
+#include "tierzero/zero/store_config.hpp"
+
+namespace tierzero::zero {
+
+class GradientReducer {
+ public:
+  // `flush_collectives` issues whatever the caller holds back on `group` (stage 3's queued
+  // gathers), so that every rank issues collectives in the same order.
+  GradientReducer(const StoreConfig& config, ShardStorage& storage, BackgroundUpdate& background,
+                  comm::Communicator& group, FetchCounters& counters,
+                  std::function<void()> flush_collectives);
+  ~GradientReducer();  // waits quietly for reductions in flight
+  GradientReducer(const GradientReducer&) = delete;
+  GradientReducer& operator=(const GradientReducer&) = delete;
+
+  float* acquire(size_t unit);  // (padded_numel) fp32: backward accumulates (+=) here
+  // The unit's local gradient is complete (for this micro-batch); it was open.
+  void done(size_t unit);
+  bool open(size_t unit) const { return units_[unit].open; }
+  void set_sync(bool sync) { sync_ = sync; }
+  bool sync() const { return sync_; }
+  // Reduces everything still local or in the open bucket and waits for every reduction: the
+  // owned gradients are complete.
+  void finish_all();
+  // Zeroes every gradient for the next step (what is deferred is dropped, not reduced).
+  void zero();
+  // Below stage 2 with the optimizer on the host: this rank's slice of the averaged full gradient
+  // goes to its host gradient shard.
+  void copy_slices_to_host();
+
+ private:
+  struct UnitGrad {
+    bool open = false;       // between acquire and done
+    bool direct = false;     // one rank: backward accumulates straight into the shard
+    bool in_bucket = false;  // waits in the open bucket
+    bool held = false;       // deferred: finished but not reduced (sync off)
+    DeviceBuffer full;       // (padded_numel) fp32, stages 2-3: the local full gradient
+  };
+  // A bucket in flight. Buffers first: the request (destroyed first) waits for the operation
+  // before the buffers it uses are freed.
+  struct Pending {
+    std::vector<size_t> units;  // in bucket order
+    DeviceBuffer input;         // (sum padded_numel) fp32, stages 2-3: reduce-scatter input
+    DeviceBuffer shard_mean;    // (sum shard_numel) fp32, stages 2-3: reduce-scatter output
+    size_t elems = 0;           // padded elements of its units
+    double issued_s = 0.0;
+    comm::CommRequest request;
+  };
+
+  // A comm buffer of `elems` fp32; an over-budget error also names reduce_bucket_size.
+  DeviceBuffer allocate(size_t elems, const char* label);
+  void add_to_bucket(size_t unit);
+  bool adjacent_to_bucket(size_t unit) const;  // stages 0-1: extends the bucket's span
+  void issue_bucket();
+  void finish_oldest();
+  void finish_through(size_t unit);   // until no reduction of `unit` is pending
+  void accumulate(const Pending& r);  // stages 2-3: each unit's mean into its shard
+
+  const StoreConfig& config_;
+  ShardStorage& storage_;
+  BackgroundUpdate& background_;
+  comm::Communicator& group_;
+  FetchCounters& counters_;
+  std::function<void()> flush_collectives_;
+  const PartitionPlan& plan_;
+  Device& device_;
+  std::vector<UnitGrad> units_;
+  std::vector<size_t> bucket_;  // units of the open bucket, in finishing order
+  size_t bucket_elems_ = 0;     // their padded elements
+  std::deque<Pending> pending_;
+  size_t pending_elems_ = 0;  // of the buckets in flight
+  bool sync_ = true;
+};
+
+}  // namespace tierzero::zero

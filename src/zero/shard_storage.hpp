@@ -1,0 +1,91 @@
+// ShardStorage: where the partition store's persistent state lives and how to reach it. It owns
+// the offload resources a placement needs (the pinned host pool, the NVMe engine and its swap
+// space), the state arenas (state_arenas.hpp), and a CPU Kernels object for the compute the store
+// does on host-resident state (the zero layer computes only through Kernels). Every other part of
+// the store — fetcher, reducer, optimizer engines — reads and writes shards through it, so the
+// rules "a parameter shard is a slice of the full parameters below stage 3" and "the master is the
+// parameter shard when they share a tier in fp32" live in one place. Internal to the zero layer.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "state_arenas.hpp"
+#include "tierzero/device/device_allocator.hpp"
+#include "tierzero/kernels/kernels.hpp"
+#include "tierzero/offload/host_pool.hpp"
+#include "tierzero/offload/nvme_engine.hpp"
+#include "tierzero/offload/swap_space.hpp"
+#include "tierzero/zero/placement.hpp"
+#include "tierzero/zero/store_config.hpp"
+
+namespace tierzero::zero {
+
+class ShardStorage {
+ public:
+  // Allocates every arena (zeroed) and the offload resources the placement needs. Throws Error
+  // when NVMe placement has no directory or a tier cannot hold its share.
+  ShardStorage(const PartitionPlan& plan, int stage, const std::vector<UnitPlacement>& placement,
+               const StoreConfig& config, DeviceAllocator& allocator);
+  ~ShardStorage();
+  ShardStorage(const ShardStorage&) = delete;
+  ShardStorage& operator=(const ShardStorage&) = delete;
+
+  const PartitionPlan& plan() const { return plan_; }
+  int stage() const { return stage_; }
+  DType working() const { return working_; }
+  const std::vector<UnitPlacement>& placement() const { return placement_; }
+  const UnitPlacement& placement(size_t unit) const { return placement_[unit]; }
+  Device& device() { return device_; }
+  DeviceAllocator& allocator() { return allocator_; }
+  StateArenas& arenas() { return *arenas_; }
+  offload::HostPool* host_pool() { return host_pool_.get(); }
+  offload::NvmeEngine* nvme() { return nvme_.get(); }
+  // The CPU kernels, for state in host memory (on the CPU backend the device's are the same
+  // functions, so placements agree bitwise).
+  kernels::Kernels& host_kernels() { return *host_kernels_; }
+  // The kernels for state on `tier` (device or host).
+  kernels::Kernels& kernels_for(Tier tier) {
+    return tier == Tier::device ? device_.kernels() : *host_kernels_;
+  }
+
+  // This rank's shard of `unit`, for the kinds that may live on any tier: a device or host
+  // pointer, null when it is on NVMe. Below stage 3 the parameter shard is a slice of the full
+  // parameters, and the gradient shard (on the device) a slice of the full gradients.
+  float* param_shard_ptr(size_t unit);  // fp32 working parameters only
+  void* param_shard_raw(size_t unit);   // any working type
+  float* grad_shard_ptr(size_t unit);
+  StateBuffer master_kind(size_t unit) const;
+  float* master_ptr(size_t unit);  // the fp32 master shard (the parameter shard when shared)
+  // Below stage 3: the unit's full parameters on the device, working type.
+  void* full_params_raw(size_t unit);
+
+  // Writes this rank's shard (shard_numel fp32, host memory) of a shard-shaped kind (param_shard,
+  // master) wherever it lives, rounded to the kind's element type. Waits until it has landed.
+  void write_shard(StateBuffer kind, size_t unit, const float* host_shard);
+  // Below stage 3: sets / reads the unit's full parameters (host fp32, units[unit].numel).
+  void load_full_params(size_t unit, const float* host_values);
+  void read_full_params(size_t unit, float* host_values);
+  // The updated master values [begin, begin + count) of the unit's shard become its working
+  // parameters wherever they live, rounded once to the working type: by the device's kernel
+  // where master and parameters are both on the device, else on the host (a device master is
+  // copied out first). `master` is on the device when master_on_device.
+  void publish_params(size_t unit, const float* master, size_t begin, size_t count,
+                      bool master_on_device);
+
+ private:
+  const PartitionPlan& plan_;
+  int stage_;
+  DType working_;
+  std::vector<UnitPlacement> placement_;
+  DeviceAllocator& allocator_;
+  Device& device_;
+  std::unique_ptr<kernels::Kernels> host_kernels_;
+  std::unique_ptr<offload::HostPool> host_pool_;  // when any state or staging is on the host
+  std::unique_ptr<offload::NvmeEngine> nvme_;     // when any state is on NVMe
+  std::unique_ptr<offload::SwapSpace> swap_;      // extents of nvme_
+  std::unique_ptr<StateArenas> arenas_;
+};
+
+}  // namespace tierzero::zero

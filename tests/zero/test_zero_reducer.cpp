@@ -1,0 +1,140 @@
+// The partition store's gradient reducer under mpiexec: gradient buckets of every size (one unit
+// per bucket, pairs of units packed rank-major into one reduce-scatter, the whole model in one)
+// train alike and issue as many reductions as their size says, and the deferred (no-sync) mode
+// reduces once per step while tracking the one-rank reference. Bitwise on the CPU backend with
+// up to 2 ranks (a sum of two is the same in any order); with more ranks MPI may sum buckets of
+// another size in another order, so there the runs agree within the reference tolerances.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "store_fixture.hpp"
+
+using namespace tierzero;
+using namespace tierzero::zero_test;
+
+namespace {
+
+// The tiny GPT's units, in the order backward finishes them: final_norm (64 elements padded),
+// block.1, block.0 (12736 each), embeddings (2560).
+constexpr size_t kBlockElems = 12736;
+
+size_t compare_runs(const std::vector<float>& got, const std::vector<float>& want, double rtol,
+                    const std::string& what, int ranks, int rank) {
+  if (ranks <= 2 || on_cuda()) return count_disagreements(got, want, 1e-6, rtol, what, rank);
+  ErrorStats err;
+  for (size_t i = 0; i < got.size() && i < want.size(); ++i)
+    err.compare(got[i], want[i], 1e-6, rtol);
+  err.print(what, rank);
+  return err.bad + (got.size() != want.size() ? 1 : 0);
+}
+
+struct TrainedRun {
+  std::vector<float> losses;
+  std::vector<float> params;
+  size_t reductions_per_step = 0;
+};
+
+TrainedRun train(int stage, const std::string& placement, size_t bucket_elems) {
+  Fixture f(stage, placement, 1000000000, DType::f32, bucket_elems);
+  TrainedRun run;
+  for (int step = 0; step < 5; ++step) {
+    run.losses.push_back(store_step(f));
+    run.reductions_per_step = f.store.fetch_counters().reductions;
+  }
+  run.params = read_all_units(f);
+  return run;
+}
+
+class ZeroReducerTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(ZeroReducerTest, BucketSizesTrainAlikeAndIssueTheirReductions) {
+  const int stage = GetParam();
+  const int ranks = session().world().size(), rank = session().world().rank();
+  for (const char* placement : {"device", "opt_host"}) {
+    if (stage == 0 && std::string(placement) != "device") continue;
+    const TrainedRun per_unit = train(stage, placement, 1);
+    const TrainedRun pairs = train(stage, placement, 2 * kBlockElems + 1);
+    const TrainedRun whole = train(stage, placement, 500000000);
+    const std::string what = "stage " + std::to_string(stage) + " " + placement + " on " +
+                             std::to_string(ranks) + " ranks";
+    std::printf(
+        "[rank %d] %s: reductions per step: %zu (one unit per bucket), %zu (pairs), %zu "
+        "(whole model)\n",
+        rank, what.c_str(), per_unit.reductions_per_step, pairs.reductions_per_step,
+        whole.reductions_per_step);
+    // One rank at stage 2-3 with device gradients adds straight into its shards: nothing to reduce.
+    const bool nothing = ranks == 1 && stage >= 2 && std::string(placement) == "device";
+    EXPECT_EQ(per_unit.reductions_per_step, nothing ? 0u : 4u) << what;
+    EXPECT_EQ(pairs.reductions_per_step, nothing ? 0u : 2u) << what;
+    EXPECT_EQ(whole.reductions_per_step, nothing ? 0u : 1u) << what;
+    for (const TrainedRun* r : {&pairs, &whole}) {
+      const std::string which = what + (r == &pairs ? ", pairs" : ", whole model");
+      EXPECT_EQ(compare_runs(r->losses, per_unit.losses, 1e-5,
+                             which + " vs one unit per bucket, "
+                                     "losses",
+                             ranks, rank),
+                0u);
+      EXPECT_EQ(compare_runs(r->params, per_unit.params, 1e-4,
+                             which + " vs one unit per bucket, "
+                                     "parameters",
+                             ranks, rank),
+                0u);
+    }
+  }
+}
+
+// Two micro-batches per step, the first with gradient sync off: every unit is reduced once per
+// step (not once per micro-batch), the result tracks the reference on the whole global batch,
+// and at stages 2-3 the deferred full gradients are held (the mode's memory price).
+TEST_P(ZeroReducerTest, DeferredSyncReducesOncePerStepAndTracksTheReference) {
+  const int stage = GetParam();
+  for (const char* placement : {"device", "opt_host"}) {
+    if (stage == 0 && std::string(placement) != "device") continue;
+    Fixture f(stage, placement, 1000000000, DType::f32, 1);  // one unit per bucket
+    const size_t local = kLocalBatch * kSeq, half = local / 2;
+    const size_t at = static_cast<size_t>(f.rank) * local;
+    ErrorStats loss_err;
+    size_t reductions = 0;
+    for (int step = 0; step < 5; ++step) {
+      f.ref_params.zero_grads();
+      const float ref_loss = f.ref_model.forward_backward(f.ref_params, f.x.data(), f.y.data(),
+                                                          f.global_batch, kSeq, 1.0f);
+      f.ref_opt.step(f.ref_params, kLr, kClip);
+
+      f.store.zero_grads();
+      f.store.set_gradient_sync(false);
+      const float l1 = f.model.forward_backward(f.provider, f.x.data() + at, f.y.data() + at,
+                                                kLocalBatch / 2, kSeq, 0.5f);
+      f.store.set_gradient_sync(true);
+      const float l2 = f.model.forward_backward(
+          f.provider, f.x.data() + at + half, f.y.data() + at + half, kLocalBatch / 2, kSeq, 0.5f);
+      float loss = 0.5f * (l1 + l2);
+      f.world.all_reduce(&loss, &loss, 1, DType::f32, comm::ReduceOp::avg);
+      f.store.step(kLr, kClip);
+      reductions = f.store.fetch_counters().reductions;
+      loss_err.compare(loss, ref_loss, 0.0, 1e-5);
+    }
+    const std::string what = "stage " + std::to_string(stage) + " " + placement + " on " +
+                             std::to_string(f.ranks) + " ranks, deferred first micro-batch";
+    loss_err.print(what + ", loss vs reference", f.rank);
+    std::printf("[rank %d] %s: %zu reductions per step\n", f.rank, what.c_str(), reductions);
+    EXPECT_EQ(loss_err.bad, 0u);
+    const bool nothing = f.ranks == 1 && stage >= 2 && std::string(placement) == "device";
+    EXPECT_EQ(reductions, nothing ? 0u : 4u) << what;  // not 8: once per unit per step
+    if (stage >= 2 && !nothing) {
+      size_t full = 0;
+      for (size_t u = 0; u < f.store.plan().num_units(); ++u)
+        full += f.store.plan().partition(u).padded_numel * sizeof(float);
+      EXPECT_GE(f.store_tracker.peak(Tier::device, Category::comm), full) << what;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, ZeroReducerTest, ::testing::Values(0, 1, 2, 3),
+                         [](const ::testing::TestParamInfo<int>& i) {
+                           return "stage" + std::to_string(i.param);
+                         });
+
+}  // namespace
