@@ -391,6 +391,11 @@ struct MpiCommunicator::Engine {
   // Engine thread only (and the caller's thread in execute(), when nothing is pending):
   std::vector<std::pair<std::shared_ptr<MpiOp>, MPI_Request>> in_flight;  // posted requests
   bool collective_in_flight = false;
+  // node_local_rank() / node_local_size(), once asked (a collective the first time):
+  std::mutex node_mutex;
+  bool node_known = false;
+  int node_rank = 0;
+  int node_size = 0;
   HostScratch send_stage{"comm send staging"};
   HostScratch recv_stage{"comm recv staging"};
   HostScratch send_wide{"comm fp32 send"};
@@ -557,6 +562,47 @@ void MpiCommunicator::broadcast_bytes(void* buffer, size_t bytes, int root) {
     return request;
   };
   engine_->execute(op);
+}
+
+namespace {
+
+// The ranks of `e`'s communicator on this node (a collective on it, run on its engine like
+// split()), asked once and kept.
+std::pair<int, int> node_local(MpiCommunicator::Engine& e, const std::string& group,
+                               double timeout_s) {
+  std::lock_guard<std::mutex> lock(e.node_mutex);
+  if (!e.node_known) {
+    const std::string what = "finding the ranks of " + group + " on this node";
+    MPI_Comm parent = e.comm;
+    // Shared with the engine: if the wait below times out, the engine may still write here.
+    auto result = std::make_shared<std::pair<int, int>>(0, 0);
+    auto op = std::make_shared<MpiOp>(what, timeout_s, true);
+    op->run = [=] {
+      MPI_Comm node = MPI_COMM_NULL;
+      // Key 0 for all: ordered by rank in the parent.
+      TZ_MPI_CHECK(MPI_Comm_split_type(parent, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
+                   what);
+      TZ_MPI_CHECK(MPI_Comm_rank(node, &result->first), what);
+      TZ_MPI_CHECK(MPI_Comm_size(node, &result->second), what);
+      TZ_MPI_CHECK(MPI_Comm_free(&node), what);
+    };
+    e.submit(op);
+    op->wait();
+    e.node_rank = result->first;
+    e.node_size = result->second;
+    e.node_known = true;
+  }
+  return {e.node_rank, e.node_size};
+}
+
+}  // namespace
+
+int node_local_rank(MpiCommunicator& group) {
+  return node_local(*group.engine_, group.describe(), group.options().timeout_s).first;
+}
+
+int node_local_size(MpiCommunicator& group) {
+  return node_local(*group.engine_, group.describe(), group.options().timeout_s).second;
 }
 
 namespace {

@@ -90,10 +90,21 @@ class MpiCommunicator final : public Communicator {
   struct Engine;  // the engine thread and its queue (mpi_communicator.cpp)
 
  private:
+  friend int node_local_rank(MpiCommunicator& group);
+  friend int node_local_size(MpiCommunicator& group);
   MpiCommunicator(std::string name, int rank, std::vector<int> world_ranks, CommOptions options,
                   std::unique_ptr<Engine> engine);
   std::unique_ptr<Engine> engine_;
 };
+
+// This rank's index among the ranks of `group` that share its node (MPI_Comm_split_type with
+// MPI_COMM_TYPE_SHARED, ordered by group rank), and how many there are; so that each rank can
+// drive the GPU of its local rank (`cuda:<local_rank % device_count>`). Collective over `group`
+// the first time either is asked on a communicator (every rank must ask, in the same order
+// relative to its other collectives), blocking under the timeout like split(); the answer is
+// kept, so later calls are local.
+int node_local_rank(MpiCommunicator& group);
+int node_local_size(MpiCommunicator& group);
 
 }  // namespace tierzero::comm
 
