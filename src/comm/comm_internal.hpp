@@ -19,6 +19,9 @@ std::string describe_op(const char* op, size_t count, DType dtype, const std::st
 
 // Throws the Error for an operation that missed its deadline, after marking the failure.
 [[noreturn]] void throw_timeout(const std::string& what, double timeout_s);
+// Throws the Error for an operation whose ready event (see Communicator) did not complete before
+// its deadline, after marking the failure: the group is out of step, as for a timeout.
+[[noreturn]] void throw_ready_timeout(const std::string& what, double timeout_s);
 // Throws the Error for an operation issued after another one in this process failed.
 [[noreturn]] void throw_after_failure(const std::string& what);
 

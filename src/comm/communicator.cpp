@@ -83,6 +83,15 @@ void throw_timeout(const std::string& what, double timeout_s) {
            "longer, raise TIERZERO_COMM_TIMEOUT_S");
 }
 
+void throw_ready_timeout(const std::string& what, double timeout_s) {
+  mark_failed();
+  TZ_THROW(what + " did not start within " + format_seconds(timeout_s) +
+               ": its ready event did not complete",
+           "the work recorded before that event (a copy, a kernel, a host task) is stuck, or the "
+           "event was recorded on a stream whose work never runs; if that work legitimately takes "
+           "longer, raise TIERZERO_COMM_TIMEOUT_S");
+}
+
 void throw_after_failure(const std::string& what) {
   TZ_THROW(what + " abandoned: an earlier communication in this process failed",
            "the first error above names the operation and group that failed");

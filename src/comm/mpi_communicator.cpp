@@ -12,7 +12,9 @@
 // 16-bit float type, and a user-defined MPI_Op on 16-bit data would round after every pairwise
 // step. Device buffers are staged through host scratch unless MPI is CUDA-aware and no widening
 // or scaling is needed. Collectives run one at a time per communicator (they share the scratch);
-// point-to-point operations overlap them.
+// point-to-point operations overlap them. An operation with a ready event (Communicator) is not
+// started before that event completes, and nothing issued after it starts before it: every rank
+// must start its collectives in the same order.
 #include "tierzero/comm/mpi_communicator.hpp"
 
 #include <mpi.h>
@@ -20,6 +22,8 @@
 #include <mpi-ext.h>
 #endif
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <condition_variable>
@@ -30,11 +34,13 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "comm_internal.hpp"
 #include "mpi_check.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/log.hpp"
+#include "tierzero/device/device.hpp"
 
 namespace tierzero::comm {
 
@@ -71,10 +77,42 @@ class MpiOp final : public comm_detail::PendingOp {
   std::function<void()> run;           // instead of start/finish: a blocking call (split)
   const std::string& what() const { return what_; }
 
+  // The operation starts once `event` has completed (null: at once).
+  void set_ready(Event* event) {
+    ready_ = event;
+    awaiting_ready_ = event != nullptr;
+  }
+
   // Throws when the deadline has passed or another operation of this process failed.
   void check_deadline() const {
-    if (Clock::now() >= deadline_) comm_detail::throw_timeout(what_, timeout_s_);
+    if (Clock::now() >= deadline_) {
+      // Said the same way whichever thread notices first: the caller waiting, or the engine.
+      if (awaiting_ready_) comm_detail::throw_ready_timeout(what_, timeout_s_);
+      comm_detail::throw_timeout(what_, timeout_s_);
+    }
     if (comm_failed()) comm_detail::throw_after_failure(what_);
+  }
+
+  // True once the operation may start: it has no ready event, or the event has completed. Never
+  // blocks. Throws when the deadline passes first (the event is as good as a stalled peer), when
+  // the work before the event failed, or when another operation of this process failed.
+  // Called by the one thread that starts the operation (the engine, or the caller in execute()).
+  bool ready_to_start() {
+    if (ready_ == nullptr) return true;
+    bool complete = false;
+    try {
+      complete = ready_->query();
+    } catch (const Error& e) {
+      TZ_THROW(what_ + " not started: the work before its ready event failed: " + e.what(),
+               "the first error above says what failed on this rank");
+    }
+    if (complete) {
+      ready_ = nullptr;  // not asked again
+      awaiting_ready_ = false;
+      return true;
+    }
+    check_deadline();
+    return false;
   }
 
   void complete(std::exception_ptr error) {
@@ -115,6 +153,8 @@ class MpiOp final : public comm_detail::PendingOp {
   std::string what_;
   double timeout_s_;
   Clock::time_point deadline_;
+  Event* ready_ = nullptr;                   // starting thread only
+  std::atomic<bool> awaiting_ready_{false};  // read by waiters too
   std::mutex mutex_;
   std::condition_variable cv_;
   bool done_ = false;
@@ -160,6 +200,23 @@ int g_world_rank = -1;
 // cannot run. Otherwise it spins, as MPI's own blocking calls do (yielding then only hands the
 // core to unrelated processes and costs bandwidth).
 bool g_oversubscribed = true;
+
+// Waiting for a ready event while nothing else is in flight: short sleeps, growing to this, so
+// that an engine (or a caller) waiting for a producer does not take a core from it.
+constexpr std::chrono::microseconds kMaxReadyBackoff{200};
+
+// Sleeps a little longer each time it is called, up to kMaxReadyBackoff.
+class Backoff {
+ public:
+  void pause() {
+    std::this_thread::sleep_for(delay_);
+    delay_ = std::min(delay_ * 2, kMaxReadyBackoff);
+  }
+  void reset() { delay_ = std::chrono::microseconds(5); }
+
+ private:
+  std::chrono::microseconds delay_{5};
+};
 
 }  // namespace
 
@@ -207,6 +264,8 @@ struct MpiCommunicator::Engine {
       return;
     }
     try {
+      // The caller's thread is the engine here: it waits for the ready event, under the deadline.
+      for (Backoff backoff; !op->ready_to_start();) backoff.pause();
       if (op->run) {
         op->run();
         return;
@@ -227,21 +286,50 @@ struct MpiCommunicator::Engine {
   }
 
   void loop() {
+    Backoff backoff;
     for (;;) {
       std::shared_ptr<MpiOp> next;
       {
         std::unique_lock<std::mutex> lock(mutex);
         if (in_flight.empty()) cv.wait(lock, [this] { return stop || !queue.empty(); });
         if (in_flight.empty() && queue.empty()) return;  // stopped, and everything is done
-        // Collectives one at a time (they share the scratch); point-to-point at once.
+        // Collectives one at a time (they share the scratch); point-to-point at once. Only this
+        // thread pops, so the front stays the front while its ready event is asked below.
         if (!queue.empty() && (!queue.front()->collective || !collective_in_flight)) {
-          next = std::move(queue.front());
-          queue.pop_front();
+          next = queue.front();
         }
       }
+      bool waiting_for_ready = false;
       if (next) {
-        begin(next);
-      } else if (!poll()) {
+        // The front starts once its ready event has completed; what was issued after it waits
+        // behind it, so that operations start in issue order on every rank.
+        bool ready = false;
+        std::exception_ptr error;
+        try {
+          ready = next->ready_to_start();
+        } catch (...) {
+          error = std::current_exception();
+        }
+        if (ready || error) {
+          {
+            std::lock_guard<std::mutex> lock(mutex);
+            queue.pop_front();
+          }
+          if (error) {
+            done(next, error);
+          } else {
+            begin(next);
+          }
+          backoff.reset();
+          continue;
+        }
+        waiting_for_ready = true;
+      }
+      if (poll()) {
+        backoff.reset();
+      } else if (waiting_for_ready && in_flight.empty()) {
+        backoff.pause();  // only a producer to wait for: leave it the core
+      } else {
         std::this_thread::yield();  // nothing finished: let ranks sharing this core run
       }
     }
@@ -303,6 +391,11 @@ struct MpiCommunicator::Engine {
   // Engine thread only (and the caller's thread in execute(), when nothing is pending):
   std::vector<std::pair<std::shared_ptr<MpiOp>, MPI_Request>> in_flight;  // posted requests
   bool collective_in_flight = false;
+  // node_local_rank() / node_local_size(), once asked (a collective the first time):
+  std::mutex node_mutex;
+  bool node_known = false;
+  int node_rank = 0;
+  int node_size = 0;
   HostScratch send_stage{"comm send staging"};
   HostScratch recv_stage{"comm recv staging"};
   HostScratch send_wide{"comm fp32 send"};
@@ -469,6 +562,47 @@ void MpiCommunicator::broadcast_bytes(void* buffer, size_t bytes, int root) {
     return request;
   };
   engine_->execute(op);
+}
+
+namespace {
+
+// The ranks of `e`'s communicator on this node (a collective on it, run on its engine like
+// split()), asked once and kept.
+std::pair<int, int> node_local(MpiCommunicator::Engine& e, const std::string& group,
+                               double timeout_s) {
+  std::lock_guard<std::mutex> lock(e.node_mutex);
+  if (!e.node_known) {
+    const std::string what = "finding the ranks of " + group + " on this node";
+    MPI_Comm parent = e.comm;
+    // Shared with the engine: if the wait below times out, the engine may still write here.
+    auto result = std::make_shared<std::pair<int, int>>(0, 0);
+    auto op = std::make_shared<MpiOp>(what, timeout_s, true);
+    op->run = [=] {
+      MPI_Comm node = MPI_COMM_NULL;
+      // Key 0 for all: ordered by rank in the parent.
+      TZ_MPI_CHECK(MPI_Comm_split_type(parent, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
+                   what);
+      TZ_MPI_CHECK(MPI_Comm_rank(node, &result->first), what);
+      TZ_MPI_CHECK(MPI_Comm_size(node, &result->second), what);
+      TZ_MPI_CHECK(MPI_Comm_free(&node), what);
+    };
+    e.submit(op);
+    op->wait();
+    e.node_rank = result->first;
+    e.node_size = result->second;
+    e.node_known = true;
+  }
+  return {e.node_rank, e.node_size};
+}
+
+}  // namespace
+
+int node_local_rank(MpiCommunicator& group) {
+  return node_local(*group.engine_, group.describe(), group.options().timeout_s).first;
+}
+
+int node_local_size(MpiCommunicator& group) {
+  return node_local(*group.engine_, group.describe(), group.options().timeout_s).second;
 }
 
 namespace {
@@ -656,53 +790,62 @@ std::string all_to_all_what(size_t count, DType dtype, const std::string& group)
 }  // namespace
 
 CommRequest MpiCommunicator::all_gather_async(const void* send, void* recv, size_t count,
-                                              DType dtype) {
+                                              DType dtype, Event* ready) {
   check_buffers("all_gather", send, recv, count);
   auto op = all_gather_op(engine_.get(), all_gather_what(count, dtype, describe()),
                           options().timeout_s, rank(), size(), send, recv, count, dtype);
+  op->set_ready(ready);
   engine_->submit(op);
   return CommRequest(op);
 }
 
-void MpiCommunicator::all_gather(const void* send, void* recv, size_t count, DType dtype) {
+void MpiCommunicator::all_gather(const void* send, void* recv, size_t count, DType dtype,
+                                 Event* ready) {
   check_buffers("all_gather", send, recv, count);
-  engine_->execute(all_gather_op(engine_.get(), all_gather_what(count, dtype, describe()),
-                                 options().timeout_s, rank(), size(), send, recv, count, dtype));
+  auto op = all_gather_op(engine_.get(), all_gather_what(count, dtype, describe()),
+                          options().timeout_s, rank(), size(), send, recv, count, dtype);
+  op->set_ready(ready);
+  engine_->execute(op);
 }
 
 CommRequest MpiCommunicator::reduce_scatter_async(const void* send, void* recv, size_t count,
-                                                  DType dtype, ReduceOp op) {
+                                                  DType dtype, ReduceOp op, Event* ready) {
   check_buffers("reduce_scatter", send, recv, count);
   auto o =
       reduce_scatter_op(engine_.get(), reduce_what("reduce_scatter", count, dtype, describe(), op),
                         options().timeout_s, size(), send, recv, count, dtype, op);
+  o->set_ready(ready);
   engine_->submit(o);
   return CommRequest(o);
 }
 
 void MpiCommunicator::reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
-                                     ReduceOp op) {
+                                     ReduceOp op, Event* ready) {
   check_buffers("reduce_scatter", send, recv, count);
-  engine_->execute(reduce_scatter_op(engine_.get(),
-                                     reduce_what("reduce_scatter", count, dtype, describe(), op),
-                                     options().timeout_s, size(), send, recv, count, dtype, op));
+  auto o =
+      reduce_scatter_op(engine_.get(), reduce_what("reduce_scatter", count, dtype, describe(), op),
+                        options().timeout_s, size(), send, recv, count, dtype, op);
+  o->set_ready(ready);
+  engine_->execute(o);
 }
 
 CommRequest MpiCommunicator::all_reduce_async(const void* send, void* recv, size_t count,
-                                              DType dtype, ReduceOp op) {
+                                              DType dtype, ReduceOp op, Event* ready) {
   check_buffers("all_reduce", send, recv, count);
   auto o = all_reduce_op(engine_.get(), reduce_what("all_reduce", count, dtype, describe(), op),
                          options().timeout_s, size(), send, recv, count, dtype, op);
+  o->set_ready(ready);
   engine_->submit(o);
   return CommRequest(o);
 }
 
 void MpiCommunicator::all_reduce(const void* send, void* recv, size_t count, DType dtype,
-                                 ReduceOp op) {
+                                 ReduceOp op, Event* ready) {
   check_buffers("all_reduce", send, recv, count);
-  engine_->execute(all_reduce_op(engine_.get(),
-                                 reduce_what("all_reduce", count, dtype, describe(), op),
-                                 options().timeout_s, size(), send, recv, count, dtype, op));
+  auto o = all_reduce_op(engine_.get(), reduce_what("all_reduce", count, dtype, describe(), op),
+                         options().timeout_s, size(), send, recv, count, dtype, op);
+  o->set_ready(ready);
+  engine_->execute(o);
 }
 
 CommRequest MpiCommunicator::broadcast_async(void* buffer, size_t count, DType dtype, int root) {

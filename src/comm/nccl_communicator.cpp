@@ -3,7 +3,8 @@
 // that initialisation and every later operation can be abandoned (ncclCommAbort) when a peer
 // dies or stalls, instead of hanging. Operations run on the communicator's own stream; a request
 // is an event recorded after the operation. Inside group_start()/group_end() the operations
-// become one NCCL group call and their events are recorded at group_end().
+// become one NCCL group call and their events are recorded at group_end(). An operation with a
+// ready event makes the stream wait for it first, so the producer orders it on the device.
 #include "tierzero/comm/nccl_communicator.hpp"
 
 #include <cuda_runtime_api.h>
@@ -233,33 +234,38 @@ class NcclCommunicator final : public Communicator {
     grouped_.clear();
   }
 
-  CommRequest all_gather_async(const void* send, void* recv, size_t count, DType dtype) override {
+  CommRequest all_gather_async(const void* send, void* recv, size_t count, DType dtype,
+                               Event* ready) override {
     check_buffers("all_gather", send, recv, count);
-    return issue(comm_detail::describe_op("all_gather", count, dtype, describe(), "per rank"),
-                 [&](cudaStream_t s) {
-                   return ncclAllGather(send, recv, count, nccl_type(dtype), handle_->comm, s);
-                 });
+    return issue(
+        comm_detail::describe_op("all_gather", count, dtype, describe(), "per rank"),
+        [&](cudaStream_t s) {
+          return ncclAllGather(send, recv, count, nccl_type(dtype), handle_->comm, s);
+        },
+        ready);
   }
 
   CommRequest reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype,
-                                   ReduceOp op) override {
+                                   ReduceOp op, Event* ready) override {
     check_buffers("reduce_scatter", send, recv, count);
     return issue(
         comm_detail::describe_op("reduce_scatter", count, dtype, describe(), reduce_op_name(op)),
         [&](cudaStream_t s) {
           return ncclReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(op), handle_->comm,
                                    s);
-        });
+        },
+        ready);
   }
 
-  CommRequest all_reduce_async(const void* send, void* recv, size_t count, DType dtype,
-                               ReduceOp op) override {
+  CommRequest all_reduce_async(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                               Event* ready) override {
     check_buffers("all_reduce", send, recv, count);
     return issue(
         comm_detail::describe_op("all_reduce", count, dtype, describe(), reduce_op_name(op)),
         [&](cudaStream_t s) {
           return ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(op), handle_->comm, s);
-        });
+        },
+        ready);
   }
 
   CommRequest broadcast_async(void* buffer, size_t count, DType dtype, int root) override {
@@ -330,9 +336,13 @@ class NcclCommunicator final : public Communicator {
   static constexpr size_t kBarrierBytes = 256;  // one float used, a full allocation granule
 
   CommRequest issue(const std::string& what,
-                    const std::function<ncclResult_t(cudaStream_t)>& launch) {
+                    const std::function<ncclResult_t(cudaStream_t)>& launch,
+                    Event* ready = nullptr) {
     if (comm_failed()) comm_detail::throw_after_failure(what);
     CudaDeviceGuard guard(device_.index());
+    // On the device, without the host waiting: the launch below queues behind the wait. An event
+    // of another backend cannot order this stream, and says so (Event::make_wait).
+    if (ready != nullptr) ready->make_wait(*stream_);
     auto stream = static_cast<cudaStream_t>(stream_->native());
     TZ_NCCL_CHECK(launch(stream), what, handle_->comm);
     auto op = std::make_shared<NcclOp>(what, handle_, device_.create_event(), options().timeout_s);

@@ -1,15 +1,21 @@
 // The CUDA implementation of Device, Stream and Event (cudaMalloc, non-blocking streams,
 // timing events), plus cuda_device_count() and make_cuda_device(). Compiled as plain C++ against
 // the CUDA runtime only when TierZero is built with CUDA; cuda_absent.cpp stands in otherwise.
+// Host tasks run through cudaLaunchHostFunc; their exceptions are kept per stream and rethrown
+// by that stream's synchronize(), as on the CPU backend.
 // Every call that creates CUDA objects or issues work first switches to this device, because
 // the current device is per thread and I/O or optimizer threads may drive the same Device.
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
+
+#include "task_failure.hpp"
 
 #include "tierzero/core/cuda_check.hpp"
 #include "tierzero/core/error.hpp"
@@ -45,6 +51,37 @@ void warn_if_failed(cudaError_t status, const char* what) {
             cudaGetErrorName(status) + ")");
 }
 
+// What a stream shares with its host tasks, which CUDA may run after the stream object is gone:
+// the first exception one of them threw.
+struct HostTaskState {
+  std::mutex mutex;
+  device_detail::TaskFailure failure;
+};
+
+// One host task on the heap, owned by CUDA's callback from launch until it has run.
+struct HostTask {
+  std::function<void()> fn;
+  std::shared_ptr<HostTaskState> state;
+};
+
+// Runs on CUDA's callback thread; nothing may escape it. After a failure the stream's later host
+// tasks are skipped (they may depend on the failed one); its device work is not.
+void CUDART_CB run_host_task(void* user_data) {
+  std::unique_ptr<HostTask> task(static_cast<HostTask*>(user_data));
+  {
+    std::lock_guard<std::mutex> lock(task->state->mutex);
+    if (task->state->failure) return;
+  }
+  try {
+    task->fn();
+  } catch (...) {
+    device_detail::TaskFailure failure =
+        device_detail::capture_task_failure(std::current_exception());
+    std::lock_guard<std::mutex> lock(task->state->mutex);
+    if (!task->state->failure) task->state->failure = std::move(failure);
+  }
+}
+
 class CudaStream final : public Stream {
  public:
   explicit CudaStream(int device) : device_(device) {
@@ -60,15 +97,21 @@ class CudaStream final : public Stream {
   CudaStream(const CudaStream&) = delete;
   CudaStream& operator=(const CudaStream&) = delete;
 
-  void synchronize() override { TZ_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  void synchronize() override {
+    TZ_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::lock_guard<std::mutex> lock(host_tasks_->mutex);
+    if (host_tasks_->failure) throw Error(*host_tasks_->failure);
+  }
   void* native() override { return stream_; }
 
   int device() const { return device_; }
   cudaStream_t handle() const { return stream_; }
+  const std::shared_ptr<HostTaskState>& host_tasks() const { return host_tasks_; }
 
  private:
   int device_;
   cudaStream_t stream_ = nullptr;
+  std::shared_ptr<HostTaskState> host_tasks_ = std::make_shared<HostTaskState>();
 };
 
 // Streams from the CPU backend (or any other) cannot order CUDA work; mixing them is a bug in
@@ -258,6 +301,16 @@ class CudaDevice final : public Device {
     CudaStream& cuda_stream = as_cuda_stream(stream, "Device::fill_zero");
     CudaDeviceGuard guard(index_);
     TZ_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, cuda_stream.handle()));
+  }
+
+  void host_task(Stream& stream, std::function<void()> fn) override {
+    CudaStream& cuda_stream = as_cuda_stream(stream, "Device::host_task");
+    TZ_CHECK(fn != nullptr, "Device::host_task: the function is empty",
+             "pass the callable the stream should run");
+    auto task = std::make_unique<HostTask>(HostTask{std::move(fn), cuda_stream.host_tasks()});
+    CudaDeviceGuard guard(index_);
+    TZ_CUDA_CHECK(cudaLaunchHostFunc(cuda_stream.handle(), run_host_task, task.get()));
+    (void)task.release();  // run_host_task owns it now
   }
 
   Stream& default_stream() override { return *default_stream_; }

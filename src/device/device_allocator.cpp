@@ -1,6 +1,7 @@
-// Caching, budgeted, stream-ordered device allocator (see device_allocator.hpp for the rules).
-// Blocks are not split: requests are rounded to size classes and served from a cached block at
-// most 25% larger, which keeps fragmentation bounded without the bookkeeping of splitting.
+// Caching, budgeted, stream-ordered device allocator (see device_allocator.hpp for the rules, and
+// docs/streams.md for how reuse follows the streams). Blocks are not split: requests are rounded
+// to size classes and served from a cached block at most 25% larger, which keeps fragmentation
+// bounded without the bookkeeping of splitting.
 #include "tierzero/device/device_allocator.hpp"
 
 #include <algorithm>
@@ -42,6 +43,27 @@ void DeviceBuffer::reset() {
   bytes_ = 0;
 }
 
+namespace {
+
+// A failed stream skips its later work, so a block freed on it is no longer in use: for reuse a
+// failure counts as finished. The failure itself is the stream's to report (its synchronize()).
+bool finished(Event& event) {
+  try {
+    return event.query();
+  } catch (const Error&) {
+    return true;
+  }
+}
+
+void wait_finished(Event& event) {
+  try {
+    event.synchronize();
+  } catch (const Error&) {
+  }
+}
+
+}  // namespace
+
 DeviceAllocator::DeviceAllocator(Device& device, size_t budget_bytes, MemoryTracker& tracker)
     : device_(device), tracker_(tracker) {
   stats_.budget = budget_bytes ? budget_bytes : device.total_memory();
@@ -50,7 +72,7 @@ DeviceAllocator::DeviceAllocator(Device& device, size_t budget_bytes, MemoryTrac
 DeviceAllocator::~DeviceAllocator() {
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto& [size, block] : free_) {
-    if (block.ready) block.ready->synchronize();
+    if (block.ready) wait_finished(*block.ready);
     device_.raw_free(block.ptr);
   }
   free_.clear();
@@ -64,35 +86,48 @@ size_t DeviceAllocator::round_size(size_t bytes) {
   return (bytes + kLarge - 1) / kLarge * kLarge;
 }
 
-void DeviceAllocator::release_cached_locked() {
+void DeviceAllocator::release_finished_locked(std::vector<std::shared_ptr<Event>>* pending) {
   for (auto it = free_.begin(); it != free_.end();) {
-    if (it->second.ready) it->second.ready->synchronize();
-    device_.raw_free(it->second.ptr);
+    FreeBlock& block = it->second;
+    if (block.ready && !finished(*block.ready)) {
+      if (pending != nullptr) pending->push_back(block.ready);
+      ++it;
+      continue;
+    }
+    device_.raw_free(block.ptr);
     stats_.reserved -= it->first;
     it = free_.erase(it);
   }
 }
 
 void DeviceAllocator::release_cached() {
+  std::vector<std::shared_ptr<Event>> pending;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    release_finished_locked(&pending);
+  }
+  // Waited for without the lock: the work may itself free blocks into this allocator.
+  for (auto& event : pending) wait_finished(*event);
   std::lock_guard<std::mutex> lock(mutex_);
-  release_cached_locked();
+  release_finished_locked(nullptr);
 }
 
 DeviceBuffer DeviceAllocator::allocate(size_t bytes, Category category, const char* label,
                                        Stream* stream) {
   if (!stream) stream = &device_.default_stream();
   const size_t want = round_size(bytes);
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
   ++stats_.alloc_count;
 
   size_t got = 0;
   void* p = nullptr;
-  // Look up the exact block size we take, since cached blocks may be up to 25% larger.
-  {
+  for (;;) {
+    // A cached block may be up to 25% larger than asked; it is usable by this stream at once,
+    // by another once the work that freed it has finished.
     const size_t max_bytes = want + want / 4;
     for (auto it = free_.lower_bound(want); it != free_.end() && it->first <= max_bytes; ++it) {
       FreeBlock& b = it->second;
-      if (b.stream == stream || !b.ready || b.ready->query()) {
+      if (b.stream == stream || !b.ready || finished(*b.ready)) {
         p = b.ptr;
         got = it->first;
         free_.erase(it);
@@ -100,10 +135,14 @@ DeviceBuffer DeviceAllocator::allocate(size_t bytes, Category category, const ch
         break;
       }
     }
-  }
-  if (!p) {
-    if (stats_.reserved + want > stats_.budget) release_cached_locked();
-    if (stats_.reserved + want > stats_.budget) {
+    if (p) break;
+    if (stats_.reserved + want <= stats_.budget) break;
+    std::vector<std::shared_ptr<Event>> pending;
+    release_finished_locked(&pending);
+    if (stats_.reserved + want <= stats_.budget) break;
+    size_t cached = 0;
+    for (const auto& entry : free_) cached += entry.first;
+    if (pending.empty() || stats_.reserved - cached + want > stats_.budget) {
       TZ_THROW("device memory budget exceeded on " + device_.name() + ": request of " +
                    format_bytes(bytes) + " for " + category_name(category) +
                    (label ? std::string(" (") + label + ")" : std::string()) + " with " +
@@ -111,6 +150,13 @@ DeviceBuffer DeviceAllocator::allocate(size_t bytes, Category category, const ch
                    ", peak " + format_bytes(stats_.peak_reserved),
                "raise the device budget, lower the micro-batch size, or offload more state");
     }
+    // Only blocks still in use by queued work stand in the way: wait for that work, without the
+    // lock (the work may free blocks into this allocator), then look again.
+    lock.unlock();
+    for (auto& event : pending) wait_finished(*event);
+    lock.lock();
+  }
+  if (!p) {
     p = device_.raw_alloc(want);
     got = want;
     stats_.reserved += got;
@@ -123,11 +169,9 @@ DeviceBuffer DeviceAllocator::allocate(size_t bytes, Category category, const ch
 }
 
 void DeviceAllocator::free_block(void* ptr, size_t bytes, Category c, Stream* stream) {
-  std::unique_ptr<Event> ready;
-  if (device_.kind() != DeviceKind::cpu) {
-    ready = device_.create_event();
-    ready->record(*stream);
-  }
+  // On every backend: a CPU worker stream may still be running work that uses the block.
+  std::shared_ptr<Event> ready = device_.create_event();
+  ready->record(*stream);
   std::lock_guard<std::mutex> lock(mutex_);
   stats_.in_use -= bytes;
   tracker_.on_free(Tier::device, c, bytes);

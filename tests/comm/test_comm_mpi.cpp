@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -387,6 +388,22 @@ TEST(CommMpi, AsyncProgressesWhileCallerComputes) {
   ASSERT_TRUE(done) << "the asynchronous all_gather made no progress while the caller computed";
   for (int r2 = 0; r2 < c.size(); ++r2)
     EXPECT_EQ(recv[static_cast<size_t>(r2) * count + count - 1], static_cast<float>(r2));
+}
+
+// Under mpiexec on one machine every rank shares the node: local rank = rank, local size =
+// size, for the world and for a group split from it; asking again is local (kept).
+TEST(CommMpi, NodeLocalRankOnOneNode) {
+  MpiCommunicator& w = session().world();
+  EXPECT_EQ(node_local_size(w), w.size());
+  EXPECT_EQ(node_local_rank(w), w.rank());
+  EXPECT_EQ(node_local_rank(w), w.rank());
+  std::unique_ptr<MpiCommunicator> half = w.split(w.rank() % 2, w.rank(), "half");
+  EXPECT_EQ(node_local_rank(*half), half->rank());
+  EXPECT_EQ(node_local_size(*half), half->size());
+  std::printf("[rank %d] node-local rank %d of %d (world); %d of %d (group half)\n", w.rank(),
+              node_local_rank(w), node_local_size(w), node_local_rank(*half),
+              node_local_size(*half));
+  w.barrier();  // and the group still works after the collective
 }
 
 TEST(CommMpi, BadArgumentsAreClearErrors) {

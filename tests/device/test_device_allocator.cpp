@@ -1,7 +1,14 @@
-// DeviceAllocator on the CPU device: budget errors, block reuse, tracker agreement.
+// DeviceAllocator on the CPU device: budget errors, block reuse, tracker agreement, and reuse
+// that follows the streams (a block freed by held-back work on a worker stream).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
+#include <future>
+
+#include <functional>
+#include <stdexcept>
+#include <vector>
 
 #include "tierzero/core/error.hpp"
 #include "tierzero/device/device_allocator.hpp"
@@ -99,4 +106,73 @@ TEST(Device, CpuStreamsAndEventsRunInOrder) {
     std::printf("no CUDA device: %s\n", reason.c_str());
     EXPECT_FALSE(reason.empty());
   }
+}
+
+// A block freed on a worker stream whose work is held back: that stream may take it again at
+// once; the default stream gets a fresh block while there is budget, and when there is none
+// waits for the worker (rather than failing, and rather than taking memory still in use).
+TEST(DeviceAllocator, ReuseAcrossStreamsWaitsForTheWorkThatFreedTheBlock) {
+  constexpr auto kGenerous = std::chrono::seconds(60);
+  auto dev = make_cpu_device();
+  auto worker = dev->create_stream();
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  bool released_yet = false;
+  auto open_gate = [&] {
+    if (!released_yet) release.set_value();
+    released_yet = true;
+  };
+  struct OpenAtExit {  // a failing assertion must not leave the worker blocked at its destruction
+    std::function<void()> open;
+    ~OpenAtExit() { open(); }
+  } open_at_exit{open_gate};
+
+  DeviceAllocator alloc(*dev, 2 << 20);  // room for two 1 MiB blocks
+  dev->host_task(*worker, [released, kGenerous] {
+    if (released.wait_for(kGenerous) != std::future_status::ready)
+      throw std::runtime_error("never released");
+  });
+  void* first = nullptr;
+  {
+    DeviceBuffer on_worker = alloc.allocate(1 << 20, Category::workspace, "w", worker.get());
+    first = on_worker.data();
+    dev->fill_zero(on_worker.data(), on_worker.bytes(), *worker);  // queued behind the gate
+  }  // freed while the worker's fill has not run
+
+  {
+    // The same stream: at once, its later work runs after the fill.
+    DeviceBuffer again = alloc.allocate(1 << 20, Category::workspace, "w", worker.get());
+    EXPECT_EQ(again.data(), first);
+  }
+  // Another stream, with budget left: a fresh block, never the one still in use.
+  DeviceBuffer other = alloc.allocate(1 << 20, Category::workspace, "d");
+  EXPECT_NE(other.data(), first);
+  // Budget exhausted (the cached block and `other`): the next request must wait for the worker.
+  std::future<void*> waiting = std::async(std::launch::async, [&] {
+    DeviceBuffer b = alloc.allocate(1 << 20, Category::workspace, "waits");
+    return b.data();
+  });
+  EXPECT_NE(waiting.wait_for(std::chrono::milliseconds(100)), std::future_status::ready)
+      << "a block still in use by held-back work was handed to another stream";
+  open_gate();
+  ASSERT_EQ(waiting.wait_for(kGenerous), std::future_status::ready) << "allocate never returned";
+  EXPECT_EQ(waiting.get(), first) << "the block should have been reused once its work finished";
+  EXPECT_NO_THROW(worker->synchronize());
+  EXPECT_EQ(alloc.stats().reserved, size_t{2} << 20);
+}
+
+TEST(DeviceAllocator, ReleaseCachedWaitsForWorkStillUsingABlock) {
+  auto dev = make_cpu_device();
+  auto worker = dev->create_stream();
+  DeviceAllocator alloc(*dev, 8 << 20);
+  std::vector<unsigned char> source(1 << 20, 5);
+  {
+    DeviceBuffer b = alloc.allocate(1 << 20, Category::workspace, "w", worker.get());
+    // Several copies queued: the block must not be returned to the device under them.
+    for (int i = 0; i < 8; ++i)
+      dev->copy(b.data(), source.data(), b.bytes(), CopyKind::host_to_device, *worker);
+  }
+  alloc.release_cached();
+  EXPECT_EQ(alloc.stats().reserved, 0u);
+  EXPECT_NO_THROW(worker->synchronize());
 }

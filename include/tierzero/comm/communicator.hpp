@@ -3,7 +3,9 @@
 // over two engines (MPI for host buffers, NCCL for device buffers). Every operation exists in an
 // asynchronous form returning a CommRequest and a blocking form built on it; both fail with a
 // tierzero::Error naming the operation, the group and its ranks when a peer dies or stalls,
-// instead of hanging.
+// instead of hanging. The collectives ZeRO overlaps with compute (all-gather, reduce-scatter,
+// all-reduce) can also start after an Event, so that a producer's copy or kernel orders them
+// without the caller blocking on the host.
 #pragma once
 
 #include <cstddef>
@@ -13,6 +15,10 @@
 #include <vector>
 
 #include "tierzero/core/dtype.hpp"
+
+namespace tierzero {
+class Event;  // tierzero/device/device.hpp
+}
 
 namespace tierzero::comm {
 
@@ -94,16 +100,26 @@ class Communicator {
   const CommOptions& options() const { return options_; }
   std::string describe() const;  // "group dp (ranks 0-3)"
 
+  // `ready` (all-gather, reduce-scatter, all-reduce): when given, the operation starts only once
+  // that event has completed (e.g. recorded after the copy that fills `send`), without the
+  // caller blocking. MPI: the engine waits for it before posting the MPI call, under the
+  // operation's deadline (an event that never completes is a timed-out Error naming the
+  // operation), and later operations of the communicator still start after it, in issue order.
+  // NCCL: the communicator's stream waits for it (a CUDA event). The event must stay alive, and
+  // must not be recorded again, until the operation has completed. A blocking form with a
+  // `ready` event waits for it first.
+
   // recv (count * size()) = the ranks' send (count) blocks in rank order. send may be
   // recv + rank() * count (in place).
-  virtual CommRequest all_gather_async(const void* send, void* recv, size_t count, DType dtype) = 0;
+  virtual CommRequest all_gather_async(const void* send, void* recv, size_t count, DType dtype,
+                                       Event* ready = nullptr) = 0;
   // recv (count) = block rank() of the sum (or mean) over ranks of send (count * size()).
   // bf16/fp16 are accumulated in fp32 and rounded once. send and recv must not overlap.
   virtual CommRequest reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype,
-                                           ReduceOp op) = 0;
+                                           ReduceOp op, Event* ready = nullptr) = 0;
   // recv (count) = sum (or mean) over ranks of send (count); send == recv is allowed.
   virtual CommRequest all_reduce_async(const void* send, void* recv, size_t count, DType dtype,
-                                       ReduceOp op) = 0;
+                                       ReduceOp op, Event* ready = nullptr) = 0;
   // buffer (count) of rank `root` is copied to every rank's buffer.
   virtual CommRequest broadcast_async(void* buffer, size_t count, DType dtype, int root) = 0;
   // Point to point; a send matches the recv of the same tag from this rank on `peer`.
@@ -122,15 +138,17 @@ class Communicator {
 
   // Blocking forms: issue, then wait under the timeout. A backend may run them more directly
   // (the MPI backend runs them on the calling thread when nothing else is pending).
-  virtual void all_gather(const void* send, void* recv, size_t count, DType dtype) {
-    all_gather_async(send, recv, count, dtype).wait();
+  virtual void all_gather(const void* send, void* recv, size_t count, DType dtype,
+                          Event* ready = nullptr) {
+    all_gather_async(send, recv, count, dtype, ready).wait();
   }
-  virtual void reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
-                              ReduceOp op) {
-    reduce_scatter_async(send, recv, count, dtype, op).wait();
+  virtual void reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                              Event* ready = nullptr) {
+    reduce_scatter_async(send, recv, count, dtype, op, ready).wait();
   }
-  virtual void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
-    all_reduce_async(send, recv, count, dtype, op).wait();
+  virtual void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                          Event* ready = nullptr) {
+    all_reduce_async(send, recv, count, dtype, op, ready).wait();
   }
   virtual void broadcast(void* buffer, size_t count, DType dtype, int root) {
     broadcast_async(buffer, count, dtype, root).wait();

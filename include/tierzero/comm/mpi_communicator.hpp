@@ -64,11 +64,12 @@ class MpiCommunicator final : public Communicator {
   void broadcast_bytes(void* buffer, size_t bytes, int root);
 
   const char* backend() const override { return "mpi"; }
-  CommRequest all_gather_async(const void* send, void* recv, size_t count, DType dtype) override;
+  CommRequest all_gather_async(const void* send, void* recv, size_t count, DType dtype,
+                               Event* ready = nullptr) override;
   CommRequest reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype,
-                                   ReduceOp op) override;
-  CommRequest all_reduce_async(const void* send, void* recv, size_t count, DType dtype,
-                               ReduceOp op) override;
+                                   ReduceOp op, Event* ready = nullptr) override;
+  CommRequest all_reduce_async(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                               Event* ready = nullptr) override;
   CommRequest broadcast_async(void* buffer, size_t count, DType dtype, int root) override;
   CommRequest send_async(const void* buffer, size_t count, DType dtype, int peer,
                          int tag = 0) override;
@@ -76,10 +77,12 @@ class MpiCommunicator final : public Communicator {
   CommRequest all_to_all_async(const void* send, void* recv, size_t count, DType dtype) override;
   CommRequest barrier_async() override;
 
-  void all_gather(const void* send, void* recv, size_t count, DType dtype) override;
-  void reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
-                      ReduceOp op) override;
-  void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override;
+  void all_gather(const void* send, void* recv, size_t count, DType dtype,
+                  Event* ready = nullptr) override;
+  void reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                      Event* ready = nullptr) override;
+  void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                  Event* ready = nullptr) override;
   void broadcast(void* buffer, size_t count, DType dtype, int root) override;
   void all_to_all(const void* send, void* recv, size_t count, DType dtype) override;
   void barrier() override;
@@ -87,10 +90,21 @@ class MpiCommunicator final : public Communicator {
   struct Engine;  // the engine thread and its queue (mpi_communicator.cpp)
 
  private:
+  friend int node_local_rank(MpiCommunicator& group);
+  friend int node_local_size(MpiCommunicator& group);
   MpiCommunicator(std::string name, int rank, std::vector<int> world_ranks, CommOptions options,
                   std::unique_ptr<Engine> engine);
   std::unique_ptr<Engine> engine_;
 };
+
+// This rank's index among the ranks of `group` that share its node (MPI_Comm_split_type with
+// MPI_COMM_TYPE_SHARED, ordered by group rank), and how many there are; so that each rank can
+// drive the GPU of its local rank (`cuda:<local_rank % device_count>`). Collective over `group`
+// the first time either is asked on a communicator (every rank must ask, in the same order
+// relative to its other collectives), blocking under the timeout like split(); the answer is
+// kept, so later calls are local.
+int node_local_rank(MpiCommunicator& group);
+int node_local_size(MpiCommunicator& group);
 
 }  // namespace tierzero::comm
 

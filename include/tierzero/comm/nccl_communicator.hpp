@@ -19,8 +19,9 @@ bool nccl_available(std::string* reason = nullptr);
 // Collective over `group`: every rank of it calls this with its own CUDA device. The NCCL
 // communicator is initialised non-blocking so that a peer that never joins times out (the
 // group's timeout) instead of hanging. Data handed to an operation must be ready on the device
-// when it is issued: make the NCCL stream wait for the producer (`nccl_stream()`), or
-// synchronise the producer first.
+// when it is issued: pass the producer's event as `ready` (all-gather, reduce-scatter,
+// all-reduce), make the NCCL stream wait for the producer (`nccl_stream()`), or synchronise the
+// producer first.
 std::unique_ptr<Communicator> make_nccl_communicator(MpiCommunicator& group, Device& device);
 
 // The stream a communicator from make_nccl_communicator() runs on, to order work against it.

@@ -1,10 +1,15 @@
 // Device, Stream and Event: where compute runs and how work is ordered.
-// On the CPU backend work runs in call order, so streams are trivially ordered and events are
-// always complete; on CUDA they wrap cudaStream_t / cudaEvent_t. Layers above see only this API.
+// Copies, collectives and compute are ordered by events rather than by host synchronization, on
+// every backend: on CUDA streams and events wrap cudaStream_t / cudaEvent_t; on the CPU a stream
+// from create_stream() is a worker thread running its work in FIFO order, and the default stream
+// is inline (work issued on it runs at once on the caller's thread). The CPU backend is a real
+// asynchronous backend so that overlap logic runs, and is tested, on machines without a GPU.
+// Layers above see only this API; docs/streams.md describes the semantics in full.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -13,20 +18,34 @@
 
 namespace tierzero {
 
+// An ordered queue of work. Work issued on one stream runs in issue order; work on different
+// streams may overlap unless ordered by an Event. Issuing from several threads is safe.
+// Destroying a stream waits for the work already issued on it (never throws).
 class Stream {
  public:
   virtual ~Stream() = default;
+  // Waits on the host until everything issued so far has run. Throws Error when work on the
+  // stream failed (a CPU task or a host_task threw; a CUDA error); a failed CPU stream stays
+  // failed: every later synchronize() throws the same Error and later work on it is skipped.
   virtual void synchronize() = 0;
   virtual void* native() = 0;  // cudaStream_t on CUDA, null on the CPU
 };
 
+// A point in a stream's work. Recording again re-arms the event: query, synchronize and waits
+// issued afterwards refer to the most recent record (as in CUDA). A never-recorded event counts
+// as complete. Streams and events of different backends do not mix (an Error).
 class Event {
  public:
   virtual ~Event() = default;
-  virtual void record(Stream& stream) = 0;     // marks the point reached by the stream's work
-  virtual bool query() = 0;                    // true once that work has finished
-  virtual void synchronize() = 0;              // waits on the host for that work
-  virtual void make_wait(Stream& stream) = 0;  // later work on `stream` waits for this event
+  virtual void record(Stream& stream) = 0;  // marks the point reached by the stream's work
+  // True once that work has finished; never blocks. Throws Error when the work before the point
+  // failed (CPU backend; CUDA reports errors of the device).
+  virtual bool query() = 0;
+  virtual void synchronize() = 0;  // waits on the host for that work; throws as query()
+  // Later work on `stream` waits for this event (as recorded now) without blocking the host,
+  // except on the CPU's inline default stream, whose work runs on the caller's thread: there
+  // the caller waits at once.
+  virtual void make_wait(Stream& stream) = 0;
   virtual double elapsed_ms_since(Event& start) = 0;  // both recorded; device time between them
 };
 
@@ -54,10 +73,30 @@ class Device {
   virtual void register_host(void* ptr, size_t bytes) = 0;
   virtual void unregister_host(void* ptr) = 0;
 
+  // Stream-ordered, asynchronous as cudaMemcpyAsync / cudaMemsetAsync: the buffers must stay
+  // valid and untouched until the work has run (synchronize the stream or an event after it).
+  // On the CPU's inline default stream they complete before returning.
   virtual void copy(void* dst, const void* src, size_t bytes, CopyKind kind, Stream& stream) = 0;
   virtual void fill_zero(void* dst, size_t bytes, Stream& stream) = 0;
 
+  // Runs `fn` on the host in stream order: after the work issued on `stream` before it, and
+  // before the work issued after it. CPU worker stream: on the worker thread; CPU inline stream:
+  // at once on the caller's thread (an exception propagates to the caller); CUDA: from CUDA's
+  // host-callback thread (cudaLaunchHostFunc), so neither `fn` nor the destructors of what it
+  // captures may call CUDA (no DeviceBuffer, no event). An exception thrown by `fn` on a CPU
+  // worker or CUDA stream fails the stream: see Stream::synchronize(). On CUDA that skips the
+  // stream's later host tasks but not its device work, and events do not carry the failure.
+  // The fallback for backends without host callbacks synchronizes the stream, then runs `fn`.
+  virtual void host_task(Stream& stream, std::function<void()> fn) {
+    stream.synchronize();
+    fn();
+  }
+
+  // The stream the kernels issue on. On the CPU it is inline: work on it runs on the caller's
+  // thread before the call returns, because the CPU kernels compute on the caller's (OpenMP)
+  // threads; a worker thread in between would only add a hand-off per kernel.
   virtual Stream& default_stream() = 0;
+  // A new stream (on the CPU: with its own worker thread).
   virtual std::unique_ptr<Stream> create_stream() = 0;
   virtual std::unique_ptr<Event> create_event() = 0;
 

@@ -1,8 +1,10 @@
 // DeviceAllocator: a caching allocator with a hard byte budget for one Device.
-// Blocks are rounded to size classes and reused; reuse is stream-ordered: a freed block goes
-// back to its stream's pool at once (later work on that stream runs after the old work), and is
-// handed to another stream only after an event shows the old work finished. Every byte handed
-// out is reported to the MemoryTracker as tier `device` with the caller's category.
+// Blocks are rounded to size classes and reused; reuse is stream-ordered, on every backend: a
+// block freed while work on its stream may still use it goes back to the cache with an event
+// recorded at free time. The same stream may take it again at once (its later work runs after
+// the old work); another stream only once that event has completed. Cached blocks are returned
+// to the device only after their event has completed, too. Every byte handed out is reported to
+// the MemoryTracker as tier `device` with the caller's category.
 #pragma once
 
 #include <cstddef>
@@ -65,12 +67,18 @@ class DeviceAllocator {
   DeviceAllocator(const DeviceAllocator&) = delete;
   DeviceAllocator& operator=(const DeviceAllocator&) = delete;
 
-  // Throws Error with the request, the budget and the peak when the budget cannot hold it.
-  // `stream` is where the block will be used (the device's default stream if null).
+  // `stream` is where the block will be used (the device's default stream if null), and where
+  // the block is freed (stream-ordered) when its DeviceBuffer goes.
+  // When the budget is exhausted, cached blocks whose last work has finished are released to
+  // make room; if that is not enough and cached blocks are still in use by work on their
+  // streams, this waits (blocking the caller) for that work rather than failing. Throws Error
+  // with the request, the budget and the peak when the budget cannot hold the request even with
+  // every cached block released.
   DeviceBuffer allocate(size_t bytes, Category category, const char* label = nullptr,
                         Stream* stream = nullptr);
 
-  void release_cached();  // returns every cached free block to the device
+  // Returns every cached free block to the device, waiting for the work still using them.
+  void release_cached();
   AllocatorStats stats() const;
   MemoryTracker& tracker() const { return tracker_; }  // where this allocator reports
   Device& device() { return device_; }
@@ -82,11 +90,15 @@ class DeviceAllocator {
   struct FreeBlock {
     void* ptr;
     size_t bytes;
-    Stream* stream;                // stream whose work last used the block
-    std::unique_ptr<Event> ready;  // recorded at free time; null on the CPU backend
+    Stream* stream;  // stream whose work last used the block
+    // Recorded on `stream` at free time. Shared, so that a thread can wait for it with the lock
+    // released while another thread takes or releases the block.
+    std::shared_ptr<Event> ready;
   };
   void free_block(void* ptr, size_t bytes, Category c, Stream* stream);
-  void release_cached_locked();
+  // Returns to the device the cached blocks whose event has completed; the events of the others
+  // (still in use) are added to `pending` when given.
+  void release_finished_locked(std::vector<std::shared_ptr<Event>>* pending);
 
   Device& device_;
   MemoryTracker& tracker_;
