@@ -26,6 +26,10 @@ Fetcher::~Fetcher() {
   for (UnitFetch& s : units_) {
     wait_io_quietly(s.reads);
     s.gather = comm::CommRequest();  // waits (an error is logged)
+    try {
+      if (s.ready) s.ready->synchronize();  // a copy still writing the buffers freed below
+    } catch (const Error&) {
+    }
   }
 }
 
@@ -111,6 +115,7 @@ void Fetcher::start_read(size_t unit) {
   // The staging buffer is counted before it exists, under the lock the NVMe optimizer takes to
   // count its handoffs, so the two never overshoot the budget together.
   offload::PinnedBuffer handed = background_.take_staging(unit);
+  s.staging_counted = true;
   if (handed) {
     // The update's new shard, still in memory: no read of what is being written.
     s.staging = std::move(handed);
@@ -127,6 +132,7 @@ void Fetcher::start_read(size_t unit) {
     } catch (...) {
       wait_io_quietly(s.reads);
       s.staging.reset();
+      s.staging_counted = false;
       background_.read_finished();
       throw;
     }
@@ -194,12 +200,16 @@ void Fetcher::issue_gather(size_t unit) {
   const size_t eb = dtype_size(working);
   s.gathered = storage_.allocator().allocate(p.padded_numel * eb, Category::param,
                                              "zero gathered params");  // (padded) working type
+  if (!s.ready) s.ready = device_.create_event();
   Stream& st = device_.default_stream();
   // This rank's block of the gathered buffer: the all-gather runs in place.
   void* slot = static_cast<std::byte*>(s.gathered.data()) + p.shard_begin(plan_.rank()) * eb;
   const size_t bytes = p.shard_numel * eb;
   const void* send = slot;
   const auto u = static_cast<int64_t>(unit);
+  // The gathered block was handed out for the default stream, whose earlier work may still use
+  // it; so may work that wrote the device shard the gather sends.
+  s.ready->record(st);
   if (home == Tier::device) {
     send = storage_.arenas().raw(StateBuffer::param_shard, unit);
   } else {
@@ -212,25 +222,35 @@ void Fetcher::issue_gather(size_t unit) {
       const double t1 = monotonic_seconds();
       counters_.stall_s += t1 - t0;
       if (t1 > t0) ActivityLog::global().record(Track::stall, "wait nvme read", t0, t1, 0, u);
-      background_.read_finished();
       src = s.staging.data();
     }
+    // The copy runs on the copy stream beside the compute; the gather starts after it.
+    Stream& copies = storage_.copy_stream();
+    s.ready->make_wait(copies);
     const double t0 = monotonic_seconds();
-    device_.copy(slot, src, bytes, CopyKind::host_to_device, st);
-    st.synchronize();
-    ActivityLog::global().record(Track::host_to_device, "param shard to device", t0,
-                                 monotonic_seconds(), bytes, u);
-    s.staging.reset();
+    device_.copy(slot, src, bytes, CopyKind::host_to_device, copies);
+    device_.host_task(copies, [t0, bytes, u] {
+      ActivityLog::global().record(Track::host_to_device, "param shard to device", t0,
+                                   monotonic_seconds(), bytes, u);
+    });
+    s.ready->record(copies);
   }
-  st.synchronize();  // the shard must be ready before the engine reads it
   s.gather_issued_s = monotonic_seconds();
   if (group_.size() == 1) {
     if (send != slot) device_.copy(slot, send, bytes, CopyKind::device_to_device, st);
   } else if (p.padded_numel > 0) {
-    s.gather = group_.all_gather_async(send, s.gathered.data(), p.shard_numel, working);
+    s.gather =
+        group_.all_gather_async(send, s.gathered.data(), p.shard_numel, working, s.ready.get());
     ++counters_.gathers;
   }
   s.fetch = Fetch::gathering;
+}
+
+void Fetcher::finish_copy(UnitFetch& s) {
+  if (s.ready) s.ready->synchronize();
+  s.staging.reset();
+  if (s.staging_counted) background_.read_finished();
+  s.staging_counted = false;
 }
 
 void Fetcher::finish_fetch(size_t unit, bool stall) {
@@ -243,6 +263,7 @@ void Fetcher::finish_fetch(size_t unit, bool stall) {
   if (s.fetch == Fetch::gathering) {
     const double t0 = monotonic_seconds();
     if (s.gather.pending()) s.gather.wait();
+    finish_copy(s);  // on one rank nothing else waited for the copy
     const double t1 = monotonic_seconds();
     const auto u = static_cast<int64_t>(unit);
     if (stall) {
@@ -270,17 +291,14 @@ void Fetcher::drop(size_t unit) {
   UnitFetch& s = units_[unit];
   // Another rank may have issued this gather already: it must be issued here too.
   if (s.deferred) issue_deferred(unit);
-  if (s.fetch == Fetch::reading) {
-    wait_io(s.reads);  // the staging buffer must outlive its reads
-    background_.read_finished();
-  }
+  wait_io(s.reads);  // the staging buffer must outlive its reads
   if (s.gather.pending()) s.gather.wait();
+  finish_copy(s);  // and its copy, as must the gathered buffer
   if (s.gathered || s.compute) {
     if (!persistent(unit)) live_elems_ -= plan_.partition(unit).padded_numel;
     s.gathered.reset();  // stream-ordered: later work reuses the block after this unit's work
     s.compute.reset();
   }
-  s.staging.reset();
   s.fetch = Fetch::none;
   s.prefetched = false;
   s.direct = false;

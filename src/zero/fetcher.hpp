@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <vector>
 
 #include "background_update.hpp"
@@ -69,7 +70,11 @@ class Fetcher {
     DeviceBuffer gathered;    // (padded_numel) working type, stage 3: the unit's working params
     DeviceBuffer compute;     // (padded_numel) fp32: converted from 16-bit working parameters
     offload::PinnedBuffer staging;  // (shard_numel) working type: the shard read from NVMe
+    bool staging_counted = false;   // staging holds one of the staging budget's buffers
     std::vector<offload::IoHandle> reads;
+    // Recorded once the shard the gather sends is in place: after its copy to the device on the
+    // copy stream, or after the default stream's work that wrote it. The gather starts after it.
+    std::unique_ptr<Event> ready;
     double gather_issued_s = 0.0;
     comm::CommRequest gather;
   };
@@ -89,6 +94,9 @@ class Fetcher {
   // Waits for the gather; the unit is ready. The wait counts as stall time when `stall`.
   void finish_fetch(size_t unit, bool stall = true);
   void drop_unused();  // frees what was fetched and is not in use
+  // Waits until the unit's copy to the device has landed, then frees its staging (and gives its
+  // buffer back to the staging budget).
+  void finish_copy(UnitFetch& s);
 
   // The trace and the prefetcher (fetch_trace.cpp).
   void note_use(size_t unit);  // an acquire in a training pass: record or follow the trace

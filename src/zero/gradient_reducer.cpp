@@ -147,17 +147,20 @@ void GradientReducer::issue_bucket() {
         }
       for (size_t u : r.units) units_[u].full.reset();  // stream-ordered after the copies
     }
-    st.synchronize();  // backward's (and the packing's) writes land before the engine reads
+    r.ready = device_.create_event();
+    r.ready->record(st);  // backward's (and the packing's) writes land before the engine reads
     r.shard_mean = allocate(shard_elems, "zero reduce-scatter shard");  // (shard_elems) fp32
     r.request = group_.reduce_scatter_async(r.input.data(), r.shard_mean.data(), shard_elems,
-                                            DType::f32, comm::ReduceOp::avg);
+                                            DType::f32, comm::ReduceOp::avg, r.ready.get());
   } else {
     // Every rank ends with the mean gradient. Under accumulation this is still right: the part
     // already averaged is equal on every rank, so the mean of (it + local) is it + mean(local).
-    st.synchronize();  // backward's writes land before the engine reads
+    r.ready = device_.create_event();
+    r.ready->record(st);  // backward's writes land before the engine reads
     const size_t first = *std::min_element(r.units.begin(), r.units.end());
     float* g = storage_.arenas().ptr(StateBuffer::grads_full, first);
-    r.request = group_.all_reduce_async(g, g, elems, DType::f32, comm::ReduceOp::avg);
+    r.request =
+        group_.all_reduce_async(g, g, elems, DType::f32, comm::ReduceOp::avg, r.ready.get());
   }
   r.issued_s = monotonic_seconds();
   r.elems = elems;

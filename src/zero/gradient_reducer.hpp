@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "background_update.hpp"
@@ -73,7 +74,10 @@ class GradientReducer {
     std::vector<size_t> units;  // in bucket order
     DeviceBuffer input;         // (sum padded_numel) fp32, stages 2-3: reduce-scatter input
     DeviceBuffer shard_mean;    // (sum shard_numel) fp32, stages 2-3: reduce-scatter output
-    size_t elems = 0;           // padded elements of its units
+    // Recorded after backward's (and the packing's) writes: the reduction starts after it, so
+    // the training thread does not wait for them on the host.
+    std::unique_ptr<Event> ready;
+    size_t elems = 0;  // padded elements of its units
     double issued_s = 0.0;
     comm::CommRequest request;
   };

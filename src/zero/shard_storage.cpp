@@ -19,7 +19,8 @@ ShardStorage::ShardStorage(const PartitionPlan& plan, int stage,
       placement_(placement),
       allocator_(allocator),
       device_(allocator.device()),
-      host_kernels_(kernels::make_cpu_kernels()) {
+      host_kernels_(kernels::make_cpu_kernels()),
+      copy_stream_(device_.create_stream()) {
   bool host = false, nvme = false;
   for (const UnitPlacement& p : placement_) {
     host = host || p.param != Tier::device || p.optimizer != Tier::device;
