@@ -16,7 +16,9 @@
 
 #include <unistd.h>
 
+#include "tierzero/comm/mesh.hpp"
 #include "tierzero/comm/mpi_communicator.hpp"
+#include "tierzero/comm/nccl_communicator.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/log.hpp"
 #include "tierzero/core/timer.hpp"
@@ -95,6 +97,20 @@ zero::StoreConfig store_config_from(const TrainConfig& c) {
   return s;
 }
 
+// The configured device; "cuda" without an index under a launcher with several ranks is the GPU
+// of the rank's node-local rank (round robin over the node's GPUs), so ranks do not share one.
+std::unique_ptr<Device> open_device(const TrainConfig& c, comm::MpiSession* session) {
+  const auto threads = static_cast<int>(c.threads);
+  if (c.device != "cuda" || session == nullptr || session->size() == 1)
+    return make_device(c.device, threads);
+  const int local = comm::node_local_rank(session->world());
+  const int gpus = cuda_device_count();
+  if (gpus == 0) return make_device(c.device, threads);  // its error says why
+  log::info("rank " + std::to_string(session->rank()) + " (node-local rank " +
+            std::to_string(local) + ") uses cuda:" + std::to_string(local % gpus));
+  return make_cuda_device(local % gpus);
+}
+
 zero::AdamWConfig adamw_config_from(const OptimizerConfig& o) {
   return {o.beta1, o.beta2, o.eps, o.weight_decay};
 }
@@ -119,6 +135,10 @@ std::string describe_placement(const TrainConfig& c) {
 struct Trainer::State {
   // Declared first so that it is destroyed last: the store's collectives need MPI alive.
   std::unique_ptr<comm::MpiSession> session;  // the ZeRO path only
+  // The process mesh (dp x tp x pp x sp; data-parallel only for now) and, on CUDA with several
+  // ranks, the store's partition group through NCCL on its own stream.
+  std::unique_ptr<comm::ProcessMesh> mesh;
+  std::unique_ptr<comm::Communicator> partition_nccl;
   int rank = 0;
   int world_size = 1;
   std::unique_ptr<Device> device;
@@ -201,7 +221,7 @@ void Trainer::build() {
     s.val_loader = std::make_unique<DataLoader>(open_token_shards(config_.val_data), B, T, V,
                                                 s.rank, s.world_size);
 
-  s.device = make_device(config_.device, static_cast<int>(config_.threads));
+  s.device = open_device(config_, s.session.get());
   const auto budget = static_cast<size_t>(config_.device_memory_budget_gb * 1073741824.0);
   s.allocator = std::make_unique<DeviceAllocator>(*s.device, budget);
   s.model = std::make_unique<nn::GPT>(s.model_config, *s.allocator);
@@ -218,9 +238,18 @@ void Trainer::build() {
   if (s.session) {
     zero::StoreConfig store_config = store_config_from(config_);
     UnitGrouping grouping = group_units(layout, static_cast<size_t>(config_.blocks_per_unit));
+    comm::MeshShape shape;
+    shape.dp = s.world_size;
+    s.mesh = std::make_unique<comm::ProcessMesh>(s.session->world(), shape);
+    comm::Communicator* partition = &s.mesh->partition_group();
+    if (s.device->kind() == DeviceKind::cuda && s.world_size > 1) {
+      // Device buffers go to NCCL directly instead of being staged through host memory for MPI.
+      s.partition_nccl = comm::make_nccl_communicator(s.mesh->partition_group(), *s.device);
+      partition = s.partition_nccl.get();
+    }
     s.store = std::make_unique<zero::PartitionStore>(grouping.specs, store_config,
                                                      adamw_config_from(config_.optimizer),
-                                                     s.session->world(), *s.allocator);
+                                                     *partition, *s.allocator);
     for (size_t g = 0; g < grouping.specs.size(); ++g)
       s.store->load_unit(g, host.data() + grouping.start[g]);
     s.store_params = std::make_unique<StoreParamProvider>(*s.store, std::move(grouping));
