@@ -18,13 +18,13 @@ namespace tierzero::nn {
 
 // One block's saved internals (views into a BlockActivations slot).
 struct BlockActs {
-  float* ln1;  // (B, T, C)
-  LayerNormStats ln1_stats;
-  AttentionActs attn;
-  float* residual2;  // (B, T, C) the stream between the attention and the MLP branch
-  float* ln2;        // (B, T, C)
-  LayerNormStats ln2_stats;
-  MlpActs mlp;
+  float* ln1;                // (B, T, C)
+  LayerNormStats ln1_stats;  // mean, rstd (B, T)
+  AttentionActs attn;        // qkv (B, T, 3C), atty (B, T, C), att (B, NH, T, T)
+  float* residual2;          // (B, T, C) the stream between the attention and the MLP branch
+  float* ln2;                // (B, T, C)
+  LayerNormStats ln2_stats;  // mean, rstd (B, T)
+  MlpActs mlp;               // fch, fch_gelu (B, T, 4C)
 };
 
 struct BlockActivations {  // n blocks for (B, T); see visit
