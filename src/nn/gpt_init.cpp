@@ -1,8 +1,10 @@
 // GPT-2 initialisation (as in GPT-2 and llm.c): N(0, 0.02) weights, the residual output
 // projections scaled by 1/sqrt(2 L) so the residual stream's variance does not grow with depth,
-// zero biases and unit layernorm gains.
+// zero biases and unit layernorm gains. Values are drawn for the full tensors in layout order, so
+// a tensor-parallel rank gets exactly its piece of the one-rank model.
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "tierzero/core/random.hpp"
 #include "tierzero/nn/gpt.hpp"
@@ -14,13 +16,17 @@ void init_gpt2_params(const ParamLayout& layout, const GPTConfig& config, uint64
   std::memset(host_params, 0, layout.total_numel() * sizeof(float));
   Rng rng(seed);
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(config.num_layers));
+  std::vector<float> full;  // (full numel) of a partitioned tensor, when tp > 1
   for (const ParamTensor& t : layout.tensors()) {
-    float* p = host_params + t.offset;
+    const size_t n = t.full_shape.numel();
+    const bool piece = n != t.numel;
+    if (piece) full.assign(n, 0.0f);
+    float* p = piece ? full.data() : host_params + t.offset;
     switch (t.kind) {
       case ParamKind::ln1w:
       case ParamKind::ln2w:
       case ParamKind::lnfw:
-        for (size_t i = 0; i < t.numel; ++i) p[i] = 1.0f;
+        for (size_t i = 0; i < n; ++i) p[i] = 1.0f;
         break;
       case ParamKind::ln1b:
       case ParamKind::ln2b:
@@ -32,15 +38,16 @@ void init_gpt2_params(const ParamLayout& layout, const GPTConfig& config, uint64
         break;  // zero
       case ParamKind::attprojw:
       case ParamKind::fcprojw:
-        for (size_t i = 0; i < t.numel; ++i) p[i] = static_cast<float>(residual_std * rng.normal());
+        for (size_t i = 0; i < n; ++i) p[i] = static_cast<float>(residual_std * rng.normal());
         break;
       case ParamKind::wte:
       case ParamKind::wpe:
       case ParamKind::qkvw:
       case ParamKind::fcw:
-        for (size_t i = 0; i < t.numel; ++i) p[i] = static_cast<float>(0.02 * rng.normal());
+        for (size_t i = 0; i < n; ++i) p[i] = static_cast<float>(0.02 * rng.normal());
         break;
     }
+    if (piece) t.copy_local_piece(layout.tp(), full.data(), host_params + t.offset);
   }
 }
 

@@ -1,7 +1,11 @@
-// Builds the unit-major flat parameter layout of GPT-2.
+// Builds a rank's unit-major flat parameter layout from the modules' declared tensors.
 #include "tierzero/nn/param_layout.hpp"
 
+#include <algorithm>
+#include <cstdint>
+
 #include "tierzero/core/error.hpp"
+#include "tierzero/nn/gpt_modules.hpp"
 
 namespace tierzero::nn {
 
@@ -12,63 +16,39 @@ size_t align_up(size_t n) {
 }
 }  // namespace
 
-const char* param_kind_name(ParamKind k) {
-  static const char* names[] = {"wte",      "wpe",      "ln1w", "ln1b", "qkvw", "qkvb",
-                                "attprojw", "attprojb", "ln2w", "ln2b", "fcw",  "fcb",
-                                "fcprojw",  "fcprojb",  "lnfw", "lnfb"};
-  return names[static_cast<size_t>(k)];
-}
+ParamLayout::ParamLayout(const GPTConfig& config) : ParamLayout(config, TensorParallel{}) {}
 
-std::string ParamTensor::name() const {
-  if (layer < 0) return param_kind_name(kind);
-  return "block." + std::to_string(layer) + "." + param_kind_name(kind);
-}
+ParamLayout::ParamLayout(const GPTConfig& config, const TensorParallel& tp)
+    : ParamLayout(gpt_param_units(config), tp) {}
 
-ParamLayout::ParamLayout(const GPTConfig& c) {
-  const auto C = static_cast<int64_t>(c.channels);
-  const auto Vp = static_cast<int64_t>(c.padded_vocab_size);
-  const auto maxT = static_cast<int64_t>(c.max_seq_len);
-  index_.assign((c.num_layers + 1) * kNumParamKinds, SIZE_MAX);
+ParamLayout::ParamLayout(const std::vector<UnitDecl>& units, const TensorParallel& tp) : tp_(tp) {
+  tp.validate();
+  int max_layer = -1;
+  for (const UnitDecl& u : units)
+    for (const TensorMeta& m : u.tensors) max_layer = std::max(max_layer, m.layer);
+  index_.assign(static_cast<size_t>(max_layer + 2) * kNumParamKinds, SIZE_MAX);
 
-  auto begin_unit = [&](std::string name) {
-    units_.push_back(ParamUnit{std::move(name), total_, 0, {}});
-  };
-  auto add = [&](ParamKind kind, int layer, Shape shape, bool decay) {
-    ParamTensor t{kind, layer, shape, total_, shape.numel(), units_.size() - 1, decay};
-    total_ = align_up(total_ + t.numel);
-    count_ += t.numel;
-    index_[static_cast<size_t>(layer + 1) * kNumParamKinds + static_cast<size_t>(kind)] =
-        tensors_.size();
-    units_.back().tensors.push_back(tensors_.size());
-    tensors_.push_back(t);
-  };
-  auto end_unit = [&] { units_.back().numel = total_ - units_.back().offset; };
-
-  begin_unit("embeddings");
-  add(ParamKind::wte, -1, {Vp, C}, true);
-  add(ParamKind::wpe, -1, {maxT, C}, true);
-  end_unit();
-  for (size_t l = 0; l < c.num_layers; ++l) {
-    const int li = static_cast<int>(l);
-    begin_unit("block." + std::to_string(l));
-    add(ParamKind::ln1w, li, {C}, false);
-    add(ParamKind::ln1b, li, {C}, false);
-    add(ParamKind::qkvw, li, {3 * C, C}, true);
-    add(ParamKind::qkvb, li, {3 * C}, false);
-    add(ParamKind::attprojw, li, {C, C}, true);
-    add(ParamKind::attprojb, li, {C}, false);
-    add(ParamKind::ln2w, li, {C}, false);
-    add(ParamKind::ln2b, li, {C}, false);
-    add(ParamKind::fcw, li, {4 * C, C}, true);
-    add(ParamKind::fcb, li, {4 * C}, false);
-    add(ParamKind::fcprojw, li, {C, 4 * C}, true);
-    add(ParamKind::fcprojb, li, {C}, false);
-    end_unit();
+  for (const UnitDecl& decl : units) {
+    TZ_CHECK(decl.name.empty() == false, "a parameter unit has no name", "internal error");
+    for (const ParamUnit& u : units_)
+      TZ_CHECK(u.name != decl.name, "two parameter units are called " + decl.name,
+               "internal error: unit names must be unique");
+    units_.push_back(ParamUnit{decl.name, total_, 0, {}});
+    for (const TensorMeta& meta : decl.tensors) {
+      ParamTensor t{meta, meta.local_shape(tp.size), total_, 0, units_.size() - 1};
+      t.numel = t.shape.numel();
+      const size_t slot =
+          static_cast<size_t>(meta.layer + 1) * kNumParamKinds + static_cast<size_t>(meta.kind);
+      TZ_CHECK(index_[slot] == SIZE_MAX, "parameter " + meta.name() + " is declared twice",
+               "internal error in the modules' declarations");
+      index_[slot] = tensors_.size();
+      total_ = align_up(total_ + t.numel);
+      count_ += t.numel;
+      units_.back().tensors.push_back(tensors_.size());
+      tensors_.push_back(std::move(t));
+    }
+    units_.back().numel = total_ - units_.back().offset;
   }
-  begin_unit("final_norm");
-  add(ParamKind::lnfw, -1, {C}, false);
-  add(ParamKind::lnfb, -1, {C}, false);
-  end_unit();
 }
 
 const ParamTensor& ParamLayout::get(ParamKind kind, int layer) const {
@@ -78,6 +58,14 @@ const ParamTensor& ParamLayout::get(ParamKind kind, int layer) const {
       std::string("no parameter ") + param_kind_name(kind) + " in layer " + std::to_string(layer),
       "");
   return tensors_[index_[slot]];
+}
+
+size_t ParamLayout::unit_index(const std::string& name) const {
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (units_[u].name == name) return u;
+  std::string known;
+  for (const ParamUnit& u : units_) known += (known.empty() ? "" : ", ") + u.name;
+  TZ_THROW("no parameter unit '" + name + "'", "the layout's units are " + known);
 }
 
 }  // namespace tierzero::nn

@@ -9,42 +9,18 @@
 #include <string>
 #include <vector>
 
+#include "recording_params.hpp"
 #include "tierzero/core/memory_tracker.hpp"
 #include "tierzero/device/device_allocator.hpp"
 #include "tierzero/nn/gpt.hpp"
 #include "tiny_gpt.hpp"
 
 using namespace tierzero;
+using tierzero::testing::RecordingParams;
 using tierzero::testing::tiny_config;
 using tierzero::testing::TinyGpt;
 
 namespace {
-
-// Forwards to LocalParams and records every call, so two runs' call patterns can be compared.
-class RecordingParams final : public nn::ParamProvider {
- public:
-  explicit RecordingParams(nn::LocalParams& inner) : inner_(inner) {}
-  const float* acquire_params(size_t unit) override {
-    calls.push_back("acquire_params " + std::to_string(unit));
-    return inner_.acquire_params(unit);
-  }
-  void release_params(size_t unit) override {
-    calls.push_back("release_params " + std::to_string(unit));
-    inner_.release_params(unit);
-  }
-  float* acquire_grads(size_t unit) override {
-    calls.push_back("acquire_grads " + std::to_string(unit));
-    return inner_.acquire_grads(unit);
-  }
-  void grads_done(size_t unit) override {
-    calls.push_back("grads_done " + std::to_string(unit));
-    inner_.grads_done(unit);
-  }
-  std::vector<std::string> calls;
-
- private:
-  nn::LocalParams& inner_;
-};
 
 // Largest |a[i] - b[i]| over n floats; bitwise equality is checked separately with memcmp.
 double max_abs_diff(const float* a, const float* b, size_t n) {

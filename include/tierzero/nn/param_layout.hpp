@@ -1,6 +1,8 @@
-// ParamLayout: where every GPT-2 parameter tensor lives in one flat buffer, grouped into units.
-// A unit (embeddings, each transformer block, the final layernorm) is a contiguous range, which
-// is what the partition store shards, gathers and offloads; gradients use the same layout.
+// ParamLayout: where every parameter tensor of one rank lives in one flat buffer, grouped into
+// units. It is built from what the modules declare (TensorMeta) for a tensor-parallel rank: each
+// tensor takes its local shape, and a unit (the parameters of one top-level module: the
+// embeddings, each transformer block, the final layernorm) is a contiguous range, which is what
+// the partition store shards, gathers and offloads; gradients use the same layout.
 #pragma once
 
 #include <cstddef>
@@ -9,40 +11,23 @@
 
 #include "tierzero/core/tensor.hpp"
 #include "tierzero/nn/gpt_config.hpp"
+#include "tierzero/nn/tensor_meta.hpp"
 
 namespace tierzero::nn {
 
-// The tensor kinds of GPT-2, in llm.c's checkpoint order.
-enum class ParamKind {
-  wte,
-  wpe,
-  ln1w,
-  ln1b,
-  qkvw,
-  qkvb,
-  attprojw,
-  attprojb,
-  ln2w,
-  ln2b,
-  fcw,
-  fcb,
-  fcprojw,
-  fcprojb,
-  lnfw,
-  lnfb
+// The parameters of one top-level module, as it declares them, in layout order.
+struct UnitDecl {
+  std::string name;  // "embeddings", "block.0", ..., "final_norm"
+  std::vector<TensorMeta> tensors;
 };
-constexpr size_t kNumParamKinds = 16;
-const char* param_kind_name(ParamKind k);
 
-struct ParamTensor {
-  ParamKind kind;
-  int layer;      // block index, or -1 for embeddings and the final layernorm
-  Shape shape;    // per-layer shape, e.g. (3C, C) for qkvw
+// A declared tensor placed on this rank: the metadata (kind, layer, full shape, partitioning,
+// decay, name(), replicated()) plus its local shape and where it sits.
+struct ParamTensor : TensorMeta {
+  Shape shape;    // local shape on this tp rank, e.g. (3C / tp, C) for qkvw
   size_t offset;  // elements from the start of the flat buffer (256-byte aligned)
-  size_t numel;
-  size_t unit;
-  bool decay;                // weight decay applies (matrices), not biases or norms
-  std::string name() const;  // "block.3.qkvw", "wte"
+  size_t numel;   // local elements
+  size_t unit;    // index into ParamLayout::units()
 };
 
 struct ParamUnit {
@@ -54,23 +39,31 @@ struct ParamUnit {
 
 class ParamLayout {
  public:
+  // The GPT-2 of `config` on one rank (tp size 1): every tensor whole.
   explicit ParamLayout(const GPTConfig& config);
+  // The GPT-2 of `config` on tensor-parallel rank tp (local shapes). Throws Error naming the
+  // tensor when tp.size does not divide a partitioned dim.
+  ParamLayout(const GPTConfig& config, const TensorParallel& tp);
+  // Any model: units in the order given, tensors in each in the order declared.
+  ParamLayout(const std::vector<UnitDecl>& units, const TensorParallel& tp);
 
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   const std::vector<ParamUnit>& units() const { return units_; }
   size_t total_numel() const { return total_; }      // flat buffer length, padding included
-  size_t parameter_count() const { return count_; }  // real parameters, padding excluded
+  size_t parameter_count() const { return count_; }  // real local parameters, padding excluded
+  const TensorParallel& tp() const { return tp_; }
   // The tensor of `kind` in block `layer` (-1 for non-block tensors).
   const ParamTensor& get(ParamKind kind, int layer = -1) const;
-
-  size_t embeddings_unit() const { return 0; }
-  size_t block_unit(size_t layer) const { return 1 + layer; }
-  size_t final_norm_unit() const { return units_.size() - 1; }
+  // Index into units() of the unit called `name`; throws Error when there is none.
+  size_t unit_index(const std::string& name) const;
+  // Elements from the start of t's unit to t: where t sits in what acquire_params returns.
+  size_t offset_in_unit(const ParamTensor& t) const { return t.offset - units_[t.unit].offset; }
 
  private:
   std::vector<ParamTensor> tensors_;
   std::vector<ParamUnit> units_;
   std::vector<size_t> index_;  // (layer + 1) * kNumParamKinds + kind -> tensor index
+  TensorParallel tp_;
   size_t total_ = 0;
   size_t count_ = 0;
 };

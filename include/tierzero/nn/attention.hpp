@@ -1,0 +1,41 @@
+// Attention: causal multi-head self-attention as Megatron splits it — the fused QKV projection
+// column-parallel (each of q, k, v cut into whole heads), the attention kernel on the local
+// heads, and the output projection row-parallel.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "tierzero/nn/gpt_config.hpp"
+#include "tierzero/nn/linear.hpp"
+
+namespace tierzero::nn {
+
+// What the attention keeps from its forward for its backward.
+struct AttentionActs {
+  float* qkv;   // (B, T, 3C)
+  float* atty;  // (B, T, C) the heads' outputs, before the projection
+  float* att;   // (B, NH, T, T) softmax probabilities
+};
+
+class Attention {
+ public:
+  Attention(const GPTConfig& config, int layer);
+
+  std::vector<TensorMeta> parameters() const;  // qkvw, qkvb, attprojw, attprojb
+  void bind(const ParamLayout& layout);
+
+  // out (B, T, C) = attproj(attention(qkv(in))); in (B, T, C) is the layernormed stream.
+  void forward(const ModuleContext& ctx, const float* in, float* out,
+               const AttentionActs& acts) const;
+  // din (B, T, C) += d(in) for dout (B, T, C); `in` and `acts` are the forward's.
+  void backward(const ModuleContext& ctx, const float* in, const AttentionActs& acts,
+                const float* dout, float* din) const;
+
+ private:
+  size_t head_size_;
+  size_t channels_, heads_;  // local: set by bind
+  Linear qkv_, proj_;
+};
+
+}  // namespace tierzero::nn

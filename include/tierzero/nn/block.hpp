@@ -1,0 +1,46 @@
+// Block: one pre-norm transformer block, in = x, out = y with
+//   x2 = x + attention(ln1(x)),  y = x2 + mlp(ln2(x2)).
+// Its backward keeps the residual stream's gradient running in place: a residual add passes its
+// gradient through unchanged, so both branches take the stream's gradient as their dout and each
+// layernorm's backward adds its branch's contribution into it.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "tierzero/nn/attention.hpp"
+#include "tierzero/nn/block_activations.hpp"
+#include "tierzero/nn/gpt_config.hpp"
+#include "tierzero/nn/layer_norm.hpp"
+#include "tierzero/nn/mlp.hpp"
+#include "tierzero/nn/module.hpp"
+
+namespace tierzero::nn {
+
+class Block final : public Module {
+ public:
+  Block(const GPTConfig& config, int layer, size_t index);
+  int layer() const { return layer_; }
+
+  std::vector<TensorMeta> parameters() const override;  // ln1, attention, ln2, mlp
+  void bind(const ParamLayout& layout) override;
+  void forward(ModuleContext& ctx, const float* in, float* out) override;
+  void recompute(ModuleContext& ctx) override;
+  void backward(ModuleContext& ctx, const float* dout, float* din) override;
+
+ private:
+  // Where this block's internals live for ctx.mb: its slot in the micro-batch, or with
+  // checkpointing the scratch's single slot.
+  BlockActs acts(const ModuleContext& ctx) const;
+  // The forward into acts; the output (and the MLP projection it needs) only when out is set.
+  void run(const ModuleContext& ctx, const float* in, float* out, const BlockActs& a) const;
+
+  int layer_;
+  size_t channels_;
+  LayerNorm ln1_;
+  Attention attn_;
+  LayerNorm ln2_;
+  MLP mlp_;
+};
+
+}  // namespace tierzero::nn

@@ -1,0 +1,31 @@
+// Embedding: token (wte, vocab-parallel over rows) plus learned position (wpe, replicated)
+// embeddings. Its input is the micro-batch's tokens rather than a float tensor.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "tierzero/nn/gpt_config.hpp"
+#include "tierzero/nn/module.hpp"
+
+namespace tierzero::nn {
+
+class Embedding final : public Module {
+ public:
+  Embedding(const GPTConfig& config, size_t index);
+
+  std::vector<TensorMeta> parameters() const override;  // wte (Vp, C), wpe (maxT, C)
+  void bind(const ParamLayout& layout) override;
+  // The lookup's gradient is a scatter of dout into rows: no parameter values needed.
+  bool backward_reads_params() const override { return false; }
+  // out (B, T, C) = wte[tokens] + wpe[t]; `in` is unused (tokens come from ctx.mb).
+  void forward(ModuleContext& ctx, const float* in, float* out) override;
+  // dwte, dwpe += the scatter of dout (B, T, C); din is unused (null).
+  void backward(ModuleContext& ctx, const float* dout, float* din) override;
+
+ private:
+  size_t vocab_padded_, max_seq_len_, channels_;
+  ParamRef wte_, wpe_;
+};
+
+}  // namespace tierzero::nn

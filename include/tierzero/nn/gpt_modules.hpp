@@ -1,0 +1,24 @@
+// The GPT-2 as its ordered top-level modules — embeddings, blocks 0..L-1, final norm, tied head —
+// and the parameter units they declare. The layout is built from these declarations, so the
+// modules are the one place that says which tensors exist and how they split.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "tierzero/nn/gpt_config.hpp"
+#include "tierzero/nn/module.hpp"
+#include "tierzero/nn/param_layout.hpp"
+
+namespace tierzero::nn {
+
+using ModuleList = std::vector<std::unique_ptr<Module>>;
+
+// In forward order; module i has index() i. Unbound: bind each to a layout before running.
+ModuleList make_gpt_modules(const GPTConfig& config);
+// One unit per module that owns parameters, in module order ("embeddings", "block.<i>",
+// "final_norm"); modules sharing another's unit (the head) add none.
+std::vector<UnitDecl> param_units(const ModuleList& modules);
+std::vector<UnitDecl> gpt_param_units(const GPTConfig& config);
+
+}  // namespace tierzero::nn

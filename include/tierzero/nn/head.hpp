@@ -1,0 +1,30 @@
+// Head: the output layer, logits = in @ wte^T, tied to the Embedding's wte. It owns no
+// parameters: its unit is the embeddings' (a shared unit), so its calls acquire that unit again,
+// and the embedding, later in the backward, is the one that finishes the unit's gradients.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "tierzero/nn/gpt_config.hpp"
+#include "tierzero/nn/module.hpp"
+
+namespace tierzero::nn {
+
+class Head final : public Module {
+ public:
+  Head(const GPTConfig& config, size_t index);
+
+  std::vector<TensorMeta> parameters() const override { return {}; }
+  void bind(const ParamLayout& layout) override;
+  // out (B, T, Vp) = in (B, T, C) @ wte^T.
+  void forward(ModuleContext& ctx, const float* in, float* out) override;
+  // din (B, T, C) += dout @ wte, dwte += dout^T in, for dout (B, T, Vp).
+  void backward(ModuleContext& ctx, const float* dout, float* din) override;
+
+ private:
+  size_t vocab_padded_, channels_;
+  ParamRef wte_;
+};
+
+}  // namespace tierzero::nn

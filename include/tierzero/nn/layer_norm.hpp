@@ -1,0 +1,39 @@
+// LayerNorm over the channels, with its (replicated) gain and bias, and the per-row statistics
+// its backward reuses.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "tierzero/nn/module.hpp"
+
+namespace tierzero::nn {
+
+// What a layernorm's forward keeps besides its output, for the backward.
+struct LayerNormStats {
+  float* mean;  // (B, T)
+  float* rstd;  // (B, T)
+};
+
+class LayerNorm {
+ public:
+  LayerNorm(ParamKind weight, ParamKind bias, int layer, size_t channels);
+
+  std::vector<TensorMeta> parameters() const;  // weight (C), bias (C): replicated, no decay
+  void bind(const ParamLayout& layout);
+
+  // out (B, T, C) = layernorm(in (B, T, C)), keeping stats.
+  void forward(const ModuleContext& ctx, const float* in, float* out,
+               const LayerNormStats& stats) const;
+  // din (B, T, C) += d(in) for dout (B, T, C); `in` and `stats` are the forward's.
+  void backward(const ModuleContext& ctx, const float* in, const LayerNormStats& stats,
+                const float* dout, float* din) const;
+
+ private:
+  ParamKind weight_kind_, bias_kind_;
+  int layer_;
+  size_t channels_;
+  ParamRef weight_, bias_;
+};
+
+}  // namespace tierzero::nn

@@ -1,0 +1,43 @@
+// Linear: out = in @ W^T + b with W (out_features, in_features), and the metadata tensor
+// parallelism needs: Megatron's column-parallel linear cuts W's rows and b (each rank computes a
+// slice of the outputs), the row-parallel one cuts W's columns (each rank takes a slice of the
+// inputs; the partial outputs are summed, and b, added once after the sum, is replicated).
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "tierzero/nn/module.hpp"
+
+namespace tierzero::nn {
+
+enum class LinearSplit { replicated, column, row };
+
+class Linear {
+ public:
+  // stride: fused outputs cut separately (column split of fused QKV: 3); granule: features that
+  // stay on one rank along the split dim (an attention head's channels).
+  Linear(ParamKind weight, ParamKind bias, int layer, size_t in_features, size_t out_features,
+         LinearSplit split, size_t stride = 1, size_t granule = 1);
+
+  std::vector<TensorMeta> parameters() const;  // weight (out, in) with decay, bias (out)
+  void bind(const ParamLayout& layout);
+  size_t in_features() const { return in_; }    // local, after bind
+  size_t out_features() const { return out_; }  // local, after bind
+
+  // out (B*T, out) = in (B*T, in) @ W^T + b, over ctx.mb's rows.
+  void forward(const ModuleContext& ctx, const float* in, float* out) const;
+  // din (B*T, in) += dout @ W; dW += dout^T in; db += colsum(dout). `in` is the forward's input.
+  void backward(const ModuleContext& ctx, const float* in, const float* dout, float* din) const;
+
+ private:
+  ParamKind weight_kind_, bias_kind_;
+  int layer_;
+  size_t full_in_, full_out_;  // unpartitioned, as declared
+  size_t in_, out_;            // local: set by bind
+  LinearSplit split_;
+  size_t stride_, granule_;
+  ParamRef weight_, bias_;
+};
+
+}  // namespace tierzero::nn

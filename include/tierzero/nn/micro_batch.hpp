@@ -1,0 +1,85 @@
+// MicroBatch: the per-micro-batch context — its shape, tokens and targets, the residual stream,
+// what every module's forward keeps for its backward, the logits, losses, and the running
+// gradient of the residual stream. One object per micro-batch in flight, so a pipeline schedule
+// can run several forwards before their backwards; the model's modules and scratch are shared.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "tierzero/device/device_allocator.hpp"
+#include "tierzero/nn/activation_buffers.hpp"
+#include "tierzero/nn/block_activations.hpp"
+#include "tierzero/nn/gpt_config.hpp"
+
+namespace tierzero::nn {
+
+class GPT;
+
+class MicroBatch {
+ public:
+  // Allocates the activations of one (B, T) micro-batch of `config` (Category::activation);
+  // with checkpointing only the blocks' inputs are kept (see BlockActivations). num_modules:
+  // the model's top-level modules, whose forward inputs it records.
+  MicroBatch(const GPTConfig& config, size_t num_modules, size_t B, size_t T, bool checkpointing,
+             DeviceAllocator& allocator);
+  MicroBatch(MicroBatch&&) = default;
+  MicroBatch& operator=(MicroBatch&&) = default;
+
+  size_t B() const { return B_; }
+  size_t T() const { return T_; }
+  bool checkpointing() const { return checkpointing_; }
+  bool has_targets() const { return has_targets_; }
+  // Bytes of its buffers as the MemoryTracker counts them; equals bytes_for(its shape).
+  size_t activation_bytes() const { return bytes_; }
+  static size_t bytes_for(const GPTConfig& config, size_t B, size_t T, bool checkpointing);
+
+  const int32_t* tokens() const;   // (B, T) device
+  const int32_t* targets() const;  // (B, T) device
+  // The residual stream entering block i (i = 0: the embeddings' output; i = L: the last
+  // block's output). With checkpointing these are the checkpoints.
+  float* residual(size_t i) const;  // (B, T, C)
+  // Block `layer`'s saved internals; without checkpointing only (then they live in scratch).
+  BlockActs block(size_t layer) const;
+  float* lnf() const;  // (B, T, C) the final layernorm's output
+  LayerNormStats final_norm_stats() const;
+  float* logits() const;     // (B, T, Vp); the gradient of the logits after the backward
+  float* losses() const;     // (B, T)
+  float* dresidual() const;  // (B, T, C) the residual stream's running gradient
+
+  // A module's forward input, kept by reference for its backward (and checkpoint recompute).
+  void save_input(size_t module, const float* in);
+  const float* saved_input(size_t module) const;  // throws Error when never saved
+
+ private:
+  friend class GPT;  // loads the batch and tracks the loss state
+  struct Buffers {
+    DeviceBuffer tokens;      // (B, T) int32
+    DeviceBuffer targets;     // (B, T) int32
+    DeviceBuffer encoded;     // (B, T, C) the embeddings' output, block 0's input
+    BlockActivations blocks;  // L blocks' internals; empty when checkpointing
+    DeviceBuffer residual3;   // (L, B, T, C) block outputs; the checkpoints when checkpointing
+    DeviceBuffer lnf;         // (B, T, C)
+    DeviceBuffer lnf_mean;    // (B, T)
+    DeviceBuffer lnf_rstd;    // (B, T)
+    DeviceBuffer logits;      // (B, T, Vp); holds dlogits after the backward
+    DeviceBuffer losses;      // (B, T)
+    DeviceBuffer dresidual;   // (B, T, C)
+  };
+  static void visit(Buffers& b, const GPTConfig& config, size_t B, size_t T, bool checkpointing,
+                    const BufferVisitor& fn);
+
+  GPTConfig config_;
+  size_t B_, T_;
+  bool checkpointing_;
+  Buffers buffers_;
+  size_t bytes_ = 0;
+  std::vector<const float*> inputs_;  // per top-level module: its forward input
+  bool has_targets_ = false;
+  bool forwarded_ = false;          // the logits are this batch's (no backward since)
+  bool losses_ready_ = false;       // losses hold this batch's (xent forward or backward ran)
+  std::vector<float> host_losses_;  // (B, T) host
+};
+
+}  // namespace tierzero::nn

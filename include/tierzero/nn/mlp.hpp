@@ -1,0 +1,37 @@
+// MLP: fc (column-parallel, C -> 4C), GELU, projection (row-parallel, 4C -> C), Megatron's split.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "tierzero/nn/gpt_config.hpp"
+#include "tierzero/nn/linear.hpp"
+
+namespace tierzero::nn {
+
+// What the MLP keeps from its forward for its backward.
+struct MlpActs {
+  float* fch;       // (B, T, 4C)
+  float* fch_gelu;  // (B, T, 4C)
+};
+
+class MLP {
+ public:
+  MLP(const GPTConfig& config, int layer);
+
+  std::vector<TensorMeta> parameters() const;  // fcw, fcb, fcprojw, fcprojb
+  void bind(const ParamLayout& layout);
+
+  // out (B, T, C) = fcproj(gelu(fc(in))). out may be null: a checkpoint recompute needs only
+  // acts rebuilt, not the output the forward already delivered.
+  void forward(const ModuleContext& ctx, const float* in, float* out, const MlpActs& acts) const;
+  // din (B, T, C) += d(in) for dout (B, T, C); `in` and `acts` are the forward's.
+  void backward(const ModuleContext& ctx, const float* in, const MlpActs& acts, const float* dout,
+                float* din) const;
+
+ private:
+  size_t hidden_;  // 4C, local after bind
+  Linear fc_, proj_;
+};
+
+}  // namespace tierzero::nn

@@ -1,0 +1,97 @@
+// Module: a top-level piece of the GPT (embedding, transformer block, final norm, tied head) with
+// an explicit forward and backward, and ModuleContext, what one call of it runs with. Top-level
+// modules are what the model runs in order, one ParamProvider unit each; a pipeline stage will
+// run a contiguous range of them. Modules are stateless between calls: everything a forward
+// keeps for its backward lives in the MicroBatch, so several micro-batches can be in flight.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "tierzero/device/device.hpp"
+#include "tierzero/kernels/kernels.hpp"
+#include "tierzero/nn/param_layout.hpp"
+#include "tierzero/nn/tensor_meta.hpp"
+
+namespace tierzero::nn {
+
+class MicroBatch;
+class ModelScratch;
+
+// One module call: the kernels and stream it issues on, the micro-batch it runs for, the model's
+// scratch, and its unit's parameters (and, in the backward, gradients) as the ParamProvider
+// handed them out. Sub-modules of a unit get the same context.
+struct ModuleContext {
+  kernels::Kernels& k;
+  Device& device;
+  Stream& stream;
+  MicroBatch& mb;
+  ModelScratch& scratch;
+  const float* params = nullptr;  // (units[unit].numel) the unit as acquired
+  float* grads = nullptr;         // (units[unit].numel) its gradients; backward only
+
+  void zero(float* p, size_t n) const;  // p (n): what a backward accumulates into starts at 0
+};
+
+// A parameter tensor a (sub-)module uses: its kind and layer, and after bind() where it sits in
+// its unit and its local shape.
+class ParamRef {
+ public:
+  ParamRef(ParamKind kind, int layer) : kind_(kind), layer_(layer) {}
+  void bind(const ParamLayout& layout);
+  const float* in(const float* unit) const { return unit + offset_; }
+  float* in(float* unit) const { return unit + offset_; }
+  const Shape& shape() const { return shape_; }  // local
+
+ private:
+  ParamKind kind_;
+  int layer_;
+  size_t offset_ = 0;  // elements from the unit's start
+  Shape shape_;
+};
+
+class Module {
+ public:
+  // name: "embeddings", "block.3", "final_norm", "head"; unit_name: the layout unit holding its
+  // parameters (the head's is "embeddings": it is tied to wte); index: its position among the
+  // model's top-level modules, which keys what it saves in a MicroBatch.
+  Module(std::string name, std::string unit_name, size_t index);
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  const std::string& name() const { return name_; }
+  const std::string& unit_name() const { return unit_name_; }
+  size_t index() const { return index_; }
+  size_t unit() const { return unit_; }  // index into layout.units(), set by bind()
+
+  // The tensors this module owns, full shapes and tp metadata, in layout order; empty when its
+  // parameters belong to another module (the tied head).
+  virtual std::vector<TensorMeta> parameters() const = 0;
+  // Finds its unit and its tensors in a layout built from parameters().
+  virtual void bind(const ParamLayout& layout);
+  // False when the backward needs only gradients (the embedding lookup's), so the caller does
+  // not gather the parameters for it.
+  virtual bool backward_reads_params() const { return true; }
+
+  // out = f(in) for ctx.mb, keeping in ctx.mb what the backward needs.
+  virtual void forward(ModuleContext& ctx, const float* in, float* out) = 0;
+  // With activation checkpointing: rebuilds what forward would have kept, from the saved input.
+  // Called inside the backward's parameter acquisition, before its gradients are acquired.
+  virtual void recompute(ModuleContext&) {}
+  // Accumulates (+=) the gradient of the input into din and the parameter gradients into
+  // ctx.grads, given dout. din may alias dout: the residual stream's running gradient, where a
+  // block adds its branches' contributions in place. din is null for the first module.
+  virtual void backward(ModuleContext& ctx, const float* dout, float* din) = 0;
+
+ protected:
+  size_t unit_ = 0;
+
+ private:
+  std::string name_;
+  std::string unit_name_;
+  size_t index_;
+};
+
+}  // namespace tierzero::nn

@@ -1,0 +1,57 @@
+// Attention: QKV projection, the causal attention kernel, output projection; backward in reverse
+// with the model's scratch for the gradients that live only inside it.
+#include "tierzero/nn/attention.hpp"
+
+#include "tierzero/nn/micro_batch.hpp"
+#include "tierzero/nn/model_scratch.hpp"
+
+namespace tierzero::nn {
+
+namespace {
+size_t head_size(const GPTConfig& c) {
+  return c.channels / c.num_heads;
+}
+}  // namespace
+
+Attention::Attention(const GPTConfig& config, int layer)
+    : head_size_(head_size(config)),
+      channels_(config.channels),
+      heads_(config.num_heads),
+      // q, k and v are each cut into whole heads; the projection's inputs are the heads' outputs.
+      qkv_(ParamKind::qkvw, ParamKind::qkvb, layer, config.channels, 3 * config.channels,
+           LinearSplit::column, 3, head_size(config)),
+      proj_(ParamKind::attprojw, ParamKind::attprojb, layer, config.channels, config.channels,
+            LinearSplit::row, 1, head_size(config)) {}
+
+std::vector<TensorMeta> Attention::parameters() const {
+  std::vector<TensorMeta> p = qkv_.parameters();
+  for (TensorMeta& m : proj_.parameters()) p.push_back(m);
+  return p;
+}
+
+void Attention::bind(const ParamLayout& layout) {
+  qkv_.bind(layout);
+  proj_.bind(layout);
+  channels_ = qkv_.out_features() / 3;
+  heads_ = channels_ / head_size_;
+}
+
+void Attention::forward(const ModuleContext& ctx, const float* in, float* out,
+                        const AttentionActs& a) const {
+  qkv_.forward(ctx, in, a.qkv);
+  ctx.k.attention_forward(a.atty, a.att, a.qkv, ctx.mb.B(), ctx.mb.T(), channels_, heads_);
+  proj_.forward(ctx, a.atty, out);
+}
+
+void Attention::backward(const ModuleContext& ctx, const float* in, const AttentionActs& a,
+                         const float* dout, float* din) const {
+  const size_t B = ctx.mb.B(), T = ctx.mb.T();
+  ctx.zero(ctx.scratch.datty(), B * T * channels_);
+  proj_.backward(ctx, a.atty, dout, ctx.scratch.datty());
+  ctx.zero(ctx.scratch.dqkv(), B * T * 3 * channels_);
+  ctx.k.attention_backward(ctx.scratch.dqkv(), ctx.scratch.datt(), ctx.scratch.datty(), a.qkv,
+                           a.att, B, T, channels_, heads_);
+  qkv_.backward(ctx, in, ctx.scratch.dqkv(), din);
+}
+
+}  // namespace tierzero::nn

@@ -1,0 +1,81 @@
+// Block: ln1 -> attention -> residual add -> ln2 -> MLP -> residual add, and its backward in
+// reverse with the residual stream's gradient updated in place (see block.hpp).
+#include "tierzero/nn/block.hpp"
+
+#include <string>
+
+#include "tierzero/core/error.hpp"
+#include "tierzero/nn/micro_batch.hpp"
+#include "tierzero/nn/model_scratch.hpp"
+
+namespace tierzero::nn {
+
+Block::Block(const GPTConfig& config, int layer, size_t index)
+    : Module("block." + std::to_string(layer), "block." + std::to_string(layer), index),
+      layer_(layer),
+      channels_(config.channels),
+      ln1_(ParamKind::ln1w, ParamKind::ln1b, layer, config.channels),
+      attn_(config, layer),
+      ln2_(ParamKind::ln2w, ParamKind::ln2b, layer, config.channels),
+      mlp_(config, layer) {}
+
+std::vector<TensorMeta> Block::parameters() const {
+  std::vector<TensorMeta> p;
+  for (const auto& part :
+       {ln1_.parameters(), attn_.parameters(), ln2_.parameters(), mlp_.parameters()})
+    p.insert(p.end(), part.begin(), part.end());
+  return p;
+}
+
+void Block::bind(const ParamLayout& layout) {
+  Module::bind(layout);
+  ln1_.bind(layout);
+  attn_.bind(layout);
+  ln2_.bind(layout);
+  mlp_.bind(layout);
+}
+
+BlockActs Block::acts(const ModuleContext& ctx) const {
+  if (ctx.mb.checkpointing()) return ctx.scratch.block();
+  return ctx.mb.block(static_cast<size_t>(layer_));
+}
+
+void Block::run(const ModuleContext& ctx, const float* in, float* out, const BlockActs& a) const {
+  const size_t n = ctx.mb.B() * ctx.mb.T() * channels_;
+  float* proj = ctx.scratch.proj();
+  ln1_.forward(ctx, in, a.ln1, a.ln1_stats);
+  attn_.forward(ctx, a.ln1, proj, a.attn);
+  ctx.k.residual_forward(a.residual2, in, proj, n);
+  ln2_.forward(ctx, a.residual2, a.ln2, a.ln2_stats);
+  mlp_.forward(ctx, a.ln2, out ? proj : nullptr, a.mlp);
+  if (out) ctx.k.residual_forward(out, a.residual2, proj, n);
+}
+
+void Block::forward(ModuleContext& ctx, const float* in, float* out) {
+  ctx.mb.save_input(index(), in);
+  run(ctx, in, out, acts(ctx));
+}
+
+void Block::recompute(ModuleContext& ctx) {
+  if (!ctx.mb.checkpointing()) return;  // the forward kept everything
+  run(ctx, ctx.mb.saved_input(index()), nullptr, acts(ctx));
+}
+
+void Block::backward(ModuleContext& ctx, const float* dout, float* din) {
+  TZ_CHECK(din == dout, name() + ": backward needs din to alias dout",
+           "a block updates the residual stream's running gradient in place");
+  const float* in = ctx.mb.saved_input(index());
+  const BlockActs a = acts(ctx);
+  const size_t n = ctx.mb.B() * ctx.mb.T() * channels_;
+  float* dln = ctx.scratch.dln();
+  // MLP branch: its dout is the stream's gradient; ln2 adds the branch's part into the stream,
+  // which then is the gradient of residual2, the attention branch's dout.
+  ctx.zero(dln, n);
+  mlp_.backward(ctx, a.ln2, a.mlp, dout, dln);
+  ln2_.backward(ctx, a.residual2, a.ln2_stats, dln, din);
+  ctx.zero(dln, n);
+  attn_.backward(ctx, a.ln1, a.attn, din, dln);
+  ln1_.backward(ctx, in, a.ln1_stats, dln, din);
+}
+
+}  // namespace tierzero::nn

@@ -1,0 +1,26 @@
+// FinalNorm: a LayerNorm whose statistics live in the micro-batch.
+#include "tierzero/nn/final_norm.hpp"
+
+#include "tierzero/nn/micro_batch.hpp"
+
+namespace tierzero::nn {
+
+FinalNorm::FinalNorm(const GPTConfig& config, size_t index)
+    : Module("final_norm", "final_norm", index),
+      norm_(ParamKind::lnfw, ParamKind::lnfb, -1, config.channels) {}
+
+void FinalNorm::bind(const ParamLayout& layout) {
+  Module::bind(layout);
+  norm_.bind(layout);
+}
+
+void FinalNorm::forward(ModuleContext& ctx, const float* in, float* out) {
+  ctx.mb.save_input(index(), in);
+  norm_.forward(ctx, in, out, ctx.mb.final_norm_stats());
+}
+
+void FinalNorm::backward(ModuleContext& ctx, const float* dout, float* din) {
+  norm_.backward(ctx, ctx.mb.saved_input(index()), ctx.mb.final_norm_stats(), dout, din);
+}
+
+}  // namespace tierzero::nn

@@ -1,0 +1,35 @@
+// The GPT-2's module list and the parameter units it declares.
+#include "tierzero/nn/gpt_modules.hpp"
+
+#include "tierzero/nn/block.hpp"
+#include "tierzero/nn/embedding.hpp"
+#include "tierzero/nn/final_norm.hpp"
+#include "tierzero/nn/head.hpp"
+
+namespace tierzero::nn {
+
+ModuleList make_gpt_modules(const GPTConfig& config) {
+  config.validate();
+  ModuleList m;
+  m.push_back(std::make_unique<Embedding>(config, m.size()));
+  for (size_t l = 0; l < config.num_layers; ++l)
+    m.push_back(std::make_unique<Block>(config, static_cast<int>(l), m.size()));
+  m.push_back(std::make_unique<FinalNorm>(config, m.size()));
+  m.push_back(std::make_unique<Head>(config, m.size()));
+  return m;
+}
+
+std::vector<UnitDecl> param_units(const ModuleList& modules) {
+  std::vector<UnitDecl> units;
+  for (const auto& m : modules) {
+    std::vector<TensorMeta> tensors = m->parameters();
+    if (!tensors.empty()) units.push_back(UnitDecl{m->unit_name(), std::move(tensors)});
+  }
+  return units;
+}
+
+std::vector<UnitDecl> gpt_param_units(const GPTConfig& config) {
+  return param_units(make_gpt_modules(config));
+}
+
+}  // namespace tierzero::nn

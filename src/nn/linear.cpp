@@ -1,0 +1,58 @@
+// Linear: its tensor metadata per split, and the matmul kernels on its local shapes.
+#include "tierzero/nn/linear.hpp"
+
+#include "tierzero/nn/micro_batch.hpp"
+
+namespace tierzero::nn {
+
+Linear::Linear(ParamKind weight, ParamKind bias, int layer, size_t in_features, size_t out_features,
+               LinearSplit split, size_t stride, size_t granule)
+    : weight_kind_(weight),
+      bias_kind_(bias),
+      layer_(layer),
+      full_in_(in_features),
+      full_out_(out_features),
+      in_(in_features),
+      out_(out_features),
+      split_(split),
+      stride_(stride),
+      granule_(granule),
+      weight_(weight, layer),
+      bias_(bias, layer) {}
+
+std::vector<TensorMeta> Linear::parameters() const {
+  const auto in = static_cast<int64_t>(full_in_), out = static_cast<int64_t>(full_out_);
+  TensorMeta w{weight_kind_, layer_, {out, in}, true};
+  TensorMeta b{bias_kind_, layer_, {out}, false};
+  if (split_ == LinearSplit::column) {  // output features: W's rows and b
+    w.partition_dim = b.partition_dim = 0;
+    w.partition_stride = b.partition_stride = stride_;
+    w.partition_granule = b.partition_granule = granule_;
+  } else if (split_ == LinearSplit::row) {  // input features: W's columns; b added after the sum
+    w.partition_dim = 1;
+    w.partition_stride = stride_;
+    w.partition_granule = granule_;
+  }
+  return {w, b};
+}
+
+void Linear::bind(const ParamLayout& layout) {
+  weight_.bind(layout);
+  bias_.bind(layout);
+  out_ = static_cast<size_t>(weight_.shape()[0]);
+  in_ = static_cast<size_t>(weight_.shape()[1]);
+}
+
+void Linear::forward(const ModuleContext& ctx, const float* in, float* out) const {
+  const size_t N = ctx.mb.B() * ctx.mb.T();
+  ctx.k.matmul_forward(out, in, weight_.in(ctx.params), bias_.in(ctx.params), N, in_, out_);
+}
+
+void Linear::backward(const ModuleContext& ctx, const float* in, const float* dout,
+                      float* din) const {
+  const size_t N = ctx.mb.B() * ctx.mb.T();
+  ctx.k.matmul_backward(din, weight_.in(ctx.grads), bias_.in(ctx.grads), dout, in,
+                        weight_.in(ctx.params), N, in_, out_);
+}
+
+}  // namespace tierzero::nn

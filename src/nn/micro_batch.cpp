@@ -1,0 +1,108 @@
+// MicroBatch: its buffers in one list (allocation and byte count), and views into them.
+#include "tierzero/nn/micro_batch.hpp"
+
+#include <string>
+
+#include "tierzero/core/error.hpp"
+
+namespace tierzero::nn {
+
+void MicroBatch::visit(Buffers& b, const GPTConfig& config, size_t B, size_t T, bool checkpointing,
+                       const BufferVisitor& fn) {
+  const size_t L = config.num_layers, C = config.channels, BT = B * T;
+  const size_t Vp = config.padded_vocab_size;
+  constexpr size_t f = sizeof(float);
+  fn(b.tokens, BT * sizeof(int32_t), "tokens");
+  fn(b.targets, BT * sizeof(int32_t), "targets");
+  fn(b.encoded, BT * C * f, "encoded");
+  if (!checkpointing) b.blocks.visit(config, L, B, T, fn);
+  fn(b.residual3, L * BT * C * f, checkpointing ? "residual3 (checkpoints)" : "residual3");
+  fn(b.lnf, BT * C * f, "lnf");
+  fn(b.lnf_mean, BT * f, "lnf_mean");
+  fn(b.lnf_rstd, BT * f, "lnf_rstd");
+  fn(b.logits, BT * Vp * f, "logits");
+  fn(b.losses, BT * f, "losses");
+  fn(b.dresidual, BT * C * f, "dresidual");
+}
+
+size_t MicroBatch::bytes_for(const GPTConfig& config, size_t B, size_t T, bool checkpointing) {
+  Buffers none;
+  return rounded_bytes(
+      [&](const BufferVisitor& fn) { visit(none, config, B, T, checkpointing, fn); });
+}
+
+MicroBatch::MicroBatch(const GPTConfig& config, size_t num_modules, size_t B, size_t T,
+                       bool checkpointing, DeviceAllocator& allocator)
+    : config_(config),
+      B_(B),
+      T_(T),
+      checkpointing_(checkpointing),
+      inputs_(num_modules, nullptr),
+      host_losses_(B * T) {
+  TZ_CHECK(B > 0 && T > 0, "empty batch", "");
+  TZ_CHECK(T <= config.max_seq_len,
+           "sequence length " + std::to_string(T) + " exceeds the model's context length " +
+               std::to_string(config.max_seq_len),
+           "lower seq_len or use a model with a longer context");
+  bytes_ = allocate_buffers(
+      [&](const BufferVisitor& fn) { visit(buffers_, config_, B_, T_, checkpointing_, fn); },
+      allocator);
+}
+
+const int32_t* MicroBatch::tokens() const {
+  return static_cast<const int32_t*>(buffers_.tokens.data());
+}
+
+const int32_t* MicroBatch::targets() const {
+  return static_cast<const int32_t*>(buffers_.targets.data());
+}
+
+float* MicroBatch::residual(size_t i) const {
+  TZ_CHECK(i <= config_.num_layers,
+           "residual stream position " + std::to_string(i) + " past the last block",
+           "positions are 0 (embeddings' output) to L (last block's output)");
+  if (i == 0) return buffers_.encoded.f32();
+  return buffers_.residual3.f32() + (i - 1) * B_ * T_ * config_.channels;
+}
+
+BlockActs MicroBatch::block(size_t layer) const {
+  TZ_CHECK(!checkpointing_, "block " + std::to_string(layer) + "'s internals are not kept",
+           "with activation checkpointing they live in the model's scratch");
+  TZ_CHECK(layer < config_.num_layers, "no block " + std::to_string(layer), "");
+  return buffers_.blocks.slot(config_, layer, B_, T_);
+}
+
+float* MicroBatch::lnf() const {
+  return buffers_.lnf.f32();
+}
+
+LayerNormStats MicroBatch::final_norm_stats() const {
+  return {buffers_.lnf_mean.f32(), buffers_.lnf_rstd.f32()};
+}
+
+float* MicroBatch::logits() const {
+  return buffers_.logits.f32();
+}
+
+float* MicroBatch::losses() const {
+  return buffers_.losses.f32();
+}
+
+float* MicroBatch::dresidual() const {
+  return buffers_.dresidual.f32();
+}
+
+void MicroBatch::save_input(size_t module, const float* in) {
+  TZ_CHECK(module < inputs_.size(), "module " + std::to_string(module) + " is not in the model",
+           "");
+  inputs_[module] = in;
+}
+
+const float* MicroBatch::saved_input(size_t module) const {
+  TZ_CHECK(module < inputs_.size() && inputs_[module] != nullptr,
+           "module " + std::to_string(module) + " has no saved input in this micro-batch",
+           "run the forward on this micro-batch before its backward");
+  return inputs_[module];
+}
+
+}  // namespace tierzero::nn
