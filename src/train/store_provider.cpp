@@ -49,7 +49,7 @@ UnitGrouping group_units(const nn::ParamLayout& layout, size_t blocks_per_unit) 
     for (size_t ti : u.tensors) {
       const nn::ParamTensor& t = layout.tensors()[ti];
       spec.tensors.push_back(
-          zero::TensorSpec{t.offset - u.offset + group_offset, t.numel, t.decay});
+          zero::TensorSpec{t.offset - u.offset + group_offset, t.numel, t.decay, t.replicated()});
     }
     spec.numel += u.numel;
     g.store_unit.push_back(g.specs.size() - 1);
