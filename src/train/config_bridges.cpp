@@ -77,6 +77,7 @@ profile::EstimateInput estimate_input_from(const TrainConfig& c, std::vector<zer
                          offload::HostPool::round_size(static_cast<size_t>(c.aio.block_size));
   in.param_persistence_threshold = static_cast<size_t>(z.param_persistence_threshold);
   in.reduce_bucket_elems = static_cast<size_t>(std::max<int64_t>(z.reduce_bucket_size, 1));
+  in.overlap_comm = z.overlap_comm;
   in.max_live_parameters = static_cast<size_t>(z.max_live_parameters);
   in.activation_bytes = activation_bytes;
   return in;

@@ -66,6 +66,7 @@ zero::StoreConfig store_config_from(const TrainConfig& c) {
   s.max_live_elems = elems(c.zero.max_live_parameters);
   s.max_reuse_distance = elems(c.zero.max_reuse_distance);
   s.reduce_bucket_elems = std::max<size_t>(elems(c.zero.reduce_bucket_size), 1);
+  s.overlap_comm = c.zero.overlap_comm;
   const OffloadConfig& op = c.zero.offload_param;
   const OffloadConfig& oo = c.zero.offload_optimizer;
   s.placement.param = {zero::offload_tier(op.device), op.ratio};

@@ -23,7 +23,8 @@ GradientReducer::GradientReducer(const StoreConfig& config, ShardStorage& storag
       flush_collectives_(std::move(flush_collectives)),
       plan_(storage.plan()),
       device_(storage.device()),
-      units_(storage.plan().num_units()) {}
+      units_(storage.plan().num_units()),
+      capacity_(bucket_capacity(storage.plan(), config.reduce_bucket_elems, config.overlap_comm)) {}
 
 GradientReducer::~GradientReducer() {
   pending_.clear();  // each request waits for its operation (errors are logged)
@@ -102,7 +103,7 @@ bool GradientReducer::adjacent_to_bucket(size_t unit) const {
 
 void GradientReducer::add_to_bucket(size_t unit) {
   const size_t padded = plan_.partition(unit).padded_numel;
-  const size_t capacity = std::max<size_t>(1, config_.reduce_bucket_elems);
+  const size_t capacity = capacity_;
   const bool fits = bucket_elems_ + padded <= capacity;
   if (!bucket_.empty() && (!fits || (config_.stage < 2 && !adjacent_to_bucket(unit))))
     issue_bucket();
@@ -116,7 +117,7 @@ void GradientReducer::issue_bucket() {
   if (bucket_.empty()) return;
   // In flight at once: at most max_pending_reductions buckets and a bucket's worth of elements
   // (always at least one bucket), so the memory of reductions follows reduce_bucket_size.
-  const size_t capacity = std::max<size_t>(1, config_.reduce_bucket_elems);
+  const size_t capacity = capacity_;
   const size_t max_pending = std::max<size_t>(1, config_.max_pending_reductions);
   while (!pending_.empty() &&
          (pending_.size() >= max_pending || pending_elems_ + bucket_elems_ > capacity))
@@ -282,9 +283,15 @@ void GradientReducer::copy_slices_to_host() {
   }
 }
 
+size_t bucket_capacity(const PartitionPlan& plan, size_t reduce_bucket_elems, bool overlap_comm) {
+  const size_t capacity = std::max<size_t>(1, reduce_bucket_elems);
+  if (!overlap_comm) return capacity;
+  return std::max<size_t>(1, std::min(capacity, plan.largest_padded_numel()));
+}
+
 ReductionBuffers reduction_buffer_bound(const PartitionPlan& plan, int stage,
                                         const std::vector<UnitPlacement>& placement,
-                                        size_t reduce_bucket_elems) {
+                                        size_t reduce_bucket_elems, bool overlap_comm) {
   ReductionBuffers out;
   if (stage < 2) return out;  // stages 0-1 reduce in place in the full-gradient arena
   // Units whose gradient is reduced at all (one rank with device gradients adds in place).
@@ -301,7 +308,7 @@ ReductionBuffers reduction_buffer_bound(const PartitionPlan& plan, int stage,
   // A bucket of several units holds at most reduce_bucket_elems; a bucket of one unit is that
   // unit. Its reduced shards are 1/ranks of it (shards pad units evenly).
   const size_t bucket =
-      std::max(std::min(std::max<size_t>(1, reduce_bucket_elems), total), largest);
+      std::max(std::min(bucket_capacity(plan, reduce_bucket_elems, overlap_comm), total), largest);
   const auto ranks = static_cast<size_t>(plan.ranks());
   const size_t packed = DeviceAllocator::round_size(bucket * sizeof(float));
   const size_t shard = DeviceAllocator::round_size(bucket / ranks * sizeof(float));

@@ -10,7 +10,8 @@
 // leaves each rank its shard of every unit; a single unit is already in that shape. Stages 0-1
 // reduce a run of adjacent units as one span of the full-gradient arena. As DeepSpeed does, a
 // unit that would overflow the open bucket sends the bucket off first, so a bucket of several
-// units holds at most reduce_bucket_elems, and a bucket of one unit is that unit. In flight,
+// units holds at most its capacity — reduce_bucket_elems, or with overlap_comm the largest unit,
+// so the reductions overlap the backward — and a bucket of one unit is that unit. In flight,
 // overlapping the rest of the backward: at most max_pending_reductions buckets and at most one
 // bucket's worth of elements (always at least one bucket).
 //
@@ -104,6 +105,7 @@ class GradientReducer {
   size_t bucket_elems_ = 0;     // their padded elements
   std::deque<Pending> pending_;
   size_t pending_elems_ = 0;  // of the buckets in flight
+  size_t capacity_;           // elements at which a bucket goes out (bucket_capacity)
   bool sync_ = true;
 };
 

@@ -139,7 +139,8 @@ TEST(Estimator, BuffersAreBounded) {
   EXPECT_EQ(e.buffers.at(Tier::device, Category::grad), 0u);
   // The gradient reducer's buffers (zero::reduction_buffer_bound): two units open under backward,
   // the open bucket's full gradients (every allocation rounded), and a bucket in flight with its
-  // reduced shards, twice; the default bucket (5e8 elements) holds the whole model.
+  // reduced shards, twice. With overlap_comm (the default) a bucket goes out at the largest
+  // unit's size; without it the default bucket (5e8 elements) holds the whole model.
   auto rounded = [](size_t elems) { return DeviceAllocator::round_size(elems * 4); };
   size_t total = 0, slack = 0;
   for (size_t n : sizes) {
@@ -150,12 +151,16 @@ TEST(Estimator, BuffersAreBounded) {
     return 2 * rounded(sizes[0]) + bucket * 4 + slack + 2 * (rounded(bucket) + rounded(bucket / 4));
   };
   const size_t norm_exchange = DeviceAllocator::round_size(2 * 4 * 4);  // (ranks, 2) fp32
-  EXPECT_EQ(e.buffers.at(Tier::device, Category::comm), reducer_bound(total) + norm_exchange);
+  EXPECT_EQ(e.buffers.at(Tier::device, Category::comm), reducer_bound(sizes[0]) + norm_exchange);
+  in.overlap_comm = false;
+  EXPECT_EQ(estimate(in).buffers.at(Tier::device, Category::comm),
+            reducer_bound(total) + norm_exchange);
   // A bucket smaller than any unit: every bucket is one unit, the largest at most.
   in.reduce_bucket_elems = 1;
   EXPECT_EQ(estimate(in).buffers.at(Tier::device, Category::comm),
             reducer_bound(sizes[0]) + norm_exchange);
   in.reduce_bucket_elems = 500000000;
+  in.overlap_comm = true;
   EXPECT_EQ(e.buffers.at(Tier::device, Category::activation), 12345u);
 
   in.max_live_parameters = 1000000000;  // more than the model: all of it at most

@@ -105,7 +105,7 @@ inline std::string nvme_dir() {
 struct Fixture {
   explicit Fixture(int stage, const std::string& placement = "device",
                    size_t max_live_elems = 1000000000, DType working = DType::f32,
-                   size_t reduce_bucket_elems = 500000000)
+                   size_t reduce_bucket_elems = 500000000, bool overlap_comm = true)
       : world(session().world()),
         ranks(world.size()),
         rank(world.rank()),
@@ -118,7 +118,8 @@ struct Fixture {
         ref_opt(optimizer, ref_model.layout(), ref_alloc),
         store_alloc(*device, 0, store_tracker),
         store(tierzero::train::units_from_layout(ref_model.layout()),
-              store_config(stage, placement, max_live_elems, working, reduce_bucket_elems),
+              store_config(stage, placement, max_live_elems, working, reduce_bucket_elems,
+                           overlap_comm),
               zero::AdamWConfig{optimizer.beta1, optimizer.beta2, optimizer.eps,
                                 optimizer.weight_decay},
               world, store_alloc),
@@ -142,7 +143,8 @@ struct Fixture {
 
   static zero::StoreConfig store_config(int stage, const std::string& placement,
                                         size_t max_live_elems, DType working = DType::f32,
-                                        size_t reduce_bucket_elems = 500000000) {
+                                        size_t reduce_bucket_elems = 500000000,
+                                        bool overlap_comm = true) {
     zero::StoreConfig c;
     c.stage = stage;
     c.param_persistence_threshold = kPersistenceThreshold;
@@ -150,6 +152,7 @@ struct Fixture {
     c.placement.working = working;
     c.max_live_elems = max_live_elems;
     c.reduce_bucket_elems = reduce_bucket_elems;
+    c.overlap_comm = overlap_comm;
     c.prefetch_bucket_elems = max_live_elems / 2;
     c.host_budget_bytes = size_t{64} << 20;
     c.nvme.directories = {nvme_dir()};

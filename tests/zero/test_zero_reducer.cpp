@@ -36,8 +36,8 @@ struct TrainedRun {
   size_t reductions_per_step = 0;
 };
 
-TrainedRun train(int stage, const std::string& placement, size_t bucket_elems) {
-  Fixture f(stage, placement, 1000000000, DType::f32, bucket_elems);
+TrainedRun train(int stage, const std::string& placement, size_t bucket_elems, bool overlap) {
+  Fixture f(stage, placement, 1000000000, DType::f32, bucket_elems, overlap);
   TrainedRun run;
   for (int step = 0; step < 5; ++step) {
     run.losses.push_back(store_step(f));
@@ -54,9 +54,12 @@ TEST_P(ZeroReducerTest, BucketSizesTrainAlikeAndIssueTheirReductions) {
   const int ranks = session().world().size(), rank = session().world().rank();
   for (const char* placement : {"device", "opt_host"}) {
     if (stage == 0 && std::string(placement) != "device") continue;
-    const TrainedRun per_unit = train(stage, placement, 1);
-    const TrainedRun pairs = train(stage, placement, 2 * kBlockElems + 1);
-    const TrainedRun whole = train(stage, placement, 500000000);
+    // Filled buckets (overlap_comm off) of one unit, of pairs, of the whole model; and the
+    // default, overlap_comm on: a bucket goes out at the largest unit's size (a block here).
+    const TrainedRun per_unit = train(stage, placement, 1, false);
+    const TrainedRun pairs = train(stage, placement, 2 * kBlockElems + 1, false);
+    const TrainedRun whole = train(stage, placement, 500000000, false);
+    const TrainedRun overlap = train(stage, placement, 500000000, true);
     const std::string what = "stage " + std::to_string(stage) + " " + placement + " on " +
                              std::to_string(ranks) + " ranks";
     std::printf(
@@ -69,8 +72,11 @@ TEST_P(ZeroReducerTest, BucketSizesTrainAlikeAndIssueTheirReductions) {
     EXPECT_EQ(per_unit.reductions_per_step, nothing ? 0u : 4u) << what;
     EXPECT_EQ(pairs.reductions_per_step, nothing ? 0u : 2u) << what;
     EXPECT_EQ(whole.reductions_per_step, nothing ? 0u : 1u) << what;
-    for (const TrainedRun* r : {&pairs, &whole}) {
-      const std::string which = what + (r == &pairs ? ", pairs" : ", whole model");
+    EXPECT_EQ(overlap.reductions_per_step, nothing ? 0u : 4u) << what;
+    for (const TrainedRun* r : {&pairs, &whole, &overlap}) {
+      const std::string which = what + (r == &pairs   ? ", pairs"
+                                        : r == &whole ? ", whole model"
+                                                      : ", overlap_comm");
       EXPECT_EQ(compare_runs(r->losses, per_unit.losses, 1e-5,
                              which + " vs one unit per bucket, "
                                      "losses",

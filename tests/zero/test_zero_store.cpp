@@ -45,11 +45,11 @@ TEST_P(ZeroStoreTest, TrainsLikeTheOneRankReference) {
   const int stage = GetParam().stage;
   const std::string placement = GetParam().placement;
   // A live-gather budget of three blocks: room to prefetch, small enough to matter. Gradient
-  // buckets of two blocks: several buckets per backward, some packing two units.
+  // buckets of two blocks, filled (overlap_comm off): several per backward, some packing two.
   const size_t block_elems = 12 * 32 * 32 + 13 * 32;
   const size_t live_budget = 3 * block_elems;
   const size_t bucket = 2 * block_elems;
-  Fixture f(stage, placement, live_budget, DType::f32, bucket);
+  Fixture f(stage, placement, live_budget, DType::f32, bucket, false);
   ErrorStats loss_err, norm_err;
   size_t clipped = 0;
   std::vector<float> losses;
@@ -162,7 +162,7 @@ TEST_P(ZeroStoreTest, TrainsLikeTheOneRankReference) {
 
   // Offloaded placements compute exactly what the all-on-device store computes.
   if (placement != "device") {
-    Fixture dev(stage, "device", live_budget, DType::f32, bucket);
+    Fixture dev(stage, "device", live_budget, DType::f32, bucket, false);
     std::vector<float> dev_losses;
     for (size_t step = 0; step < losses.size(); ++step) dev_losses.push_back(store_step(dev));
     EXPECT_EQ(count_disagreements(losses, dev_losses, 0.0, 1e-5, what + " vs all on device, losses",

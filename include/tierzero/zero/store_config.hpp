@@ -44,6 +44,10 @@ struct StoreConfig {
   // larger than a bucket is a bucket of its own). Small buckets overlap the reduction with the
   // rest of the backward and hold fewer full gradients; large ones issue fewer collectives.
   size_t reduce_bucket_elems = 500000000;
+  // overlap_comm: a bucket goes out as soon as it holds as many elements as the largest unit
+  // (never more than reduce_bucket_elems), so reductions overlap the rest of the backward while
+  // small units are still fused; off, buckets fill to reduce_bucket_elems.
+  bool overlap_comm = true;
   // Buckets being reduced at once (at least 1) before the next one waits for the oldest.
   size_t max_pending_reductions = 2;
   PlacementConfig placement;
@@ -106,6 +110,9 @@ struct ReductionBuffers {
 };
 ReductionBuffers reduction_buffer_bound(const PartitionPlan& plan, int stage,
                                         const std::vector<UnitPlacement>& placement,
-                                        size_t reduce_bucket_elems);
+                                        size_t reduce_bucket_elems, bool overlap_comm);
+// The elements at which the reducer sends a bucket: reduce_bucket_elems, or with overlap_comm at
+// most the largest unit's padded elements (at least 1).
+size_t bucket_capacity(const PartitionPlan& plan, size_t reduce_bucket_elems, bool overlap_comm);
 
 }  // namespace tierzero::zero
