@@ -136,14 +136,15 @@ std::string describe_placement(const TrainConfig& c) {
 struct Trainer::State {
   // Declared first so that it is destroyed last: the store's collectives need MPI alive.
   std::unique_ptr<comm::MpiSession> session;  // the ZeRO path only
-  // The process mesh (dp x tp x pp x sp; data-parallel only for now) and, on CUDA with several
-  // ranks, the store's partition group through NCCL on its own stream.
-  std::unique_ptr<comm::ProcessMesh> mesh;
-  std::unique_ptr<comm::Communicator> partition_nccl;
   int rank = 0;
   int world_size = 1;
   std::unique_ptr<Device> device;
   std::unique_ptr<DeviceAllocator> allocator;
+  // The process mesh (dp x tp x pp x sp; data-parallel only for now) and, on CUDA with several
+  // ranks, the store's partition group through NCCL on its own stream. After the device: an NCCL
+  // communicator frees device memory and its stream when it goes, before the device does.
+  std::unique_ptr<comm::ProcessMesh> mesh;
+  std::unique_ptr<comm::Communicator> partition_nccl;
   nn::GPTConfig model_config;
   std::unique_ptr<nn::GPT> model;
   std::unique_ptr<nn::LocalParams> params;

@@ -116,6 +116,7 @@ bool Fetcher::keep_after_release(size_t unit) const {
 void Fetcher::pump_prefetch() {
   if (config_.stage != 3 || pass_ != PassKind::train || recording_ || off_trace_ || !trace_valid_)
     return;
+  release_landed_copies();
   issue_deferred();
   std::vector<char> seen(units_.size(), 0);
   size_t window = 0;  // elements gathered (or being gathered) ahead of use

@@ -222,6 +222,10 @@ void Fetcher::issue_gather(size_t unit) {
       const double t1 = monotonic_seconds();
       counters_.stall_s += t1 - t0;
       if (t1 > t0) ActivityLog::global().record(Track::stall, "wait nvme read", t0, t1, 0, u);
+      // The read is done: the budget counts reads (and handoffs) in flight. The buffer itself
+      // lives on until its copy to the device has landed.
+      background_.read_finished();
+      s.staging_counted = false;
       src = s.staging.data();
     }
     // The copy runs on the copy stream beside the compute; the gather starts after it.
@@ -244,6 +248,11 @@ void Fetcher::issue_gather(size_t unit) {
     ++counters_.gathers;
   }
   s.fetch = Fetch::gathering;
+}
+
+void Fetcher::release_landed_copies() {
+  for (UnitFetch& s : units_)
+    if (s.staging && s.fetch == Fetch::gathering && s.ready->query()) s.staging.reset();
 }
 
 void Fetcher::finish_copy(UnitFetch& s) {

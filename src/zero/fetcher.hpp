@@ -70,7 +70,7 @@ class Fetcher {
     DeviceBuffer gathered;    // (padded_numel) working type, stage 3: the unit's working params
     DeviceBuffer compute;     // (padded_numel) fp32: converted from 16-bit working parameters
     offload::PinnedBuffer staging;  // (shard_numel) working type: the shard read from NVMe
-    bool staging_counted = false;   // staging holds one of the staging budget's buffers
+    bool staging_counted = false;   // staging counts in the budget (read or handoff not copied)
     std::vector<offload::IoHandle> reads;
     // Recorded once the shard the gather sends is in place: after its copy to the device on the
     // copy stream, or after the default stream's work that wrote it. The gather starts after it.
@@ -94,9 +94,12 @@ class Fetcher {
   // Waits for the gather; the unit is ready. The wait counts as stall time when `stall`.
   void finish_fetch(size_t unit, bool stall = true);
   void drop_unused();  // frees what was fetched and is not in use
-  // Waits until the unit's copy to the device has landed, then frees its staging (and gives its
-  // buffer back to the staging budget).
+  // Waits until the unit's copy to the device has landed, then frees its staging (and gives a
+  // read never copied back to the staging budget).
   void finish_copy(UnitFetch& s);
+  // Frees the staging of every copy that has landed (never blocks), so that gathered units
+  // waiting for their use hold no pinned memory.
+  void release_landed_copies();
 
   // The trace and the prefetcher (fetch_trace.cpp).
   void note_use(size_t unit);  // an acquire in a training pass: record or follow the trace

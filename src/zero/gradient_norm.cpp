@@ -6,6 +6,7 @@
 
 #include "group_exchange.hpp"
 #include "tierzero/core/activity_log.hpp"
+#include "tierzero/core/error.hpp"
 #include "tierzero/core/timer.hpp"
 
 namespace tierzero::zero {
@@ -16,7 +17,40 @@ GradientNorm::GradientNorm(int stage, ShardStorage& storage, comm::Communicator&
       storage_(storage),
       group_(group),
       groups_(groups),
-      flush_collectives_(std::move(flush_collectives)) {}
+      flush_collectives_(std::move(flush_collectives)) {
+  check_tied_shapes();
+}
+
+void GradientNorm::check_tied_shapes() {
+  if (groups_.tie == nullptr || groups_.tie->size() == 1) return;
+  const PartitionPlan& plan = storage_.plan();
+  size_t units = 0, elems = 0;
+  for (size_t u = 0; u < plan.num_units(); ++u) {
+    if (!plan.units()[u].tied) continue;
+    ++units;
+    elems += plan.partition(u).shard_numel;
+  }
+  // (hi, lo) floats carry the element count exactly; the unit count fits a float as it is.
+  const auto hi = static_cast<float>(elems);
+  const auto lo = static_cast<float>(static_cast<double>(elems) - static_cast<double>(hi));
+  const std::vector<float> counts =
+      all_gather_pair(*groups_.tie, storage_.allocator(), static_cast<float>(units), 0.0f,
+                      "zero tied unit check");  // (ranks, 2)
+  const std::vector<float> sizes =
+      all_gather_pair(*groups_.tie, storage_.allocator(), hi, lo, "zero tied unit check");
+  auto describe = [&](size_t r) {
+    const double n = static_cast<double>(sizes[2 * r]) + static_cast<double>(sizes[2 * r + 1]);
+    return "rank " + std::to_string(r) + " holds " +
+           std::to_string(static_cast<size_t>(counts[2 * r])) + " tied unit(s) of " +
+           std::to_string(static_cast<size_t>(n)) + " shard elements";
+  };
+  for (size_t r = 1; r < counts.size() / 2; ++r)
+    TZ_CHECK(counts[2 * r] == counts[0] && sizes[2 * r] == sizes[0] && sizes[2 * r + 1] == sizes[1],
+             "tied units differ across the tie group (" + groups_.tie->describe() +
+                 "): " + describe(0) + " while " + describe(r),
+             "every rank sharing a tied unit must build it with the same tensors and the same "
+             "partition group size");
+}
 
 void GradientNorm::sum_tied_gradients() {
   if (groups_.tie == nullptr || groups_.tie->size() == 1) return;

@@ -17,6 +17,8 @@ namespace tierzero::zero {
 
 class GradientNorm {
  public:
+  // Collective over the tie group when there is one: every rank must hold the same tied units
+  // cut into the same shards (the sum is element by element), else an Error on every rank.
   GradientNorm(int stage, ShardStorage& storage, comm::Communicator& group,
                const StoreGroups& groups, std::function<void()> flush_collectives);
 
@@ -29,6 +31,7 @@ class GradientNorm {
 
  private:
   double local_sum_squares();  // what this rank owns and counts
+  void check_tied_shapes();
 
   int stage_;
   ShardStorage& storage_;

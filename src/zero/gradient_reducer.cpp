@@ -87,6 +87,11 @@ void GradientReducer::done(size_t unit) {
   add_to_bucket(unit);
 }
 
+void GradientReducer::discard(size_t unit) {
+  units_[unit].open = false;
+  units_[unit].full.reset();
+}
+
 bool GradientReducer::adjacent_to_bucket(size_t unit) const {
   const auto [lo, hi] = std::minmax_element(bucket_.begin(), bucket_.end());
   // Units sit back to back in unit order in the full-gradient arena (empty ones take no room).
@@ -117,27 +122,27 @@ void GradientReducer::issue_bucket() {
   if (bucket_.empty()) return;
   // In flight at once: at most max_pending_reductions buckets and a bucket's worth of elements
   // (always at least one bucket), so the memory of reductions follows reduce_bucket_size.
-  const size_t capacity = capacity_;
   const size_t max_pending = std::max<size_t>(1, config_.max_pending_reductions);
   while (!pending_.empty() &&
-         (pending_.size() >= max_pending || pending_elems_ + bucket_elems_ > capacity))
+         (pending_.size() >= max_pending || pending_elems_ + bucket_elems_ > capacity_))
     finish_oldest();
   flush_collectives_();  // collectives go out in the same order on every rank
   Stream& st = device_.default_stream();
   Pending r;
   r.units = bucket_;
-  for (size_t u : bucket_) units_[u].in_bucket = false;
-  bucket_.clear();
-  const size_t elems = bucket_elems_;
-  bucket_elems_ = 0;
+  r.elems = bucket_elems_;
+  r.ready = device_.create_event();
   if (config_.stage >= 2) {
     size_t shard_elems = 0;
     for (size_t u : r.units) shard_elems += plan_.partition(u).shard_numel;
+    // Allocated before anything changes: a failed allocation leaves the bucket as it was.
+    if (r.units.size() > 1)
+      r.input = allocate(r.elems, "zero reduce-scatter bucket (packed)");  // (elems) fp32
+    r.shard_mean = allocate(shard_elems, "zero reduce-scatter shard");     // (shard_elems) fp32
     if (r.units.size() == 1) {
       r.input = std::move(units_[r.units[0]].full);  // one unit is already rank-major
     } else {
       // Rank-major: rank q's block holds its shard of every unit, in bucket order.
-      r.input = allocate(elems, "zero reduce-scatter bucket (packed)");  // (elems) fp32
       size_t at = 0;
       for (int q = 0; q < group_.size(); ++q)
         for (size_t u : r.units) {
@@ -148,25 +153,26 @@ void GradientReducer::issue_bucket() {
         }
       for (size_t u : r.units) units_[u].full.reset();  // stream-ordered after the copies
     }
-    r.ready = device_.create_event();
-    r.ready->record(st);  // backward's (and the packing's) writes land before the engine reads
-    r.shard_mean = allocate(shard_elems, "zero reduce-scatter shard");  // (shard_elems) fp32
+    // Backward's and the packing's writes (and earlier users of the new blocks) land before the
+    // engine reads and writes.
+    r.ready->record(st);
     r.request = group_.reduce_scatter_async(r.input.data(), r.shard_mean.data(), shard_elems,
                                             DType::f32, comm::ReduceOp::avg, r.ready.get());
   } else {
     // Every rank ends with the mean gradient. Under accumulation this is still right: the part
     // already averaged is equal on every rank, so the mean of (it + local) is it + mean(local).
-    r.ready = device_.create_event();
     r.ready->record(st);  // backward's writes land before the engine reads
     const size_t first = *std::min_element(r.units.begin(), r.units.end());
     float* g = storage_.arenas().ptr(StateBuffer::grads_full, first);
     r.request =
-        group_.all_reduce_async(g, g, elems, DType::f32, comm::ReduceOp::avg, r.ready.get());
+        group_.all_reduce_async(g, g, r.elems, DType::f32, comm::ReduceOp::avg, r.ready.get());
   }
+  for (size_t u : bucket_) units_[u].in_bucket = false;
+  bucket_.clear();
+  bucket_elems_ = 0;
   r.issued_s = monotonic_seconds();
-  r.elems = elems;
   ++counters_.reductions;
-  pending_elems_ += elems;
+  pending_elems_ += r.elems;
   pending_.push_back(std::move(r));
 }
 

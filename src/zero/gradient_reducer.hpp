@@ -50,6 +50,7 @@ class GradientReducer {
   // The unit's local gradient is complete (for this micro-batch); it was open.
   void done(size_t unit);
   bool open(size_t unit) const { return units_[unit].open; }
+  void discard(size_t unit);  // closes an open unit without reducing its gradient
   void set_sync(bool sync) { sync_ = sync; }
   bool sync() const { return sync_; }
   // Reduces everything still local or in the open bucket and waits for every reduction: the

@@ -120,7 +120,12 @@ void PartitionStore::grads_done(size_t unit) {
       reducer_->open(unit),
       "PartitionStore::grads_done: unit " + plan_.units()[unit].name + " has no open gradients",
       "call acquire_grads before grads_done, once per backward of the unit");
-  fetcher_->check_reduction(unit);
+  try {
+    fetcher_->check_reduction(unit);
+  } catch (...) {
+    reducer_->discard(unit);  // closed, so a later call reports this error, not open gradients
+    throw;
+  }
   reducer_->done(unit);
 }
 

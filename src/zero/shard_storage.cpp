@@ -19,8 +19,7 @@ ShardStorage::ShardStorage(const PartitionPlan& plan, int stage,
       placement_(placement),
       allocator_(allocator),
       device_(allocator.device()),
-      host_kernels_(kernels::make_cpu_kernels()),
-      copy_stream_(device_.create_stream()) {
+      host_kernels_(kernels::make_cpu_kernels()) {
   bool host = false, nvme = false;
   for (const UnitPlacement& p : placement_) {
     host = host || p.param != Tier::device || p.optimizer != Tier::device;
@@ -42,6 +41,12 @@ ShardStorage::ShardStorage(const PartitionPlan& plan, int stage,
 }
 
 ShardStorage::~ShardStorage() = default;
+
+Stream& ShardStorage::copy_stream() {
+  // Only stores with parameters off the device copy shards to it (on the CPU: a worker thread).
+  if (!copy_stream_) copy_stream_ = device_.create_stream();
+  return *copy_stream_;
+}
 
 float* ShardStorage::param_shard_ptr(size_t unit) {
   if (stage_ == 3) return arenas_->ptr(StateBuffer::param_shard, unit);

@@ -44,7 +44,7 @@ class ShardStorage {
   offload::NvmeEngine* nvme() { return nvme_.get(); }
   // The stream host-to-device copies of offloaded shards run on, beside the compute on the
   // default stream (on the CPU backend: a worker thread), ordered by events.
-  Stream& copy_stream() { return *copy_stream_; }
+  Stream& copy_stream();  // made on first use
   // The CPU kernels, for state in host memory (on the CPU backend the device's are the same
   // functions, so placements agree bitwise).
   kernels::Kernels& host_kernels() { return *host_kernels_; }
@@ -85,11 +85,11 @@ class ShardStorage {
   DeviceAllocator& allocator_;
   Device& device_;
   std::unique_ptr<kernels::Kernels> host_kernels_;
-  std::unique_ptr<Stream> copy_stream_;
   std::unique_ptr<offload::HostPool> host_pool_;  // when any state or staging is on the host
   std::unique_ptr<offload::NvmeEngine> nvme_;     // when any state is on NVMe
   std::unique_ptr<offload::SwapSpace> swap_;      // extents of nvme_
   std::unique_ptr<StateArenas> arenas_;
+  std::unique_ptr<Stream> copy_stream_;  // last: drained before the memory its copies read goes
 };
 
 }  // namespace tierzero::zero

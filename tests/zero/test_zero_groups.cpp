@@ -171,6 +171,30 @@ TEST_P(ZeroGroupsTest, TiedUnitsSumTheirGradientsAndUpdateLikeOneCopy) {
   EXPECT_EQ(mine, root);
 }
 
+// Tied copies that do not match (another size on one rank) are refused when the stores are
+// built, on every rank, instead of summing mismatched gradients or hanging in the sum.
+TEST(ZeroGroups, TiedUnitsOfDifferentShapesAreAnErrorOnEveryRank) {
+  comm::MpiCommunicator& world = session().world();
+  if (world.size() < 2) GTEST_SKIP() << "needs at least 2 ranks to form a tie group";
+  const int rank = world.rank();
+  std::unique_ptr<comm::MpiCommunicator> solo = world.split(rank, 0, "solo");
+  std::unique_ptr<Device> device = test_device();
+  DeviceAllocator alloc(*device, 0);
+  const size_t numel = rank == 0 ? 256 : 320;  // rank 0's copy is another size
+  const zero::UnitSpec e{"embeddings", numel, {{0, numel, true}}, true};
+  zero::StoreGroups groups;
+  groups.model_parallel = {&world};
+  groups.tie = &world;
+  try {
+    zero::PartitionStore store({e}, config(3), zero::AdamWConfig{}, *solo, alloc, groups);
+    ADD_FAILURE() << "tied units of different shapes were accepted";
+  } catch (const Error& err) {
+    const std::string m = err.what();
+    std::printf("[rank %d] mismatched tied units: %s\n", rank, m.c_str());
+    EXPECT_NE(m.find("tied units differ"), std::string::npos) << m;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Stages, ZeroGroupsTest, ::testing::Values(0, 1, 2, 3),
                          [](const ::testing::TestParamInfo<int>& i) {
                            return "stage" + std::to_string(i.param);

@@ -103,7 +103,9 @@ enum class PassKind { train, eval };
 // The bytes the gradient reducer holds at most beyond the model state, per rank: full gradients
 // being accumulated or waiting in the open bucket, packed buckets and their reduced shards in
 // flight (device, comm), and the pinned staging of reduced shards bound for a host accumulator
-// (host, io). One rule for the reducer, which allocates them, and the estimator.
+// (host, io). One rule for the reducer, which allocates them, and the estimator. Not covered: the
+// deferred (no-sync) mode, which keeps every unit's full gradient on the device at stages 2-3
+// until it is reduced (the caller that turns it on pays 4 bytes per padded element).
 struct ReductionBuffers {
   size_t device_comm = 0;
   size_t host_io = 0;
