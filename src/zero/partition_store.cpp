@@ -47,9 +47,9 @@ PartitionStore::PartitionStore(std::vector<UnitSpec> units, const StoreConfig& c
       optimizer_(optimizer),
       group_(group),
       plan_(std::move(units), plan_ranks(config, group), plan_rank(config, group),
-            config.shard_align_elems),
-      placement_(place_units(plan_, config.stage, config.placement)) {
-  storage_ = std::make_unique<ShardStorage>(plan_, config_.stage, placement_, config_, allocator);
+            config.shard_align_elems) {
+  storage_ = std::make_unique<ShardStorage>(
+      plan_, config_.stage, place_units(plan_, config.stage, config.placement), config_, allocator);
   background_ = std::make_unique<BackgroundUpdate>(plan_.num_units(), config_.nvme_read_buffers);
   fetcher_ = std::make_unique<Fetcher>(config_, *storage_, *background_, group_, counters_);
   auto flush = [this] { fetcher_->flush(); };
@@ -81,6 +81,10 @@ void PartitionStore::check_unit(const char* op, size_t unit) const {
 bool PartitionStore::persistent(size_t unit) const {
   check_unit("persistent", unit);
   return fetcher_->persistent(unit);
+}
+
+const std::vector<UnitPlacement>& PartitionStore::placement() const {
+  return storage_->placement();
 }
 
 const std::vector<size_t>& PartitionStore::trace() const {
@@ -188,7 +192,7 @@ StoreStepStats PartitionStore::step(double lr, double clip, double loss_scale) {
   Stream& st = device.default_stream();
   const double t0 = monotonic_seconds();
   for (size_t u = 0; u < plan_.num_units(); ++u)
-    if (placement_[u].optimizer != Tier::nvme) in_memory_->update(u, base);
+    if (storage_->placement(u).optimizer != Tier::nvme) in_memory_->update(u, base);
   st.synchronize();
   ActivityLog::global().record(Track::optimizer, "adamw", t0, monotonic_seconds());
   // Stage 3 on the CPU backend: the NVMe pipeline runs behind the next forward (below stage 3 the
@@ -240,7 +244,7 @@ void PartitionStore::load_unit(size_t unit, const float* host_values) {
     fetcher_->drop(unit);
     storage_->write_shard(StateBuffer::param_shard, unit, shard.data());
   }
-  if (!placement_[unit].master_is_param)
+  if (!storage_->placement(unit).master_is_param)
     storage_->write_shard(StateBuffer::master, unit, shard.data());
 }
 

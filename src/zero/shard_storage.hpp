@@ -35,7 +35,7 @@ class ShardStorage {
   const PartitionPlan& plan() const { return plan_; }
   int stage() const { return stage_; }
   DType working() const { return working_; }
-  const std::vector<UnitPlacement>& placement() const { return placement_; }
+  const std::vector<UnitPlacement>& placement() const { return placement_; }  // per unit
   const UnitPlacement& placement(size_t unit) const { return placement_[unit]; }
   Device& device() { return device_; }
   DeviceAllocator& allocator() { return allocator_; }

@@ -38,11 +38,11 @@ inline std::unique_ptr<Device> test_device() {
   return on_cuda() ? make_cuda_device(0) : make_cpu_device();
 }
 
-// Two runs that should agree: bitwise on the CPU backend (same kernels, same order), within the
-// reference tolerances on CUDA. Prints what it saw.
+// Two runs that should agree: bitwise where `bitwise`, else within atol/rtol. Prints what it saw.
 inline size_t count_disagreements(const std::vector<float>& got, const std::vector<float>& want,
-                                  double atol, double rtol, const std::string& what, int rank) {
-  if (!on_cuda()) {
+                                  double atol, double rtol, const std::string& what, int rank,
+                                  bool bitwise) {
+  if (bitwise) {
     size_t differing = 0;
     for (size_t i = 0; i < got.size() && i < want.size(); ++i) differing += got[i] != want[i];
     std::printf("[rank %d] %s: %zu of %zu differ bitwise\n", rank, what.c_str(), differing,
@@ -54,6 +54,12 @@ inline size_t count_disagreements(const std::vector<float>& got, const std::vect
     err.compare(got[i], want[i], atol, rtol);
   err.print(what, rank);
   return err.bad + (got.size() != want.size() ? 1 : 0);
+}
+
+// Bitwise on the CPU backend (same kernels, same order), within the reference tolerances on CUDA.
+inline size_t count_disagreements(const std::vector<float>& got, const std::vector<float>& want,
+                                  double atol, double rtol, const std::string& what, int rank) {
+  return count_disagreements(got, want, atol, rtol, what, rank, !on_cuda());
 }
 
 inline nn::GPTConfig tiny_config() {

@@ -113,7 +113,7 @@ class PartitionStore {
 
   int stage() const { return config_.stage; }
   const PartitionPlan& plan() const { return plan_; }
-  const std::vector<UnitPlacement>& placement() const { return placement_; }
+  const std::vector<UnitPlacement>& placement() const;
   int64_t steps_taken() const { return t_; }
   // Whether `unit` stays gathered at stage 3 (below the persistence threshold).
   bool persistent(size_t unit) const;
@@ -132,7 +132,6 @@ class PartitionStore {
   // Stage 0 replicates the optimizer too: its plan is a group of one, so the "shard" of every
   // unit is the whole unit and the same code path runs the update.
   PartitionPlan plan_;
-  std::vector<UnitPlacement> placement_;
   FetchCounters counters_;
   int64_t t_ = 0;
   // Declaration order is construction order: the parts below use the ones above, and are
