@@ -128,6 +128,47 @@ class Kernels {
                                              const int32_t* targets,  // (N)
                                              float dloss, size_t N, size_t V, size_t Vp) = 0;
 
+  // ---- vocabulary-parallel forms (tensor parallelism): this rank holds the rows (wte) or
+  // columns (logits) [vocab_start, vocab_start + vocab_count) of the padded vocabulary; the
+  // caller sums (all-reduce or reduce-scatter) or gathers across the tensor-parallel group.
+
+  // out[b,t,:] = (vocab_start <= tokens[b,t] < vocab_start + vocab_count ?
+  //               wte_local[tokens[b,t] - vocab_start,:] : 0) + (wpe ? wpe[t,:] : 0)
+  virtual void encoder_forward_vocab_range(float* out,             // (B, T, C)
+                                           const int32_t* tokens,  // (B, T)
+                                           const float* wte_local,  // (vocab_count, C)
+                                           const float* wpe,        // (maxT, C) nullable
+                                           size_t vocab_start, size_t vocab_count, size_t B,
+                                           size_t T, size_t C) = 0;
+  // dwte_local[tokens[b,t] - vocab_start,:] += dout[b,t,:] for the tokens in range;
+  // dwpe[t,:] += dout[b,t,:] when dwpe is given.
+  virtual void encoder_backward_vocab_range(float* dwte_local,      // (vocab_count, C) +=
+                                            float* dwpe,            // (maxT, C) += nullable
+                                            const float* dout,      // (B, T, C)
+                                            const int32_t* tokens,  // (B, T)
+                                            size_t vocab_start, size_t vocab_count, size_t B,
+                                            size_t T, size_t C) = 0;
+  // Cross-entropy over a vocabulary split by columns, pass 1 of 2. Of this rank's Vl columns
+  // (global indices vocab_start..vocab_start+Vl) those < V are real, the rest padding. Per row:
+  // partials[i] = {m, s, x} with m = max over the real columns (-inf when there are none),
+  // s = sum of exp(logit - m) over them (0 when none), x = the target's logit when the target
+  // is one of this rank's columns, else 0.
+  virtual void vocab_xent_partials(float* partials,         // (N, 3)
+                                   const float* logits,     // (N, Vl)
+                                   const int32_t* targets,  // (N)
+                                   size_t N, size_t Vl, size_t vocab_start, size_t V) = 0;
+  // Pass 2, from every rank's partials in rank order (an all-gather of pass 1): with
+  // M = max_r m_r, S = sum_r s_r exp(m_r - M), X = sum_r x_r: losses[i] = log S + M - X, and
+  // when dlogits is given it is OVERWRITTEN with dloss * (exp(logit - M) / S - onehot(target))
+  // in the real columns and 0 in the padding columns. dlogits may alias logits.
+  virtual void vocab_xent_finish(float* dlogits,             // (N, Vl) nullable
+                                 float* losses,              // (N)
+                                 const float* logits,        // (N, Vl)
+                                 const float* all_partials,  // (ranks, N, 3)
+                                 size_t ranks, const int32_t* targets,  // (N)
+                                 float dloss, size_t N, size_t Vl, size_t vocab_start,
+                                 size_t V) = 0;
+
   // AdamW (PyTorch semantics, decoupled weight decay) on n elements, in place.
   virtual void adamw_update(float* param,       // (n)
                             float* m,           // (n)
