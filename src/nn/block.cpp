@@ -41,14 +41,15 @@ BlockActs Block::acts(const ModuleContext& ctx) const {
 }
 
 void Block::run(const ModuleContext& ctx, const float* in, float* out, const BlockActs& a) const {
-  const size_t n = ctx.mb.B() * ctx.mb.T() * channels_;
+  const size_t n = ctx.mb.dims().stream_tokens * channels_;
   float* proj = ctx.scratch.proj();
+  float* gathered = ctx.scratch.gathered_in();
   ln1_.forward(ctx, in, a.ln1, a.ln1_stats);
-  attn_.forward(ctx, a.ln1, proj, a.attn);
-  ctx.k.residual_forward(a.residual2, in, proj, n);
+  attn_.forward(ctx, ctx.gather_stream(a.ln1, gathered), proj, a.attn);  // (one collective each)
+  ctx.k.residual_forward(a.residual2, in, ctx.reduce_stream(proj), n);
   ln2_.forward(ctx, a.residual2, a.ln2, a.ln2_stats);
-  mlp_.forward(ctx, a.ln2, out ? proj : nullptr, a.mlp);
-  if (out) ctx.k.residual_forward(out, a.residual2, proj, n);
+  mlp_.forward(ctx, ctx.gather_stream(a.ln2, gathered), out ? proj : nullptr, a.mlp);
+  if (out) ctx.k.residual_forward(out, a.residual2, ctx.reduce_stream(proj), n);
 }
 
 void Block::forward(ModuleContext& ctx, const float* in, float* out) {
@@ -66,16 +67,24 @@ void Block::backward(ModuleContext& ctx, const float* dout, float* din) {
            "a block updates the residual stream's running gradient in place");
   const float* in = ctx.mb.saved_input(index());
   const BlockActs a = acts(ctx);
-  const size_t n = ctx.mb.B() * ctx.mb.T() * channels_;
+  const size_t n = ctx.mb.dims().tokens * channels_;
   float* dln = ctx.scratch.dln();
+  float* gathered = ctx.scratch.gathered_in();
+  float* gathered_grad = ctx.scratch.gathered_grad();
   // MLP branch: its dout is the stream's gradient; ln2 adds the branch's part into the stream,
-  // which then is the gradient of residual2, the attention branch's dout.
+  // which then is the gradient of residual2, the attention branch's dout. Under tensor
+  // parallelism dln holds this rank's partial sums until reduce_stream adds them up.
+  // (The collectives are issued one statement each: every rank must issue them in one order.)
   ctx.zero(dln, n);
-  mlp_.backward(ctx, a.ln2, a.mlp, dout, dln);
-  ln2_.backward(ctx, a.residual2, a.ln2_stats, dln, din);
+  const float* ln2_out = ctx.gather_stream(a.ln2, gathered);
+  const float* mlp_dout = ctx.gather_stream(dout, gathered_grad);
+  mlp_.backward(ctx, ln2_out, a.mlp, mlp_dout, dln);
+  ln2_.backward(ctx, a.residual2, a.ln2_stats, ctx.reduce_stream(dln), din);
   ctx.zero(dln, n);
-  attn_.backward(ctx, a.ln1, a.attn, din, dln);
-  ln1_.backward(ctx, in, a.ln1_stats, dln, din);
+  const float* ln1_out = ctx.gather_stream(a.ln1, gathered);
+  const float* attn_dout = ctx.gather_stream(din, gathered_grad);
+  attn_.backward(ctx, ln1_out, a.attn, attn_dout, dln);
+  ln1_.backward(ctx, in, a.ln1_stats, ctx.reduce_stream(dln), din);
 }
 
 }  // namespace tierzero::nn

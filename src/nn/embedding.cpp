@@ -2,6 +2,7 @@
 #include "tierzero/nn/embedding.hpp"
 
 #include "tierzero/nn/micro_batch.hpp"
+#include "tierzero/nn/model_scratch.hpp"
 
 namespace tierzero::nn {
 
@@ -25,16 +26,40 @@ void Embedding::bind(const ParamLayout& layout) {
   Module::bind(layout);
   wte_.bind(layout);
   wpe_.bind(layout);
+  vocab_local_ = static_cast<size_t>(wte_.shape()[0]);
+  vocab_start_ = layout.tp().rank * vocab_local_;
 }
 
 void Embedding::forward(ModuleContext& ctx, const float*, float* out) {
-  ctx.k.encoder_forward(out, ctx.mb.tokens(), wte_.in(ctx.params), wpe_.in(ctx.params), ctx.mb.B(),
-                        ctx.mb.T(), channels_);
+  if (ctx.tp == nullptr) {
+    ctx.k.encoder_forward(out, ctx.mb.tokens(), wte_.in(ctx.params), wpe_.in(ctx.params),
+                          ctx.mb.B(), ctx.mb.T(), channels_);
+    return;
+  }
+  // Partial sums over all B*T tokens, then summed over the group into this rank's rows.
+  const ActivationDims& d = ctx.mb.dims();
+  float* partial = ctx.sequence_parallel() ? ctx.scratch.proj() : out;  // (B*T, C)
+  ctx.k.encoder_forward_vocab_range(partial, ctx.mb.tokens(), wte_.in(ctx.params),
+                                    ctx.tp->rank() == 0 ? wpe_.in(ctx.params) : nullptr,
+                                    vocab_start_, vocab_local_, d.B, d.T, channels_);
+  if (ctx.sequence_parallel())
+    ctx.tp->reduce_scatter(ctx.stream, partial, out, d.stream_tokens * channels_);
+  else
+    ctx.tp->all_reduce(ctx.stream, out, d.tokens * channels_);
 }
 
 void Embedding::backward(ModuleContext& ctx, const float* dout, float*) {
-  ctx.k.encoder_backward(wte_.in(ctx.grads), wpe_.in(ctx.grads), dout, ctx.mb.tokens(), ctx.mb.B(),
-                         ctx.mb.T(), channels_);
+  if (ctx.tp == nullptr) {
+    ctx.k.encoder_backward(wte_.in(ctx.grads), wpe_.in(ctx.grads), dout, ctx.mb.tokens(),
+                           ctx.mb.B(), ctx.mb.T(), channels_);
+    return;
+  }
+  // Every rank scatters the whole dout: into its own rows of wte, and all of wpe (a replica,
+  // equal on every rank).
+  const ActivationDims& d = ctx.mb.dims();
+  const float* full = ctx.gather_stream(dout, ctx.scratch.gathered_grad());  // (B*T, C)
+  ctx.k.encoder_backward_vocab_range(wte_.in(ctx.grads), wpe_.in(ctx.grads), full, ctx.mb.tokens(),
+                                     vocab_start_, vocab_local_, d.B, d.T, channels_);
 }
 
 }  // namespace tierzero::nn

@@ -15,13 +15,10 @@ namespace tierzero::nn {
 
 namespace {
 
-ModuleList checked_modules(const GPTConfig& config, const TensorParallel& tp) {
-  tp.validate();
-  TZ_CHECK(tp.size == 1,
-           "the GPT cannot run tensor-parallel yet (tp=" + std::to_string(tp.size) + ")",
-           "a tp > 1 ParamLayout is metadata only until the tensor-parallel collectives land; "
-           "run with tp=1");
-  return make_gpt_modules(config);
+TensorParallel place_of(const ModelParallel& parallel) {
+  if (parallel.tensor_parallel == nullptr) return {};
+  const comm::Communicator& g = *parallel.tensor_parallel;
+  return TensorParallel{static_cast<size_t>(g.size()), static_cast<size_t>(g.rank())};
 }
 
 void check_shape(const GPTConfig& config, size_t B, size_t T) {
@@ -48,13 +45,17 @@ void check_tokens(const GPTConfig& config, const int32_t* tokens, const int32_t*
 
 }  // namespace
 
-GPT::GPT(const GPTConfig& config, DeviceAllocator& allocator, const TensorParallel& tp)
+GPT::GPT(const GPTConfig& config, DeviceAllocator& allocator, const ModelParallel& parallel)
     : config_(config),
-      modules_(checked_modules(config, tp)),
-      layout_(param_units(modules_), tp),
+      modules_(make_gpt_modules(config)),
+      layout_(param_units(modules_), place_of(parallel)),  // checks every tensor divides
       allocator_(allocator),
       device_(allocator.device()),
       k_(device_.kernels()) {
+  (void)ActivationDims::of(config_, 1, 1, layout_.tp().size);  // heads and vocabulary divide
+  if (layout_.tp().size > 1)
+    tp_ = std::make_unique<TensorParallelGroup>(*parallel.tensor_parallel, device_,
+                                                parallel.sequence_parallel);
   for (auto& m : modules_) m->bind(layout_);
   for (size_t i = 0; i < modules_.size(); ++i) {
     bool earlier_user = false;
@@ -69,17 +70,34 @@ GPT::GPT(const GPTConfig& config, DeviceAllocator& allocator, const TensorParall
   k_.set_stream(device_.default_stream().native());
 }
 
-size_t GPT::micro_batch_bytes_for(const GPTConfig& config, size_t B, size_t T, bool checkpointing) {
-  return MicroBatch::bytes_for(config, B, T, checkpointing);
+size_t GPT::micro_batch_bytes_for(const GPTConfig& config, size_t B, size_t T, bool checkpointing,
+                                  size_t tp, bool sequence_parallel) {
+  return MicroBatch::bytes_for(config, ActivationDims::of(config, B, T, tp, sequence_parallel),
+                               checkpointing);
 }
 
-size_t GPT::scratch_bytes_for(const GPTConfig& config, size_t B, size_t T, bool checkpointing) {
-  return ModelScratch::bytes_for(config, B, T, checkpointing);
+size_t GPT::scratch_bytes_for(const GPTConfig& config, size_t B, size_t T, bool checkpointing,
+                              size_t tp, bool sequence_parallel) {
+  return ModelScratch::bytes_for(ActivationDims::of(config, B, T, tp, sequence_parallel),
+                                 checkpointing);
 }
 
-size_t GPT::activation_bytes_for(const GPTConfig& config, size_t B, size_t T, bool checkpointing) {
-  return micro_batch_bytes_for(config, B, T, checkpointing) +
-         scratch_bytes_for(config, B, T, checkpointing);
+size_t GPT::activation_bytes_for(const GPTConfig& config, size_t B, size_t T, bool checkpointing,
+                                 size_t tp, bool sequence_parallel) {
+  return micro_batch_bytes_for(config, B, T, checkpointing, tp, sequence_parallel) +
+         scratch_bytes_for(config, B, T, checkpointing, tp, sequence_parallel);
+}
+
+ActivationDims GPT::dims(size_t B, size_t T) const {
+  return ActivationDims::of(config_, B, T, layout_.tp().size, sequence_parallel());
+}
+
+TensorParallelTraffic GPT::tensor_parallel_traffic() const {
+  return tp_ ? tp_->traffic() : TensorParallelTraffic{};
+}
+
+void GPT::reset_tensor_parallel_traffic() {
+  if (tp_) tp_->reset_traffic();
 }
 
 size_t GPT::activation_bytes() const {
@@ -88,11 +106,12 @@ size_t GPT::activation_bytes() const {
 
 MicroBatch GPT::make_micro_batch(size_t B, size_t T) {
   check_shape(config_, B, T);
-  return MicroBatch(config_, modules_.size(), B, T, checkpointing_, allocator_);
+  return MicroBatch(config_, modules_.size(), dims(B, T), checkpointing_, allocator_);
 }
 
 void GPT::check(const MicroBatch& mb) const {
-  TZ_CHECK(mb.inputs_.size() == modules_.size() && mb.config_.str() == config_.str(),
+  TZ_CHECK(mb.inputs_.size() == modules_.size() && mb.config_.str() == config_.str() &&
+               mb.dims() == dims(mb.B(), mb.T()),
            "micro-batch was made for another model (" + mb.config_.str() + ")",
            "make micro-batches with this model's make_micro_batch");
   TZ_CHECK(mb.checkpointing() == checkpointing_,
@@ -102,18 +121,19 @@ void GPT::check(const MicroBatch& mb) const {
            "make new micro-batches after changing activation checkpointing");
 }
 
-void GPT::ensure_scratch(size_t B, size_t T) {
-  if (!scratch_.fits(B, T, checkpointing_))
-    scratch_.allocate(config_, B, T, checkpointing_, allocator_);
+void GPT::ensure_scratch(const ActivationDims& d) {
+  if (!scratch_.fits(d, checkpointing_)) scratch_.allocate(d, checkpointing_, allocator_);
 }
 
 MicroBatch& GPT::cached(size_t B, size_t T) {
-  if (cached_ && cached_->B() == B && cached_->T() == T && scratch_.fits(B, T, checkpointing_))
+  if (cached_ && cached_->B() == B && cached_->T() == T &&
+      scratch_.fits(cached_->dims(), checkpointing_))
     return *cached_;
   check_shape(config_, B, T);
+  const ActivationDims d = dims(B, T);
   cached_.reset();  // release the old set first so the budget sees the real peak
   scratch_.release();
-  scratch_.allocate(config_, B, T, checkpointing_, allocator_);
+  scratch_.allocate(d, checkpointing_, allocator_);
   cached_ = std::make_unique<MicroBatch>(make_micro_batch(B, T));
   return *cached_;
 }
@@ -128,7 +148,32 @@ void GPT::set_activation_checkpointing(bool on) {
 }
 
 ModuleContext GPT::context(MicroBatch& mb) {
-  return ModuleContext{k_, device_, device_.default_stream(), mb, scratch_, nullptr, nullptr};
+  return ModuleContext{k_,      device_, device_.default_stream(), mb, scratch_, tp_.get(),
+                       nullptr, nullptr};
+}
+
+void GPT::cross_entropy(MicroBatch& mb, const float* dloss) {
+  const ActivationDims& d = mb.dims();
+  const size_t V = config_.vocab_size;
+  float* dlogits = dloss ? mb.logits() : nullptr;
+  if (!tp_) {
+    if (dloss)
+      k_.softmax_xent_forward_backward(dlogits, mb.losses(), mb.logits(), mb.targets(), *dloss,
+                                       d.tokens, V, config_.padded_vocab_size);
+    else
+      k_.softmax_xent_forward(mb.losses(), mb.logits(), mb.targets(), d.tokens, V,
+                              config_.padded_vocab_size);
+    return;
+  }
+  // Vocabulary-parallel: each rank's max, sum of exponentials and target logit over its columns,
+  // gathered, then every rank finishes the same losses and its own columns' gradient.
+  const size_t start = tp_->rank() * d.local_vocab;
+  k_.vocab_xent_partials(scratch_.xent_partials(), mb.logits(), mb.targets(), d.tokens,
+                         d.local_vocab, start, V);
+  tp_->all_gather(device_.default_stream(), scratch_.xent_partials(), scratch_.xent_all(),
+                  d.tokens * 3);
+  k_.vocab_xent_finish(dlogits, mb.losses(), mb.logits(), scratch_.xent_all(), d.tp, mb.targets(),
+                       dloss ? *dloss : 0.0f, d.tokens, d.local_vocab, start, V);
 }
 
 // Module i: 0 the embedding, 1..L the blocks, L + 1 the final norm, L + 2 the head.
@@ -154,7 +199,7 @@ void GPT::forward(MicroBatch& mb, ParamProvider& params, const int32_t* tokens,
   check(mb);
   const size_t B = mb.B(), T = mb.T();
   check_tokens(config_, tokens, targets, B, T);
-  ensure_scratch(B, T);
+  ensure_scratch(mb.dims());
   Stream& s = device_.default_stream();
   device_.copy(mb.buffers_.tokens.data(), tokens, B * T * sizeof(int32_t), CopyKind::host_to_device,
                s);
@@ -180,11 +225,10 @@ void GPT::backward(MicroBatch& mb, ParamProvider& params, float grad_scale) {
   TZ_CHECK(mb.forwarded_, "backward of a micro-batch without a forward since its last backward",
            "run forward(mb, ...) first");
   TZ_CHECK(mb.has_targets_, "backward needs targets", "pass targets to forward");
-  const size_t B = mb.B(), T = mb.T();
-  ensure_scratch(B, T);
-  const float dloss = grad_scale / static_cast<float>(B * T);
-  k_.softmax_xent_forward_backward(mb.logits(), mb.losses(), mb.logits(), mb.targets(), dloss,
-                                   B * T, config_.vocab_size, config_.padded_vocab_size);
+  const ActivationDims& d = mb.dims();
+  ensure_scratch(d);
+  const float dloss = grad_scale / static_cast<float>(d.tokens);
+  cross_entropy(mb, &dloss);
   mb.losses_ready_ = true;
   mb.forwarded_ = false;  // the logits now hold their gradient
 
@@ -198,7 +242,7 @@ void GPT::backward(MicroBatch& mb, ParamProvider& params, float grad_scale) {
     float* dout = output_grad_of(mb, i);
     float* din = i > 0 ? output_grad_of(mb, i - 1) : nullptr;
     // A fresh gradient starts at zero; the residual stream's running one carries on.
-    if (din && din != dout) ctx.zero(din, B * T * config_.channels);
+    if (din && din != dout) ctx.zero(din, d.stream_tokens * d.channels);
     m.backward(ctx, dout, din);
     if (ctx.params) params.release_params(unit);
     if (finishes_unit_[i]) params.grads_done(unit);
@@ -211,8 +255,8 @@ float GPT::loss(MicroBatch& mb) {
   if (!mb.losses_ready_) {
     TZ_CHECK(mb.forwarded_, "loss of a micro-batch that has not run forward",
              "run forward(mb, ...) first");
-    k_.softmax_xent_forward(mb.losses(), mb.logits(), mb.targets(), n, config_.vocab_size,
-                            config_.padded_vocab_size);
+    ensure_scratch(mb.dims());
+    cross_entropy(mb, nullptr);
     mb.losses_ready_ = true;
   }
   Stream& s = device_.default_stream();

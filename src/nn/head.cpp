@@ -1,7 +1,9 @@
-// Head: logits from the tied wte, found in the embeddings' unit.
+// Head: logits from the tied wte, found in the embeddings' unit (this rank's vocabulary under
+// tensor parallelism).
 #include "tierzero/nn/head.hpp"
 
 #include "tierzero/nn/micro_batch.hpp"
+#include "tierzero/nn/model_scratch.hpp"
 
 namespace tierzero::nn {
 
@@ -19,13 +21,26 @@ void Head::bind(const ParamLayout& layout) {
 
 void Head::forward(ModuleContext& ctx, const float* in, float* out) {
   ctx.mb.save_input(index(), in);
-  ctx.k.matmul_forward(out, in, wte_.in(ctx.params), nullptr, ctx.mb.B() * ctx.mb.T(), channels_,
+  const float* full = ctx.gather_stream(in, ctx.scratch.gathered_in());  // (B*T, C)
+  ctx.k.matmul_forward(out, full, wte_.in(ctx.params), nullptr, ctx.mb.dims().tokens, channels_,
                        vocab_padded_);
 }
 
 void Head::backward(ModuleContext& ctx, const float* dout, float* din) {
-  ctx.k.matmul_backward(din, wte_.in(ctx.grads), nullptr, dout, ctx.mb.saved_input(index()),
-                        wte_.in(ctx.params), ctx.mb.B() * ctx.mb.T(), channels_, vocab_padded_);
+  const ActivationDims& d = ctx.mb.dims();
+  const float* in = ctx.gather_stream(ctx.mb.saved_input(index()), ctx.scratch.gathered_in());
+  if (ctx.tp == nullptr) {
+    ctx.k.matmul_backward(din, wte_.in(ctx.grads), nullptr, dout, in, wte_.in(ctx.params), d.tokens,
+                          channels_, vocab_padded_);
+    return;
+  }
+  // The input gradient from this rank's columns is a partial sum: summed over the group apart
+  // from din, so that din keeps accumulating (+=) like every backward's.
+  float* partial = ctx.scratch.proj();  // (B*T, C)
+  ctx.zero(partial, d.tokens * channels_);
+  ctx.k.matmul_backward(partial, wte_.in(ctx.grads), nullptr, dout, in, wte_.in(ctx.params),
+                        d.tokens, channels_, vocab_padded_);
+  ctx.k.residual_forward(din, din, ctx.reduce_stream(partial), d.stream_tokens * channels_);
 }
 
 }  // namespace tierzero::nn

@@ -1,7 +1,9 @@
-// LayerNorm: replicated gain and bias, and the layernorm kernels over the micro-batch's rows.
+// LayerNorm: replicated gain and bias, and the layernorm kernels over the residual stream's rows
+// (this rank's under sequence parallelism, whose gain and bias gradients are then all-reduced).
 #include "tierzero/nn/layer_norm.hpp"
 
 #include "tierzero/nn/micro_batch.hpp"
+#include "tierzero/nn/model_scratch.hpp"
 
 namespace tierzero::nn {
 
@@ -25,16 +27,32 @@ void LayerNorm::bind(const ParamLayout& layout) {
 
 void LayerNorm::forward(const ModuleContext& ctx, const float* in, float* out,
                         const LayerNormStats& stats) const {
-  const size_t N = ctx.mb.B() * ctx.mb.T();
+  const size_t N = ctx.mb.dims().stream_tokens;
   ctx.k.layernorm_forward(out, stats.mean, stats.rstd, in, weight_.in(ctx.params),
                           bias_.in(ctx.params), N, channels_);
 }
 
 void LayerNorm::backward(const ModuleContext& ctx, const float* in, const LayerNormStats& stats,
                          const float* dout, float* din) const {
-  const size_t N = ctx.mb.B() * ctx.mb.T();
-  ctx.k.layernorm_backward(din, weight_.in(ctx.grads), bias_.in(ctx.grads), dout, in,
-                           weight_.in(ctx.params), stats.mean, stats.rstd, N, channels_);
+  const size_t N = ctx.mb.dims().stream_tokens;
+  if (!ctx.sequence_parallel()) {
+    ctx.k.layernorm_backward(din, weight_.in(ctx.grads), bias_.in(ctx.grads), dout, in,
+                             weight_.in(ctx.params), stats.mean, stats.rstd, N, channels_);
+    return;
+  }
+  // Each rank normalised only its rows: the gain's and bias's gradients are partial sums, and
+  // must be summed over the group for this micro-batch alone (the unit's gradients accumulate
+  // over micro-batches), so they are made apart, all-reduced, then added.
+  const size_t C = channels_;
+  float* g = ctx.scratch.norm_grads();  // (2, C) gain, bias
+  ctx.zero(g, 2 * C);
+  ctx.k.layernorm_backward(din, g, g + C, dout, in, weight_.in(ctx.params), stats.mean, stats.rstd,
+                           N, C);
+  ctx.tp->all_reduce(ctx.stream, g, 2 * C);
+  float* dw = weight_.in(ctx.grads);
+  float* db = bias_.in(ctx.grads);
+  ctx.k.residual_forward(dw, dw, g, C);
+  ctx.k.residual_forward(db, db, g + C, C);
 }
 
 }  // namespace tierzero::nn

@@ -41,16 +41,21 @@ void Linear::bind(const ParamLayout& layout) {
   bias_.bind(layout);
   out_ = static_cast<size_t>(weight_.shape()[0]);
   in_ = static_cast<size_t>(weight_.shape()[1]);
+  // A row-parallel output is summed over the group: one rank adds the (replicated) bias.
+  bias_in_forward_ = split_ != LinearSplit::row || layout.tp().rank == 0;
 }
 
 void Linear::forward(const ModuleContext& ctx, const float* in, float* out) const {
-  const size_t N = ctx.mb.B() * ctx.mb.T();
-  ctx.k.matmul_forward(out, in, weight_.in(ctx.params), bias_.in(ctx.params), N, in_, out_);
+  const size_t N = ctx.mb.dims().tokens;
+  ctx.k.matmul_forward(out, in, weight_.in(ctx.params),
+                       bias_in_forward_ ? bias_.in(ctx.params) : nullptr, N, in_, out_);
 }
 
 void Linear::backward(const ModuleContext& ctx, const float* in, const float* dout,
                       float* din) const {
-  const size_t N = ctx.mb.B() * ctx.mb.T();
+  // Every rank has the whole dout of a row-parallel output, so each computes the bias's
+  // gradient, and the replicas stay equal.
+  const size_t N = ctx.mb.dims().tokens;
   ctx.k.matmul_backward(din, weight_.in(ctx.grads), bias_.in(ctx.grads), dout, in,
                         weight_.in(ctx.params), N, in_, out_);
 }

@@ -7,45 +7,42 @@
 
 namespace tierzero::nn {
 
-void MicroBatch::visit(Buffers& b, const GPTConfig& config, size_t B, size_t T, bool checkpointing,
-                       const BufferVisitor& fn) {
-  const size_t L = config.num_layers, C = config.channels, BT = B * T;
-  const size_t Vp = config.padded_vocab_size;
+void MicroBatch::visit(Buffers& b, const GPTConfig& config, const ActivationDims& d,
+                       bool checkpointing, const BufferVisitor& fn) {
+  const size_t L = config.num_layers, C = d.channels, BT = d.tokens, S = d.stream_tokens;
   constexpr size_t f = sizeof(float);
   fn(b.tokens, BT * sizeof(int32_t), "tokens");
   fn(b.targets, BT * sizeof(int32_t), "targets");
-  fn(b.encoded, BT * C * f, "encoded");
-  if (!checkpointing) b.blocks.visit(config, L, B, T, fn);
-  fn(b.residual3, L * BT * C * f, checkpointing ? "residual3 (checkpoints)" : "residual3");
-  fn(b.lnf, BT * C * f, "lnf");
-  fn(b.lnf_mean, BT * f, "lnf_mean");
-  fn(b.lnf_rstd, BT * f, "lnf_rstd");
-  fn(b.logits, BT * Vp * f, "logits");
+  fn(b.encoded, S * C * f, "encoded");
+  if (!checkpointing) b.blocks.visit(d, L, fn);
+  fn(b.residual3, L * S * C * f, checkpointing ? "residual3 (checkpoints)" : "residual3");
+  fn(b.lnf, S * C * f, "lnf");
+  fn(b.lnf_mean, S * f, "lnf_mean");
+  fn(b.lnf_rstd, S * f, "lnf_rstd");
+  fn(b.logits, BT * d.local_vocab * f, "logits");
   fn(b.losses, BT * f, "losses");
-  fn(b.dresidual, BT * C * f, "dresidual");
+  fn(b.dresidual, S * C * f, "dresidual");
 }
 
-size_t MicroBatch::bytes_for(const GPTConfig& config, size_t B, size_t T, bool checkpointing) {
+size_t MicroBatch::bytes_for(const GPTConfig& config, const ActivationDims& d, bool checkpointing) {
   Buffers none;
-  return rounded_bytes(
-      [&](const BufferVisitor& fn) { visit(none, config, B, T, checkpointing, fn); });
+  return rounded_bytes([&](const BufferVisitor& fn) { visit(none, config, d, checkpointing, fn); });
 }
 
-MicroBatch::MicroBatch(const GPTConfig& config, size_t num_modules, size_t B, size_t T,
+MicroBatch::MicroBatch(const GPTConfig& config, size_t num_modules, const ActivationDims& d,
                        bool checkpointing, DeviceAllocator& allocator)
     : config_(config),
-      B_(B),
-      T_(T),
+      dims_(d),
       checkpointing_(checkpointing),
       inputs_(num_modules, nullptr),
-      host_losses_(B * T) {
-  TZ_CHECK(B > 0 && T > 0, "empty batch", "");
-  TZ_CHECK(T <= config.max_seq_len,
-           "sequence length " + std::to_string(T) + " exceeds the model's context length " +
+      host_losses_(d.tokens) {
+  TZ_CHECK(d.B > 0 && d.T > 0, "empty batch", "");
+  TZ_CHECK(d.T <= config.max_seq_len,
+           "sequence length " + std::to_string(d.T) + " exceeds the model's context length " +
                std::to_string(config.max_seq_len),
            "lower seq_len or use a model with a longer context");
   bytes_ = allocate_buffers(
-      [&](const BufferVisitor& fn) { visit(buffers_, config_, B_, T_, checkpointing_, fn); },
+      [&](const BufferVisitor& fn) { visit(buffers_, config_, dims_, checkpointing_, fn); },
       allocator);
 }
 
@@ -62,14 +59,14 @@ float* MicroBatch::residual(size_t i) const {
            "residual stream position " + std::to_string(i) + " past the last block",
            "positions are 0 (embeddings' output) to L (last block's output)");
   if (i == 0) return buffers_.encoded.f32();
-  return buffers_.residual3.f32() + (i - 1) * B_ * T_ * config_.channels;
+  return buffers_.residual3.f32() + (i - 1) * dims_.stream_tokens * dims_.channels;
 }
 
 BlockActs MicroBatch::block(size_t layer) const {
   TZ_CHECK(!checkpointing_, "block " + std::to_string(layer) + "'s internals are not kept",
            "with activation checkpointing they live in the model's scratch");
   TZ_CHECK(layer < config_.num_layers, "no block " + std::to_string(layer), "");
-  return buffers_.blocks.slot(config_, layer, B_, T_);
+  return buffers_.blocks.slot(dims_, layer);
 }
 
 float* MicroBatch::lnf() const {

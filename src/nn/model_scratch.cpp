@@ -3,46 +3,54 @@
 
 namespace tierzero::nn {
 
-void ModelScratch::visit(Buffers& b, const GPTConfig& config, size_t B, size_t T,
-                         bool checkpointing, const BufferVisitor& fn) {
-  const size_t C = config.channels, NH = config.num_heads, BT = B * T;
+void ModelScratch::visit(Buffers& b, const ActivationDims& d, bool checkpointing,
+                         const BufferVisitor& fn) {
+  const size_t C = d.channels, BT = d.tokens;
+  const size_t Cl = d.local_channels, NHl = d.local_heads, Hl = d.local_hidden;
   constexpr size_t f = sizeof(float);
-  if (checkpointing) b.block.visit(config, 1, B, T, fn);
+  if (checkpointing) b.block.visit(d, 1, fn);
   fn(b.proj, BT * C * f, "proj");
   fn(b.dln, BT * C * f, "dln");
-  fn(b.dqkv, BT * 3 * C * f, "dqkv");
-  fn(b.datty, BT * C * f, "datty");
-  fn(b.datt, B * NH * T * T * f, "datt");
-  fn(b.dfch, BT * 4 * C * f, "dfch");
-  fn(b.dfch_gelu, BT * 4 * C * f, "dfch_gelu");
+  fn(b.dqkv, BT * 3 * Cl * f, "dqkv");
+  fn(b.datty, BT * Cl * f, "datty");
+  fn(b.datt, d.B * NHl * d.T * d.T * f, "datt");
+  fn(b.dfch, BT * Hl * f, "dfch");
+  fn(b.dfch_gelu, BT * Hl * f, "dfch_gelu");
+  if (d.tp > 1) {
+    fn(b.xent_partials, BT * 3 * f, "xent_partials");
+    fn(b.xent_all, d.tp * BT * 3 * f, "xent_all");
+  }
+  if (d.sequence_parallel) {
+    fn(b.gathered_in, BT * C * f, "gathered_in");
+    fn(b.gathered_grad, BT * C * f, "gathered_grad");
+    fn(b.reduced, d.stream_tokens * C * f, "reduced");
+    fn(b.norm_grads, 2 * C * f, "norm_grads");
+  }
 }
 
-size_t ModelScratch::bytes_for(const GPTConfig& config, size_t B, size_t T, bool checkpointing) {
+size_t ModelScratch::bytes_for(const ActivationDims& d, bool checkpointing) {
   Buffers none;
-  return rounded_bytes(
-      [&](const BufferVisitor& fn) { visit(none, config, B, T, checkpointing, fn); });
+  return rounded_bytes([&](const BufferVisitor& fn) { visit(none, d, checkpointing, fn); });
 }
 
 void ModelScratch::release() {
   buffers_ = Buffers{};
   bytes_ = 0;
-  B_ = T_ = 0;
+  allocated_ = false;
 }
 
-void ModelScratch::allocate(const GPTConfig& config, size_t B, size_t T, bool checkpointing,
+void ModelScratch::allocate(const ActivationDims& d, bool checkpointing,
                             DeviceAllocator& allocator) {
   release();  // first, so the budget sees the real peak
-  config_ = config;
-  bytes_ = allocate_buffers(
-      [&](const BufferVisitor& fn) { visit(buffers_, config, B, T, checkpointing, fn); },
-      allocator);
-  B_ = B;  // only once complete (an allocation may throw)
-  T_ = T;
+  bytes_ = allocate_buffers([&](const BufferVisitor& fn) { visit(buffers_, d, checkpointing, fn); },
+                            allocator);
+  dims_ = d;  // only once complete (an allocation may throw)
   checkpointing_ = checkpointing;
+  allocated_ = true;
 }
 
 BlockActs ModelScratch::block() const {
-  return buffers_.block.slot(config_, 0, B_, T_);
+  return buffers_.block.slot(dims_, 0);
 }
 
 }  // namespace tierzero::nn

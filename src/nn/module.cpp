@@ -4,10 +4,31 @@
 
 #include <utility>
 
+#include "tierzero/nn/micro_batch.hpp"
+#include "tierzero/nn/model_scratch.hpp"
+
 namespace tierzero::nn {
 
 void ModuleContext::zero(float* p, size_t n) const {
   device.fill_zero(p, n * sizeof(float), stream);
+}
+
+const float* ModuleContext::gather_stream(const float* local, float* into) const {
+  if (!sequence_parallel()) return local;
+  const ActivationDims& d = mb.dims();
+  tp->all_gather(stream, local, into, d.stream_tokens * d.channels);
+  return into;
+}
+
+const float* ModuleContext::reduce_stream(float* partial) const {
+  if (tp == nullptr) return partial;
+  const ActivationDims& d = mb.dims();
+  if (!sequence_parallel()) {
+    tp->all_reduce(stream, partial, d.tokens * d.channels);
+    return partial;
+  }
+  tp->reduce_scatter(stream, partial, scratch.reduced(), d.stream_tokens * d.channels);
+  return scratch.reduced();
 }
 
 void ParamRef::bind(const ParamLayout& layout) {

@@ -90,27 +90,46 @@ std::vector<IndexRange> TensorMeta::local_ranges(const TensorParallel& tp) const
   return ranges;
 }
 
-void TensorMeta::copy_local_piece(const TensorParallel& tp, const float* full, float* local) const {
-  if (replicated() || tp.size == 1) {
+namespace {
+
+// Walks tp.rank's piece of a tensor: fn(full_offset, local_offset, elements) per contiguous run.
+template <typename Fn>
+void for_each_run(const TensorMeta& m, const TensorParallel& tp, Fn fn) {
+  if (m.replicated() || tp.size == 1) {
     tp.validate();
-    std::memcpy(local, full, full_shape.numel() * sizeof(float));
+    fn(size_t{0}, size_t{0}, m.full_shape.numel());
     return;
   }
-  const std::vector<IndexRange> ranges = local_ranges(tp);
-  const auto d = static_cast<size_t>(partition_dim);
+  const std::vector<IndexRange> ranges = m.local_ranges(tp);
+  const auto d = static_cast<size_t>(m.partition_dim);
   size_t outer = 1, inner = 1;  // elements before / after the partition dim
-  for (size_t i = 0; i < d; ++i) outer *= static_cast<size_t>(full_shape[i]);
-  for (size_t i = d + 1; i < full_shape.rank(); ++i) inner *= static_cast<size_t>(full_shape[i]);
-  const auto extent = static_cast<size_t>(full_shape[d]);
+  for (size_t i = 0; i < d; ++i) outer *= static_cast<size_t>(m.full_shape[i]);
+  for (size_t i = d + 1; i < m.full_shape.rank(); ++i)
+    inner *= static_cast<size_t>(m.full_shape[i]);
+  const auto extent = static_cast<size_t>(m.full_shape[d]);
   const size_t local_extent = extent / tp.size;
   for (size_t o = 0; o < outer; ++o) {
     size_t at = 0;  // along the local dim
     for (const IndexRange& r : ranges) {
-      std::memcpy(local + (o * local_extent + at) * inner, full + (o * extent + r.start) * inner,
-                  r.length * inner * sizeof(float));
+      fn((o * extent + r.start) * inner, (o * local_extent + at) * inner, r.length * inner);
       at += r.length;
     }
   }
+}
+
+}  // namespace
+
+void TensorMeta::copy_local_piece(const TensorParallel& tp, const float* full, float* local) const {
+  for_each_run(*this, tp, [&](size_t f, size_t l, size_t n) {
+    std::memcpy(local + l, full + f, n * sizeof(float));
+  });
+}
+
+void TensorMeta::place_local_piece(const TensorParallel& tp, const float* local,
+                                   float* full) const {
+  for_each_run(*this, tp, [&](size_t f, size_t l, size_t n) {
+    std::memcpy(full + f, local + l, n * sizeof(float));
+  });
 }
 
 }  // namespace tierzero::nn

@@ -12,6 +12,7 @@
 #include "tierzero/core/error.hpp"
 #include "tierzero/device/device_allocator.hpp"
 #include "tierzero/nn/gpt.hpp"
+#include "tierzero/nn/tensor_parallel_params.hpp"
 #include "tiny_gpt.hpp"
 
 using namespace tierzero;
@@ -277,13 +278,61 @@ TEST(TensorParallelLayout, ASizeThatDoesNotSplitNamesTheTensor) {
   EXPECT_THROW(nn::ParamLayout(tiny_config(61, 64, 16, 1, 2, 32), nn::TensorParallel{0, 0}), Error);
 }
 
-TEST(TensorParallelLayout, TheGptRefusesTensorParallelism) {
-  auto device = make_cpu_device();
-  DeviceAllocator alloc(*device, 0);
-  const nn::GPTConfig c = tiny_config(61, 64, 16, 1, 4, 32);
-  const std::string e = error_of([&] { nn::GPT model(c, alloc, nn::TensorParallel{2, 0}); });
+TEST(TensorParallelLayout, ActivationDimsCutHeadsFeaturesVocabularyAndWithSpTheStream) {
+  const nn::GPTConfig c = tiny_config(61, 64, 16, 1, 4, 32);  // C 32, 4 heads, Vp 64
+  const nn::ActivationDims one = nn::ActivationDims::of(c, 2, 8);
+  EXPECT_EQ(one.stream_tokens, 16u);
+  EXPECT_EQ(one.local_channels, 32u);
+  EXPECT_EQ(one.local_vocab, 64u);
+  const nn::ActivationDims tp2 = nn::ActivationDims::of(c, 2, 8, 2);
+  EXPECT_EQ(tp2.tokens, 16u);
+  EXPECT_EQ(tp2.stream_tokens, 16u);  // no sequence parallelism: the stream stays whole
+  EXPECT_EQ(tp2.local_heads, 2u);
+  EXPECT_EQ(tp2.local_channels, 16u);
+  EXPECT_EQ(tp2.local_hidden, 64u);
+  EXPECT_EQ(tp2.local_vocab, 32u);
+  const nn::ActivationDims sp2 = nn::ActivationDims::of(c, 2, 8, 2, true);
+  EXPECT_TRUE(sp2.sequence_parallel);
+  EXPECT_EQ(sp2.stream_tokens, 8u);
+  EXPECT_FALSE(nn::ActivationDims::of(c, 2, 8, 1, true).sequence_parallel);  // no tp: no split
+  std::string e = error_of([&] { (void)nn::ActivationDims::of(c, 1, 3, 2, true); });
   std::printf("%s\n", e.c_str());
-  EXPECT_NE(e.find("cannot run tensor-parallel yet (tp=2)"), std::string::npos) << e;
-  nn::GPT model(c, alloc, nn::TensorParallel{1, 0});
-  EXPECT_EQ(model.layout().tp().size, 1u);
+  EXPECT_NE(e.find("3 tokens"), std::string::npos) << e;
+  e = error_of([&] { (void)nn::ActivationDims::of(c, 1, 4, 8); });  // 4 heads over 8
+  std::printf("%s\n", e.c_str());
+  EXPECT_NE(e.find("4 attention heads"), std::string::npos) << e;
+  // The activation byte counts shrink with tp, and the stream's with sp.
+  const size_t b1 = nn::GPT::activation_bytes_for(c, 2, 8, false);
+  const size_t b2 = nn::GPT::activation_bytes_for(c, 2, 8, false, 2);
+  const size_t b2sp = nn::GPT::micro_batch_bytes_for(c, 2, 8, false, 2, true);
+  std::printf("activation bytes: tp1 %zu, tp2 %zu, tp2 micro-batch with sp %zu\n", b1, b2, b2sp);
+  EXPECT_LT(b2, b1);
+  EXPECT_LT(b2sp, nn::GPT::micro_batch_bytes_for(c, 2, 8, false, 2));
+}
+
+TEST(TensorParallelLayout, WholeParamsScatterToRanksAndAssembleBack) {
+  const nn::GPTConfig c = tiny_config(61, 64, 16, 2, 4, 32);
+  const nn::ParamLayout full_layout(c);
+  std::vector<float> full(full_layout.total_numel(), 0.0f);
+  nn::init_gpt2_params(full_layout, c, 5, full.data());
+  for (size_t tp : {2u, 4u}) {
+    const nn::ParamLayout rank0(c, nn::TensorParallel{tp, 0});
+    std::vector<float> all(tp * rank0.total_numel(), 0.0f);  // (tp, total)
+    for (size_t r = 0; r < tp; ++r) {
+      const nn::ParamLayout local(c, nn::TensorParallel{tp, r});
+      nn::scatter_full_params(full_layout, full.data(), local,
+                              all.data() + r * rank0.total_numel());
+      // init on the rank directly gives the same pieces
+      std::vector<float> direct(local.total_numel(), 0.0f);
+      nn::init_gpt2_params(local, c, 5, direct.data());
+      for (const nn::ParamTensor& t : local.tensors())
+        for (size_t i = 0; i < t.numel; ++i)
+          ASSERT_EQ(direct[t.offset + i], all[r * rank0.total_numel() + t.offset + i]) << t.name();
+    }
+    std::vector<float> back(full_layout.total_numel(), 0.0f);
+    nn::assemble_full_params(rank0, all.data(), full_layout, back.data());
+    for (const nn::ParamTensor& t : full_layout.tensors())
+      for (size_t i = 0; i < t.numel; ++i)
+        ASSERT_EQ(back[t.offset + i], full[t.offset + i]) << t.name() << " tp " << tp;
+  }
 }

@@ -3,6 +3,10 @@
 // Its backward keeps the residual stream's gradient running in place: a residual add passes its
 // gradient through unchanged, so both branches take the stream's gradient as their dout and each
 // layernorm's backward adds its branch's contribution into it.
+// Under tensor parallelism (Megatron) each branch is a tensor-parallel region: its input is
+// gathered (sequence parallel) or used whole, its output summed over the group (all-reduce, or
+// reduce-scatter with sequence parallelism); its backward does the conjugates. Under sequence
+// parallelism the layernorm outputs are re-gathered in the backward rather than kept whole.
 #pragma once
 
 #include <cstddef>

@@ -9,6 +9,7 @@
 
 #include "tierzero/device/device_allocator.hpp"
 #include "tierzero/nn/activation_buffers.hpp"
+#include "tierzero/nn/activation_dims.hpp"
 #include "tierzero/nn/attention.hpp"
 #include "tierzero/nn/gpt_config.hpp"
 #include "tierzero/nn/layer_norm.hpp"
@@ -16,35 +17,37 @@
 
 namespace tierzero::nn {
 
-// One block's saved internals (views into a BlockActivations slot).
+// One block's saved internals (views into a BlockActivations slot). S: the stream's rows
+// (dims.stream_tokens; B*T unless sequence parallel); Cl, NHl, Hl: this rank's attention
+// channels, heads and MLP hidden features (C, NH, 4C over tp).
 struct BlockActs {
-  float* ln1;                // (B, T, C)
-  LayerNormStats ln1_stats;  // mean, rstd (B, T)
-  AttentionActs attn;        // qkv (B, T, 3C), atty (B, T, C), att (B, NH, T, T)
-  float* residual2;          // (B, T, C) the stream between the attention and the MLP branch
-  float* ln2;                // (B, T, C)
-  LayerNormStats ln2_stats;  // mean, rstd (B, T)
-  MlpActs mlp;               // fch, fch_gelu (B, T, 4C)
+  float* ln1;                // (S, C)
+  LayerNormStats ln1_stats;  // mean, rstd (S)
+  AttentionActs attn;        // qkv (B, T, 3Cl), atty (B, T, Cl), att (B, NHl, T, T)
+  float* residual2;          // (S, C) the stream between the attention and the MLP branch
+  float* ln2;                // (S, C)
+  LayerNormStats ln2_stats;  // mean, rstd (S)
+  MlpActs mlp;               // fch, fch_gelu (B, T, Hl)
 };
 
-struct BlockActivations {  // n blocks for (B, T); see visit
-  DeviceBuffer ln1;        // (n, B, T, C)
-  DeviceBuffer ln1_mean;   // (n, B, T)
-  DeviceBuffer ln1_rstd;   // (n, B, T)
-  DeviceBuffer qkv;        // (n, B, T, 3C)
-  DeviceBuffer atty;       // (n, B, T, C)
-  DeviceBuffer att;        // (n, B, NH, T, T)
-  DeviceBuffer residual2;  // (n, B, T, C)
-  DeviceBuffer ln2;        // (n, B, T, C)
-  DeviceBuffer ln2_mean;   // (n, B, T)
-  DeviceBuffer ln2_rstd;   // (n, B, T)
-  DeviceBuffer fch;        // (n, B, T, 4C)
-  DeviceBuffer fch_gelu;   // (n, B, T, 4C)
+struct BlockActivations {  // n blocks of one micro-batch's dims; see visit
+  DeviceBuffer ln1;        // (n, S, C)
+  DeviceBuffer ln1_mean;   // (n, S)
+  DeviceBuffer ln1_rstd;   // (n, S)
+  DeviceBuffer qkv;        // (n, B, T, 3Cl)
+  DeviceBuffer atty;       // (n, B, T, Cl)
+  DeviceBuffer att;        // (n, B, NHl, T, T)
+  DeviceBuffer residual2;  // (n, S, C)
+  DeviceBuffer ln2;        // (n, S, C)
+  DeviceBuffer ln2_mean;   // (n, S)
+  DeviceBuffer ln2_rstd;   // (n, S)
+  DeviceBuffer fch;        // (n, B, T, Hl)
+  DeviceBuffer fch_gelu;   // (n, B, T, Hl)
 
-  // Every buffer above with its bytes for n blocks of (B, T).
-  void visit(const GPTConfig& config, size_t n, size_t B, size_t T, const BufferVisitor& fn);
-  // Slot i < n, for buffers allocated by visit with (B, T).
-  BlockActs slot(const GPTConfig& config, size_t i, size_t B, size_t T) const;
+  // Every buffer above with its bytes for n blocks of dims d.
+  void visit(const ActivationDims& d, size_t n, const BufferVisitor& fn);
+  // Slot i < n, for buffers allocated by visit with d.
+  BlockActs slot(const ActivationDims& d, size_t i) const;
 };
 
 }  // namespace tierzero::nn

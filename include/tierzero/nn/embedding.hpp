@@ -1,5 +1,8 @@
 // Embedding: token (wte, vocab-parallel over rows) plus learned position (wpe, replicated)
-// embeddings. Its input is the micro-batch's tokens rather than a float tensor.
+// embeddings. Its input is the micro-batch's tokens rather than a float tensor. Under tensor
+// parallelism each rank looks up the tokens of its vocabulary range (zeros for the rest; tp
+// rank 0 adds the positions) and the partial sums are all-reduced, or reduce-scattered to this
+// rank's rows of the stream under sequence parallelism.
 #pragma once
 
 #include <cstddef>
@@ -18,13 +21,15 @@ class Embedding final : public Module {
   void bind(const ParamLayout& layout) override;
   // The lookup's gradient is a scatter of dout into rows: no parameter values needed.
   bool backward_reads_params() const override { return false; }
-  // out (B, T, C) = wte[tokens] + wpe[t]; `in` is unused (tokens come from ctx.mb).
+  // out (S, C) = wte[tokens] + wpe[t] (this rank's S rows of the stream); `in` is unused
+  // (tokens come from ctx.mb).
   void forward(ModuleContext& ctx, const float* in, float* out) override;
-  // dwte, dwpe += the scatter of dout (B, T, C); din is unused (null).
+  // dwte (this rank's rows), dwpe += the scatter of dout (S, C); din is unused (null).
   void backward(ModuleContext& ctx, const float* dout, float* din) override;
 
  private:
   size_t vocab_padded_, max_seq_len_, channels_;
+  size_t vocab_start_ = 0, vocab_local_ = 0;  // this rank's rows of wte, after bind
   ParamRef wte_, wpe_;
 };
 

@@ -5,6 +5,13 @@
 // With activation checkpointing on, it trades one extra block forward per block in the backward
 // for keeping only each block's input residual stream instead of all its internals.
 //
+// Tensor parallelism (Megatron): given a tensor-parallel group, the model holds this rank's
+// pieces of every partitioned tensor (ParamLayout from the modules' TensorMeta), runs the
+// attention heads, MLP features and vocabulary of its rank, and puts the f/g collectives between
+// the modules (TensorParallelGroup); the loss is a vocabulary-parallel cross-entropy. With
+// sequence parallelism the residual stream and layernorms hold only this rank's run of the
+// micro-batch's tokens, and the collectives become all-gathers and reduce-scatters.
+//
 // Two ways in: the context API (make_micro_batch, forward, backward, loss), where the caller
 // owns the micro-batches, and the one-micro-batch facade (evaluate, forward_backward), which runs
 // the context API on one cached MicroBatch.
@@ -15,13 +22,16 @@
 #include <memory>
 #include <vector>
 
+#include "tierzero/comm/communicator.hpp"
 #include "tierzero/device/device_allocator.hpp"
+#include "tierzero/nn/activation_dims.hpp"
 #include "tierzero/nn/gpt_config.hpp"
 #include "tierzero/nn/gpt_modules.hpp"
 #include "tierzero/nn/micro_batch.hpp"
 #include "tierzero/nn/model_scratch.hpp"
 #include "tierzero/nn/param_layout.hpp"
 #include "tierzero/nn/param_provider.hpp"
+#include "tierzero/nn/tensor_parallel_group.hpp"
 
 namespace tierzero::nn {
 
@@ -31,14 +41,31 @@ namespace tierzero::nn {
 void init_gpt2_params(const ParamLayout& layout, const GPTConfig& config, uint64_t seed,
                       float* host_params);  // (layout.total_numel())
 
+// How a GPT is split over ranks besides data parallelism.
+struct ModelParallel {
+  // The tensor-parallel ranks (this rank's place is its rank in the group); null or a group of
+  // one: no tensor parallelism. Collectives run on the model's device buffers, so on CUDA this
+  // is an NCCL communicator and on the CPU an MPI one.
+  comm::Communicator* tensor_parallel = nullptr;
+  // Megatron sequence parallelism on top of tensor parallelism (ignored without it).
+  bool sequence_parallel = false;
+};
+
 class GPT {
  public:
-  // Throws Error for tp.size > 1: the tensor-parallel collectives are not there yet (a tp > 1
-  // ParamLayout can be built on its own, as metadata).
-  GPT(const GPTConfig& config, DeviceAllocator& allocator, const TensorParallel& tp = {});
+  // Throws Error (before allocating) when the tensor-parallel size does not divide the heads,
+  // the channels or the padded vocabulary.
+  GPT(const GPTConfig& config, DeviceAllocator& allocator, const ModelParallel& parallel = {});
 
   const GPTConfig& config() const { return config_; }
   const ParamLayout& layout() const { return layout_; }
+  size_t tensor_parallel() const { return layout_.tp().size; }
+  bool sequence_parallel() const { return tp_ && tp_->sequence_parallel(); }
+  // This rank's activation extents for a (B, T) micro-batch (throws as ActivationDims::of).
+  ActivationDims dims(size_t B, size_t T) const;
+  // Bytes the tensor-parallel collectives moved since the last reset (all zero at tp 1).
+  TensorParallelTraffic tensor_parallel_traffic() const;
+  void reset_tensor_parallel_traffic();
   // The top-level modules in forward order; module i's parameters are layout unit
   // modules()[i]->unit(). A pipeline stage runs a contiguous range of them.
   const ModuleList& modules() const { return modules_; }
@@ -65,7 +92,8 @@ class GPT {
   // into the provider's gradients. grad_scale is 1/accumulation_steps under accumulation.
   float forward_backward(ParamProvider& params, const int32_t* tokens, const int32_t* targets,
                          size_t B, size_t T, float grad_scale);
-  // Logits of the last evaluate(), (B, T, Vp) in device memory; columns V..Vp are padding.
+  // Logits of the last evaluate(), (B, T, Vl) in device memory (Vl = Vp / tp: this rank's
+  // vocabulary columns); columns V..Vp are padding.
   const float* logits() const { return cached_ ? cached_->logits() : nullptr; }
   // Bytes of the facade's activations allocated now: its micro-batch plus the model's scratch
   // (for the last batch shape; 0 before the first call).
@@ -85,15 +113,21 @@ class GPT {
   // buffers, which is what the MemoryTracker records (Category::activation) when the allocator
   // serves them fresh rather than from its cache. k micro-batches in flight take
   // scratch_bytes_for + k * micro_batch_bytes_for.
+  // tp, sequence_parallel: the per-rank count under tensor (and sequence) parallelism.
   static size_t activation_bytes_for(const GPTConfig& config, size_t B, size_t T,
-                                     bool checkpointing);
+                                     bool checkpointing, size_t tp = 1,
+                                     bool sequence_parallel = false);
   static size_t micro_batch_bytes_for(const GPTConfig& config, size_t B, size_t T,
-                                      bool checkpointing);
-  static size_t scratch_bytes_for(const GPTConfig& config, size_t B, size_t T, bool checkpointing);
+                                      bool checkpointing, size_t tp = 1,
+                                      bool sequence_parallel = false);
+  static size_t scratch_bytes_for(const GPTConfig& config, size_t B, size_t T, bool checkpointing,
+                                  size_t tp = 1, bool sequence_parallel = false);
 
  private:
   void check(const MicroBatch& mb) const;  // made by this model, in the current mode
-  void ensure_scratch(size_t B, size_t T);
+  void ensure_scratch(const ActivationDims& d);
+  // The losses of mb and, with dloss given, the logits' gradient in place of the logits.
+  void cross_entropy(MicroBatch& mb, const float* dloss);
   MicroBatch& cached(size_t B, size_t T);  // the facade's micro-batch, (re)made for (B, T)
   ModuleContext context(MicroBatch& mb);
   // The residual-stream wiring of module i within mb: what it reads and writes in the forward,
@@ -105,6 +139,7 @@ class GPT {
   GPTConfig config_;
   ModuleList modules_;
   ParamLayout layout_;
+  std::unique_ptr<TensorParallelGroup> tp_;  // null at tp 1
   std::vector<char> finishes_unit_;  // per module: last of its unit in the backward (grads_done)
   DeviceAllocator& allocator_;
   Device& device_;

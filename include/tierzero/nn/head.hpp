@@ -1,6 +1,10 @@
 // Head: the output layer, logits = in @ wte^T, tied to the Embedding's wte. It owns no
 // parameters: its unit is the embeddings' (a shared unit), so its calls acquire that unit again,
 // and the embedding, later in the backward, is the one that finishes the unit's gradients.
+// Under tensor parallelism wte's rows are cut by vocabulary, so the head is column-parallel: each
+// rank computes its columns of the logits (the loss is vocabulary-parallel, see GPT), and the
+// input gradient's partial sums are all-reduced (reduce-scattered under sequence parallelism,
+// whose input is gathered first).
 #pragma once
 
 #include <cstddef>
@@ -17,9 +21,9 @@ class Head final : public Module {
 
   std::vector<TensorMeta> parameters() const override { return {}; }
   void bind(const ParamLayout& layout) override;
-  // out (B, T, Vp) = in (B, T, C) @ wte^T.
+  // out (B, T, Vl) = in (S, C, gathered to B*T rows) @ wte^T, Vl: this rank's vocabulary.
   void forward(ModuleContext& ctx, const float* in, float* out) override;
-  // din (B, T, C) += dout @ wte, dwte += dout^T in, for dout (B, T, Vp).
+  // din (S, C) += dout @ wte, dwte += dout^T in, for dout (B, T, Vl).
   void backward(ModuleContext& ctx, const float* dout, float* din) override;
 
  private:

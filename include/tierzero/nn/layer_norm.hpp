@@ -11,8 +11,8 @@ namespace tierzero::nn {
 
 // What a layernorm's forward keeps besides its output, for the backward.
 struct LayerNormStats {
-  float* mean;  // (B, T)
-  float* rstd;  // (B, T)
+  float* mean;  // (S) per row of the stream (S = B*T unless sequence parallel)
+  float* rstd;  // (S)
 };
 
 class LayerNorm {
@@ -22,10 +22,11 @@ class LayerNorm {
   std::vector<TensorMeta> parameters() const;  // weight (C), bias (C): replicated, no decay
   void bind(const ParamLayout& layout);
 
-  // out (B, T, C) = layernorm(in (B, T, C)), keeping stats.
+  // out (S, C) = layernorm(in (S, C)), keeping stats; S: the stream's rows on this rank.
   void forward(const ModuleContext& ctx, const float* in, float* out,
                const LayerNormStats& stats) const;
-  // din (B, T, C) += d(in) for dout (B, T, C); `in` and `stats` are the forward's.
+  // din (S, C) += d(in) for dout (S, C); `in` and `stats` are the forward's. Under sequence
+  // parallelism the gain and bias gradients are summed over the tensor-parallel group.
   void backward(const ModuleContext& ctx, const float* in, const LayerNormStats& stats,
                 const float* dout, float* din) const;
 

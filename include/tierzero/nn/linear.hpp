@@ -25,7 +25,8 @@ class Linear {
   size_t in_features() const { return in_; }    // local, after bind
   size_t out_features() const { return out_; }  // local, after bind
 
-  // out (B*T, out) = in (B*T, in) @ W^T + b, over ctx.mb's rows.
+  // out (B*T, out) = in (B*T, in) @ W^T + b, over all of ctx.mb's tokens (row-parallel: a
+  // partial sum, with b on tp rank 0 only).
   void forward(const ModuleContext& ctx, const float* in, float* out) const;
   // din (B*T, in) += dout @ W; dW += dout^T in; db += colsum(dout). `in` is the forward's input.
   void backward(const ModuleContext& ctx, const float* in, const float* dout, float* din) const;
@@ -37,6 +38,7 @@ class Linear {
   size_t in_, out_;            // local: set by bind
   LinearSplit split_;
   size_t stride_, granule_;
+  bool bias_in_forward_ = true;  // false on tp ranks > 0 of a row-parallel linear
   ParamRef weight_, bias_;
 };
 

@@ -10,6 +10,7 @@
 
 #include "tierzero/device/device_allocator.hpp"
 #include "tierzero/nn/activation_buffers.hpp"
+#include "tierzero/nn/activation_dims.hpp"
 #include "tierzero/nn/block_activations.hpp"
 #include "tierzero/nn/gpt_config.hpp"
 
@@ -19,34 +20,38 @@ class GPT;
 
 class MicroBatch {
  public:
-  // Allocates the activations of one (B, T) micro-batch of `config` (Category::activation);
-  // with checkpointing only the blocks' inputs are kept (see BlockActivations). num_modules:
-  // the model's top-level modules, whose forward inputs it records.
-  MicroBatch(const GPTConfig& config, size_t num_modules, size_t B, size_t T, bool checkpointing,
-             DeviceAllocator& allocator);
+  // Allocates the activations of one micro-batch of `config` with this rank's dims d
+  // (Category::activation); with checkpointing only the blocks' inputs are kept (see
+  // BlockActivations). num_modules: the model's top-level modules, whose forward inputs it
+  // records.
+  MicroBatch(const GPTConfig& config, size_t num_modules, const ActivationDims& d,
+             bool checkpointing, DeviceAllocator& allocator);
   MicroBatch(MicroBatch&&) = default;
   MicroBatch& operator=(MicroBatch&&) = default;
 
-  size_t B() const { return B_; }
-  size_t T() const { return T_; }
+  size_t B() const { return dims_.B; }
+  size_t T() const { return dims_.T; }
+  const ActivationDims& dims() const { return dims_; }
   bool checkpointing() const { return checkpointing_; }
   bool has_targets() const { return has_targets_; }
   // Bytes of its buffers as the MemoryTracker counts them; equals bytes_for(its shape).
   size_t activation_bytes() const { return bytes_; }
-  static size_t bytes_for(const GPTConfig& config, size_t B, size_t T, bool checkpointing);
+  static size_t bytes_for(const GPTConfig& config, const ActivationDims& d, bool checkpointing);
 
   const int32_t* tokens() const;   // (B, T) device
   const int32_t* targets() const;  // (B, T) device
+  // S: the stream's rows, dims().stream_tokens (B*T unless sequence parallel); Vl: this rank's
+  // logit columns, dims().local_vocab (Vp unless tensor parallel).
   // The residual stream entering block i (i = 0: the embeddings' output; i = L: the last
   // block's output). With checkpointing these are the checkpoints.
-  float* residual(size_t i) const;  // (B, T, C)
+  float* residual(size_t i) const;  // (S, C)
   // Block `layer`'s saved internals; without checkpointing only (then they live in scratch).
   BlockActs block(size_t layer) const;
-  float* lnf() const;  // (B, T, C) the final layernorm's output
+  float* lnf() const;  // (S, C) the final layernorm's output
   LayerNormStats final_norm_stats() const;
-  float* logits() const;     // (B, T, Vp); the gradient of the logits after the backward
+  float* logits() const;     // (B, T, Vl); the gradient of the logits after the backward
   float* losses() const;     // (B, T)
-  float* dresidual() const;  // (B, T, C) the residual stream's running gradient
+  float* dresidual() const;  // (S, C) the residual stream's running gradient
 
   // A module's forward input, kept by reference for its backward (and checkpoint recompute).
   void save_input(size_t module, const float* in);
@@ -57,21 +62,21 @@ class MicroBatch {
   struct Buffers {
     DeviceBuffer tokens;      // (B, T) int32
     DeviceBuffer targets;     // (B, T) int32
-    DeviceBuffer encoded;     // (B, T, C) the embeddings' output, block 0's input
+    DeviceBuffer encoded;     // (S, C) the embeddings' output, block 0's input
     BlockActivations blocks;  // L blocks' internals; empty when checkpointing
-    DeviceBuffer residual3;   // (L, B, T, C) block outputs; the checkpoints when checkpointing
-    DeviceBuffer lnf;         // (B, T, C)
-    DeviceBuffer lnf_mean;    // (B, T)
-    DeviceBuffer lnf_rstd;    // (B, T)
-    DeviceBuffer logits;      // (B, T, Vp); holds dlogits after the backward
+    DeviceBuffer residual3;   // (L, S, C) block outputs; the checkpoints when checkpointing
+    DeviceBuffer lnf;         // (S, C)
+    DeviceBuffer lnf_mean;    // (S)
+    DeviceBuffer lnf_rstd;    // (S)
+    DeviceBuffer logits;      // (B, T, Vl); holds dlogits after the backward
     DeviceBuffer losses;      // (B, T)
-    DeviceBuffer dresidual;   // (B, T, C)
+    DeviceBuffer dresidual;   // (S, C)
   };
-  static void visit(Buffers& b, const GPTConfig& config, size_t B, size_t T, bool checkpointing,
-                    const BufferVisitor& fn);
+  static void visit(Buffers& b, const GPTConfig& config, const ActivationDims& d,
+                    bool checkpointing, const BufferVisitor& fn);
 
   GPTConfig config_;
-  size_t B_, T_;
+  ActivationDims dims_;
   bool checkpointing_;
   Buffers buffers_;
   size_t bytes_ = 0;

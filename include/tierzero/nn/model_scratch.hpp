@@ -1,55 +1,72 @@
 // ModelScratch: activation memory one model shares across micro-batches, because nothing in it
 // outlives one module call: the projection output a block adds into the stream, the gradients
 // inside one block's (or the head-to-final-norm) backward, and with activation checkpointing the
-// one block's internals that each forward and recompute rebuilds.
+// one block's internals that each forward and recompute rebuilds. Under tensor parallelism it
+// also holds what the collectives between modules need: the cross-entropy's per-rank partials,
+// and with sequence parallelism the all-gathered inputs and gradients of the tensor-parallel
+// regions and the reduce-scattered outputs leaving them.
 #pragma once
 
 #include <cstddef>
 
 #include "tierzero/device/device_allocator.hpp"
 #include "tierzero/nn/activation_buffers.hpp"
+#include "tierzero/nn/activation_dims.hpp"
 #include "tierzero/nn/block_activations.hpp"
-#include "tierzero/nn/gpt_config.hpp"
 
 namespace tierzero::nn {
 
 class ModelScratch {
  public:
-  // Releases what it holds, then allocates for (B, T) in the given mode.
-  void allocate(const GPTConfig& config, size_t B, size_t T, bool checkpointing,
-                DeviceAllocator& allocator);
+  // Releases what it holds, then allocates for dims d in the given mode.
+  void allocate(const ActivationDims& d, bool checkpointing, DeviceAllocator& allocator);
   void release();
-  bool fits(size_t B, size_t T, bool checkpointing) const {
-    return B == B_ && T == T_ && checkpointing == checkpointing_;
+  bool fits(const ActivationDims& d, bool checkpointing) const {
+    return allocated_ && d == dims_ && checkpointing == checkpointing_;
   }
   size_t bytes() const { return bytes_; }  // as the MemoryTracker counts them
-  static size_t bytes_for(const GPTConfig& config, size_t B, size_t T, bool checkpointing);
+  static size_t bytes_for(const ActivationDims& d, bool checkpointing);
 
-  float* proj() const { return buffers_.proj.f32(); }            // (B, T, C)
-  float* dln() const { return buffers_.dln.f32(); }              // (B, T, C)
-  float* dqkv() const { return buffers_.dqkv.f32(); }            // (B, T, 3C)
-  float* datty() const { return buffers_.datty.f32(); }          // (B, T, C)
-  float* datt() const { return buffers_.datt.f32(); }            // (B, NH, T, T)
-  float* dfch() const { return buffers_.dfch.f32(); }            // (B, T, 4C)
-  float* dfch_gelu() const { return buffers_.dfch_gelu.f32(); }  // (B, T, 4C)
+  // BT: all B*T tokens; S: the stream's rows; Cl, NHl, Hl: this rank's part (see BlockActs).
+  float* proj() const { return buffers_.proj.f32(); }            // (BT, C)
+  float* dln() const { return buffers_.dln.f32(); }              // (BT, C)
+  float* dqkv() const { return buffers_.dqkv.f32(); }            // (BT, 3Cl)
+  float* datty() const { return buffers_.datty.f32(); }          // (BT, Cl)
+  float* datt() const { return buffers_.datt.f32(); }            // (B, NHl, T, T)
+  float* dfch() const { return buffers_.dfch.f32(); }            // (BT, Hl)
+  float* dfch_gelu() const { return buffers_.dfch_gelu.f32(); }  // (BT, Hl)
   BlockActs block() const;  // the checkpointing mode's one block of internals
+  // Tensor parallel only:
+  float* xent_partials() const { return buffers_.xent_partials.f32(); }  // (BT, 3)
+  float* xent_all() const { return buffers_.xent_all.f32(); }            // (tp, BT, 3)
+  // Sequence parallel only:
+  float* gathered_in() const { return buffers_.gathered_in.f32(); }      // (BT, C)
+  float* gathered_grad() const { return buffers_.gathered_grad.f32(); }  // (BT, C)
+  float* reduced() const { return buffers_.reduced.f32(); }              // (S, C)
+  float* norm_grads() const { return buffers_.norm_grads.f32(); }        // (2, C)
 
  private:
   struct Buffers {
-    BlockActivations block;  // 1 block's internals when checkpointing, else empty
-    DeviceBuffer proj;       // (B, T, C) attproj / fcproj output before the residual add
-    DeviceBuffer dln;        // (B, T, C) gradient of a layernorm output
-    DeviceBuffer dqkv;       // (B, T, 3C)
-    DeviceBuffer datty;      // (B, T, C)
-    DeviceBuffer datt;       // (B, NH, T, T) the attention backward's scratch
-    DeviceBuffer dfch;       // (B, T, 4C)
-    DeviceBuffer dfch_gelu;  // (B, T, 4C)
+    BlockActivations block;      // 1 block's internals when checkpointing, else empty
+    DeviceBuffer proj;           // (BT, C) attproj / fcproj output before the residual add
+    DeviceBuffer dln;            // (BT, C) gradient of a layernorm output
+    DeviceBuffer dqkv;           // (BT, 3Cl)
+    DeviceBuffer datty;          // (BT, Cl)
+    DeviceBuffer datt;           // (B, NHl, T, T) the attention backward's scratch
+    DeviceBuffer dfch;           // (BT, Hl)
+    DeviceBuffer dfch_gelu;      // (BT, Hl)
+    DeviceBuffer xent_partials;  // (BT, 3) this rank's max, sum of exps, target logit
+    DeviceBuffer xent_all;       // (tp, BT, 3) every rank's
+    DeviceBuffer gathered_in;    // (BT, C) a layernorm output all-gathered for a GEMM
+    DeviceBuffer gathered_grad;  // (BT, C) the stream's gradient all-gathered
+    DeviceBuffer reduced;        // (S, C) a region's output or input gradient, reduce-scattered
+    DeviceBuffer norm_grads;     // (2, C) a layernorm's gain and bias gradients over S rows
   };
-  static void visit(Buffers& b, const GPTConfig& config, size_t B, size_t T, bool checkpointing,
+  static void visit(Buffers& b, const ActivationDims& d, bool checkpointing,
                     const BufferVisitor& fn);
 
-  GPTConfig config_;
-  size_t B_ = 0, T_ = 0;  // 0: nothing allocated
+  ActivationDims dims_;
+  bool allocated_ = false;
   bool checkpointing_ = false;
   Buffers buffers_;
   size_t bytes_ = 0;

@@ -13,6 +13,7 @@
 #include "tierzero/kernels/kernels.hpp"
 #include "tierzero/nn/param_layout.hpp"
 #include "tierzero/nn/tensor_meta.hpp"
+#include "tierzero/nn/tensor_parallel_group.hpp"
 
 namespace tierzero::nn {
 
@@ -20,18 +21,29 @@ class MicroBatch;
 class ModelScratch;
 
 // One module call: the kernels and stream it issues on, the micro-batch it runs for, the model's
-// scratch, and its unit's parameters (and, in the backward, gradients) as the ParamProvider
-// handed them out. Sub-modules of a unit get the same context.
+// scratch, the tensor-parallel group, and its unit's parameters (and, in the backward,
+// gradients) as the ParamProvider handed them out. Sub-modules of a unit get the same context.
 struct ModuleContext {
   kernels::Kernels& k;
   Device& device;
   Stream& stream;
   MicroBatch& mb;
   ModelScratch& scratch;
-  const float* params = nullptr;  // (units[unit].numel) the unit as acquired
-  float* grads = nullptr;         // (units[unit].numel) its gradients; backward only
+  TensorParallelGroup* tp = nullptr;  // null on one tensor-parallel rank
+  const float* params = nullptr;      // (units[unit].numel) the unit as acquired
+  float* grads = nullptr;             // (units[unit].numel) its gradients; backward only
 
   void zero(float* p, size_t n) const;  // p (n): what a backward accumulates into starts at 0
+  bool sequence_parallel() const { return tp != nullptr && tp->sequence_parallel(); }
+
+  // Entering a tensor-parallel region (Megatron's f forward, g backward with sequence
+  // parallelism): the full (B*T, C) rows of a stream-sized (S, C) tensor, all-gathered into
+  // `into` (B*T, C) under sequence parallelism, else `local` itself.
+  const float* gather_stream(const float* local, float* into) const;
+  // Leaving one: `partial` (B*T, C), this rank's partial sums, summed over the group. Under
+  // sequence parallelism reduce-scattered into scratch.reduced() (S, C) and returned; else
+  // all-reduced in place (one rank: unchanged) and `partial` returned.
+  const float* reduce_stream(float* partial) const;
 };
 
 // A parameter tensor a (sub-)module uses: its kind and layer, and after bind() where it sits in

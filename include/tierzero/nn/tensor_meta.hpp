@@ -72,6 +72,8 @@ struct TensorMeta {
   std::vector<IndexRange> local_ranges(const TensorParallel& tp) const;
   // Copies tp.rank's piece of `full` (full_shape, row-major) into `local` (local_shape).
   void copy_local_piece(const TensorParallel& tp, const float* full, float* local) const;
+  // The inverse: writes tp.rank's piece `local` (local_shape) into its place in `full`.
+  void place_local_piece(const TensorParallel& tp, const float* local, float* full) const;
 };
 
 }  // namespace tierzero::nn

@@ -1,0 +1,22 @@
+// Moving whole-model parameters to and from tensor-parallel ranks: a rank's flat buffer holds
+// its pieces of every tensor (ParamLayout for its tp rank), while checkpoints and the one-rank
+// reference hold the whole tensors (ParamLayout at tp 1). Both directions go tensor by tensor
+// through the modules' TensorMeta, so a checkpoint written at one tp size loads at any other.
+#pragma once
+
+#include "tierzero/nn/param_layout.hpp"
+
+namespace tierzero::nn {
+
+// local (local_layout.total_numel()) = local_layout.tp()'s pieces of full
+// (full_layout.total_numel(), a tp 1 layout of the same model).
+void scatter_full_params(const ParamLayout& full_layout, const float* full,
+                         const ParamLayout& local_layout, float* local);
+
+// full (full_layout.total_numel()) = the whole tensors, from every tp rank's flat buffer
+// all_ranks (tp, local_layout.total_numel()) in rank order; local_layout is any rank's (the
+// ranks' layouts differ only in which pieces they hold, not in where).
+void assemble_full_params(const ParamLayout& local_layout, const float* all_ranks,
+                          const ParamLayout& full_layout, float* full);
+
+}  // namespace tierzero::nn

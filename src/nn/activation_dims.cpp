@@ -1,0 +1,46 @@
+// ActivationDims: a micro-batch's per-rank extents, and the divisibility checks that make them
+// whole.
+#include "tierzero/nn/activation_dims.hpp"
+
+#include <string>
+
+#include "tierzero/core/error.hpp"
+
+namespace tierzero::nn {
+
+ActivationDims ActivationDims::of(const GPTConfig& config, size_t B, size_t T, size_t tp,
+                                  bool sequence_parallel) {
+  TZ_CHECK(B > 0 && T > 0, "empty batch", "");
+  TZ_CHECK(tp >= 1, "tensor_parallel 0", "tensor_parallel is at least 1");
+  const std::string tps = std::to_string(tp);
+  TZ_CHECK(config.num_heads % tp == 0,
+           "tensor_parallel " + tps + " does not divide the model's " +
+               std::to_string(config.num_heads) + " attention heads",
+           "choose a tensor-parallel size that divides n_head");
+  TZ_CHECK(config.padded_vocab_size % tp == 0,
+           "tensor_parallel " + tps + " does not divide the padded vocabulary of " +
+               std::to_string(config.padded_vocab_size),
+           "choose a tensor-parallel size that divides the padded vocabulary (a multiple of 128)");
+  ActivationDims d;
+  d.B = B;
+  d.T = T;
+  d.tokens = B * T;
+  d.tp = tp;
+  d.sequence_parallel = sequence_parallel && tp > 1;
+  if (d.sequence_parallel)
+    TZ_CHECK(d.tokens % tp == 0,
+             "sequence parallelism cuts a micro-batch's " + std::to_string(d.tokens) +
+                 " tokens (micro-batch " + std::to_string(B) + " x seq_len " + std::to_string(T) +
+                 ") over tensor_parallel " + tps + ", which does not divide them",
+             "choose micro-batch size and seq_len whose product is a multiple of "
+             "tensor_parallel, or turn sequence_parallel off");
+  d.stream_tokens = d.sequence_parallel ? d.tokens / tp : d.tokens;
+  d.channels = config.channels;
+  d.local_heads = config.num_heads / tp;
+  d.local_channels = config.channels / tp;
+  d.local_hidden = 4 * config.channels / tp;
+  d.local_vocab = config.padded_vocab_size / tp;
+  return d;
+}
+
+}  // namespace tierzero::nn
