@@ -22,6 +22,8 @@ struct TrainFlags {
   size_t device_mem = 0;  // bytes; 0: from the config
   size_t host_mem = 0;
   int64_t batches = -1;
+  int64_t tensor_parallel = 0;  // 0: from the config
+  bool sequence_parallel = false;
 };
 
 void add_common(CLI::App* sub, TrainFlags& f) {
@@ -40,6 +42,12 @@ void add_common(CLI::App* sub, TrainFlags& f) {
   sub->add_option("--host-mem", f.host_mem,
                   "pinned host memory budget for offloaded state and staging, e.g. 64GiB")
       ->transform(CLI::AsSizeValue(false));
+  sub->add_option("--tp", f.tensor_parallel,
+                  "tensor-parallel ranks (Megatron): split heads, MLP and vocabulary; the world "
+                  "is dp x tp")
+      ->check(CLI::Range(1, 4096));
+  sub->add_flag("--sequence-parallel", f.sequence_parallel,
+                "Megatron sequence parallelism over the tensor-parallel ranks");
 }
 
 train::TrainConfig resolve(const TrainFlags& f) {
@@ -55,6 +63,8 @@ train::TrainConfig resolve(const TrainFlags& f) {
   if (!f.save.empty()) c.save_checkpoint = f.save;
   if (!f.log_level.empty()) c.log_level = f.log_level;
   if (f.batches >= 0) c.val_batches = f.batches;
+  if (f.tensor_parallel > 0) c.tensor_parallel = f.tensor_parallel;
+  if (f.sequence_parallel) c.sequence_parallel = true;
   if (f.device_mem > 0)
     c.device_memory_budget_gb = static_cast<double>(f.device_mem) / 1073741824.0;
   if (f.host_mem > 0) c.host_memory_budget_gb = static_cast<double>(f.host_mem) / 1073741824.0;

@@ -24,6 +24,7 @@
 #include "tierzero/core/timer.hpp"
 #include "tierzero/device/device_allocator.hpp"
 #include "tierzero/nn/gpt.hpp"
+#include "tierzero/nn/tensor_parallel_params.hpp"
 #include "tierzero/offload/nvme_engine.hpp"
 #include "tierzero/profile/estimator.hpp"
 #include "tierzero/profile/profile_recorder.hpp"
@@ -53,6 +54,24 @@ void check_supported(const TrainConfig& c) {
   if (c.zero.offload_optimizer.device != "none" && c.zero.stage == 0)
     TZ_THROW("zero_optimization.offload_optimizer needs stage 1, 2 or 3 (stage is 0)",
              "set zero_optimization.stage to 1 or more, or offload_optimizer.device to none");
+}
+
+// The tensor-parallel split against the world and the model, before anything is allocated:
+// every rank runs this on the same values, so all fail alike with the same message.
+void check_parallel(const TrainConfig& c, const nn::GPTConfig& model, int world_size) {
+  const auto tp = static_cast<size_t>(c.tensor_parallel);
+  TZ_CHECK(static_cast<size_t>(world_size) % tp == 0,
+           "tierzero.tensor_parallel " + std::to_string(tp) + " does not divide the " +
+               std::to_string(world_size) + " rank(s) of the job",
+           "launch dp x tensor_parallel ranks (mpiexec -n), or change tensor_parallel");
+  // Names the tensor or the extent that does not split.
+  (void)nn::ParamLayout(model, nn::TensorParallel{tp, 0});
+  (void)nn::ActivationDims::of(model, static_cast<size_t>(c.micro_batch_size),
+                               static_cast<size_t>(c.seq_len), tp, c.sequence_parallel);
+  if (c.sequence_parallel && tp == 1)
+    log::warn(
+        "tierzero.sequence_parallel has no effect without tensor parallelism "
+        "(tensor_parallel is 1)");
 }
 
 // The partition store's settings from the config: stage, stage-3 budgets, placements and the
@@ -138,13 +157,18 @@ struct Trainer::State {
   std::unique_ptr<comm::MpiSession> session;  // the ZeRO path only
   int rank = 0;
   int world_size = 1;
+  // This rank's data-parallel replica and their count (world = dp x tensor_parallel): ranks of
+  // one tensor-parallel group read the same batches.
+  int dp_rank = 0;
+  int dp_size = 1;
   std::unique_ptr<Device> device;
   std::unique_ptr<DeviceAllocator> allocator;
-  // The process mesh (dp x tp x pp x sp; data-parallel only for now) and, on CUDA with several
-  // ranks, the store's partition group through NCCL on its own stream. After the device: an NCCL
-  // communicator frees device memory and its stream when it goes, before the device does.
+  // The process mesh (dp x tp) and, on CUDA with several ranks, the store's partition group and
+  // the model's tensor-parallel group through NCCL on their own streams. After the device: an
+  // NCCL communicator frees device memory and its stream when it goes, before the device does.
   std::unique_ptr<comm::ProcessMesh> mesh;
   std::unique_ptr<comm::Communicator> partition_nccl;
+  std::unique_ptr<comm::Communicator> tensor_parallel_nccl;
   nn::GPTConfig model_config;
   std::unique_ptr<nn::GPT> model;
   std::unique_ptr<nn::LocalParams> params;
@@ -163,7 +187,8 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)), state_(new St
   // The reference path stays exactly the one-rank loop; anything else goes through the store.
   // The whole world is the data-parallel (partition) group for now.
   // 16-bit working parameters live in the store (the reference path is fp32 only).
-  if (config_.zero.stage > 0 || comm::launched_by_mpi() || config_.bf16 || config_.fp16) {
+  if (config_.zero.stage > 0 || comm::launched_by_mpi() || config_.bf16 || config_.fp16 ||
+      config_.tensor_parallel > 1) {
     s.session = std::make_unique<comm::MpiSession>(nullptr, nullptr);
     s.rank = s.session->rank();
     s.world_size = s.session->size();
@@ -196,6 +221,12 @@ void Trainer::build() {
            "seq_len " + std::to_string(T) + " exceeds the model's context length " +
                std::to_string(s.model_config.max_seq_len),
            "lower tierzero.seq_len");
+  check_parallel(config_, s.model_config, s.world_size);
+  comm::MeshShape shape;
+  shape.tp = static_cast<int>(config_.tensor_parallel);
+  shape.dp = s.world_size / shape.tp;
+  s.dp_rank = comm::MeshLayout(shape).coords(s.rank)[static_cast<size_t>(comm::MeshDim::dp)];
+  s.dp_size = shape.dp;
 
   // Data first: a bad path should fail before any large allocation.
   const size_t V = s.model_config.vocab_size;
@@ -211,47 +242,69 @@ void Trainer::build() {
     std::vector<std::unique_ptr<TokenShard>> train, held_out;
     train.push_back(make_memory_shard("built-in corpus (train)", std::move(corpus)));
     held_out.push_back(make_memory_shard("built-in corpus (val)", std::move(val)));
-    s.train_loader = std::make_unique<DataLoader>(std::move(train), B, T, V, s.rank, s.world_size);
+    s.train_loader = std::make_unique<DataLoader>(std::move(train), B, T, V, s.dp_rank, s.dp_size);
     if (config_.val_data.empty())
       s.val_loader =
-          std::make_unique<DataLoader>(std::move(held_out), B, T, V, s.rank, s.world_size);
+          std::make_unique<DataLoader>(std::move(held_out), B, T, V, s.dp_rank, s.dp_size);
   } else {
     s.train_loader = std::make_unique<DataLoader>(open_token_shards(config_.train_data), B, T, V,
-                                                  s.rank, s.world_size);
+                                                  s.dp_rank, s.dp_size);
   }
   if (!config_.val_data.empty())
     s.val_loader = std::make_unique<DataLoader>(open_token_shards(config_.val_data), B, T, V,
-                                                s.rank, s.world_size);
+                                                s.dp_rank, s.dp_size);
 
   s.device = open_device(config_, s.session.get());
   const auto budget = static_cast<size_t>(config_.device_memory_budget_gb * 1073741824.0);
   s.allocator = std::make_unique<DeviceAllocator>(*s.device, budget);
-  s.model = std::make_unique<nn::GPT>(s.model_config, *s.allocator);
+  nn::ModelParallel parallel;
+  parallel.sequence_parallel = config_.sequence_parallel;
+  if (s.session) {
+    s.mesh = std::make_unique<comm::ProcessMesh>(s.session->world(), shape);
+    parallel.tensor_parallel = &s.mesh->group(comm::MeshDim::tp);
+    if (s.device->kind() == DeviceKind::cuda && shape.tp > 1) {
+      // The model's collectives run on its device buffers.
+      s.tensor_parallel_nccl =
+          comm::make_nccl_communicator(s.mesh->group(comm::MeshDim::tp), *s.device);
+      parallel.tensor_parallel = s.tensor_parallel_nccl.get();
+    }
+  }
+  s.model = std::make_unique<nn::GPT>(s.model_config, *s.allocator, parallel);
 
-  // Every rank builds the same initial weights (same seed, or the same checkpoint), so no
-  // broadcast is needed; the store keeps what each rank owns.
+  // Every rank builds the same initial weights (same seed, or the same checkpoint) and keeps its
+  // tensor-parallel pieces, so no broadcast is needed; the store keeps what each rank owns.
   const nn::ParamLayout& layout = s.model->layout();
   std::vector<float> host(layout.total_numel());  // (total_numel) fp32
-  if (config_.load_checkpoint.empty())
+  if (config_.load_checkpoint.empty()) {
     nn::init_gpt2_params(layout, s.model_config, config_.seed, host.data());
-  else
+  } else if (layout.tp().size == 1) {
     load_checkpoint(config_.load_checkpoint, layout, host.data());
+  } else {
+    const nn::ParamLayout full_layout(s.model_config);
+    std::vector<float> full(full_layout.total_numel());  // (whole model) fp32
+    load_checkpoint(config_.load_checkpoint, full_layout, full.data());
+    nn::scatter_full_params(full_layout, full.data(), layout, host.data());
+  }
   s.model->set_activation_checkpointing(config_.activation_checkpointing);
   if (s.session) {
     zero::StoreConfig store_config = store_config_from(config_);
     UnitGrouping grouping = group_units(layout, static_cast<size_t>(config_.blocks_per_unit));
-    comm::MeshShape shape;
-    shape.dp = s.world_size;
-    s.mesh = std::make_unique<comm::ProcessMesh>(s.session->world(), shape);
     comm::Communicator* partition = &s.mesh->partition_group();
-    if (s.device->kind() == DeviceKind::cuda && s.world_size > 1) {
+    if (s.device->kind() == DeviceKind::cuda && s.mesh->partition_group().size() > 1) {
       // Device buffers go to NCCL directly instead of being staged through host memory for MPI.
       s.partition_nccl = comm::make_nccl_communicator(s.mesh->partition_group(), *s.device);
       partition = s.partition_nccl.get();
     }
+    // The gradient norm covers the whole model: summed over the tensor-parallel group, where the
+    // replicated tensors (equal on every tp rank) count once.
+    zero::StoreGroups groups;
+    if (shape.tp > 1) {
+      groups.model_parallel.push_back(parallel.tensor_parallel);
+      groups.replica = parallel.tensor_parallel;
+    }
     s.store = std::make_unique<zero::PartitionStore>(grouping.specs, store_config,
                                                      adamw_config_from(config_.optimizer),
-                                                     *partition, *s.allocator);
+                                                     *partition, *s.allocator, groups);
     for (size_t g = 0; g < grouping.specs.size(); ++g)
       s.store->load_unit(g, host.data() + grouping.start[g]);
     s.store_params = std::make_unique<StoreParamProvider>(*s.store, std::move(grouping));
@@ -303,6 +356,13 @@ std::unique_ptr<profile::ProfileRecorder> make_recorder(const TrainConfig& c, bo
   info.extra["offload_param"] = c.zero.offload_param.device;
   info.extra["offload_optimizer"] = c.zero.offload_optimizer.device;
   info.extra["activation_checkpointing"] = c.activation_checkpointing ? "on" : "off";
+  // Under tensor parallelism the parameters, placements and estimate are this rank's pieces.
+  const size_t tp = model.tensor_parallel();
+  info.extra["tensor_parallel"] = std::to_string(tp);
+  info.extra["sequence_parallel"] = model.sequence_parallel() ? "on" : "off";
+  if (tp > 1)
+    info.extra["parameters_whole_model"] =
+        std::to_string(nn::ParamLayout(model.config()).parameter_count());
   recorder->set_run_info(info);
   std::vector<profile::PlacementRow> rows;
   for (size_t u = 0; u < layout.units().size(); ++u) {
@@ -318,11 +378,13 @@ std::unique_ptr<profile::ProfileRecorder> make_recorder(const TrainConfig& c, bo
   }
   recorder->set_placements(rows);
   profile::WorldLayout world;
-  world.dp = ranks;
+  world.tp = static_cast<int>(tp);
+  world.dp = ranks / world.tp;
   const profile::Estimate e = profile::estimate(estimate_input_from(
       c, units_from_layout(layout, static_cast<size_t>(c.blocks_per_unit)), world,
       nn::GPT::activation_bytes_for(model.config(), static_cast<size_t>(c.micro_batch_size),
-                                    static_cast<size_t>(c.seq_len), c.activation_checkpointing)));
+                                    static_cast<size_t>(c.seq_len), c.activation_checkpointing, tp,
+                                    model.sequence_parallel())));
   profile::TierCategoryBytes predicted{};
   for (size_t t = 0; t < kNumTiers; ++t)
     for (size_t k = 0; k < kNumCategories; ++k)
@@ -342,9 +404,11 @@ void group_sum(comm::Communicator& group, float* values, size_t count) {
   std::copy(sum.begin(), sum.end(), values);
 }
 
-// Mean loss over `batches` validation batches. With a group, rank r of w evaluates the batches
-// r, r + w, ... (its loader's stride) and the mean is all-reduced; every rank runs the same number
-// of evaluations (surplus ones are not counted) because each one gathers parameters at stage 3.
+// Mean loss over `batches` validation batches. With a group, data-parallel replica r of w
+// evaluates the batches r, r + w, ... (its loader's stride) and the mean is all-reduced over the
+// whole world (a tensor-parallel group's ranks count their common batches alike, which the mean
+// divides out); every rank runs the same number of evaluations (surplus ones are not counted)
+// because each one gathers parameters at stage 3 and runs the tensor-parallel collectives.
 double validate(nn::GPT& model, nn::ParamProvider& params, zero::PartitionStore* store,
                 DataLoader& loader, size_t batches, size_t B, size_t T, int rank, int world_size,
                 comm::Communicator* group) {
@@ -457,7 +521,7 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
   LrSchedule schedule(config_.scheduler, config_.optimizer.lr, config_.steps);
   TrainResult result;
   result.unigram_entropy = s.unigram_entropy;
-  result.parameter_count = s.model->layout().parameter_count();
+  result.parameter_count = nn::ParamLayout(s.model_config).parameter_count();  // whole model
   result.device_name = s.device->name();
   result.rank = s.rank;
   result.val_loss = std::numeric_limits<double>::quiet_NaN();
@@ -470,6 +534,11 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
     if (s.store)
       std::fprintf(out, ", ZeRO stage %d on %d rank(s), %s", s.store->stage(), s.world_size,
                    describe_placement(config_).c_str());
+    if (s.model->tensor_parallel() > 1)
+      std::fprintf(out, ", dp %d x tensor-parallel %zu%s (%zu parameters per rank)", s.dp_size,
+                   s.model->tensor_parallel(),
+                   s.model->sequence_parallel() ? " with sequence parallelism" : "",
+                   s.model->layout().parameter_count());
     if (config_.activation_checkpointing) std::fprintf(out, ", activation checkpointing");
     std::fprintf(out, "\n");
   }
@@ -488,6 +557,7 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
   for (int64_t step = 0; step < config_.steps; ++step) {
     Timer timer;
     if (recorder) recorder->begin_step(step + 1);
+    s.model->reset_tensor_parallel_traffic();
     if (s.store)
       s.store->zero_grads();
     else
@@ -516,7 +586,7 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
                      static_cast<long long>(step + 1), scaler.scale());
       scaler.update(st.skipped);
       // Every rank's loss is the mean over its own tokens, and every rank has as many: the
-      // global loss is the mean over ranks.
+      // global loss is the mean over ranks (a tensor-parallel group's ranks hold the same one).
       float sum = static_cast<float>(loss);
       group_sum(*group, &sum, 1);
       loss = static_cast<double>(sum) / static_cast<double>(s.world_size);
@@ -530,9 +600,9 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
     r.lr = lr;
     r.grad_norm = grad_norm;
     r.seconds = timer.seconds();
-    r.tokens_per_second = static_cast<double>(B * T * static_cast<size_t>(accum) *
-                                              static_cast<size_t>(s.world_size)) /
-                          r.seconds;
+    r.tokens_per_second =
+        static_cast<double>(B * T * static_cast<size_t>(accum) * static_cast<size_t>(s.dp_size)) /
+        r.seconds;
     if (s.store && s.store->stage() == 3) {
       const zero::FetchCounters& fc = s.store->fetch_counters();
       r.fetch_counted = true;
@@ -555,21 +625,26 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
     }
     print_step_line(out, r, config_.steps, MemoryTracker::global());
     if (metrics) {
+      // The tensor-parallel collectives' payload this step (rank 0's; every tp rank moves as
+      // much), all zero without tensor parallelism.
+      const nn::TensorParallelTraffic tp = s.model->tensor_parallel_traffic();
       std::fprintf(metrics.get(),
                    "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
                    "\"ms\": %.3f, \"tokens_per_s\": %.1f, \"prefetch_hits\": %zu, "
                    "\"on_demand_fetches\": %zu, \"stall_ms\": %.3f, \"nvme_reads\": %zu, "
-                   "\"handoffs\": %zu}\n",
+                   "\"handoffs\": %zu, \"tp_all_reduce_bytes\": %zu, "
+                   "\"tp_all_gather_bytes\": %zu, \"tp_reduce_scatter_bytes\": %zu}\n",
                    static_cast<long long>(r.step), r.loss, r.lr, r.grad_norm, r.seconds * 1e3,
                    r.tokens_per_second, r.prefetch_hits, r.on_demand_fetches, r.stall_s * 1e3,
-                   r.nvme_reads, r.handoffs);
+                   r.nvme_reads, r.handoffs, tp.all_reduce_bytes, tp.all_gather_bytes,
+                   tp.reduce_scatter_bytes);
       std::fflush(metrics.get());
     }
     if (s.val_loader && config_.val_every > 0 && (step + 1) % config_.val_every == 0 &&
         step + 1 < config_.steps && config_.val_batches > 0) {
       double v =
           validate(*s.model, params, s.store.get(), *s.val_loader,
-                   static_cast<size_t>(config_.val_batches), B, T, s.rank, s.world_size, group);
+                   static_cast<size_t>(config_.val_batches), B, T, s.dp_rank, s.dp_size, group);
       if (out)
         std::fprintf(out, "val loss %.4f at step %lld\n", v, static_cast<long long>(step + 1));
     }
@@ -577,7 +652,7 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
   if (s.val_loader && config_.val_batches > 0) {
     result.val_loss =
         validate(*s.model, params, s.store.get(), *s.val_loader,
-                 static_cast<size_t>(config_.val_batches), B, T, s.rank, s.world_size, group);
+                 static_cast<size_t>(config_.val_batches), B, T, s.dp_rank, s.dp_size, group);
     // One write for the whole line: other ranks' output may share the terminal.
     char line[160];
     if (std::isfinite(s.unigram_entropy))
@@ -589,7 +664,7 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
   }
   if (!config_.save_checkpoint.empty()) {
     const nn::ParamLayout& layout = s.model->layout();
-    std::vector<float> host(layout.total_numel());  // (total_numel) fp32
+    std::vector<float> host(layout.total_numel());  // (total_numel) fp32, this rank's pieces
     if (s.store) {
       // Every rank reads (a gather at stage 3, so all must take part); rank 0 writes.
       const std::vector<size_t>& starts = s.store_params->grouping().start;
@@ -599,7 +674,21 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
                      CopyKind::device_to_host, s.device->default_stream());
       s.device->default_stream().synchronize();
     }
-    if (s.rank == 0) save_checkpoint(config_.save_checkpoint, s.model_config, layout, host.data());
+    if (layout.tp().size == 1) {
+      if (s.rank == 0)
+        save_checkpoint(config_.save_checkpoint, s.model_config, layout, host.data());
+    } else {
+      // The whole tensors from the tensor-parallel group's pieces (host buffers: MPI).
+      comm::Communicator& tp_group = s.mesh->group(comm::MeshDim::tp);
+      std::vector<float> all(layout.total_numel() * layout.tp().size);  // (tp, total_numel)
+      tp_group.all_gather(host.data(), all.data(), host.size(), DType::f32);
+      if (s.rank == 0) {
+        const nn::ParamLayout full_layout(s.model_config);
+        std::vector<float> full(full_layout.total_numel());  // (whole model) fp32
+        nn::assemble_full_params(layout, all.data(), full_layout, full.data());
+        save_checkpoint(config_.save_checkpoint, s.model_config, full_layout, full.data());
+      }
+    }
     if (out) std::fprintf(out, "saved checkpoint '%s'\n", config_.save_checkpoint.c_str());
   }
   if (!memory_json_path.empty()) write_memory_json(memory_json_path, s.rank, s.world_size);

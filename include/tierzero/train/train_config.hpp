@@ -141,6 +141,13 @@ struct TrainConfig {
   // Keep only each transformer block's input and recompute the block in the backward: less
   // activation memory for one more forward's compute.
   bool activation_checkpointing = false;
+  // Megatron tensor parallelism: ranks that split every block's heads and MLP features and the
+  // vocabulary (the world is dp x tensor_parallel; consecutive ranks form a tensor-parallel
+  // group). 1: none.
+  int64_t tensor_parallel = 1;
+  // Megatron sequence parallelism on top of it: the residual stream and layernorms hold only a
+  // rank's share of the micro-batch's tokens (all-gather / reduce-scatter instead of all-reduce).
+  bool sequence_parallel = false;
 
   // The defaults, as a config file would state them (validated like any file).
   static TrainConfig defaults();
