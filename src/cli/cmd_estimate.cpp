@@ -37,8 +37,9 @@ void print_human(const EstimateSettings& s, const profile::Estimate& e,
   const profile::WorldLayout& w = s.input.world;
   std::printf("model     %s, %zu parameters per rank (%zu units)\n", s.model.str().c_str(),
               e.parameters, e.units);
-  std::printf("world     %d ranks = dp %d x tp %d x pp %d x sp %d (partition group %d)\n",
-              w.ranks(), w.dp, w.tp, w.pp, w.sp, w.partition_group());
+  std::printf("world     %d ranks = dp %d x tp %d x pp %d x sp %d (partition group %d)%s\n",
+              w.ranks(), w.dp, w.tp, w.pp, w.sp, w.partition_group(),
+              s.sequence_parallel && w.tp > 1 ? ", Megatron sequence parallelism" : "");
   std::printf(
       "run       stage %d, offload_param %s, offload_optimizer %s, micro-batch %zu, seq "
       "%zu, checkpointing %s\n",
@@ -94,7 +95,9 @@ int run_estimate(const EstimateFlags& f) {
                 {"padded_vocab", s.model.padded_vocab_size},
                 {"context", s.model.max_seq_len}};
   j["parameters"] = e.parameters;
-  j["world"] = {{"ranks", w.ranks()}, {"dp", w.dp}, {"tp", w.tp}, {"pp", w.pp}, {"sp", w.sp}};
+  j["world"] = {{"ranks", w.ranks()}, {"dp", w.dp},
+                {"tp", w.tp},         {"pp", w.pp},
+                {"sp", w.sp},         {"sequence_parallel", s.sequence_parallel && w.tp > 1}};
   j["stage"] = s.input.stage;
   j["offload_param"] = s.param_desc;
   j["offload_optimizer"] = s.optimizer_desc;

@@ -96,7 +96,7 @@ int run_plan(const PlanFlags& f) {
 
   profile::PlanRequest req;
   const train::TrainConfig defaults = train::TrainConfig::defaults();
-  req.base.units = model_units(model);
+  req.base.units = model_units(model, 1, static_cast<size_t>(world.tp));
   req.base.world = world;
   req.base.placement.nvme_chunk_elems =
       static_cast<size_t>(defaults.zero.offload_optimizer.buffer_size);
@@ -111,7 +111,7 @@ int run_plan(const PlanFlags& f) {
   req.margin = f.margin;
   req.budget = {f.device_mem, f.host_mem > 0 ? f.host_mem : physical_memory(), f.nvme};
   req.activation_bytes = [&](size_t b, bool ckpt) {
-    return activation_bytes(model, b, seq, ckpt, world);
+    return activation_bytes(model, b, seq, ckpt, world, f.world.sequence_parallel);
   };
   if (!f.calibration.empty()) {
     req.rates = profile::load_calibration(f.calibration);

@@ -30,7 +30,10 @@ void add_world_options(CLI::App& app, WorldFlags& f) {
       ->check(CLI::Range(1, 1000000));
   app.add_option("--dp", f.dp, "data-parallel ranks (default: ranks / (tp * pp * sp))")
       ->check(CLI::Range(1, 1000000));
-  app.add_option("--tp", f.tp, "tensor-parallel ranks")->check(CLI::Range(1, 4096));
+  app.add_option("--tp", f.tp, "tensor-parallel ranks (default: the config's, else 1)")
+      ->check(CLI::Range(1, 4096));
+  app.add_flag("--sequence-parallel", f.sequence_parallel,
+               "Megatron sequence parallelism over the tensor-parallel ranks");
   app.add_option("--pp", f.pp, "pipeline stages")->check(CLI::Range(1, 4096));
   app.add_option("--sp", f.sp, "sequence-parallel ranks")->check(CLI::Range(1, 4096));
 }
@@ -51,12 +54,13 @@ nn::GPTConfig resolve_model(const ModelFlags& f, const train::TrainConfig* confi
   return train::gpt_config_from(s);
 }
 
-profile::WorldLayout resolve_world(const WorldFlags& f) {
+profile::WorldLayout resolve_world(const WorldFlags& f, const train::TrainConfig* config) {
   profile::WorldLayout w;
-  w.tp = static_cast<int>(f.tp);
+  const int64_t tp = f.tp > 0 ? f.tp : config ? config->tensor_parallel : 1;
+  w.tp = static_cast<int>(tp);
   w.pp = static_cast<int>(f.pp);
   w.sp = static_cast<int>(f.sp);
-  const int64_t model_parallel = f.tp * f.pp * f.sp;
+  const int64_t model_parallel = tp * f.pp * f.sp;
   if (f.dp > 0) {
     w.dp = static_cast<int>(f.dp);
     TZ_CHECK(f.ranks == 0 || f.ranks == f.dp * model_parallel,
@@ -79,17 +83,20 @@ size_t nvme_bounce_bytes(const train::AioConfig& aio) {
          offload::HostPool::round_size(static_cast<size_t>(aio.block_size));
 }
 
-std::vector<zero::UnitSpec> model_units(const nn::GPTConfig& config, size_t blocks_per_unit) {
-  return train::units_from_layout(nn::ParamLayout(config), blocks_per_unit);
+std::vector<zero::UnitSpec> model_units(const nn::GPTConfig& config, size_t blocks_per_unit,
+                                        size_t tp) {
+  return train::units_from_layout(nn::ParamLayout(config, nn::TensorParallel{tp, 0}),
+                                  blocks_per_unit);
 }
 
 size_t activation_bytes(const nn::GPTConfig& config, size_t B, size_t T, bool checkpointing,
-                        const profile::WorldLayout& world) {
+                        const profile::WorldLayout& world, bool sequence_parallel) {
   nn::GPTConfig stage = config;
   const auto pp = static_cast<size_t>(world.pp), sp = static_cast<size_t>(world.sp);
   stage.num_layers = (config.num_layers + pp - 1) / pp;
   const size_t local_T = (T + sp - 1) / sp;
-  return nn::GPT::activation_bytes_for(stage, B, local_T, checkpointing);
+  return nn::GPT::activation_bytes_for(stage, B, local_T, checkpointing,
+                                       static_cast<size_t>(world.tp), sequence_parallel);
 }
 
 void add_run_options(CLI::App& app, RunFlags& f) {
@@ -148,10 +155,11 @@ EstimateSettings resolve_settings(const ModelFlags& model, const WorldFlags& wor
            "lower --seq or raise --context");
   s.checkpointing = run.checkpointing || c.activation_checkpointing;
 
-  const profile::WorldLayout w = resolve_world(world);
+  const profile::WorldLayout w = resolve_world(world, have_config ? &c : nullptr);
+  s.sequence_parallel = world.sequence_parallel || (have_config && c.sequence_parallel);
   s.input = train::estimate_input_from(
-      c, model_units(s.model, static_cast<size_t>(c.blocks_per_unit)), w,
-      activation_bytes(s.model, s.micro_batch, s.seq_len, s.checkpointing, w));
+      c, model_units(s.model, static_cast<size_t>(c.blocks_per_unit), static_cast<size_t>(w.tp)), w,
+      activation_bytes(s.model, s.micro_batch, s.seq_len, s.checkpointing, w, s.sequence_parallel));
   s.input.placement.param.ratio = param_ratio;
   s.param_desc = offload_desc(z.offload_param.device, param_ratio);
   s.optimizer_desc = offload_desc(z.offload_optimizer.device, z.offload_optimizer.ratio);

@@ -26,9 +26,10 @@ struct ModelFlags {
 struct WorldFlags {
   int64_t ranks = 0;  // 0: dp * tp * pp * sp
   int64_t dp = 0;     // 0: ranks / (tp * pp * sp)
-  int64_t tp = 1;
+  int64_t tp = 0;     // 0: the config's tierzero.tensor_parallel, else 1
   int64_t pp = 1;
   int64_t sp = 1;
+  bool sequence_parallel = false;  // Megatron's, over the tp ranks (or the config's)
 };
 
 void add_model_options(CLI::App& app, ModelFlags& f);
@@ -37,20 +38,24 @@ void add_world_options(CLI::App& app, WorldFlags& f);
 // The model: --model's preset (or the config's shape when a config is given and no --model,
 // else gpt2), with any shape flag replacing its part.
 nn::GPTConfig resolve_model(const ModelFlags& f, const train::TrainConfig* config);
-// Throws Error when the parts do not multiply to --ranks.
-profile::WorldLayout resolve_world(const WorldFlags& f);
+// Throws Error when the parts do not multiply to --ranks. tp: --tp, else the config's
+// tierzero.tensor_parallel when a config is given, else 1.
+profile::WorldLayout resolve_world(const WorldFlags& f, const train::TrainConfig* config = nullptr);
 
 // Pinned bounce buffers of one NVMe engine built from the aio section (queue_depth x block_size).
 size_t nvme_bounce_bytes(const train::AioConfig& aio);
 
-// The GPT's units as the partition store sees them.
-std::vector<zero::UnitSpec> model_units(const nn::GPTConfig& config, size_t blocks_per_unit = 1);
+// The GPT's units as the partition store of one tensor-parallel rank sees them (its real
+// per-rank layout: local shapes, replicated tensors whole, alignment padding).
+std::vector<zero::UnitSpec> model_units(const nn::GPTConfig& config, size_t blocks_per_unit = 1,
+                                        size_t tp = 1);
 
 // Device activation bytes per rank for micro-batch B and sequence T: the GPT's own count for
-// one pipeline stage's layers (ceil(L / pp)) and T / sp tokens per sequence (see
-// docs/estimator.md for what tensor parallelism does not reduce).
+// one pipeline stage's layers (ceil(L / pp)), T / sp tokens per sequence, and the tensor-parallel
+// rank's extents (heads, MLP features and vocabulary over tp; with Megatron sequence parallelism
+// the residual stream too).
 size_t activation_bytes(const nn::GPTConfig& config, size_t B, size_t T, bool checkpointing,
-                        const profile::WorldLayout& world);
+                        const profile::WorldLayout& world, bool sequence_parallel = false);
 
 // The run settings both commands take, on top of a TrainConfig (--config, or the defaults).
 struct RunFlags {
@@ -69,7 +74,8 @@ void add_run_options(CLI::App& app, RunFlags& f);
 struct EstimateSettings {
   train::TrainConfig config;  // loaded or defaults, with the flags applied
   nn::GPTConfig model;
-  profile::EstimateInput input;  // activation bytes filled in
+  profile::EstimateInput input;    // activation bytes filled in
+  bool sequence_parallel = false;  // Megatron's, from the flag or the config
   size_t micro_batch = 1;
   size_t seq_len = 1;
   bool checkpointing = false;

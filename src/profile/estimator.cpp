@@ -16,28 +16,8 @@ size_t ceil_div(size_t a, size_t b) {
   return (a + b - 1) / b;
 }
 
-size_t align_up(size_t n, size_t a) {
-  return ceil_div(n, a) * a;
-}
-
 size_t& slot(TierBytes& b, Tier t, Category c) {
   return b.bytes[static_cast<size_t>(t)][static_cast<size_t>(c)];
-}
-
-// One unit with its matrices cut `tp` ways. Tensors keep nn's 64-element alignment so the result
-// has the same kind of inner padding a tensor-parallel layout would have.
-zero::UnitSpec split_unit(const zero::UnitSpec& unit, size_t tp) {
-  if (tp == 1) return unit;
-  zero::UnitSpec out;
-  out.name = unit.name;
-  size_t at = 0;
-  for (const zero::TensorSpec& t : unit.tensors) {
-    const size_t numel = t.decay ? ceil_div(t.numel, tp) : t.numel;
-    out.tensors.push_back({at, numel, t.decay});
-    at = align_up(at + numel, zero::kShardAlignElems);
-  }
-  out.numel = unit.tensors.empty() ? ceil_div(unit.numel, tp) : at;
-  return out;
 }
 
 size_t unit_parameters(const zero::UnitSpec& u) {
@@ -74,7 +54,7 @@ std::vector<zero::UnitSpec> rank_units(const std::vector<zero::UnitSpec>& units,
     std::vector<zero::UnitSpec> stage;
     size_t elems = 0;
     for (size_t u = begin; u < std::min(units.size(), begin + per_stage); ++u) {
-      stage.push_back(split_unit(units[u], static_cast<size_t>(world.tp)));
+      stage.push_back(units[u]);
       elems += stage.back().numel;
     }
     if (worst.empty() || elems > worst_elems) {
@@ -138,10 +118,17 @@ Estimate estimate(const EstimateInput& in) {
   slot(e.buffers, Tier::device, Category::comm) += reduction.device_comm;
 
   // From stage 1 each rank owns only part of the gradient, so clipping exchanges the partial sums
-  // of squares: a (ranks, 2) fp32 block, allocated after the reductions have finished.
+  // of squares: a (ranks, 2) fp32 block, allocated after the reductions have finished; under
+  // tensor parallelism the sum goes on over the tensor-parallel group (a (tp, 2) block, after
+  // the first one is freed).
+  size_t norm_exchange = 0;
   if (in.stage >= 1)
-    slot(e.buffers, Tier::device, Category::comm) +=
-        DeviceAllocator::round_size(2 * static_cast<size_t>(group) * sizeof(float));
+    norm_exchange = DeviceAllocator::round_size(2 * static_cast<size_t>(group) * sizeof(float));
+  if (in.world.tp > 1)
+    norm_exchange =
+        std::max(norm_exchange,
+                 DeviceAllocator::round_size(2 * static_cast<size_t>(in.world.tp) * sizeof(float)));
+  slot(e.buffers, Tier::device, Category::comm) += norm_exchange;
 
   // NVMe-resident optimizer states stream through the pipeline's slots (zero's rule:
   // optimizer_swap_shape). NVMe-resident parameters are staged a shard at a time,

@@ -28,6 +28,26 @@ foreach(n 1 2 4)
                        ENVIRONMENT "${TZ_ESTIMATE_MPI_ENV}")
 endforeach()
 
+# The same with tensor parallelism (issue 14): tp 2 on 2 ranks, and tp 2 x dp 2 with sequence
+# parallelism on 4; the estimate takes each rank's real layout and activation extents.
+foreach(tp_case "2;2;false" "4;2;true")
+  list(GET tp_case 0 n)
+  list(GET tp_case 1 tp)
+  list(GET tp_case 2 sp)
+  set(name estimate_matches_train_np${n}_tp${tp})
+  if(sp)
+    set(name ${name}_sp)
+  endif()
+  add_test(NAME ${name}
+           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/run_estimate_match.sh $<TARGET_FILE:tierzero>
+                   $<TARGET_FILE:estimate_match_check> ${n}
+                   ${MPIEXEC_EXECUTABLE} --oversubscribe --bind-to none)
+  set_tests_properties(${name} PROPERTIES
+                       TIMEOUT 600 LABELS "mpi;zero;tp" RESOURCE_LOCK mpi_ranks
+                       ENVIRONMENT
+                       "${TZ_ESTIMATE_MPI_ENV};TIERZERO_TEST_TP=${tp};TIERZERO_TEST_SP=${sp}")
+endforeach()
+
 # The planner's choice fits when run: plan for a small device budget, then train 3 steps with the
 # device allocator enforcing that budget (train's --device-mem, added by the integrator).
 add_test(NAME plan_choice_fits_when_trained

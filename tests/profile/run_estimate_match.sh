@@ -4,8 +4,12 @@
 # memory file is compared with `tierzero estimate --json` for the same config (see
 # estimate_match_check.cpp for the rules: model state exact, activation peak within 10%, buffer
 # peaks within their bounds). Needs the store's offload support and train's --memory-json.
+# TIERZERO_TEST_TP (default 1) and TIERZERO_TEST_SP (true/false, default false) run every case
+# tensor-parallel (issue 14): each rank's memory against the estimate for its per-rank layout.
 # usage: run_estimate_match.sh <tierzero> <estimate_match_check> <ranks> <mpiexec and args...>
 tierzero=$1; check=$2; ranks=$3; shift 3
+tp=${TIERZERO_TEST_TP:-1}
+sp=${TIERZERO_TEST_SP:-false}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 mkdir -p "$dir/nvme"
@@ -30,10 +34,11 @@ for stage in 0 1 2 3; do
    "offload_param": {"device": "$param", "nvme_path": "$dir/nvme"},
    "offload_optimizer": {"device": "$optim", "nvme_path": "$dir/nvme", "buffer_size": 65536}},
  "tierzero": {"steps": 2, "seq_len": 16, "seed": 7, "threads": 1, "val_batches": 1,
+              "tensor_parallel": $tp, "sequence_parallel": $sp,
               "model": {"vocab_size": 257, "n_layer": 2, "n_head": 2, "n_embd": 32,
                         "context_length": 16}}}
 JSON
-    echo "== stage $stage, $option, $ranks ranks"
+    echo "== stage $stage, $option, $ranks ranks, tensor_parallel $tp, sequence_parallel $sp"
     "$tierzero" estimate --config "$case_dir/config.json" --ranks "$ranks" --json \
       > "$case_dir/estimate.json" || { fail=1; continue; }
     timeout -k 5 120 "$@" -n "$ranks" "$tierzero" train --config "$case_dir/config.json" \

@@ -28,7 +28,9 @@ struct WorldLayout {
 };
 
 struct EstimateInput {
-  std::vector<zero::UnitSpec> units;  // the whole model, in execution order
+  // The whole model as one tensor-parallel rank holds it (its pieces of every tensor), in
+  // execution order.
+  std::vector<zero::UnitSpec> units;
   WorldLayout world;
   int stage = 0;
   zero::PlacementConfig placement;
@@ -61,9 +63,10 @@ struct Estimate {
   size_t total() const;
 };
 
-// Applies tp and pp to the model: every matrix (TensorSpec::decay) is cut into tp equal parts
-// (rounded up), other tensors are replicated; units are dealt to pp stages in contiguous runs of
-// ceil(units / pp), and the stage with the most elements is returned (the worst rank).
+// Applies pp to the model: units are dealt to pp stages in contiguous runs of ceil(units / pp),
+// and the stage with the most elements is returned (the worst rank). Tensor parallelism is
+// already in the units: they are one tensor-parallel rank's (nn's ParamLayout for that rank, the
+// real local shapes and padding), so world.tp cuts nothing here.
 std::vector<zero::UnitSpec> rank_units(const std::vector<zero::UnitSpec>& units,
                                        const WorldLayout& world);
 

@@ -1,0 +1,97 @@
+// Checks for the tensor-parallel end-to-end tests (run_tp_match.sh):
+//   checkpoints <reference> <candidate> <atol> <rtol>: two llm.c checkpoints (256-int header,
+//     then fp32 parameters) hold the same model and every parameter agrees within
+//     atol + rtol * |reference|; prints the max absolute and relative error.
+//   param-ratio <reference memory json> <candidate memory json> <max ratio>: the candidate
+//     rank's parameter bytes (every tier, peak) over the reference's are at most max ratio.
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+bool read_file(const char* path, std::vector<char>& bytes) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return true;
+}
+
+int compare_checkpoints(const char* ref_path, const char* cand_path, double atol, double rtol) {
+  std::vector<char> ref, cand;
+  if (!read_file(ref_path, ref) || !read_file(cand_path, cand)) {
+    std::fprintf(stderr, "cannot read %s or %s\n", ref_path, cand_path);
+    return 2;
+  }
+  constexpr size_t kHeader = 256 * sizeof(int32_t);
+  if (ref.size() != cand.size() || ref.size() < kHeader ||
+      std::string(ref.data(), kHeader) != std::string(cand.data(), kHeader)) {
+    std::fprintf(stderr, "checkpoints differ in size (%zu vs %zu bytes) or header\n", ref.size(),
+                 cand.size());
+    return 1;
+  }
+  const size_t n = (ref.size() - kHeader) / sizeof(float);
+  std::vector<float> a(n), b(n);  // (n) parameters
+  std::copy_n(ref.data() + kHeader, n * sizeof(float), reinterpret_cast<char*>(a.data()));
+  std::copy_n(cand.data() + kHeader, n * sizeof(float), reinterpret_cast<char*>(b.data()));
+  double max_abs = 0.0, max_rel = 0.0;
+  size_t bad = 0, worst = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double d = std::fabs(static_cast<double>(a[i]) - static_cast<double>(b[i]));
+    const double r = d / std::max(std::fabs(static_cast<double>(a[i])), 1e-30);
+    if (d > max_abs) {
+      max_abs = d;
+      worst = i;
+    }
+    if (d > 0.0 && r > max_rel) max_rel = r;
+    if (!(d <= atol + rtol * std::fabs(static_cast<double>(a[i])))) ++bad;
+  }
+  std::printf(
+      "final parameters: %zu values, max abs error %.3g (at %zu: %.9g vs %.9g), max rel "
+      "error %.3g, %zu outside %g + %g |ref|\n",
+      n, max_abs, worst, static_cast<double>(a[worst]), static_cast<double>(b[worst]), max_rel, bad,
+      atol, rtol);
+  return bad == 0 ? 0 : 1;
+}
+
+double param_bytes(const char* path) {
+  std::ifstream in(path);
+  if (!in) return -1.0;
+  const nlohmann::json j = nlohmann::json::parse(in);
+  double total = 0.0;
+  for (const auto& [tier, cats] : j.at("tiers").items())
+    total += cats.at("param").at("peak").get<double>();
+  return total;
+}
+
+int param_ratio(const char* ref_path, const char* cand_path, double max_ratio) {
+  const double ref = param_bytes(ref_path), cand = param_bytes(cand_path);
+  if (ref <= 0.0 || cand < 0.0) {
+    std::fprintf(stderr, "cannot read parameter bytes from %s or %s\n", ref_path, cand_path);
+    return 2;
+  }
+  std::printf(
+      "parameter bytes per rank: reference %.0f, tensor-parallel %.0f, ratio %.4f (at "
+      "most %.4f)\n",
+      ref, cand, cand / ref, max_ratio);
+  return cand / ref <= max_ratio ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string what = argc > 1 ? argv[1] : "";
+  if (what == "checkpoints" && argc == 6)
+    return compare_checkpoints(argv[2], argv[3], std::stod(argv[4]), std::stod(argv[5]));
+  if (what == "param-ratio" && argc == 5) return param_ratio(argv[2], argv[3], std::stod(argv[4]));
+  std::fprintf(stderr,
+               "usage: tp_match_check checkpoints <ref> <candidate> <atol> <rtol>\n"
+               "       tp_match_check param-ratio <ref.json> <candidate.json> <max ratio>\n");
+  return 2;
+}
