@@ -80,6 +80,29 @@ class CpuKernels final : public Kernels {
     cpu::softmax_xent_forward_backward(dlogits, losses, logits, targets, dloss, N, V, Vp);
   }
 
+  void encoder_forward_vocab_range(float* out, const int32_t* tokens, const float* wte_local,
+                                   const float* wpe, size_t vocab_start, size_t vocab_count,
+                                   size_t B, size_t T, size_t C) override {
+    cpu::encoder_forward_vocab_range(out, tokens, wte_local, wpe, vocab_start, vocab_count, B, T,
+                                     C);
+  }
+  void encoder_backward_vocab_range(float* dwte_local, float* dwpe, const float* dout,
+                                    const int32_t* tokens, size_t vocab_start, size_t vocab_count,
+                                    size_t B, size_t T, size_t C) override {
+    cpu::encoder_backward_vocab_range(dwte_local, dwpe, dout, tokens, vocab_start, vocab_count, B,
+                                      T, C);
+  }
+  void vocab_xent_partials(float* partials, const float* logits, const int32_t* targets, size_t N,
+                           size_t Vl, size_t vocab_start, size_t V) override {
+    cpu::vocab_xent_partials(partials, logits, targets, N, Vl, vocab_start, V);
+  }
+  void vocab_xent_finish(float* dlogits, float* losses, const float* logits,
+                         const float* all_partials, size_t ranks, const int32_t* targets,
+                         float dloss, size_t N, size_t Vl, size_t vocab_start, size_t V) override {
+    cpu::vocab_xent_finish(dlogits, losses, logits, all_partials, ranks, targets, dloss, N, Vl,
+                           vocab_start, V);
+  }
+
   void adamw_update(float* param, float* m, float* v, const float* grad, size_t n,
                     const AdamWParams& p) override {
     cpu::adamw_update(param, m, v, grad, n, p);

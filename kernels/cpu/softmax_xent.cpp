@@ -2,13 +2,13 @@
 // its gradient. The fused kernel may write the gradient over the logits (saving a (N, Vp)
 // buffer), so each row reads its target logit first and then makes exactly three passes: max,
 // exp (stored in place, so exp runs once per element) with the sum, and the final scaling. A row
-// of 50k floats stays in L2 between passes. Sums of exponentials are fp32 within blocks of 256
-// and double across blocks: GCC will not vectorise exp together with a widening double sum in one
-// loop, and with a scalar exp this kernel ran five times slower.
+// of 50k floats stays in L2 between passes. Sums of exponentials are fp32 within blocks of
+// kSumBlock and double across blocks (softmax_rows.hpp): with a scalar exp this kernel ran five
+// times slower.
 #include <cmath>
-#include <limits>
 #include <string>
 
+#include "cpu/softmax_rows.hpp"
 #include "cpu/vec_math.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/kernels/cpu_ops.hpp"
@@ -31,25 +31,6 @@ void check_args(const int32_t* targets, size_t N, size_t V, size_t Vp) {
   }
 }
 
-constexpr size_t kSumBlock = 256;
-
-// Max over x (V). Kept in 16 independent lanes: a compare-select is a vector max instruction, but
-// without -ffast-math Clang will not turn a scalar max reduction into one (NaN ordering).
-float row_max(const float* x, size_t V) {  // x (V)
-  constexpr size_t kLanes = 16;
-  float lanes[kLanes];  // (kLanes) running maxima
-  for (float& lane : lanes) lane = -std::numeric_limits<float>::infinity();
-  size_t i = 0;
-  for (; i + kLanes <= V; i += kLanes) {
-#pragma omp simd
-    for (size_t j = 0; j < kLanes; ++j) lanes[j] = x[i + j] > lanes[j] ? x[i + j] : lanes[j];
-  }
-  for (; i < V; ++i) lanes[0] = x[i] > lanes[0] ? x[i] : lanes[0];
-  float m = lanes[0];
-  for (size_t j = 1; j < kLanes; ++j) m = lanes[j] > m ? lanes[j] : m;
-  return m;
-}
-
 }  // namespace
 
 void softmax_xent_forward(float* losses,           // (N)
@@ -61,14 +42,7 @@ void softmax_xent_forward(float* losses,           // (N)
   for (size_t n = 0; n < N; ++n) {
     const float* x = logits + n * Vp;  // (Vp)
     const float m = row_max(x, V);
-    double sum = 0.0;
-    for (size_t begin = 0; begin < V; begin += kSumBlock) {
-      const size_t end = V - begin < kSumBlock ? V : begin + kSumBlock;
-      float block_sum = 0.0f;
-#pragma omp simd reduction(+ : block_sum)
-      for (size_t i = begin; i < end; ++i) block_sum += exp_approx(x[i] - m);
-      sum += static_cast<double>(block_sum);
-    }
+    const double sum = row_exp_sum(x, V, m);
     const float x_target = x[static_cast<size_t>(targets[n])];
     losses[n] = static_cast<float>(std::log(sum) - static_cast<double>(x_target - m));
   }

@@ -104,6 +104,16 @@ void launch_encoder_forward(cudaStream_t stream, float* out, const int32_t* toke
                             const float* wte, const float* wpe, size_t B, size_t T, size_t C);
 void launch_encoder_backward(cudaStream_t stream, float* dwte, float* dwpe, const float* dout,
                              const int32_t* tokens, size_t B, size_t T, size_t C);
+// The vocabulary-parallel encoder (kernels.hpp): wte_local (vocab_count, C) holds rows
+// vocab_start.. of wte; wpe and dwpe are nullable; dwte_local's scatter-add uses atomics.
+void launch_encoder_forward_vocab_range(cudaStream_t stream, float* out, const int32_t* tokens,
+                                        const float* wte_local, const float* wpe,
+                                        size_t vocab_start, size_t vocab_count, size_t B, size_t T,
+                                        size_t C);
+void launch_encoder_backward_vocab_range(cudaStream_t stream, float* dwte_local, float* dwpe,
+                                         const float* dout, const int32_t* tokens,
+                                         size_t vocab_start, size_t vocab_count, size_t B, size_t T,
+                                         size_t C);
 void launch_gelu_forward(cudaStream_t stream, float* out, const float* inp, size_t n);
 void launch_gelu_backward(cudaStream_t stream, float* dinp, const float* inp, const float* dout,
                           size_t n);
@@ -146,5 +156,15 @@ void launch_attention_backward(cudaStream_t stream, float* dqkv, float* datt, co
 // softmax_xent.cu; dlogits null means forward only.
 void launch_softmax_xent(cudaStream_t stream, float* dlogits, float* losses, const float* logits,
                          const int32_t* targets, float dloss, size_t N, size_t V, size_t Vp);
+// The vocabulary-parallel cross-entropy's two passes (kernels.hpp): partials (N, 3) of this
+// rank's logits (N, Vl); then losses (N) and, when dlogits is not null, dlogits (N, Vl) from
+// every rank's partials (ranks, N, 3).
+void launch_vocab_xent_partials(cudaStream_t stream, float* partials, const float* logits,
+                                const int32_t* targets, size_t N, size_t Vl, size_t vocab_start,
+                                size_t V);
+void launch_vocab_xent_finish(cudaStream_t stream, float* dlogits, float* losses,
+                              const float* logits, const float* all_partials, size_t ranks,
+                              const int32_t* targets, float dloss, size_t N, size_t Vl,
+                              size_t vocab_start, size_t V);
 
 }  // namespace tierzero::kernels::cuda_impl

@@ -1,9 +1,10 @@
 // CudaKernels: the CUDA backend of tierzero::kernels::Kernels, and make_cuda_kernels().
 // It owns the cuBLASLt handle and runs the matmuls through cuBLASLt (row-major problems mapped
 // onto cuBLASLt's column-major view); every other op is forwarded to the launchers in the topic
-// files (elementwise.cu, layernorm.cu, attention.cu, softmax_xent.cu). All work is issued on the
-// stream given to set_stream(), on the device the object was made for, whatever device is
-// current in the calling thread.
+// files (elementwise.cu, layernorm.cu, attention.cu, softmax_xent.cu; the vocabulary-parallel
+// forms next to their whole-vocabulary kernels). All work is issued on the stream given to
+// set_stream(), on the device the object was made for, whatever device is current in the calling
+// thread.
 #include <cublasLt.h>
 
 #include <cstdint>
@@ -250,6 +251,37 @@ class CudaKernels final : public Kernels {
              "pass the logits buffer itself to compute the gradient in place");
     CudaDeviceGuard guard(device_);
     cuda_impl::launch_softmax_xent(stream_, dlogits, losses, logits, targets, dloss, N, V, Vp);
+  }
+
+  void encoder_forward_vocab_range(float* out, const int32_t* tokens, const float* wte_local,
+                                   const float* wpe, size_t vocab_start, size_t vocab_count,
+                                   size_t B, size_t T, size_t C) override {
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_encoder_forward_vocab_range(stream_, out, tokens, wte_local, wpe, vocab_start,
+                                                  vocab_count, B, T, C);
+  }
+
+  void encoder_backward_vocab_range(float* dwte_local, float* dwpe, const float* dout,
+                                    const int32_t* tokens, size_t vocab_start, size_t vocab_count,
+                                    size_t B, size_t T, size_t C) override {
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_encoder_backward_vocab_range(stream_, dwte_local, dwpe, dout, tokens,
+                                                   vocab_start, vocab_count, B, T, C);
+  }
+
+  void vocab_xent_partials(float* partials, const float* logits, const int32_t* targets, size_t N,
+                           size_t Vl, size_t vocab_start, size_t V) override {
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_vocab_xent_partials(stream_, partials, logits, targets, N, Vl, vocab_start,
+                                          V);
+  }
+
+  void vocab_xent_finish(float* dlogits, float* losses, const float* logits,
+                         const float* all_partials, size_t ranks, const int32_t* targets,
+                         float dloss, size_t N, size_t Vl, size_t vocab_start, size_t V) override {
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_vocab_xent_finish(stream_, dlogits, losses, logits, all_partials, ranks,
+                                        targets, dloss, N, Vl, vocab_start, V);
   }
 
   void adamw_update(float* param, float* m, float* v, const float* grad, size_t n,

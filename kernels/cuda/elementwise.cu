@@ -1,7 +1,7 @@
-// CUDA kernels that touch each element independently (encoder, GELU, residual, bias, scale,
-// fp32 <-> 16-bit conversion of working parameters, and the small reductions that go with them (sum
-// of squares for gradient clipping, column sums for matmul's bias gradient). They are memory-bound,
-// so each is one simple grid-stride pass.
+// CUDA kernels that touch each element independently (encoder, whole or over one rank's vocabulary
+// range, GELU, residual, bias, scale, fp32 <-> 16-bit conversion of working parameters, and the
+// small reductions that go with them (sum of squares for gradient clipping, column sums for
+// matmul's bias gradient). They are memory-bound, so each is one simple grid-stride pass.
 #include <cmath>
 
 #include "cuda/cuda_common.cuh"
@@ -50,6 +50,42 @@ __global__ void encoder_backward_wpe_kernel(float* dwpe,        // (maxT, C) +=
     float sum = 0.0f;
     for (size_t b = 0; b < B; ++b) sum += dout[b * n + i];
     dwpe[i] += sum;
+  }
+}
+
+// Vocabulary-parallel forms: this rank holds rows [vocab_start, vocab_start + vocab_count) of wte.
+// The row of wte_local holding `token`, or vocab_count when it is not in this range (negative
+// tokens wrap to huge values and fall outside too).
+__device__ __forceinline__ size_t local_row(int32_t token, size_t vocab_start, size_t vocab_count) {
+  const size_t row = static_cast<size_t>(static_cast<int64_t>(token)) - vocab_start;
+  return row < vocab_count ? row : vocab_count;
+}
+
+__global__ void encoder_forward_vocab_range_kernel(float* out,              // (B, T, C)
+                                                   const int32_t* tokens,   // (B, T)
+                                                   const float* wte_local,  // (vocab_count, C)
+                                                   const float* wpe,        // (maxT, C) nullable
+                                                   size_t vocab_start, size_t vocab_count, size_t n,
+                                                   size_t T, size_t C) {
+  for (size_t i = global_thread_index(); i < n; i += grid_stride()) {
+    const size_t bt = i / C;
+    const size_t c = i % C;
+    const size_t row = local_row(tokens[bt], vocab_start, vocab_count);
+    float v = row < vocab_count ? wte_local[row * C + c] : 0.0f;
+    if (wpe != nullptr) v += wpe[(bt % T) * C + c];  // wte + wpe, as encoder_forward_kernel
+    out[i] = v;
+  }
+}
+
+// As encoder_backward_wte_kernel, for the tokens in range only.
+__global__ void encoder_backward_vocab_range_kernel(float* dwte_local,      // (vocab_count, C) +=
+                                                    const float* dout,      // (B, T, C)
+                                                    const int32_t* tokens,  // (B, T)
+                                                    size_t vocab_start, size_t vocab_count,
+                                                    size_t n, size_t C) {
+  for (size_t i = global_thread_index(); i < n; i += grid_stride()) {
+    const size_t row = local_row(tokens[i / C], vocab_start, vocab_count);
+    if (row < vocab_count) atomicAdd(&dwte_local[row * C + i % C], dout[i]);
   }
 }
 
@@ -249,6 +285,35 @@ void launch_encoder_backward(cudaStream_t stream, float* dwte, float* dwpe, cons
   encoder_backward_wpe_kernel<<<grid_stride_blocks(T * C), kBlockSize, 0, stream>>>(dwpe, dout, B,
                                                                                     T, C);
   TZ_CUDA_CHECK_LAUNCH();
+}
+
+void launch_encoder_forward_vocab_range(cudaStream_t stream, float* out, const int32_t* tokens,
+                                        const float* wte_local, const float* wpe,
+                                        size_t vocab_start, size_t vocab_count, size_t B, size_t T,
+                                        size_t C) {
+  const size_t n = B * T * C;
+  if (n == 0) return;
+  encoder_forward_vocab_range_kernel<<<grid_stride_blocks(n), kBlockSize, 0, stream>>>(
+      out, tokens, wte_local, wpe, vocab_start, vocab_count, n, T, C);
+  TZ_CUDA_CHECK_LAUNCH();
+}
+
+void launch_encoder_backward_vocab_range(cudaStream_t stream, float* dwte_local, float* dwpe,
+                                         const float* dout, const int32_t* tokens,
+                                         size_t vocab_start, size_t vocab_count, size_t B, size_t T,
+                                         size_t C) {
+  const size_t n = B * T * C;
+  if (n == 0) return;
+  if (vocab_count > 0) {
+    encoder_backward_vocab_range_kernel<<<grid_stride_blocks(n), kBlockSize, 0, stream>>>(
+        dwte_local, dout, tokens, vocab_start, vocab_count, n, C);
+    TZ_CUDA_CHECK_LAUNCH();
+  }
+  if (dwpe != nullptr) {
+    encoder_backward_wpe_kernel<<<grid_stride_blocks(T * C), kBlockSize, 0, stream>>>(dwpe, dout, B,
+                                                                                      T, C);
+    TZ_CUDA_CHECK_LAUNCH();
+  }
 }
 
 void launch_gelu_forward(cudaStream_t stream, float* out, const float* inp, size_t n) {

@@ -1,8 +1,11 @@
-// Fused softmax + cross-entropy on CUDA, forward only or forward + backward. The (N, Vp) logits
+// Fused softmax + cross-entropy on CUDA, forward only or forward + backward, over the whole
+// vocabulary or (vocabulary-parallel, two passes) over one rank's columns. The (N, Vp) logits
 // are the largest activation in GPT-2, so the backward writes its gradient over the logits in
 // place; one block per row reads the whole row (max, sum of exponentials, target logit) before
 // any thread writes, which is what makes dlogits == logits safe.
 #include <math_constants.h>
+
+#include <string>
 
 #include "cuda/cuda_common.cuh"
 
@@ -58,6 +61,108 @@ __global__ void __launch_bounds__(kSoftmaxBlockSize)
   }
 }
 
+// ---- vocabulary-parallel form: this rank holds the logit columns vocab_start..vocab_start+Vl,
+// of which the first `real` are real vocabulary and the rest padding. Pass 1 reduces each row of
+// this rank's columns to {max, sum of exp(logit - max), target logit or 0}; the caller all-gathers
+// these in rank order; pass 2 combines them into the loss and the gradient of these columns.
+
+__global__ void __launch_bounds__(kSoftmaxBlockSize)
+    vocab_xent_partials_kernel(float* partials,         // (N, 3)
+                               const float* logits,     // (N, Vl)
+                               const int32_t* targets,  // (N)
+                               size_t Vl, size_t real, size_t vocab_start, size_t V) {
+  __shared__ float scratch[kWarpSize];
+  const size_t row = blockIdx.x;
+  const float* x = logits + row * Vl;  // (Vl)
+
+  float max_logit = -CUDART_INF_F;  // stays -inf without real columns
+  for (size_t i = threadIdx.x; i < real; i += blockDim.x) max_logit = fmaxf(max_logit, x[i]);
+  max_logit = block_max(max_logit, scratch);
+
+  float sum = 0.0f;  // stays 0 without real columns
+  for (size_t i = threadIdx.x; i < real; i += blockDim.x) sum += expf(x[i] - max_logit);
+  sum = block_sum(sum, scratch);
+
+  if (threadIdx.x == 0) {
+    // An out-of-range target (the caller validates, so this is a bug upstream) gives every rank
+    // a NaN target logit and so a NaN loss, as softmax_xent_kernel does.
+    const int32_t target = targets[row];
+    float target_logit = CUDART_NAN_F;
+    if (target >= 0 && static_cast<size_t>(target) < V) {
+      const size_t column = static_cast<size_t>(target) - vocab_start;  // wraps when below
+      target_logit = column < Vl ? x[column] : 0.0f;
+    }
+    float* p = partials + row * 3;  // (3)
+    p[0] = max_logit;
+    p[1] = sum;
+    p[2] = target_logit;
+  }
+}
+
+__global__ void __launch_bounds__(kSoftmaxBlockSize)
+    vocab_xent_finish_kernel(float* dlogits,             // (N, Vl) nullable; may alias logits
+                             float* losses,              // (N)
+                             const float* logits,        // (N, Vl)
+                             const float* all_partials,  // (ranks, N, 3)
+                             size_t ranks, const int32_t* targets,  // (N)
+                             float dloss, size_t N, size_t Vl, size_t real, size_t vocab_start,
+                             size_t V) {
+  __shared__ float shared_max;
+  __shared__ float shared_inv_sum;
+  const size_t row = blockIdx.x;
+  if (threadIdx.x == 0) {
+    // A few partials per row: one thread combines them.
+    float max_logit = -CUDART_INF_F;
+    for (size_t r = 0; r < ranks; ++r)
+      max_logit = fmaxf(max_logit, all_partials[(r * N + row) * 3]);
+    float sum = 0.0f;
+    float target_logit = 0.0f;  // exactly one rank holds the target, the others add 0
+    for (size_t r = 0; r < ranks; ++r) {
+      const float* p = all_partials + (r * N + row) * 3;  // (3)
+      // A rank without real columns (m = -inf, s = 0) adds nothing.
+      if (p[1] > 0.0f) sum += p[1] * expf(p[0] - max_logit);
+      target_logit += p[2];
+    }
+    // target - max first, as softmax_xent_kernel does.
+    losses[row] = logf(sum) - (target_logit - max_logit);
+    shared_max = max_logit;
+    shared_inv_sum = 1.0f / sum;
+  }
+  if (dlogits == nullptr) return;  // block-uniform
+  __syncthreads();
+  const float max_logit = shared_max;
+  const float inv_sum = shared_inv_sum;
+  const int32_t target = targets[row];
+  const size_t target_column = target >= 0 && static_cast<size_t>(target) < V
+                                   ? static_cast<size_t>(target) - vocab_start  // wraps when below
+                                   : Vl;
+  const float* x = logits + row * Vl;  // (Vl)
+  float* dx = dlogits + row * Vl;      // (Vl), possibly the same memory as x
+  // Each thread reads and writes only its own columns, so in place is safe.
+  for (size_t i = threadIdx.x; i < Vl; i += blockDim.x) {
+    if (i < real) {
+      const float p = expf(x[i] - max_logit) * inv_sum;
+      dx[i] = dloss * (p - (i == target_column ? 1.0f : 0.0f));
+    } else {
+      dx[i] = 0.0f;
+    }
+  }
+}
+
+// How many of a rank's Vl columns, starting at global column vocab_start, are real (< V).
+size_t real_columns(size_t Vl, size_t vocab_start, size_t V) {
+  if (vocab_start >= V) return 0;
+  return V - vocab_start < Vl ? V - vocab_start : Vl;
+}
+
+void check_vocab_xent_args(const char* what, size_t N, size_t V) {
+  TZ_CHECK(V > 0, std::string(what) + ": the real vocabulary size V is 0",
+           "pass the real (unpadded) vocabulary size");
+  TZ_CHECK(N <= kMaxGridX,
+           std::string(what) + ": too many rows for one launch: " + std::to_string(N),
+           "split the batch into smaller micro-batches");
+}
+
 }  // namespace
 
 void launch_softmax_xent(cudaStream_t stream, float* dlogits, float* losses, const float* logits,
@@ -71,6 +176,30 @@ void launch_softmax_xent(cudaStream_t stream, float* dlogits, float* losses, con
            "split the batch into smaller micro-batches");
   softmax_xent_kernel<<<static_cast<unsigned>(N), kSoftmaxBlockSize, 0, stream>>>(
       dlogits, losses, logits, targets, dloss, V, Vp);
+  TZ_CUDA_CHECK_LAUNCH();
+}
+
+void launch_vocab_xent_partials(cudaStream_t stream, float* partials, const float* logits,
+                                const int32_t* targets, size_t N, size_t Vl, size_t vocab_start,
+                                size_t V) {
+  check_vocab_xent_args("vocab_xent_partials", N, V);
+  if (N == 0) return;
+  vocab_xent_partials_kernel<<<static_cast<unsigned>(N), kSoftmaxBlockSize, 0, stream>>>(
+      partials, logits, targets, Vl, real_columns(Vl, vocab_start, V), vocab_start, V);
+  TZ_CUDA_CHECK_LAUNCH();
+}
+
+void launch_vocab_xent_finish(cudaStream_t stream, float* dlogits, float* losses,
+                              const float* logits, const float* all_partials, size_t ranks,
+                              const int32_t* targets, float dloss, size_t N, size_t Vl,
+                              size_t vocab_start, size_t V) {
+  check_vocab_xent_args("vocab_xent_finish", N, V);
+  TZ_CHECK(ranks > 0, "vocab_xent_finish: no partials (ranks is 0)",
+           "pass every rank's partials, all-gathered in rank order");
+  if (N == 0) return;
+  vocab_xent_finish_kernel<<<static_cast<unsigned>(N), kSoftmaxBlockSize, 0, stream>>>(
+      dlogits, losses, logits, all_partials, ranks, targets, dloss, N, Vl,
+      real_columns(Vl, vocab_start, V), vocab_start, V);
   TZ_CUDA_CHECK_LAUNCH();
 }
 

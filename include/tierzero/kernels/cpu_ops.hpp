@@ -63,6 +63,28 @@ void softmax_xent_forward_backward(float* dlogits, float* losses, const float* l
                                    const int32_t* targets, float dloss, size_t N, size_t V,
                                    size_t Vp);
 
+// Vocabulary-parallel forms (kernels.hpp): this rank holds rows/columns
+// [vocab_start, vocab_start + vocab_count) of the padded vocabulary.
+// out (B,T,C) = wte_local (vocab_count,C)[tokens (B,T) - vocab_start] where in range, else 0,
+// + wpe (maxT,C)[t] when wpe is not null
+void encoder_forward_vocab_range(float* out, const int32_t* tokens, const float* wte_local,
+                                 const float* wpe, size_t vocab_start, size_t vocab_count, size_t B,
+                                 size_t T, size_t C);
+// dwte_local (vocab_count,C) += scatter of dout (B,T,C) by the in-range tokens (B,T);
+// dwpe (maxT,C, nullable) += sum over B of dout
+void encoder_backward_vocab_range(float* dwte_local, float* dwpe, const float* dout,
+                                  const int32_t* tokens, size_t vocab_start, size_t vocab_count,
+                                  size_t B, size_t T, size_t C);
+// partials (N,3) = {max, sum of exp(logit - max), target logit or 0} over this rank's real
+// columns of logits (N,Vl) (global columns vocab_start.. that are < V)
+void vocab_xent_partials(float* partials, const float* logits, const int32_t* targets, size_t N,
+                         size_t Vl, size_t vocab_start, size_t V);
+// losses (N) from all_partials (ranks,N,3); dlogits (N,Vl, nullable, may alias logits) =
+// dloss * (softmax - onehot) in the real columns, 0 in the padding
+void vocab_xent_finish(float* dlogits, float* losses, const float* logits,
+                       const float* all_partials, size_t ranks, const int32_t* targets, float dloss,
+                       size_t N, size_t Vl, size_t vocab_start, size_t V);
+
 // param, m, v (n) updated in place by AdamW (PyTorch semantics) from grad (n)
 void adamw_update(float* param, float* m, float* v, const float* grad, size_t n,
                   const AdamWParams& p);
