@@ -1,0 +1,45 @@
+#!/bin/sh
+# Bad tensor-parallel settings are a clear error before any rank allocates (issue 14): each case
+# must exit non-zero within the time limit, print the expected message, and print no step (the
+# trainer checks the split right after reading the config, before data, device and model).
+# usage: run_tp_errors.sh <tierzero> <mpiexec command...>
+tierzero=$1; shift
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+fail=0
+
+# expect <name> <ranks> <expected text> <tp> <sp> <micro_batch> <seq_len> <n_head> <vocab>
+expect() {
+  cat > "$dir/$1.json" <<JSON
+{"train_micro_batch_size_per_gpu": $6,
+ "tierzero": {"steps": 2, "seq_len": $7, "threads": 1, "tensor_parallel": $4,
+              "sequence_parallel": $5,
+              "model": {"vocab_size": $9, "n_layer": 1, "n_head": $8, "n_embd": 48,
+                        "context_length": 16}}}
+JSON
+  if [ "$2" -gt 1 ]; then
+    timeout -k 5 60 "$MPI" -n "$2" "$tierzero" train --config "$dir/$1.json" > "$dir/$1.out" 2>&1
+  else
+    timeout -k 5 60 "$tierzero" train --config "$dir/$1.json" > "$dir/$1.out" 2>&1
+  fi
+  rc=$?
+  echo "== $1 (exit $rc):"
+  grep -v "^--\|^$\|MPI_ABORT\|NOTE:\|You may\|exactly when\|with errorcode\|^[[:space:]]*$" "$dir/$1.out" | head -4
+  if [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    echo "FAIL: $1 exited $rc (expected a clean error)"; fail=1
+  elif ! grep -q "$3" "$dir/$1.out"; then
+    echo "FAIL: $1 did not say \"$3\""; fail=1
+  elif grep -q "^step " "$dir/$1.out"; then
+    echo "FAIL: $1 trained before failing"; fail=1
+  fi
+}
+MPI="$1"; shift
+# name              ranks text                                        tp sp    B  T  heads vocab
+expect tp_not_world 3     "does not divide the 3 rank(s)"             2  false 2 16  4    257
+expect tp_one_rank  1     "does not divide the 1 rank(s)"             2  false 2 16  4    257
+expect heads        2     "does not split over tp=2 in whole groups"  2  false 2 16  3    257
+expect sp_tokens    2     "tokens (micro-batch 1 x seq_len 3)"        2  true  1  3  4    257
+# 400 pads to 512, which 3 does not divide
+expect vocab        3     "tensor wte (512, 48): dim 0 (512) does not split over tp=3" 3 false 2 16 3 400
+[ $fail -eq 0 ] && echo "run_tp_errors: OK"
+exit $fail
