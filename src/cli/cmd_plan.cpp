@@ -70,6 +70,8 @@ nlohmann::json config_json(const PlanFlags& f, const nn::GPTConfig& m, size_t se
                    {"seq_len", seq},
                    {"device", f.device},
                    {"activation_checkpointing", c.checkpointing},
+                   {"tensor_parallel", f.world.tp > 0 ? f.world.tp : 1},
+                   {"sequence_parallel", f.world.sequence_parallel},
                    {"device_memory_budget_gb", static_cast<double>(f.device_mem) / 1073741824.0}};
   return j;
 }
@@ -112,6 +114,9 @@ int run_plan(const PlanFlags& f) {
   req.budget = {f.device_mem, f.host_mem > 0 ? f.host_mem : physical_memory(), f.nvme};
   req.activation_bytes = [&](size_t b, bool ckpt) {
     return activation_bytes(model, b, seq, ckpt, world, f.world.sequence_parallel);
+  };
+  req.tensor_parallel_wire_bytes = [&](size_t b, bool ckpt) {
+    return tensor_parallel_wire_bytes(model, b, seq, ckpt, world, f.world.sequence_parallel);
   };
   if (!f.calibration.empty()) {
     req.rates = profile::load_calibration(f.calibration);
@@ -167,6 +172,9 @@ int run_plan(const PlanFlags& f) {
       "compute) + optimizer %.1f ms\n",
       b.time.compute_s * 1e3, b.time.exposed_s * 1e3, b.time.transfer_s * 1e3,
       b.time.optimizer_s * 1e3);
+  if (world.tp > 1)
+    std::printf("    + tensor-parallel collectives %.1f ms (on the critical path)\n",
+                b.time.tensor_parallel_s * 1e3);
   std::printf("  bytes per rank vs budget:\n");
   print_bytes_vs_budget(req, b.estimate);
   if (!f.output.empty()) {

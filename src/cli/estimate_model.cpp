@@ -8,6 +8,7 @@
 #include "tierzero/device/device_allocator.hpp"
 #include "tierzero/nn/gpt.hpp"
 #include "tierzero/nn/param_layout.hpp"
+#include "tierzero/nn/tensor_parallel_group.hpp"
 #include "tierzero/offload/host_pool.hpp"
 #include "tierzero/train/config_bridges.hpp"
 #include "tierzero/train/store_provider.hpp"
@@ -97,6 +98,21 @@ size_t activation_bytes(const nn::GPTConfig& config, size_t B, size_t T, bool ch
   const size_t local_T = (T + sp - 1) / sp;
   return nn::GPT::activation_bytes_for(stage, B, local_T, checkpointing,
                                        static_cast<size_t>(world.tp), sequence_parallel);
+}
+
+double tensor_parallel_wire_bytes(const nn::GPTConfig& config, size_t B, size_t T,
+                                  bool checkpointing, const profile::WorldLayout& world,
+                                  bool sequence_parallel) {
+  const auto tp = static_cast<size_t>(world.tp);
+  if (tp == 1) return 0.0;
+  const auto pp = static_cast<size_t>(world.pp), sp = static_cast<size_t>(world.sp);
+  const size_t layers = (config.num_layers + pp - 1) / pp;
+  const nn::TensorParallelTraffic t = nn::expected_tensor_parallel_traffic(
+      layers, nn::ActivationDims::of(config, B, (T + sp - 1) / sp, tp, sequence_parallel),
+      checkpointing);
+  const double ring = static_cast<double>(tp - 1) / static_cast<double>(tp);
+  return ring * (2.0 * static_cast<double>(t.all_reduce_bytes) +
+                 static_cast<double>(t.all_gather_bytes + t.reduce_scatter_bytes));
 }
 
 void add_run_options(CLI::App& app, RunFlags& f) {

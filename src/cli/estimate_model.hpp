@@ -57,6 +57,13 @@ std::vector<zero::UnitSpec> model_units(const nn::GPTConfig& config, size_t bloc
 size_t activation_bytes(const nn::GPTConfig& config, size_t B, size_t T, bool checkpointing,
                         const profile::WorldLayout& world, bool sequence_parallel = false);
 
+// Bytes one rank sends in its tensor-parallel collectives per training micro-batch on ring
+// algorithms: the model's analytic payload (nn::expected_tensor_parallel_traffic), an all-reduce
+// costing 2 (tp - 1) / tp of its buffer and an all-gather or reduce-scatter (tp - 1) / tp.
+double tensor_parallel_wire_bytes(const nn::GPTConfig& config, size_t B, size_t T,
+                                  bool checkpointing, const profile::WorldLayout& world,
+                                  bool sequence_parallel);
+
 // The run settings both commands take, on top of a TrainConfig (--config, or the defaults).
 struct RunFlags {
   std::string config;         // DeepSpeed-style JSON (TrainConfig::load); flags below override it

@@ -102,7 +102,10 @@ StepTime predict_step_time(const PlanRequest& req, const Candidate& c) {
     if (!param_with_optimizer) adam += off_elems * 4.0 / copy_bps;
     t.optimizer_s += adam;
   }
-  t.total_s = t.compute_s + t.exposed_s + t.optimizer_s;
+  if (req.tensor_parallel_wire_bytes && w.tp > 1)
+    t.tensor_parallel_s =
+        micro * req.tensor_parallel_wire_bytes(c.micro_batch, c.checkpointing) / comm_bps;
+  t.total_s = t.compute_s + t.exposed_s + t.optimizer_s + t.tensor_parallel_s;
   const double step_tokens =
       micro * static_cast<double>(c.micro_batch * req.seq_len) * w.dp;  // all ranks
   t.per_token_s = t.total_s / step_tokens;

@@ -3,6 +3,8 @@
 // calibration file's two forms parse while malformed ones fail with the line named.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "tierzero/core/error.hpp"
 #include "tierzero/nn/gpt_config.hpp"
 #include "tierzero/nn/param_layout.hpp"
@@ -74,6 +76,26 @@ TEST(Planner, TimeModelParts) {
   EXPECT_EQ(t.transfer_s, 0.0);  // one rank, nothing offloaded
   c.checkpointing = true;
   EXPECT_NEAR(predict_step_time(req, c).compute_s, flops / 1e12 * 8.0 / 6.0, 1e-9);
+}
+
+TEST(Planner, TensorParallelCollectivesAreOnTheCriticalPath) {
+  PlanRequest req = gpt2_request(80 * GiB, 64 * GiB, 0);
+  req.rates.gemm_gflops = 1000.0;
+  req.rates.comm_gbps = 10.0;
+  req.base.world.tp = 2;
+  req.tensor_parallel_wire_bytes = [](size_t b, bool ckpt) {
+    return static_cast<double>(b) * (ckpt ? 3e8 : 2e8);
+  };
+  Candidate c;
+  c.micro_batch = 4;
+  c.accumulation = 2;
+  c.estimate = estimate(req.base);
+  const StepTime t = predict_step_time(req, c);
+  std::printf("tp collectives %.3f s of a %.3f s step\n", t.tensor_parallel_s, t.total_s);
+  EXPECT_NEAR(t.tensor_parallel_s, 2 * 4 * 2e8 / 10e9, 1e-12);  // two micro-steps
+  EXPECT_NEAR(t.total_s, t.compute_s + t.exposed_s + t.optimizer_s + t.tensor_parallel_s, 1e-12);
+  req.base.world.tp = 1;  // no tensor parallelism: the callback is not asked
+  EXPECT_EQ(predict_step_time(req, c).tensor_parallel_s, 0.0);
 }
 
 TEST(Calibration, BenchLinesAndRateObject) {

@@ -25,6 +25,9 @@ struct PlanRequest {
   // Activation bytes per rank for (micro-batch, checkpointing); supplied by the caller, who knows
   // the model (the profile layer does not).
   std::function<size_t(size_t micro_batch, bool checkpointing)> activation_bytes;
+  // Bytes one rank sends over the wire in its tensor-parallel collectives per micro-step (ring
+  // algorithms; the model's analytic volume); optional, none without tensor parallelism.
+  std::function<double(size_t micro_batch, bool checkpointing)> tensor_parallel_wire_bytes;
   Rates rates;
 };
 
@@ -34,7 +37,10 @@ struct StepTime {
   double transfer_s = 0;   // gathers, reduce-scatters, parameter fetches, all micro-steps
   double exposed_s = 0;    // the part of transfer_s that compute does not hide
   double optimizer_s = 0;  // optimizer step incl. its own I/O; not overlapped
-  double total_s = 0;      // compute_s + exposed_s + optimizer_s
+  // Tensor-parallel collectives, all micro-steps: on the critical path (each layer waits for
+  // its all-reduce or reduce-scatter), so not overlapped.
+  double tensor_parallel_s = 0;
+  double total_s = 0;      // compute_s + exposed_s + optimizer_s + tensor_parallel_s
   double per_token_s = 0;  // total_s / tokens per step (all ranks)
 };
 
