@@ -8,265 +8,26 @@
 // shared machine falls on both. A child's stdout and stderr go to a log file in the temp
 // directory, whose tail is shown when it fails; the directory (configs, metrics, NVMe swap) is
 // removed at the end. Each run also writes --memory-json, so the table shows on which tier the
-// model state really was, and a run that did not offload where it should is an error.
+// model state really was, and a run that did not offload where it should is an error. The child
+// processes are run by the helpers in bench_child_runs.hpp, which bench_tp.cpp shares.
 #include "bench_train_modes.hpp"
 
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/statfs.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
-#include <thread>
+#include <string>
 #include <vector>
 
+#include "bench_child_runs.hpp"
 #include "machine_cpu_times.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/memory_tracker.hpp"
-#include "tierzero/core/timer.hpp"
-
-extern char** environ;
 
 namespace tierzero::cli {
 
 namespace {
-
-constexpr long kTmpfsMagic = 0x01021994;
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-double mean(const std::vector<double>& v) {
-  double s = 0.0;
-  for (double x : v) s += x;
-  return v.empty() ? 0.0 : s / static_cast<double>(v.size());
-}
-
-std::string join(const std::vector<std::string>& argv) {
-  std::string s;
-  for (const auto& a : argv) s += (s.empty() ? "" : " ") + a;
-  return s;
-}
-
-bool usable_disk_dir(const std::string& dir) {
-  struct statfs fs {};
-  if (statfs(dir.c_str(), &fs) != 0) return false;
-  return static_cast<long>(fs.f_type) != kTmpfsMagic && access(dir.c_str(), W_OK) == 0;
-}
-
-// A private directory for configs, metrics, logs and NVMe swap; removed at the end.
-class TempDir {
- public:
-  explicit TempDir(const std::string& base) {
-    std::string templ = base + "/tierzero-bench-train-XXXXXX";
-    std::vector<char> buf(templ.begin(), templ.end());  // (templ.size() + 1) for mkdtemp
-    buf.push_back('\0');
-    if (!mkdtemp(buf.data()))
-      TZ_THROW("cannot create a benchmark directory in " + base + ": " + errno_string(),
-               "pass --dir with a writable directory on a real disk");
-    path_ = buf.data();
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-std::string self_exe() {
-  std::error_code ec;
-  const std::filesystem::path p = std::filesystem::read_symlink("/proc/self/exe", ec);
-  TZ_CHECK(!ec, "cannot find this program's path (/proc/self/exe): " + ec.message(),
-           "run on Linux with /proc mounted");
-  return p.string();
-}
-
-std::string find_mpiexec(const std::string& given) {
-  if (!given.empty()) {
-    TZ_CHECK(access(given.c_str(), X_OK) == 0, "--mpiexec " + given + " is not an executable",
-             "pass the full path of mpiexec");
-    return given;
-  }
-  const char* path = std::getenv("PATH");
-  std::stringstream dirs(path ? path : "");
-  std::string d;
-  while (std::getline(dirs, d, ':')) {
-    if (d.empty()) continue;
-    const std::string candidate = d + "/mpiexec";
-    if (access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  TZ_THROW("mpiexec not found on PATH; this benchmark runs 2 ranks",
-           "install Open MPI (apt-get install openmpi-bin) or pass --mpiexec PATH");
-}
-
-// The child's environment: ours without launcher and thread-count variables (a bench started
-// under mpiexec must not hand its rank to the child), plus Open MPI's settings for running as
-// root on one oversubscribed machine with shared memory, and the run's thread count.
-std::vector<std::string> child_environment(int64_t threads) {
-  std::vector<std::string> env;
-  for (char** e = environ; e && *e; ++e) {
-    const std::string kv = *e;
-    const auto starts = [&](const char* p) { return kv.rfind(p, 0) == 0; };
-    if (starts("OMPI_") || starts("PMIX_") || starts("PRTE_") || starts("OMP_NUM_THREADS=") ||
-        starts("OPENBLAS_NUM_THREADS="))
-      continue;
-    env.push_back(kv);
-  }
-  env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT=1");
-  env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
-  env.emplace_back("OMPI_MCA_btl=self,vader");
-  env.push_back("OMP_NUM_THREADS=" + std::to_string(threads));
-  env.emplace_back("OPENBLAS_NUM_THREADS=1");
-  return env;
-}
-
-std::string file_tail(const std::string& path, size_t max_lines) {
-  std::ifstream in(path);
-  std::vector<std::string> lines;
-  std::string line;
-  while (std::getline(in, line)) {
-    lines.push_back(line);
-    if (lines.size() > max_lines) lines.erase(lines.begin());
-  }
-  std::string s;
-  for (const auto& l : lines) s += "    | " + l + "\n";
-  return s;
-}
-
-// Runs argv (argv[0] a path) with stdin from /dev/null and stdout + stderr into `log`, and waits
-// at most timeout_s. It stays in our process group, so Ctrl-C reaches it (and mpiexec's ranks).
-// Throws Error (after printing the log's tail) unless it exits with status 0. Returns the wall time
-// in seconds.
-double run_child(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                 const std::string& log, int64_t timeout_s) {
-  posix_spawn_file_actions_t actions;
-  posix_spawnattr_t attr;
-  int rc = posix_spawn_file_actions_init(&actions);
-  TZ_CHECK(rc == 0, std::string("posix_spawn_file_actions_init: ") + std::strerror(rc), "");
-  std::unique_ptr<posix_spawn_file_actions_t, int (*)(posix_spawn_file_actions_t*)> actions_guard(
-      &actions, &posix_spawn_file_actions_destroy);
-  rc = posix_spawnattr_init(&attr);
-  TZ_CHECK(rc == 0, std::string("posix_spawnattr_init: ") + std::strerror(rc), "");
-  std::unique_ptr<posix_spawnattr_t, int (*)(posix_spawnattr_t*)> attr_guard(
-      &attr, &posix_spawnattr_destroy);
-  const auto check = [](int r, const char* what) {
-    TZ_CHECK(r == 0, std::string(what) + ": " + std::strerror(r), "see the OS error");
-  };
-  check(posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0),
-        "posix_spawn_file_actions_addopen /dev/null");
-  check(posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
-                                         O_WRONLY | O_CREAT | O_TRUNC, 0644),
-        "posix_spawn_file_actions_addopen log");
-  check(posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO),
-        "posix_spawn_file_actions_adddup2");
-
-  std::vector<char*> args;  // (argv.size() + 1) null-terminated
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  std::vector<char*> envp;  // (env.size() + 1) null-terminated
-  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-
-  std::fflush(stderr);
-  std::fflush(stdout);
-  Timer wall;
-  pid_t pid = 0;
-  rc = posix_spawn(&pid, args[0], &actions, &attr, args.data(), envp.data());
-  TZ_CHECK(rc == 0, "cannot start " + join(argv) + ": " + std::strerror(rc),
-           "check that the program exists and is executable");
-
-  int status = 0;
-  bool timed_out = false;
-  for (;;) {
-    const pid_t w = waitpid(pid, &status, WNOHANG);
-    if (w == pid) break;
-    if (w < 0 && errno == EINTR) continue;
-    TZ_CHECK_ERRNO(w, "waitpid for " + argv[0]);
-    if (!timed_out && wall.seconds() > static_cast<double>(timeout_s)) {
-      timed_out = true;
-      kill(pid, SIGTERM);  // mpiexec passes it on to its ranks
-      bool reaped = false;
-      for (int i = 0; i < 100 && !reaped; ++i) {  // 5 s to end cleanly
-        reaped = waitpid(pid, &status, WNOHANG) == pid;
-        if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
-      if (!reaped) {
-        kill(pid, SIGKILL);
-        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-        }
-      }
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  const double seconds = wall.seconds();
-  if (timed_out || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::string why = timed_out ? "ran past " + std::to_string(timeout_s) + " s and was killed"
-                      : WIFEXITED(status)
-                          ? "exited with status " + std::to_string(WEXITSTATUS(status))
-                          : "was killed by signal " + std::to_string(WTERMSIG(status));
-    std::fprintf(stderr, "  run failed: %s\n  %s; last lines of its output:\n%s",
-                 join(argv).c_str(), why.c_str(), file_tail(log, 20).c_str());
-    std::fflush(stderr);
-    TZ_THROW("a benchmark run " + why + ": " + join(argv),
-             "its output is shown above; run the command by hand to reproduce");
-  }
-  return seconds;
-}
-
-struct StepMetrics {
-  double ms = 0.0;
-  double prefetch_hits = 0.0;
-  double on_demand_fetches = 0.0;
-  double stall_ms = 0.0;
-};
-
-std::vector<StepMetrics> read_metrics(const std::string& path, int64_t steps) {
-  std::ifstream in(path);
-  TZ_CHECK(in.good(), "the run wrote no metrics file " + path, "run the command by hand");
-  std::vector<StepMetrics> out;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    try {
-      const nlohmann::json j = nlohmann::json::parse(line);
-      StepMetrics m;
-      m.ms = j.at("ms").get<double>();
-      m.prefetch_hits = j.value("prefetch_hits", 0.0);
-      m.on_demand_fetches = j.value("on_demand_fetches", 0.0);
-      m.stall_ms = j.value("stall_ms", 0.0);
-      out.push_back(m);
-    } catch (const nlohmann::json::exception& e) {
-      TZ_THROW("bad line in the metrics file " + path + ": " + e.what(), "line: " + line);
-    }
-  }
-  TZ_CHECK(static_cast<int64_t>(out.size()) == steps,
-           "the metrics file " + path + " has " + std::to_string(out.size()) + " steps, expected " +
-               std::to_string(steps),
-           "run the command by hand");
-  return out;
-}
 
 // Model state (param + grad + optimizer, current) of rank 0 on each tier, from --memory-json.
 struct StateBytes {
@@ -274,11 +35,9 @@ struct StateBytes {
   double host_io_peak = 0.0;  // pinned staging (NVMe slots, reads, handoffs, bounce buffers)
 };
 StateBytes read_state_bytes(const std::string& path) {
-  std::ifstream in(path);
-  TZ_CHECK(in.good(), "the run wrote no memory report " + path, "run the command by hand");
+  const nlohmann::json j = read_memory_report(path);
   StateBytes b;
   try {
-    const nlohmann::json j = nlohmann::json::parse(in);
     const auto tier = [&](const char* name) {
       double s = 0.0;
       const auto& t = j.at("tiers").at(name);
@@ -344,15 +103,8 @@ struct Bench {
 
   std::vector<std::string> argv(const Mode& m, int index) const {
     const std::string base = dir + "/" + m.tag + "-" + std::to_string(index);
-    std::vector<std::string> a;
-    if (m.ranks > 1)
-      a = {mpiexec, "-n", std::to_string(m.ranks), "--oversubscribe", "--bind-to", "none"};
-    for (const std::string& s :
-         {exe, std::string("train"), std::string("--config"), config_path(m),
-          std::string("--steps"), std::to_string(o.steps), std::string("--threads"),
-          std::to_string(m.threads), std::string("--metrics"), base + ".metrics.jsonl",
-          std::string("--memory-json"), base + ".memory.json"})
-      a.push_back(s);
+    std::vector<std::string> a =
+        train_argv(exe, mpiexec, m.ranks, config_path(m), o.steps, m.threads, base);
     if (m.profile) {
       a.emplace_back("--profile");
       a.push_back(base + ".profile.json");
@@ -360,11 +112,7 @@ struct Bench {
     return a;
   }
 
-  void write_config(const Mode& m) const {
-    std::ofstream f(config_path(m));
-    f << config_json(m) << "\n";
-    TZ_CHECK(f.good(), "cannot write " + config_path(m), "check the disk");
-  }
+  void write_config(const Mode& m) const { write_text_file(config_path(m), config_json(m)); }
 
   Run run(const Mode& m, int index) const {
     const std::string base = dir + "/" + m.tag + "-" + std::to_string(index);
@@ -500,23 +248,6 @@ std::string model_text(const BenchTrainModesOptions& o) {
   return buf;
 }
 
-void validate(const BenchTrainModesOptions& o) {
-  TZ_CHECK(o.steps > o.warmup && o.warmup >= 0,
-           "--steps must be larger than --warmup (" + std::to_string(o.steps) +
-               " <= " + std::to_string(o.warmup) + ")",
-           "for example: --steps 8 --warmup 2");
-  TZ_CHECK(o.channels % o.heads == 0, "--channels must be divisible by --heads",
-           "for example: --channels 512 --heads 8");
-}
-
-std::string base_dir(const BenchTrainModesOptions& o) {
-  if (!o.dir.empty()) return o.dir;
-  for (const char* candidate : {"/var/tmp", "."})
-    if (usable_disk_dir(candidate)) return candidate;
-  TZ_THROW("no writable directory on a real disk (/var/tmp and . are tmpfs or read-only)",
-           "pass --dir with a directory on the drive to use for NVMe swap");
-}
-
 int64_t repeats_or(const BenchTrainModesOptions& o, int64_t fallback) {
   return o.repeats > 0 ? o.repeats : fallback;
 }
@@ -550,9 +281,9 @@ std::string run_medians_json(const char* key, const std::vector<double>& v) {
 }  // namespace
 
 int bench_train_nvme(const BenchTrainModesOptions& o) {
-  validate(o);
+  validate_train_run_options(o);
   const int64_t repeats = repeats_or(o, 2);
-  TempDir dir(base_dir(o));
+  TempDir dir(bench_base_dir(o.dir));
   Bench bench{o, self_exe(), find_mpiexec(o.mpiexec), dir.path()};
   const std::string swap = dir.path() + "/swap";
   std::filesystem::create_directory(swap);
@@ -626,9 +357,9 @@ int bench_train_nvme(const BenchTrainModesOptions& o) {
 }
 
 int bench_train_stage3(const BenchTrainModesOptions& o) {
-  validate(o);
+  validate_train_run_options(o);
   const int64_t repeats = repeats_or(o, 2);
-  TempDir dir(base_dir(o));
+  TempDir dir(bench_base_dir(o.dir));
   // Two ranks, so that stage 3's gathers, reduce-scatters and prefetch are measured (on one rank
   // a device-resident shard is the unit itself and nothing is communicated); stage 0 on two ranks
   // is plain data parallelism.
@@ -659,9 +390,9 @@ int bench_train_stage3(const BenchTrainModesOptions& o) {
 }
 
 int bench_profile_overhead(const BenchTrainModesOptions& o) {
-  validate(o);
+  validate_train_run_options(o);
   const int64_t repeats = repeats_or(o, 3);
-  TempDir dir(base_dir(o));
+  TempDir dir(bench_base_dir(o.dir));
   Bench bench{o, self_exe(), "", dir.path()};
   const std::string opt = ", \"offload_optimizer\": {\"device\": \"cpu\"}";
   Mode on{"stage 3, --profile", "on", 1, 2, 3, opt, true, "host"};
@@ -699,35 +430,7 @@ int bench_train_modes(const BenchTrainModesOptions& o) {
 namespace {
 
 void add_options(CLI::App& c, BenchTrainModesOptions& o, const char* repeats_help) {
-  c.add_option("--layers", o.layers, "transformer blocks")
-      ->check(CLI::Range(int64_t{1}, int64_t{1024}))
-      ->capture_default_str();
-  c.add_option("--channels", o.channels, "channels (n_embd)")
-      ->check(CLI::Range(int64_t{8}, int64_t{65536}))
-      ->capture_default_str();
-  c.add_option("--heads", o.heads, "attention heads")
-      ->check(CLI::Range(int64_t{1}, int64_t{1024}))
-      ->capture_default_str();
-  c.add_option("--seq", o.seq, "tokens per sequence (and the context length)")
-      ->check(CLI::Range(int64_t{1}, int64_t{65536}))
-      ->capture_default_str();
-  c.add_option("--batch", o.batch, "micro-batch per rank")
-      ->check(CLI::Range(int64_t{1}, int64_t{4096}))
-      ->capture_default_str();
-  c.add_option("--steps", o.steps, "steps per run, warm-up included")
-      ->check(CLI::Range(int64_t{2}, int64_t{100000}))
-      ->capture_default_str();
-  c.add_option("--warmup", o.warmup, "first steps of each run that are not counted")
-      ->check(CLI::Range(int64_t{0}, int64_t{100000}))
-      ->capture_default_str();
-  c.add_option("--repeats", o.repeats, repeats_help)->check(CLI::Range(int64_t{1}, int64_t{100}));
-  c.add_option("--timeout", o.timeout_s, "seconds one run may take before it is killed")
-      ->check(CLI::Range(int64_t{1}, int64_t{86400}))
-      ->capture_default_str();
-  c.add_option("--dir", o.dir,
-               "directory for the private temp directory (configs, metrics, NVMe swap); "
-               "default /var/tmp");
-  c.add_option("--mpiexec", o.mpiexec, "the MPI launcher (default: mpiexec on PATH)");
+  add_train_run_options(c, o, "micro-batch per rank", repeats_help);
   c.add_option("--swap-buffers", o.swap_buffers,
                "train-nvme: offload_optimizer.buffer_count of the NVMe run (default: the "
                "config's)")

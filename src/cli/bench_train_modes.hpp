@@ -11,20 +11,11 @@
 #include <functional>
 #include <string>
 
+#include "bench_child_runs.hpp"
+
 namespace tierzero::cli {
 
-struct BenchTrainModesOptions {
-  int64_t layers = 6;       // transformer blocks
-  int64_t channels = 512;   // n_embd
-  int64_t heads = 8;        // n_head
-  int64_t seq = 128;        // tokens per sequence (also the context length)
-  int64_t batch = 2;        // micro-batch per rank
-  int64_t steps = 8;        // steps per run, warm-up included
-  int64_t warmup = 2;       // first steps of each run that are not counted
-  int64_t repeats = 0;      // runs of each mode, alternating; 0: the benchmark's default
-  int64_t timeout_s = 600;  // per run; a run past it is killed and the benchmark fails
-  std::string dir;          // where the private temp directory goes (default /var/tmp or .)
-  std::string mpiexec;      // launcher (default: mpiexec on PATH)
+struct BenchTrainModesOptions : TrainRunOptions {
   // train-nvme: offload_optimizer.buffer_count of the NVMe run (slots of the optimizer pipeline,
   // each one chunk of master, m and v); 0: the config default.
   int64_t swap_buffers = 0;

@@ -1,0 +1,327 @@
+// The child-run helpers of the `tierzero train` benchmarks (see bench_child_runs.hpp): moved here
+// from bench_train_modes.cpp unchanged so that bench_tp.cpp runs its children the same way.
+#include "bench_child_runs.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/statfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <thread>
+
+#include "tierzero/core/error.hpp"
+#include "tierzero/core/timer.hpp"
+
+extern char** environ;
+
+namespace tierzero::cli {
+
+namespace {
+
+constexpr long kTmpfsMagic = 0x01021994;
+
+bool usable_disk_dir(const std::string& dir) {
+  struct statfs fs {};
+  if (statfs(dir.c_str(), &fs) != 0) return false;
+  return static_cast<long>(fs.f_type) != kTmpfsMagic && access(dir.c_str(), W_OK) == 0;
+}
+
+std::string file_tail(const std::string& path, size_t max_lines) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  std::string line;
+  while (std::getline(in, line)) {
+    lines.push_back(line);
+    if (lines.size() > max_lines) lines.erase(lines.begin());
+  }
+  std::string s;
+  for (const auto& l : lines) s += "    | " + l + "\n";
+  return s;
+}
+
+}  // namespace
+
+void add_train_run_options(CLI::App& c, TrainRunOptions& o, const char* batch_help,
+                           const char* repeats_help) {
+  c.add_option("--layers", o.layers, "transformer blocks")
+      ->check(CLI::Range(int64_t{1}, int64_t{1024}))
+      ->capture_default_str();
+  c.add_option("--channels", o.channels, "channels (n_embd)")
+      ->check(CLI::Range(int64_t{8}, int64_t{65536}))
+      ->capture_default_str();
+  c.add_option("--heads", o.heads, "attention heads")
+      ->check(CLI::Range(int64_t{1}, int64_t{1024}))
+      ->capture_default_str();
+  c.add_option("--seq", o.seq, "tokens per sequence (and the context length)")
+      ->check(CLI::Range(int64_t{1}, int64_t{65536}))
+      ->capture_default_str();
+  c.add_option("--batch", o.batch, batch_help)
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}))
+      ->capture_default_str();
+  c.add_option("--steps", o.steps, "steps per run, warm-up included")
+      ->check(CLI::Range(int64_t{2}, int64_t{100000}))
+      ->capture_default_str();
+  c.add_option("--warmup", o.warmup, "first steps of each run that are not counted")
+      ->check(CLI::Range(int64_t{0}, int64_t{100000}))
+      ->capture_default_str();
+  c.add_option("--repeats", o.repeats, repeats_help)->check(CLI::Range(int64_t{1}, int64_t{100}));
+  c.add_option("--timeout", o.timeout_s, "seconds one run may take before it is killed")
+      ->check(CLI::Range(int64_t{1}, int64_t{86400}))
+      ->capture_default_str();
+  c.add_option("--dir", o.dir,
+               "directory for the private temp directory (configs, metrics, NVMe swap); "
+               "default /var/tmp");
+  c.add_option("--mpiexec", o.mpiexec, "the MPI launcher (default: mpiexec on PATH)");
+}
+
+void validate_train_run_options(const TrainRunOptions& o) {
+  TZ_CHECK(o.steps > o.warmup && o.warmup >= 0,
+           "--steps must be larger than --warmup (" + std::to_string(o.steps) +
+               " <= " + std::to_string(o.warmup) + ")",
+           "for example: --steps 8 --warmup 2");
+  TZ_CHECK(o.channels % o.heads == 0, "--channels must be divisible by --heads",
+           "for example: --channels 512 --heads 8");
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double mean(const std::vector<double>& v) {
+  double s = 0.0;
+  for (double x : v) s += x;
+  return v.empty() ? 0.0 : s / static_cast<double>(v.size());
+}
+
+std::string join(const std::vector<std::string>& argv) {
+  std::string s;
+  for (const auto& a : argv) s += (s.empty() ? "" : " ") + a;
+  return s;
+}
+
+TempDir::TempDir(const std::string& base) {
+  std::string templ = base + "/tierzero-bench-train-XXXXXX";
+  std::vector<char> buf(templ.begin(), templ.end());  // (templ.size() + 1) for mkdtemp
+  buf.push_back('\0');
+  if (!mkdtemp(buf.data()))
+    TZ_THROW("cannot create a benchmark directory in " + base + ": " + errno_string(),
+             "pass --dir with a writable directory on a real disk");
+  path_ = buf.data();
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+std::string bench_base_dir(const std::string& given) {
+  if (!given.empty()) return given;
+  for (const char* candidate : {"/var/tmp", "."})
+    if (usable_disk_dir(candidate)) return candidate;
+  TZ_THROW("no writable directory on a real disk (/var/tmp and . are tmpfs or read-only)",
+           "pass --dir with a directory on the drive to use for NVMe swap");
+}
+
+std::string self_exe() {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  TZ_CHECK(!ec, "cannot find this program's path (/proc/self/exe): " + ec.message(),
+           "run on Linux with /proc mounted");
+  return p.string();
+}
+
+std::string find_mpiexec(const std::string& given) {
+  if (!given.empty()) {
+    TZ_CHECK(access(given.c_str(), X_OK) == 0, "--mpiexec " + given + " is not an executable",
+             "pass the full path of mpiexec");
+    return given;
+  }
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path ? path : "");
+  std::string d;
+  while (std::getline(dirs, d, ':')) {
+    if (d.empty()) continue;
+    const std::string candidate = d + "/mpiexec";
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  TZ_THROW("mpiexec not found on PATH; this benchmark runs 2 ranks",
+           "install Open MPI (apt-get install openmpi-bin) or pass --mpiexec PATH");
+}
+
+std::vector<std::string> child_environment(int64_t threads) {
+  std::vector<std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string kv = *e;
+    const auto starts = [&](const char* p) { return kv.rfind(p, 0) == 0; };
+    if (starts("OMPI_") || starts("PMIX_") || starts("PRTE_") || starts("OMP_NUM_THREADS=") ||
+        starts("OPENBLAS_NUM_THREADS="))
+      continue;
+    env.push_back(kv);
+  }
+  env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT=1");
+  env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
+  env.emplace_back("OMPI_MCA_btl=self,vader");
+  env.push_back("OMP_NUM_THREADS=" + std::to_string(threads));
+  env.emplace_back("OPENBLAS_NUM_THREADS=1");
+  return env;
+}
+
+double run_child(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                 const std::string& log, int64_t timeout_s) {
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attr;
+  int rc = posix_spawn_file_actions_init(&actions);
+  TZ_CHECK(rc == 0, std::string("posix_spawn_file_actions_init: ") + std::strerror(rc), "");
+  std::unique_ptr<posix_spawn_file_actions_t, int (*)(posix_spawn_file_actions_t*)> actions_guard(
+      &actions, &posix_spawn_file_actions_destroy);
+  rc = posix_spawnattr_init(&attr);
+  TZ_CHECK(rc == 0, std::string("posix_spawnattr_init: ") + std::strerror(rc), "");
+  std::unique_ptr<posix_spawnattr_t, int (*)(posix_spawnattr_t*)> attr_guard(
+      &attr, &posix_spawnattr_destroy);
+  const auto check = [](int r, const char* what) {
+    TZ_CHECK(r == 0, std::string(what) + ": " + std::strerror(r), "see the OS error");
+  };
+  check(posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0),
+        "posix_spawn_file_actions_addopen /dev/null");
+  check(posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
+                                         O_WRONLY | O_CREAT | O_TRUNC, 0644),
+        "posix_spawn_file_actions_addopen log");
+  check(posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO),
+        "posix_spawn_file_actions_adddup2");
+
+  std::vector<char*> args;  // (argv.size() + 1) null-terminated
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  std::vector<char*> envp;  // (env.size() + 1) null-terminated
+  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+
+  std::fflush(stderr);
+  std::fflush(stdout);
+  Timer wall;
+  pid_t pid = 0;
+  rc = posix_spawn(&pid, args[0], &actions, &attr, args.data(), envp.data());
+  TZ_CHECK(rc == 0, "cannot start " + join(argv) + ": " + std::strerror(rc),
+           "check that the program exists and is executable");
+
+  int status = 0;
+  bool timed_out = false;
+  for (;;) {
+    const pid_t w = waitpid(pid, &status, WNOHANG);
+    if (w == pid) break;
+    if (w < 0 && errno == EINTR) continue;
+    TZ_CHECK_ERRNO(w, "waitpid for " + argv[0]);
+    if (!timed_out && wall.seconds() > static_cast<double>(timeout_s)) {
+      timed_out = true;
+      kill(pid, SIGTERM);  // mpiexec passes it on to its ranks
+      bool reaped = false;
+      for (int i = 0; i < 100 && !reaped; ++i) {  // 5 s to end cleanly
+        reaped = waitpid(pid, &status, WNOHANG) == pid;
+        if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      if (!reaped) {
+        kill(pid, SIGKILL);
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
+      }
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const double seconds = wall.seconds();
+  if (timed_out || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::string why = timed_out ? "ran past " + std::to_string(timeout_s) + " s and was killed"
+                      : WIFEXITED(status)
+                          ? "exited with status " + std::to_string(WEXITSTATUS(status))
+                          : "was killed by signal " + std::to_string(WTERMSIG(status));
+    std::fprintf(stderr, "  run failed: %s\n  %s; last lines of its output:\n%s",
+                 join(argv).c_str(), why.c_str(), file_tail(log, 20).c_str());
+    std::fflush(stderr);
+    TZ_THROW("a benchmark run " + why + ": " + join(argv),
+             "its output is shown above; run the command by hand to reproduce");
+  }
+  return seconds;
+}
+
+std::vector<std::string> train_argv(const std::string& exe, const std::string& mpiexec, int ranks,
+                                    const std::string& config, int64_t steps, int64_t threads,
+                                    const std::string& base) {
+  std::vector<std::string> a;
+  if (ranks > 1) a = {mpiexec, "-n", std::to_string(ranks), "--oversubscribe", "--bind-to", "none"};
+  for (const std::string& s :
+       {exe, std::string("train"), std::string("--config"), config, std::string("--steps"),
+        std::to_string(steps), std::string("--threads"), std::to_string(threads),
+        std::string("--metrics"), base + ".metrics.jsonl", std::string("--memory-json"),
+        base + ".memory.json"})
+    a.push_back(s);
+  return a;
+}
+
+void write_text_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path);
+  f << text << "\n";
+  f.close();
+  TZ_CHECK(f.good(), "cannot write " + path, "check the disk");
+}
+
+std::vector<StepMetrics> read_metrics(const std::string& path, int64_t steps) {
+  std::ifstream in(path);
+  TZ_CHECK(in.good(), "the run wrote no metrics file " + path, "run the command by hand");
+  std::vector<StepMetrics> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    try {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      StepMetrics m;
+      m.ms = j.at("ms").get<double>();
+      m.prefetch_hits = j.value("prefetch_hits", 0.0);
+      m.on_demand_fetches = j.value("on_demand_fetches", 0.0);
+      m.stall_ms = j.value("stall_ms", 0.0);
+      m.tp_all_reduce_bytes = j.value("tp_all_reduce_bytes", size_t{0});
+      m.tp_all_gather_bytes = j.value("tp_all_gather_bytes", size_t{0});
+      m.tp_reduce_scatter_bytes = j.value("tp_reduce_scatter_bytes", size_t{0});
+      out.push_back(m);
+    } catch (const nlohmann::json::exception& e) {
+      TZ_THROW("bad line in the metrics file " + path + ": " + e.what(), "line: " + line);
+    }
+  }
+  TZ_CHECK(static_cast<int64_t>(out.size()) == steps,
+           "the metrics file " + path + " has " + std::to_string(out.size()) + " steps, expected " +
+               std::to_string(steps),
+           "run the command by hand");
+  return out;
+}
+
+std::vector<double> counted_ms(const std::vector<StepMetrics>& steps, int64_t warmup) {
+  std::vector<double> ms;
+  for (size_t i = static_cast<size_t>(warmup); i < steps.size(); ++i) ms.push_back(steps[i].ms);
+  return ms;
+}
+
+nlohmann::json read_memory_report(const std::string& path) {
+  std::ifstream in(path);
+  TZ_CHECK(in.good(), "the run wrote no memory report " + path, "run the command by hand");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    TZ_THROW("bad memory report " + path + ": " + e.what(), "run the command by hand");
+  }
+}
+
+}  // namespace tierzero::cli

@@ -1,0 +1,108 @@
+// What the benchmarks of real `tierzero train` runs share (bench_train_modes.cpp, bench_tp.cpp):
+// a private temp directory, this binary's path, the MPI launcher, the child's environment, running
+// a child process with a timeout and its output in a log, the argv of one `tierzero train` run,
+// reading back its --metrics and --memory-json files, and the options they all take (the model,
+// the run length, the launcher). Each benchmark keeps only its own modes, configs and tables.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstddef>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace tierzero::cli {
+
+// The options of every benchmark of real `tierzero train` runs; each benchmark's own options
+// derive from it (and may change the defaults in their constructor).
+struct TrainRunOptions {
+  int64_t layers = 6;       // transformer blocks
+  int64_t channels = 512;   // n_embd
+  int64_t heads = 8;        // n_head
+  int64_t seq = 128;        // tokens per sequence (also the context length)
+  int64_t batch = 2;        // micro-batch (per rank, or as the benchmark says)
+  int64_t steps = 8;        // steps per run, warm-up included
+  int64_t warmup = 2;       // first steps of each run that are not counted
+  int64_t repeats = 0;      // runs of each mode, alternating; 0: the benchmark's default
+  int64_t timeout_s = 600;  // per run; a run past it is killed and the benchmark fails
+  std::string dir;          // where the private temp directory goes (default /var/tmp or .)
+  std::string mpiexec;      // launcher (default: mpiexec on PATH)
+};
+
+// Adds TrainRunOptions' flags (--layers ... --mpiexec) to `c`, with the benchmark's own help for
+// --batch and --repeats.
+void add_train_run_options(CLI::App& c, TrainRunOptions& o, const char* batch_help,
+                           const char* repeats_help);
+
+// Throws Error unless steps > warmup >= 0 and heads divides channels.
+void validate_train_run_options(const TrainRunOptions& o);
+
+double median(std::vector<double> v);  // 0 for an empty v
+double mean(const std::vector<double>& v);
+std::string join(const std::vector<std::string>& argv);  // space-separated
+
+// A private directory `base`/tierzero-bench-train-XXXXXX for configs, metrics, logs and NVMe swap;
+// removed (with all it holds) when the object goes.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& base);
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// `given` when not empty, else the first of /var/tmp and . that is writable and not a tmpfs.
+std::string bench_base_dir(const std::string& given);
+
+std::string self_exe();                              // this program's path, from /proc/self/exe
+std::string find_mpiexec(const std::string& given);  // `given`, or mpiexec on PATH
+
+// The child's environment: ours without launcher and thread-count variables (a bench started
+// under mpiexec must not hand its rank to the child), plus Open MPI's settings for running as
+// root on one oversubscribed machine with shared memory, and the run's thread count.
+std::vector<std::string> child_environment(int64_t threads);
+
+// Runs argv (argv[0] a path) with stdin from /dev/null and stdout + stderr into `log`, and waits
+// at most timeout_s. It stays in our process group, so Ctrl-C reaches it (and mpiexec's ranks).
+// Throws Error (after printing the log's tail) unless it exits with status 0. Returns the wall time
+// in seconds.
+double run_child(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                 const std::string& log, int64_t timeout_s);
+
+// The argv of one `tierzero train` run of `exe` with `config`, `steps` and `threads`, writing
+// base.metrics.jsonl and base.memory.json; under `mpiexec -n ranks --oversubscribe --bind-to none`
+// when ranks > 1.
+std::vector<std::string> train_argv(const std::string& exe, const std::string& mpiexec, int ranks,
+                                    const std::string& config, int64_t steps, int64_t threads,
+                                    const std::string& base);
+
+// Writes `text` and a newline to `path`; throws Error when it cannot.
+void write_text_file(const std::string& path, const std::string& text);
+
+// One line of a --metrics file (rank 0's step).
+struct StepMetrics {
+  double ms = 0.0;
+  double prefetch_hits = 0.0;
+  double on_demand_fetches = 0.0;
+  double stall_ms = 0.0;
+  // The tensor-parallel collectives' payload bytes of the step (0 without tensor parallelism).
+  size_t tp_all_reduce_bytes = 0;
+  size_t tp_all_gather_bytes = 0;
+  size_t tp_reduce_scatter_bytes = 0;
+};
+
+// The steps of a --metrics file; throws Error unless it has exactly `steps` well-formed lines.
+std::vector<StepMetrics> read_metrics(const std::string& path, int64_t steps);
+
+// The milliseconds of steps[warmup..], the steps a benchmark counts.
+std::vector<double> counted_ms(const std::vector<StepMetrics>& steps, int64_t warmup);
+
+// A --memory-json report, parsed; throws Error when it is missing or not JSON.
+nlohmann::json read_memory_report(const std::string& path);
+
+}  // namespace tierzero::cli
