@@ -96,6 +96,10 @@ int run_plan(const PlanFlags& f) {
                std::to_string(model.max_seq_len),
            "lower --seq or raise --context");
 
+  TZ_CHECK(!f.world.sequence_parallel || world.tp == 1 || seq % static_cast<size_t>(world.tp) == 0,
+           "--sequence-parallel cuts each micro-batch's tokens over --tp " +
+               std::to_string(world.tp) + ", which does not divide --seq " + std::to_string(seq),
+           "choose a sequence length that is a multiple of the tensor-parallel size");
   profile::PlanRequest req;
   const train::TrainConfig defaults = train::TrainConfig::defaults();
   req.base.units = model_units(model, 1, static_cast<size_t>(world.tp));

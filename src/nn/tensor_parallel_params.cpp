@@ -35,6 +35,7 @@ void assemble_full_params(const ParamLayout& local_layout, const float* all_rank
     for (size_t i = 0; i < local_layout.tensors().size(); ++i) {
       const ParamTensor& l = local_layout.tensors()[i];
       const ParamTensor& f = full_layout.tensors()[i];
+      if (l.replicated() && r > 0) continue;  // rank 0's copy (the row-parallel bias it adds)
       l.place_local_piece(TensorParallel{tp, r}, all_ranks + r * stride + l.offset,
                           full + f.offset);
     }

@@ -121,13 +121,20 @@ Estimate estimate(const EstimateInput& in) {
   // of squares: a (ranks, 2) fp32 block, allocated after the reductions have finished; under
   // tensor parallelism the sum goes on over the tensor-parallel group (a (tp, 2) block, after
   // the first one is freed).
+  // Before them, under tensor parallelism, the replicated tensors' gradient segments go out in
+  // one packed broadcast over the tp group (zero::replicated_shard_elems; the rank holding the
+  // most of them), also freed first.
   size_t norm_exchange = 0;
   if (in.stage >= 1)
     norm_exchange = DeviceAllocator::round_size(2 * static_cast<size_t>(group) * sizeof(float));
-  if (in.world.tp > 1)
-    norm_exchange =
-        std::max(norm_exchange,
-                 DeviceAllocator::round_size(2 * static_cast<size_t>(in.world.tp) * sizeof(float)));
+  if (in.world.tp > 1) {
+    const auto tp = static_cast<size_t>(in.world.tp);
+    norm_exchange = std::max(norm_exchange, DeviceAllocator::round_size(2 * tp * sizeof(float)));
+    const size_t replicated = zero::max_replicated_shard_elems(plan);
+    if (replicated > 0)
+      norm_exchange =
+          std::max(norm_exchange, DeviceAllocator::round_size(replicated * sizeof(float)));
+  }
   slot(e.buffers, Tier::device, Category::comm) += norm_exchange;
 
   // NVMe-resident optimizer states stream through the pipeline's slots (zero's rule:

@@ -677,16 +677,26 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
     if (layout.tp().size == 1) {
       if (s.rank == 0)
         save_checkpoint(config_.save_checkpoint, s.model_config, layout, host.data());
-    } else {
-      // The whole tensors from the tensor-parallel group's pieces (host buffers: MPI).
+    } else if (s.dp_rank == 0) {
+      // The whole tensors from the pieces of rank 0's tensor-parallel group (host buffers: MPI),
+      // sent to rank 0 in chunks a count of MPI's int holds; the other replicas hold the same.
       comm::Communicator& tp_group = s.mesh->group(comm::MeshDim::tp);
-      std::vector<float> all(layout.total_numel() * layout.tp().size);  // (tp, total_numel)
-      tp_group.all_gather(host.data(), all.data(), host.size(), DType::f32);
-      if (s.rank == 0) {
+      const size_t n = layout.total_numel();
+      constexpr size_t kChunk = size_t{1} << 28;  // elements per message
+      if (tp_group.rank() == 0) {
+        std::vector<float> all(n * layout.tp().size);  // (tp, total_numel)
+        std::copy(host.begin(), host.end(), all.begin());
+        for (int r = 1; r < tp_group.size(); ++r)
+          for (size_t at = 0; at < n; at += kChunk)
+            tp_group.recv(all.data() + static_cast<size_t>(r) * n + at, std::min(kChunk, n - at),
+                          DType::f32, r);
         const nn::ParamLayout full_layout(s.model_config);
         std::vector<float> full(full_layout.total_numel());  // (whole model) fp32
         nn::assemble_full_params(layout, all.data(), full_layout, full.data());
         save_checkpoint(config_.save_checkpoint, s.model_config, full_layout, full.data());
+      } else {
+        for (size_t at = 0; at < n; at += kChunk)
+          tp_group.send(host.data() + at, std::min(kChunk, n - at), DType::f32, 0);
       }
     }
     if (out) std::fprintf(out, "saved checkpoint '%s'\n", config_.save_checkpoint.c_str());

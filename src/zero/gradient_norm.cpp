@@ -2,7 +2,9 @@
 // gradient sum (see gradient_norm.hpp).
 #include "gradient_norm.hpp"
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "group_exchange.hpp"
 #include "tierzero/core/activity_log.hpp"
@@ -80,6 +82,73 @@ void GradientNorm::sum_tied_gradients() {
     ActivityLog::global().record(Track::collective, "all_reduce tied grads", t0,
                                  monotonic_seconds(), n * sizeof(float), static_cast<int64_t>(u));
   }
+}
+
+size_t replicated_shard_elems(const PartitionPlan& plan) {
+  size_t n = 0;
+  for (size_t u = 0; u < plan.num_units(); ++u)
+    for (const ShardSegment& seg : plan.segments(u))
+      if (plan.units()[u].tensors[seg.tensor].replicated) n += seg.numel;
+  return n;
+}
+
+size_t max_replicated_shard_elems(const PartitionPlan& plan) {
+  // Per rank, the overlap of its shard [r s, (r + 1) s) of each unit with each replicated tensor:
+  // a tensor touches only the ranks its range spans.
+  std::vector<size_t> per_rank(static_cast<size_t>(plan.ranks()), 0);
+  for (size_t u = 0; u < plan.num_units(); ++u) {
+    const size_t s = plan.partition(u).shard_numel;
+    if (s == 0) continue;
+    for (const TensorSpec& t : plan.units()[u].tensors) {
+      if (!t.replicated || t.numel == 0) continue;
+      const size_t end = t.offset + t.numel;
+      for (size_t r = t.offset / s; r <= (end - 1) / s && r < per_rank.size(); ++r)
+        per_rank[r] += std::min(end, (r + 1) * s) - std::max(t.offset, r * s);
+    }
+  }
+  size_t most = 0;
+  for (size_t n : per_rank) most = std::max(most, n);
+  return most;
+}
+
+void GradientNorm::sync_replicated_gradients() {
+  if (groups_.replica == nullptr || groups_.replica->size() == 1) return;
+  const PartitionPlan& plan = storage_.plan();
+  const size_t total = replicated_shard_elems(plan);  // the same on every replica rank
+  if (total == 0) return;
+  Device& device = storage_.device();
+  Stream& st = device.default_stream();
+  flush_collectives_();
+  // One packed broadcast (a device buffer: a communicator may take device buffers only).
+  DeviceBuffer packed = storage_.allocator().allocate(total * sizeof(float), Category::comm,
+                                                      "zero replicated gradients");  // (total) fp32
+  const double t0 = monotonic_seconds();
+  auto each_segment = [&](auto&& fn) {
+    size_t at = 0;
+    for (size_t u = 0; u < plan.num_units(); ++u) {
+      const CopyKind to_device = storage_.placement(u).grad == Tier::device
+                                     ? CopyKind::device_to_device
+                                     : CopyKind::host_to_device;
+      for (const ShardSegment& seg : plan.segments(u)) {
+        if (!plan.units()[u].tensors[seg.tensor].replicated) continue;
+        fn(storage_.grad_shard_ptr(u) + seg.shard_offset, packed.f32() + at, seg.numel, to_device);
+        at += seg.numel;
+      }
+    }
+  };
+  each_segment([&](float* shard, float* slot, size_t n, CopyKind kind) {
+    device.copy(slot, shard, n * sizeof(float), kind, st);
+  });
+  st.synchronize();
+  groups_.replica->broadcast(packed.data(), total, DType::f32, 0);
+  each_segment([&](float* shard, float* slot, size_t n, CopyKind kind) {
+    const CopyKind back =
+        kind == CopyKind::device_to_device ? CopyKind::device_to_device : CopyKind::device_to_host;
+    device.copy(shard, slot, n * sizeof(float), back, st);
+  });
+  st.synchronize();
+  ActivityLog::global().record(Track::collective, "broadcast replicated grads", t0,
+                               monotonic_seconds(), total * sizeof(float), -1);
 }
 
 double GradientNorm::local_sum_squares() {

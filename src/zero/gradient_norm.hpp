@@ -4,7 +4,10 @@
 // held identically by every rank of the replica group (TensorSpec::replicated) counts on one rank
 // of it, and a unit held by every rank of the tie group (UnitSpec::tied) counts on one rank of
 // that; before the norm, the tied units' gradients are summed over the tie group, so every copy
-// makes the same update. Internal to the zero layer.
+// makes the same update. Likewise the replicated tensors' gradient shards are made equal over the
+// replica group (rank 0's), so every copy of a replicated tensor takes the same step even where
+// the kernels that produced them add in a varying order (CUDA's atomics). Internal to the zero
+// layer.
 #pragma once
 
 #include <functional>
@@ -25,6 +28,9 @@ class GradientNorm {
   // Sums the gradient shards of the tied units over the tie group (collective over it; nothing
   // without one).
   void sum_tied_gradients();
+  // Overwrites this rank's gradient segments of replicated tensors with replica rank 0's
+  // (collective over the replica group; nothing without one).
+  void sync_replicated_gradients();
   // The sum of squares of the whole model's averaged gradient, the same on every rank (collective
   // over the partition group from stage 1, and over every model-parallel group).
   double global_sum_squares();

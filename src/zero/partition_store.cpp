@@ -162,6 +162,7 @@ StoreStepStats PartitionStore::step(double lr, double clip, double loss_scale) {
   fetcher_->end_training_pass();
   reducer_->copy_slices_to_host();
   norm_->sum_tied_gradients();
+  norm_->sync_replicated_gradients();
 
   TZ_CHECK(loss_scale > 0.0 && std::isfinite(loss_scale),
            "PartitionStore::step: loss scale " + std::to_string(loss_scale) + " is not positive",

@@ -15,7 +15,8 @@ void scatter_full_params(const ParamLayout& full_layout, const float* full,
 
 // full (full_layout.total_numel()) = the whole tensors, from every tp rank's flat buffer
 // all_ranks (tp, local_layout.total_numel()) in rank order; local_layout is any rank's (the
-// ranks' layouts differ only in which pieces they hold, not in where).
+// ranks' layouts differ only in which pieces they hold, not in where). Replicated tensors are
+// taken from rank 0.
 void assemble_full_params(const ParamLayout& local_layout, const float* all_ranks,
                           const ParamLayout& full_layout, float* full);
 

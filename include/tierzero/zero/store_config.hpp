@@ -117,4 +117,11 @@ ReductionBuffers reduction_buffer_bound(const PartitionPlan& plan, int stage,
 // most the largest unit's padded elements (at least 1).
 size_t bucket_capacity(const PartitionPlan& plan, size_t reduce_bucket_elems, bool overlap_comm);
 
+// Elements of the plan's rank's gradient shards that belong to replicated tensors
+// (TensorSpec::replicated): what the store broadcasts over the replica group before each step,
+// packed into one device comm buffer of this many fp32 (allocated after the reductions finish).
+size_t replicated_shard_elems(const PartitionPlan& plan);
+// The most of them any rank of the plan's partition group holds (the estimator's bound).
+size_t max_replicated_shard_elems(const PartitionPlan& plan);
+
 }  // namespace tierzero::zero
