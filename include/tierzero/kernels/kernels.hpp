@@ -134,8 +134,8 @@ class Kernels {
 
   // out[b,t,:] = (vocab_start <= tokens[b,t] < vocab_start + vocab_count ?
   //               wte_local[tokens[b,t] - vocab_start,:] : 0) + (wpe ? wpe[t,:] : 0)
-  virtual void encoder_forward_vocab_range(float* out,             // (B, T, C)
-                                           const int32_t* tokens,  // (B, T)
+  virtual void encoder_forward_vocab_range(float* out,              // (B, T, C)
+                                           const int32_t* tokens,   // (B, T)
                                            const float* wte_local,  // (vocab_count, C)
                                            const float* wpe,        // (maxT, C) nullable
                                            size_t vocab_start, size_t vocab_count, size_t B,
@@ -161,10 +161,10 @@ class Kernels {
   // M = max_r m_r, S = sum_r s_r exp(m_r - M), X = sum_r x_r: losses[i] = log S + M - X, and
   // when dlogits is given it is OVERWRITTEN with dloss * (exp(logit - M) / S - onehot(target))
   // in the real columns and 0 in the padding columns. dlogits may alias logits.
-  virtual void vocab_xent_finish(float* dlogits,             // (N, Vl) nullable
-                                 float* losses,              // (N)
-                                 const float* logits,        // (N, Vl)
-                                 const float* all_partials,  // (ranks, N, 3)
+  virtual void vocab_xent_finish(float* dlogits,                        // (N, Vl) nullable
+                                 float* losses,                         // (N)
+                                 const float* logits,                   // (N, Vl)
+                                 const float* all_partials,             // (ranks, N, 3)
                                  size_t ranks, const int32_t* targets,  // (N)
                                  float dloss, size_t N, size_t Vl, size_t vocab_start,
                                  size_t V) = 0;
