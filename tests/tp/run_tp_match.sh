@@ -17,17 +17,7 @@ tierzero=$1; check=$2; ranks=$3; tp=$4; sp=$5; stage=$6; variant=$7; tol=$8; rat
 shift 9
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-device_args=""
-[ -n "${TIERZERO_TEST_DEVICE:-}" ] && device_args="--device $TIERZERO_TEST_DEVICE"
-# One GPU per rank: NCCL refuses two ranks of a communicator on one GPU, so with fewer GPUs than
-# ranks the test is skipped (as without a GPU), not failed.
-if [ -n "${TIERZERO_TEST_DEVICE:-}" ] && [ "$ranks" -gt 1 ] && command -v nvidia-smi > /dev/null; then
-  gpus=$(nvidia-smi -L 2> /dev/null | grep -c "^GPU")
-  if [ "$gpus" -lt "$ranks" ]; then
-    echo "no CUDA device for each of the $ranks ranks: nvidia-smi lists $gpus GPU(s)"
-    exit 0
-  fi
-fi
+. "$(dirname "$0")/../test_device_args.sh"
 dp=$((ranks / tp))
 ref_batch=$((2 * dp))
 

@@ -16,17 +16,7 @@
 tierzero=$1; ranks=$2; stage=$3; tol=$4; variant=$5; shift 5
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-device_args=""
-[ -n "${TIERZERO_TEST_DEVICE:-}" ] && device_args="--device $TIERZERO_TEST_DEVICE"
-# One GPU per rank: NCCL refuses two ranks of a communicator on one GPU, so with fewer GPUs than
-# ranks the test is skipped (as without a GPU), not failed.
-if [ -n "${TIERZERO_TEST_DEVICE:-}" ] && [ "$ranks" -gt 1 ] && command -v nvidia-smi > /dev/null; then
-  gpus=$(nvidia-smi -L 2> /dev/null | grep -c "^GPU")
-  if [ "$gpus" -lt "$ranks" ]; then
-    echo "no CUDA device for each of the $ranks ranks: nvidia-smi lists $gpus GPU(s)"
-    exit 0
-  fi
-fi
+. "$(dirname "$0")/../test_device_args.sh"
 ref_batch=$((2 * (ranks > 0 ? ranks : 1)))
 
 nvme() { echo "{\"device\": \"nvme\", \"nvme_path\": \"$dir\", \"buffer_size\": 3000$1}"; }
