@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "commands.hpp"
 #include "tierzero/train/train_config.hpp"
@@ -24,6 +26,10 @@ struct TrainFlags {
   int64_t batches = -1;
   int64_t tensor_parallel = 0;  // 0: from the config
   bool sequence_parallel = false;
+  int64_t pipeline_parallel = 0;  // 0: from the config
+  std::string pipeline_schedule;  // empty: from the config
+  int64_t micro_batches = 0;      // gradient_accumulation_steps; 0: from the config
+  std::vector<int64_t> pipeline_stages;
 };
 
 void add_common(CLI::App* sub, TrainFlags& f) {
@@ -48,6 +54,20 @@ void add_common(CLI::App* sub, TrainFlags& f) {
       ->check(CLI::Range(1, 4096));
   sub->add_flag("--sequence-parallel", f.sequence_parallel,
                 "Megatron sequence parallelism over the tensor-parallel ranks");
+  sub->add_option("--pp", f.pipeline_parallel,
+                  "pipeline stages: the blocks are cut into pp stages; the world is dp x tp x pp")
+      ->check(CLI::Range(1, 4096));
+  sub->add_option("--pipeline-schedule", f.pipeline_schedule,
+                  "gpipe or 1f1b (the default): the order of the micro-batches' forwards and "
+                  "backwards on each stage")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}));
+  sub->add_option("--micro-batches", f.micro_batches,
+                  "micro-batches per step (gradient_accumulation_steps); the pipeline's m")
+      ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--pipeline-stages", f.pipeline_stages,
+                  "blocks per stage, e.g. 3,3,2 (default: balanced by parameters)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1 << 20));
 }
 
 train::TrainConfig resolve(const TrainFlags& f) {
@@ -65,6 +85,10 @@ train::TrainConfig resolve(const TrainFlags& f) {
   if (f.batches >= 0) c.val_batches = f.batches;
   if (f.tensor_parallel > 0) c.tensor_parallel = f.tensor_parallel;
   if (f.sequence_parallel) c.sequence_parallel = true;
+  if (f.pipeline_parallel > 0) c.pipeline_parallel = f.pipeline_parallel;
+  if (!f.pipeline_schedule.empty()) c.pipeline_schedule = f.pipeline_schedule;
+  if (f.micro_batches > 0) c.gradient_accumulation_steps = f.micro_batches;
+  if (!f.pipeline_stages.empty()) c.pipeline_stages = f.pipeline_stages;
   if (f.device_mem > 0)
     c.device_memory_budget_gb = static_cast<double>(f.device_mem) / 1073741824.0;
   if (f.host_mem > 0) c.host_memory_budget_gb = static_cast<double>(f.host_mem) / 1073741824.0;

@@ -15,6 +15,52 @@ namespace tierzero::nn {
 
 namespace {
 
+PipelineStage stage_of(const GPTConfig& config, const ModelParallel& parallel) {
+  if (parallel.pipeline.stages <= 1) return PipelineStage::whole(config);
+  const PipelineStage& p = parallel.pipeline;
+  TZ_CHECK(
+      p.stage < p.stages && p.num_blocks >= 1 && p.first_block + p.num_blocks <= config.num_layers,
+      "pipeline " + p.str() + " does not fit the model's " + std::to_string(config.num_layers) +
+          " blocks",
+      "build the stages with partition_pipeline");
+  return p;
+}
+
+// The stage's modules, in forward order: its blocks, the embedding on the first stage, the final
+// norm and the head on the last.
+ModuleList stage_modules(const GPTConfig& config, const PipelineStage& stage) {
+  ModuleList all = make_gpt_modules(config);
+  ModuleList kept;
+  const size_t L = config.num_layers;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const bool keep = i == 0 ? stage.first() : i <= L ? stage.holds_block(i - 1) : stage.last();
+    if (keep) kept.push_back(std::move(all[i]));
+  }
+  return kept;
+}
+
+// The units the stage's modules use, in the whole model's unit order: those they declare, and
+// those declared elsewhere that one of them shares (the head's embeddings on the last stage).
+std::vector<UnitDecl> stage_units(const GPTConfig& config, const ModuleList& modules) {
+  std::vector<UnitDecl> units;
+  for (UnitDecl& decl : gpt_param_units(config)) {
+    bool used = false;
+    for (const auto& m : modules) used = used || m->unit_name() == decl.name;
+    if (used) units.push_back(std::move(decl));
+  }
+  return units;
+}
+
+}  // namespace
+
+ParamLayout stage_param_layout(const GPTConfig& config, const PipelineStage& stage,
+                               const TensorParallel& tp) {
+  const PipelineStage st = stage.stages <= 1 ? PipelineStage::whole(config) : stage;
+  return ParamLayout(stage_units(config, stage_modules(config, st)), tp);
+}
+
+namespace {
+
 TensorParallel place_of(const ModelParallel& parallel) {
   if (parallel.tensor_parallel == nullptr) return {};
   const comm::Communicator& g = *parallel.tensor_parallel;
@@ -47,8 +93,10 @@ void check_tokens(const GPTConfig& config, const int32_t* tokens, const int32_t*
 
 GPT::GPT(const GPTConfig& config, DeviceAllocator& allocator, const ModelParallel& parallel)
     : config_(config),
-      modules_(make_gpt_modules(config)),
-      layout_(param_units(modules_), place_of(parallel)),  // checks every tensor divides
+      stage_(stage_of(config, parallel)),
+      num_modules_(config.num_layers + 3),
+      modules_(stage_modules(config, stage_)),
+      layout_(stage_units(config, modules_), place_of(parallel)),  // checks every tensor divides
       allocator_(allocator),
       device_(allocator.device()),
       k_(device_.kernels()) {
@@ -73,7 +121,12 @@ GPT::GPT(const GPTConfig& config, DeviceAllocator& allocator, const ModelParalle
 size_t GPT::micro_batch_bytes_for(const GPTConfig& config, size_t B, size_t T, bool checkpointing,
                                   size_t tp, bool sequence_parallel) {
   return MicroBatch::bytes_for(config, ActivationDims::of(config, B, T, tp, sequence_parallel),
-                               checkpointing);
+                               PipelineStage::whole(config), checkpointing);
+}
+
+size_t GPT::micro_batch_bytes_for(const GPTConfig& config, const ActivationDims& dims,
+                                  const PipelineStage& stage, bool checkpointing) {
+  return MicroBatch::bytes_for(config, dims, stage, checkpointing);
 }
 
 size_t GPT::scratch_bytes_for(const GPTConfig& config, size_t B, size_t T, bool checkpointing,
@@ -106,12 +159,14 @@ size_t GPT::activation_bytes() const {
 
 MicroBatch GPT::make_micro_batch(size_t B, size_t T) {
   check_shape(config_, B, T);
-  return MicroBatch(config_, modules_.size(), dims(B, T), checkpointing_, allocator_);
+  return MicroBatch(config_, num_modules_, dims(B, T), stage_, checkpointing_, allocator_);
 }
 
 void GPT::check(const MicroBatch& mb) const {
-  TZ_CHECK(mb.inputs_.size() == modules_.size() && mb.config_.str() == config_.str() &&
-               mb.dims() == dims(mb.B(), mb.T()),
+  TZ_CHECK(mb.inputs_.size() == num_modules_ && mb.config_.str() == config_.str() &&
+               mb.dims() == dims(mb.B(), mb.T()) && mb.stage().stage == stage_.stage &&
+               mb.stage().first_block == stage_.first_block &&
+               mb.stage().num_blocks == stage_.num_blocks,
            "micro-batch was made for another model (" + mb.config_.str() + ")",
            "make micro-batches with this model's make_micro_batch");
   TZ_CHECK(mb.checkpointing() == checkpointing_,
@@ -126,6 +181,9 @@ void GPT::ensure_scratch(const ActivationDims& d) {
 }
 
 MicroBatch& GPT::cached(size_t B, size_t T) {
+  TZ_CHECK(stage_.stages == 1,
+           "evaluate and forward_backward run the whole model, not pipeline " + stage_.str(),
+           "drive a pipeline stage through forward/backward with micro-batches");
   if (cached_ && cached_->B() == B && cached_->T() == T &&
       scratch_.fits(cached_->dims(), checkpointing_))
     return *cached_;
@@ -212,9 +270,10 @@ void GPT::forward(MicroBatch& mb, ParamProvider& params, const int32_t* tokens,
 
   for (size_t i = 0; i < modules_.size(); ++i) {
     Module& m = *modules_[i];
+    const size_t g = m.index();  // in the whole model: wires it to the residual stream
     ModuleContext ctx = context(mb);
     ctx.params = params.acquire_params(m.unit());
-    m.forward(ctx, input_of(mb, i), output_of(mb, i));
+    m.forward(ctx, input_of(mb, g), output_of(mb, g));
     params.release_params(m.unit());
   }
   mb.forwarded_ = true;
@@ -224,23 +283,26 @@ void GPT::backward(MicroBatch& mb, ParamProvider& params, float grad_scale) {
   check(mb);
   TZ_CHECK(mb.forwarded_, "backward of a micro-batch without a forward since its last backward",
            "run forward(mb, ...) first");
-  TZ_CHECK(mb.has_targets_, "backward needs targets", "pass targets to forward");
   const ActivationDims& d = mb.dims();
   ensure_scratch(d);
-  const float dloss = grad_scale / static_cast<float>(d.tokens);
-  cross_entropy(mb, &dloss);
-  mb.losses_ready_ = true;
+  if (stage_.last()) {
+    TZ_CHECK(mb.has_targets_, "backward needs targets", "pass targets to forward");
+    const float dloss = grad_scale / static_cast<float>(d.tokens);
+    cross_entropy(mb, &dloss);
+    mb.losses_ready_ = true;
+  }  // else the next stage's gradient of this one's output is in mb.dresidual()
   mb.forwarded_ = false;  // the logits now hold their gradient
 
   for (size_t i = modules_.size(); i-- > 0;) {
     Module& m = *modules_[i];
     const size_t unit = m.unit();
+    const size_t g = m.index();
     ModuleContext ctx = context(mb);
     if (m.backward_reads_params()) ctx.params = params.acquire_params(unit);
     if (mb.checkpointing()) m.recompute(ctx);
     ctx.grads = params.acquire_grads(unit);
-    float* dout = output_grad_of(mb, i);
-    float* din = i > 0 ? output_grad_of(mb, i - 1) : nullptr;
+    float* dout = output_grad_of(mb, g);
+    float* din = g > 0 ? output_grad_of(mb, g - 1) : nullptr;
     // A fresh gradient starts at zero; the residual stream's running one carries on.
     if (din && din != dout) ctx.zero(din, d.stream_tokens * d.channels);
     m.backward(ctx, dout, din);
@@ -250,6 +312,8 @@ void GPT::backward(MicroBatch& mb, ParamProvider& params, float grad_scale) {
 }
 
 float GPT::loss(MicroBatch& mb) {
+  TZ_CHECK(stage_.last(), "the loss is computed on the last pipeline stage, not " + stage_.str(),
+           "read the loss on the last stage");
   TZ_CHECK(mb.has_targets_, "loss of a micro-batch without targets", "pass targets to forward");
   const size_t n = mb.B() * mb.T();
   if (!mb.losses_ready_) {

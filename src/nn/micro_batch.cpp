@@ -7,32 +7,37 @@
 
 namespace tierzero::nn {
 
-void MicroBatch::visit(Buffers& b, const GPTConfig& config, const ActivationDims& d,
-                       bool checkpointing, const BufferVisitor& fn) {
-  const size_t L = config.num_layers, C = d.channels, BT = d.tokens, S = d.stream_tokens;
+void MicroBatch::visit(Buffers& b, const GPTConfig&, const ActivationDims& d,
+                       const PipelineStage& stage, bool checkpointing, const BufferVisitor& fn) {
+  const size_t n = stage.num_blocks, C = d.channels, BT = d.tokens, S = d.stream_tokens;
   constexpr size_t f = sizeof(float);
   fn(b.tokens, BT * sizeof(int32_t), "tokens");
   fn(b.targets, BT * sizeof(int32_t), "targets");
   fn(b.encoded, S * C * f, "encoded");
-  if (!checkpointing) b.blocks.visit(d, L, fn);
-  fn(b.residual3, L * S * C * f, checkpointing ? "residual3 (checkpoints)" : "residual3");
-  fn(b.lnf, S * C * f, "lnf");
-  fn(b.lnf_mean, S * f, "lnf_mean");
-  fn(b.lnf_rstd, S * f, "lnf_rstd");
-  fn(b.logits, BT * d.local_vocab * f, "logits");
-  fn(b.losses, BT * f, "losses");
+  if (!checkpointing) b.blocks.visit(d, n, fn);
+  fn(b.residual3, n * S * C * f, checkpointing ? "residual3 (checkpoints)" : "residual3");
+  if (stage.last()) {
+    fn(b.lnf, S * C * f, "lnf");
+    fn(b.lnf_mean, S * f, "lnf_mean");
+    fn(b.lnf_rstd, S * f, "lnf_rstd");
+    fn(b.logits, BT * d.local_vocab * f, "logits");
+    fn(b.losses, BT * f, "losses");
+  }
   fn(b.dresidual, S * C * f, "dresidual");
 }
 
-size_t MicroBatch::bytes_for(const GPTConfig& config, const ActivationDims& d, bool checkpointing) {
+size_t MicroBatch::bytes_for(const GPTConfig& config, const ActivationDims& d,
+                             const PipelineStage& stage, bool checkpointing) {
   Buffers none;
-  return rounded_bytes([&](const BufferVisitor& fn) { visit(none, config, d, checkpointing, fn); });
+  return rounded_bytes(
+      [&](const BufferVisitor& fn) { visit(none, config, d, stage, checkpointing, fn); });
 }
 
 MicroBatch::MicroBatch(const GPTConfig& config, size_t num_modules, const ActivationDims& d,
-                       bool checkpointing, DeviceAllocator& allocator)
+                       const PipelineStage& stage, bool checkpointing, DeviceAllocator& allocator)
     : config_(config),
       dims_(d),
+      stage_(stage),
       checkpointing_(checkpointing),
       inputs_(num_modules, nullptr),
       host_losses_(d.tokens) {
@@ -42,7 +47,7 @@ MicroBatch::MicroBatch(const GPTConfig& config, size_t num_modules, const Activa
                std::to_string(config.max_seq_len),
            "lower seq_len or use a model with a longer context");
   bytes_ = allocate_buffers(
-      [&](const BufferVisitor& fn) { visit(buffers_, config_, dims_, checkpointing_, fn); },
+      [&](const BufferVisitor& fn) { visit(buffers_, config_, dims_, stage_, checkpointing_, fn); },
       allocator);
 }
 
@@ -55,33 +60,45 @@ const int32_t* MicroBatch::targets() const {
 }
 
 float* MicroBatch::residual(size_t i) const {
-  TZ_CHECK(i <= config_.num_layers,
-           "residual stream position " + std::to_string(i) + " past the last block",
-           "positions are 0 (embeddings' output) to L (last block's output)");
-  if (i == 0) return buffers_.encoded.f32();
-  return buffers_.residual3.f32() + (i - 1) * dims_.stream_tokens * dims_.channels;
+  const size_t first = stage_.first_block;
+  TZ_CHECK(i >= first && i <= first + stage_.num_blocks,
+           "residual stream position " + std::to_string(i) + " is not in " + stage_.str(),
+           "positions are the stage's first block to one past its last");
+  if (i == first) return buffers_.encoded.f32();
+  return buffers_.residual3.f32() + (i - first - 1) * dims_.stream_tokens * dims_.channels;
 }
 
 BlockActs MicroBatch::block(size_t layer) const {
   TZ_CHECK(!checkpointing_, "block " + std::to_string(layer) + "'s internals are not kept",
            "with activation checkpointing they live in the model's scratch");
-  TZ_CHECK(layer < config_.num_layers, "no block " + std::to_string(layer), "");
-  return buffers_.blocks.slot(dims_, layer);
+  TZ_CHECK(stage_.holds_block(layer), "no block " + std::to_string(layer) + " in " + stage_.str(),
+           "");
+  return buffers_.blocks.slot(dims_, layer - stage_.first_block);
+}
+
+void MicroBatch::check_last(const char* what) const {
+  TZ_CHECK(stage_.last(),
+           std::string(what) + " lives on the last pipeline stage, not " + stage_.str(),
+           "internal error: only the last stage runs the final norm, the head and the loss");
 }
 
 float* MicroBatch::lnf() const {
+  check_last("the final norm's output");
   return buffers_.lnf.f32();
 }
 
 LayerNormStats MicroBatch::final_norm_stats() const {
+  check_last("the final norm's statistics");
   return {buffers_.lnf_mean.f32(), buffers_.lnf_rstd.f32()};
 }
 
 float* MicroBatch::logits() const {
+  check_last("the logits");
   return buffers_.logits.f32();
 }
 
 float* MicroBatch::losses() const {
+  check_last("the losses");
   return buffers_.losses.f32();
 }
 

@@ -60,6 +60,12 @@ const ParamTensor& ParamLayout::get(ParamKind kind, int layer) const {
   return tensors_[index_[slot]];
 }
 
+const ParamTensor* ParamLayout::find(ParamKind kind, int layer) const {
+  const size_t slot = static_cast<size_t>(layer + 1) * kNumParamKinds + static_cast<size_t>(kind);
+  if (layer < -1 || slot >= index_.size() || index_[slot] == SIZE_MAX) return nullptr;
+  return &tensors_[index_[slot]];
+}
+
 size_t ParamLayout::unit_index(const std::string& name) const {
   for (size_t u = 0; u < units_.size(); ++u)
     if (units_[u].name == name) return u;

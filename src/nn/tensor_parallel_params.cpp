@@ -7,37 +7,33 @@ namespace tierzero::nn {
 
 namespace {
 
-void check_same_model(const ParamLayout& full_layout, const ParamLayout& local_layout) {
-  TZ_CHECK(
-      full_layout.tp().size == 1 && full_layout.tensors().size() == local_layout.tensors().size(),
-      "parameter layouts of different models",
-      "internal error: the whole-model layout must be the tp 1 layout of the same model");
+// The whole-model tensor a rank's tensor is a piece of (by kind and layer: a pipeline stage
+// holds only some).
+const ParamTensor& whole_of(const ParamLayout& full_layout, const ParamTensor& local) {
+  const ParamTensor* f = full_layout.find(local.kind, local.layer);
+  TZ_CHECK(full_layout.tp().size == 1 && f != nullptr && f->full_shape == local.full_shape,
+           "parameter " + local.name() + " is not in the whole-model layout",
+           "internal error: the whole-model layout must be the tp 1 layout of the same model");
+  return *f;
 }
 
 }  // namespace
 
 void scatter_full_params(const ParamLayout& full_layout, const float* full,
                          const ParamLayout& local_layout, float* local) {
-  check_same_model(full_layout, local_layout);
-  for (size_t i = 0; i < local_layout.tensors().size(); ++i) {
-    const ParamTensor& l = local_layout.tensors()[i];
-    const ParamTensor& f = full_layout.tensors()[i];
-    l.copy_local_piece(local_layout.tp(), full + f.offset, local + l.offset);
-  }
+  for (const ParamTensor& l : local_layout.tensors())
+    l.copy_local_piece(local_layout.tp(), full + whole_of(full_layout, l).offset, local + l.offset);
 }
 
 void assemble_full_params(const ParamLayout& local_layout, const float* all_ranks,
                           const ParamLayout& full_layout, float* full) {
-  check_same_model(full_layout, local_layout);
   const size_t tp = local_layout.tp().size;
   const size_t stride = local_layout.total_numel();
   for (size_t r = 0; r < tp; ++r)
-    for (size_t i = 0; i < local_layout.tensors().size(); ++i) {
-      const ParamTensor& l = local_layout.tensors()[i];
-      const ParamTensor& f = full_layout.tensors()[i];
+    for (const ParamTensor& l : local_layout.tensors()) {
       if (l.replicated() && r > 0) continue;  // rank 0's copy (the row-parallel bias it adds)
       l.place_local_piece(TensorParallel{tp, r}, all_ranks + r * stride + l.offset,
-                          full + f.offset);
+                          full + whole_of(full_layout, l).offset);
     }
 }
 

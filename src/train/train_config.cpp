@@ -197,6 +197,21 @@ void read_tierzero(ConfigReader r, TrainConfig& c) {
   c.blocks_per_unit = r.get_int("blocks_per_unit", c.blocks_per_unit, 1, 1 << 20);
   c.tensor_parallel = r.get_int("tensor_parallel", c.tensor_parallel, 1, 4096);
   c.sequence_parallel = r.get_bool("sequence_parallel", c.sequence_parallel);
+  c.pipeline_parallel = r.get_int("pipeline_parallel", c.pipeline_parallel, 1, 4096);
+  c.pipeline_schedule =
+      r.get_string("pipeline_schedule", c.pipeline_schedule, {"gpipe", "1f1b", "interleaved"});
+  if (c.pipeline_schedule == "interleaved")
+    r.fail("pipeline_schedule",
+           "= \"interleaved\": virtual stages (several model chunks per rank) are not "
+           "implemented by the trainer yet; use \"1f1b\" (same activation bound, larger bubble) "
+           "or \"gpipe\"");
+  // One block count per stage (get_numbers checks the count against pipeline_parallel).
+  for (double v :
+       r.get_numbers("pipeline_stages", {}, static_cast<size_t>(c.pipeline_parallel), 1.0, 1.0e6)) {
+    if (v != static_cast<double>(static_cast<int64_t>(v)))
+      r.fail("pipeline_stages", "holds " + std::to_string(v) + ", not a whole number of blocks");
+    c.pipeline_stages.push_back(static_cast<int64_t>(v));
+  }
   if (c.device != "cpu" && c.device != "cuda" && c.device.rfind("cuda:", 0) != 0)
     r.fail("device", "= \"" + c.device + "\" is not cpu, cuda or cuda:N");
   if (c.seq_len > c.model.context_length)

@@ -35,6 +35,7 @@
 #include "tierzero/train/data_loader.hpp"
 #include "tierzero/train/loss_scaler.hpp"
 #include "tierzero/train/lr_schedule.hpp"
+#include "tierzero/train/pipeline_executor.hpp"
 #include "tierzero/train/profiling_provider.hpp"
 #include "tierzero/train/progress.hpp"
 #include "tierzero/train/store_provider.hpp"
@@ -56,14 +57,32 @@ void check_supported(const TrainConfig& c) {
              "set zero_optimization.stage to 1 or more, or offload_optimizer.device to none");
 }
 
-// The tensor-parallel split against the world and the model, before anything is allocated:
-// every rank runs this on the same values, so all fail alike with the same message.
-void check_parallel(const TrainConfig& c, const nn::GPTConfig& model, int world_size) {
+// The tensor- and pipeline-parallel split against the world and the model, before anything is
+// allocated: every rank runs this on the same values, so all fail alike with the same message.
+// Returns the pipeline's stages.
+std::vector<nn::PipelineStage> check_parallel(const TrainConfig& c, const nn::GPTConfig& model,
+                                              int world_size) {
   const auto tp = static_cast<size_t>(c.tensor_parallel);
-  TZ_CHECK(static_cast<size_t>(world_size) % tp == 0,
-           "tierzero.tensor_parallel " + std::to_string(tp) + " does not divide the " +
-               std::to_string(world_size) + " rank(s) of the job",
-           "launch dp x tensor_parallel ranks (mpiexec -n), or change tensor_parallel");
+  const auto pp = static_cast<size_t>(c.pipeline_parallel);
+  TZ_CHECK(static_cast<size_t>(world_size) % (tp * pp) == 0,
+           "tierzero.tensor_parallel " + std::to_string(tp) + " x pipeline_parallel " +
+               std::to_string(pp) + " does not divide the " + std::to_string(world_size) +
+               " rank(s) of the job",
+           "launch dp x tensor_parallel x pipeline_parallel ranks (mpiexec -n), or change them");
+  std::vector<size_t> blocks;
+  for (int64_t b : c.pipeline_stages) blocks.push_back(static_cast<size_t>(b));
+  std::vector<nn::PipelineStage> stages = nn::partition_pipeline(model, pp, blocks);
+  TZ_CHECK(c.pipeline_schedule != "interleaved",
+           "pipeline_schedule interleaved: virtual stages (several model chunks per rank) are not "
+           "implemented by the trainer yet",
+           "use --pipeline-schedule 1f1b (same activation bound, larger bubble) or gpipe");
+  if (pp > 1) {
+    nn::PipelineShape shape;
+    shape.stages = pp;
+    shape.micro_batches = static_cast<size_t>(c.gradient_accumulation_steps);
+    shape.schedule = nn::pipeline_schedule_from_name(c.pipeline_schedule);
+    nn::validate(shape);
+  }
   // Names the tensor or the extent that does not split.
   (void)nn::ParamLayout(model, nn::TensorParallel{tp, 0});
   (void)nn::ActivationDims::of(model, static_cast<size_t>(c.micro_batch_size),
@@ -72,6 +91,7 @@ void check_parallel(const TrainConfig& c, const nn::GPTConfig& model, int world_
     log::warn(
         "tierzero.sequence_parallel has no effect without tensor parallelism "
         "(tensor_parallel is 1)");
+  return stages;
 }
 
 // The partition store's settings from the config: stage, stage-3 budgets, placements and the
@@ -169,6 +189,14 @@ struct Trainer::State {
   std::unique_ptr<comm::ProcessMesh> mesh;
   std::unique_ptr<comm::Communicator> partition_nccl;
   std::unique_ptr<comm::Communicator> tensor_parallel_nccl;
+  // Pipeline parallelism: the stages, the pipeline group (NCCL on CUDA) and the group the first
+  // and last stage share the tied embeddings over (null on the other stages).
+  std::vector<nn::PipelineStage> stages;
+  comm::Communicator* pipeline = nullptr;
+  std::unique_ptr<comm::Communicator> pipeline_nccl;
+  std::unique_ptr<comm::MpiCommunicator> tie_mpi;
+  std::unique_ptr<comm::Communicator> tie_nccl;
+  comm::Communicator* tie = nullptr;
   nn::GPTConfig model_config;
   std::unique_ptr<nn::GPT> model;
   std::unique_ptr<nn::LocalParams> params;
@@ -188,7 +216,7 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)), state_(new St
   // The whole world is the data-parallel (partition) group for now.
   // 16-bit working parameters live in the store (the reference path is fp32 only).
   if (config_.zero.stage > 0 || comm::launched_by_mpi() || config_.bf16 || config_.fp16 ||
-      config_.tensor_parallel > 1) {
+      config_.tensor_parallel > 1 || config_.pipeline_parallel > 1) {
     s.session = std::make_unique<comm::MpiSession>(nullptr, nullptr);
     s.rank = s.session->rank();
     s.world_size = s.session->size();
@@ -221,12 +249,16 @@ void Trainer::build() {
            "seq_len " + std::to_string(T) + " exceeds the model's context length " +
                std::to_string(s.model_config.max_seq_len),
            "lower tierzero.seq_len");
-  check_parallel(config_, s.model_config, s.world_size);
+  s.stages = check_parallel(config_, s.model_config, s.world_size);
   comm::MeshShape shape;
   shape.tp = static_cast<int>(config_.tensor_parallel);
-  shape.dp = s.world_size / shape.tp;
-  s.dp_rank = comm::MeshLayout(shape).coords(s.rank)[static_cast<size_t>(comm::MeshDim::dp)];
+  shape.pp = static_cast<int>(config_.pipeline_parallel);
+  shape.dp = s.world_size / (shape.tp * shape.pp);
+  const comm::MeshCoord coords = comm::MeshLayout(shape).coords(s.rank);
+  s.dp_rank = coords[static_cast<size_t>(comm::MeshDim::dp)];
   s.dp_size = shape.dp;
+  const nn::PipelineStage stage =
+      s.stages[static_cast<size_t>(coords[static_cast<size_t>(comm::MeshDim::pp)])];
 
   // Data first: a bad path should fail before any large allocation.
   const size_t V = s.model_config.vocab_size;
@@ -259,25 +291,48 @@ void Trainer::build() {
   s.allocator = std::make_unique<DeviceAllocator>(*s.device, budget);
   nn::ModelParallel parallel;
   parallel.sequence_parallel = config_.sequence_parallel;
+  parallel.pipeline = stage;
   if (s.session) {
     s.mesh = std::make_unique<comm::ProcessMesh>(s.session->world(), shape);
     parallel.tensor_parallel = &s.mesh->group(comm::MeshDim::tp);
-    if (s.device->kind() == DeviceKind::cuda && shape.tp > 1) {
-      // The model's collectives run on its device buffers.
+    s.pipeline = &s.mesh->group(comm::MeshDim::pp);
+    const bool cuda = s.device->kind() == DeviceKind::cuda;
+    // The model's collectives and transfers run on its device buffers.
+    if (cuda && shape.tp > 1) {
       s.tensor_parallel_nccl =
           comm::make_nccl_communicator(s.mesh->group(comm::MeshDim::tp), *s.device);
       parallel.tensor_parallel = s.tensor_parallel_nccl.get();
+    }
+    if (cuda && shape.pp > 1) {
+      s.pipeline_nccl = comm::make_nccl_communicator(s.mesh->group(comm::MeshDim::pp), *s.device);
+      s.pipeline = s.pipeline_nccl.get();
+    }
+    if (shape.pp > 1) {
+      // The first and the last stage (of one dp replica and tp rank) share the embeddings' unit:
+      // its gradients are summed over the two. Every rank takes part in the split; the middle
+      // stages get a group of their own, unused.
+      const bool ends = stage.first() || stage.last();
+      const int key = coords[static_cast<size_t>(comm::MeshDim::pp)];
+      const int color = ends ? s.dp_rank * shape.tp + coords[static_cast<size_t>(comm::MeshDim::tp)]
+                             : s.world_size + s.rank;
+      s.tie_mpi = s.session->world().split(color, key, "tie");
+      if (ends) s.tie = s.tie_mpi.get();
+      if (ends && cuda) {
+        s.tie_nccl = comm::make_nccl_communicator(*s.tie_mpi, *s.device);
+        s.tie = s.tie_nccl.get();
+      }
     }
   }
   s.model = std::make_unique<nn::GPT>(s.model_config, *s.allocator, parallel);
 
   // Every rank builds the same initial weights (same seed, or the same checkpoint) and keeps its
-  // tensor-parallel pieces, so no broadcast is needed; the store keeps what each rank owns.
+  // stage's tensors and tensor-parallel pieces, so no broadcast is needed; the store keeps what
+  // each rank owns.
   const nn::ParamLayout& layout = s.model->layout();
   std::vector<float> host(layout.total_numel());  // (total_numel) fp32
   if (config_.load_checkpoint.empty()) {
     nn::init_gpt2_params(layout, s.model_config, config_.seed, host.data());
-  } else if (layout.tp().size == 1) {
+  } else if (layout.tp().size == 1 && stage.stages == 1) {
     load_checkpoint(config_.load_checkpoint, layout, host.data());
   } else {
     const nn::ParamLayout full_layout(s.model_config);
@@ -289,6 +344,8 @@ void Trainer::build() {
   if (s.session) {
     zero::StoreConfig store_config = store_config_from(config_);
     UnitGrouping grouping = group_units(layout, static_cast<size_t>(config_.blocks_per_unit));
+    if (s.tie)
+      for (zero::UnitSpec& spec : grouping.specs) spec.tied = spec.name == "embeddings";
     comm::Communicator* partition = &s.mesh->partition_group();
     if (s.device->kind() == DeviceKind::cuda && s.mesh->partition_group().size() > 1) {
       // Device buffers go to NCCL directly instead of being staged through host memory for MPI.
@@ -296,12 +353,15 @@ void Trainer::build() {
       partition = s.partition_nccl.get();
     }
     // The gradient norm covers the whole model: summed over the tensor-parallel group, where the
-    // replicated tensors (equal on every tp rank) count once.
+    // replicated tensors (equal on every tp rank) count once, and over the pipeline's stages,
+    // where the embeddings the first and last stage share count once.
     zero::StoreGroups groups;
     if (shape.tp > 1) {
       groups.model_parallel.push_back(parallel.tensor_parallel);
       groups.replica = parallel.tensor_parallel;
     }
+    if (shape.pp > 1) groups.model_parallel.push_back(s.pipeline);
+    groups.tie = s.tie;
     s.store = std::make_unique<zero::PartitionStore>(grouping.specs, store_config,
                                                      adamw_config_from(config_.optimizer),
                                                      *partition, *s.allocator, groups);
@@ -360,7 +420,12 @@ std::unique_ptr<profile::ProfileRecorder> make_recorder(const TrainConfig& c, bo
   const size_t tp = model.tensor_parallel();
   info.extra["tensor_parallel"] = std::to_string(tp);
   info.extra["sequence_parallel"] = model.sequence_parallel() ? "on" : "off";
-  if (tp > 1)
+  if (model.stage().stages > 1) {
+    info.extra["pipeline_parallel"] = std::to_string(model.stage().stages);
+    info.extra["pipeline_stage"] = model.stage().str();
+    info.extra["pipeline_schedule"] = c.pipeline_schedule;
+  }
+  if (tp > 1 || model.stage().stages > 1)
     info.extra["parameters_whole_model"] =
         std::to_string(nn::ParamLayout(model.config()).parameter_count());
   recorder->set_run_info(info);
@@ -379,12 +444,20 @@ std::unique_ptr<profile::ProfileRecorder> make_recorder(const TrainConfig& c, bo
   recorder->set_placements(rows);
   profile::WorldLayout world;
   world.tp = static_cast<int>(tp);
-  world.dp = ranks / world.tp;
+  world.pp = static_cast<int>(model.stage().stages);
+  world.dp = ranks / (world.tp * world.pp);
+  const auto B = static_cast<size_t>(c.micro_batch_size), T = static_cast<size_t>(c.seq_len);
+  // Under pipeline parallelism the schedule's micro-batches in flight, each the stage's blocks.
+  const size_t activations =
+      world.pp > 1
+          ? PipelineExecutor::activation_bytes_for(
+                model.config(), model.dims(B, T), model.stage(),
+                nn::pipeline_schedule_from_name(c.pipeline_schedule),
+                static_cast<size_t>(c.gradient_accumulation_steps), c.activation_checkpointing)
+          : nn::GPT::activation_bytes_for(model.config(), B, T, c.activation_checkpointing, tp,
+                                          model.sequence_parallel());
   const profile::Estimate e = profile::estimate(estimate_input_from(
-      c, units_from_layout(layout, static_cast<size_t>(c.blocks_per_unit)), world,
-      nn::GPT::activation_bytes_for(model.config(), static_cast<size_t>(c.micro_batch_size),
-                                    static_cast<size_t>(c.seq_len), c.activation_checkpointing, tp,
-                                    model.sequence_parallel())));
+      c, units_from_layout(layout, static_cast<size_t>(c.blocks_per_unit)), world, activations));
   profile::TierCategoryBytes predicted{};
   for (size_t t = 0; t < kNumTiers; ++t)
     for (size_t k = 0; k < kNumCategories; ++k)
@@ -410,20 +483,24 @@ void group_sum(comm::Communicator& group, float* values, size_t count) {
 // divides out); every rank runs the same number of evaluations (surplus ones are not counted)
 // because each one gathers parameters at stage 3 and runs the tensor-parallel collectives.
 double validate(nn::GPT& model, nn::ParamProvider& params, zero::PartitionStore* store,
-                DataLoader& loader, size_t batches, size_t B, size_t T, int rank, int world_size,
-                comm::Communicator* group) {
+                PipelineExecutor* pipe, DataLoader& loader, size_t batches, size_t B, size_t T,
+                int rank, int world_size, comm::Communicator* group) {
   if (store) store->begin_pass(zero::PassKind::eval);  // not in the training trace
   std::vector<int32_t> x(B * T), y(B * T);             // (B, T) each
   loader.reset();
   const auto w = static_cast<size_t>(world_size);
   const size_t rounds = (batches + w - 1) / w;
+  // Under pipeline parallelism only the last stage has a loss; the others count nothing.
+  const bool has_loss = model.stage().last();
   double sum = 0.0;
   size_t counted = 0;
   for (size_t k = 0; k < rounds; ++k) {
     loader.next_batch(x.data(), y.data());
-    const float loss = model.evaluate(params, x.data(), y.data(), B, T);
-    if (static_cast<size_t>(rank) + k * w < batches) {
-      sum += static_cast<double>(loss);
+    const double loss = pipe
+                            ? pipe->evaluate(params, x.data(), y.data())
+                            : static_cast<double>(model.evaluate(params, x.data(), y.data(), B, T));
+    if (has_loss && static_cast<size_t>(rank) + k * w < batches) {
+      sum += loss;
       ++counted;
     }
   }
@@ -433,8 +510,9 @@ double validate(nn::GPT& model, nn::ParamProvider& params, zero::PartitionStore*
   return static_cast<double>(totals[0]) / static_cast<double>(totals[1]);
 }
 
-// This rank's tracked bytes per tier and category (see Trainer::run).
-void write_memory_json(const std::string& path, int rank, int ranks) {
+// This rank's tracked bytes per tier and category (see Trainer::run); `pipeline`: a JSON object
+// describing the rank's pipeline stage and its activation bound, or empty.
+void write_memory_json(const std::string& path, int rank, int ranks, const std::string& pipeline) {
   const std::string file = rank == 0 ? path : path + ".rank" + std::to_string(rank);
   const MemoryTracker& t = MemoryTracker::global();
   std::string json = "{\"rank\": " + std::to_string(rank) +
@@ -450,7 +528,9 @@ void write_memory_json(const std::string& path, int rank, int ranks) {
     }
     json += "}";
   }
-  json += "}}\n";
+  json += "}";
+  if (!pipeline.empty()) json += ", \"pipeline\": " + pipeline;
+  json += "}\n";
   std::FILE* f = std::fopen(file.c_str(), "w");
   TZ_CHECK(f != nullptr, "cannot open the memory file '" + file + "': " + std::strerror(errno),
            "check that the directory exists and is writable");
@@ -486,6 +566,46 @@ void print_rank_memory_summary(std::FILE* out, int rank, const MemoryTracker& tr
 }
 
 }  // namespace
+
+// Rank 0 writes the whole model from the pieces of data-parallel replica 0: every stage's tensors
+// from each of its tensor-parallel ranks, sent to rank 0 (host buffers, MPI) in chunks a count of
+// MPI's int holds. The first stage's embeddings win over the last stage's tied copy (they are
+// equal: their gradients are summed every step). The other replicas hold the same.
+void Trainer::save_parallel_checkpoint(const std::vector<float>& host) {
+  State& s = *state_;
+  comm::Communicator& world = s.session->world();
+  constexpr size_t kChunk = size_t{1} << 28;  // elements per message
+  const int tag = 7;
+  if (s.rank != 0) {
+    for (size_t at = 0; at < host.size(); at += kChunk)
+      world.send(host.data() + at, std::min(kChunk, host.size() - at), DType::f32, 0, tag);
+    return;
+  }
+  const comm::MeshLayout& mesh = s.mesh->layout();
+  const auto tp = static_cast<size_t>(mesh.shape().tp);
+  const nn::ParamLayout full_layout(s.model_config);
+  std::vector<float> full(full_layout.total_numel(), 0.0f);  // (whole model) fp32
+  for (size_t st = s.stages.size(); st-- > 0;) {
+    const nn::ParamLayout stage_layout =
+        nn::stage_param_layout(s.model_config, s.stages[st], nn::TensorParallel{tp, 0});
+    const size_t n = stage_layout.total_numel();
+    std::vector<float> all(n * tp);  // (tp, n) the stage's tp ranks' buffers
+    for (size_t t = 0; t < tp; ++t) {
+      comm::MeshCoord c{};
+      c[static_cast<size_t>(comm::MeshDim::tp)] = static_cast<int>(t);
+      c[static_cast<size_t>(comm::MeshDim::pp)] = static_cast<int>(st);
+      const int from = mesh.rank_of(c);
+      if (from == 0) {
+        std::copy(host.begin(), host.end(), all.begin());
+        continue;
+      }
+      for (size_t at = 0; at < n; at += kChunk)
+        world.recv(all.data() + t * n + at, std::min(kChunk, n - at), DType::f32, from, tag);
+    }
+    nn::assemble_full_params(stage_layout, all.data(), full_layout, full.data());
+  }
+  save_checkpoint(config_.save_checkpoint, s.model_config, full_layout, full.data());
+}
 
 TrainResult Trainer::run(std::FILE* out, const std::string& metrics_path,
                          const std::string& memory_json_path) {
@@ -539,6 +659,9 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
                    s.model->tensor_parallel(),
                    s.model->sequence_parallel() ? " with sequence parallelism" : "",
                    s.model->layout().parameter_count());
+    if (s.model->stage().stages > 1)
+      std::fprintf(out, ", pipeline-parallel %zu (%s, %s)", s.model->stage().stages,
+                   config_.pipeline_schedule.c_str(), s.model->stage().str().c_str());
     if (config_.activation_checkpointing) std::fprintf(out, ", activation checkpointing");
     std::fprintf(out, "\n");
   }
@@ -551,6 +674,14 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
     profiled = std::make_unique<ProfilingProvider>(params, *recorder);
   }
   nn::ParamProvider& step_params = profiled ? static_cast<nn::ParamProvider&>(*profiled) : params;
+  // Pipeline parallelism: the stage's micro-batches (gradient_accumulation_steps of them) run in
+  // the schedule's order with the transfers between stages.
+  std::unique_ptr<PipelineExecutor> pipe;
+  if (s.model->stage().stages > 1)
+    pipe = std::make_unique<PipelineExecutor>(
+        *s.model, s.pipeline, nn::pipeline_schedule_from_name(config_.pipeline_schedule),
+        static_cast<size_t>(accum), B, T);
+  std::vector<std::vector<int32_t>> xs, ys;  // (micro-batches, B, T) for the pipeline
 
   LossScaler scaler(config_.fp16_scaling, config_.fp16);
   std::vector<int32_t> x(B * T), y(B * T);  // (B, T) inputs and targets
@@ -563,15 +694,25 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
     else
       s.params->zero_grads();
     double loss = 0.0;
-    for (int64_t micro = 0; micro < accum; ++micro) {
-      s.train_loader->next_batch(x.data(), y.data());
+    // fp16: the gradients carry the loss scale; the store divides it out.
+    const auto grad_scale = static_cast<float>(scaler.scale() / static_cast<double>(accum));
+    if (pipe) {
+      xs.assign(static_cast<size_t>(accum), std::vector<int32_t>(B * T));
+      ys.assign(static_cast<size_t>(accum), std::vector<int32_t>(B * T));
+      for (int64_t micro = 0; micro < accum; ++micro)
+        s.train_loader->next_batch(xs[static_cast<size_t>(micro)].data(),
+                                   ys[static_cast<size_t>(micro)].data());
       if (profiled) profiled->begin_pass(profile::Phase::forward);
-      // fp16: the gradients carry the loss scale; the store divides it out.
-      const auto grad_scale = static_cast<float>(scaler.scale() / static_cast<double>(accum));
-      loss += static_cast<double>(
-          s.model->forward_backward(step_params, x.data(), y.data(), B, T, grad_scale));
+      loss = pipe->train(step_params, xs, ys, grad_scale);  // the last stage's; 0 elsewhere
+    } else {
+      for (int64_t micro = 0; micro < accum; ++micro) {
+        s.train_loader->next_batch(x.data(), y.data());
+        if (profiled) profiled->begin_pass(profile::Phase::forward);
+        loss += static_cast<double>(
+            s.model->forward_backward(step_params, x.data(), y.data(), B, T, grad_scale));
+      }
+      loss /= static_cast<double>(accum);
     }
-    loss /= static_cast<double>(accum);
     if (recorder) {
       recorder->set_phase(profile::Phase::optimizer);
       recorder->set_unit(-1);
@@ -586,10 +727,12 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
                      static_cast<long long>(step + 1), scaler.scale());
       scaler.update(st.skipped);
       // Every rank's loss is the mean over its own tokens, and every rank has as many: the
-      // global loss is the mean over ranks (a tensor-parallel group's ranks hold the same one).
+      // global loss is the mean over ranks (a tensor-parallel group's ranks hold the same one;
+      // only the last pipeline stage has one, the others add 0).
       float sum = static_cast<float>(loss);
       group_sum(*group, &sum, 1);
-      loss = static_cast<double>(sum) / static_cast<double>(s.world_size);
+      loss = static_cast<double>(sum) /
+             static_cast<double>(s.world_size / static_cast<int>(s.model->stage().stages));
     } else {
       grad_norm = s.optimizer->step(*s.params, lr, config_.gradient_clipping).grad_norm;
     }
@@ -643,7 +786,7 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
     if (s.val_loader && config_.val_every > 0 && (step + 1) % config_.val_every == 0 &&
         step + 1 < config_.steps && config_.val_batches > 0) {
       double v =
-          validate(*s.model, params, s.store.get(), *s.val_loader,
+          validate(*s.model, params, s.store.get(), pipe.get(), *s.val_loader,
                    static_cast<size_t>(config_.val_batches), B, T, s.dp_rank, s.dp_size, group);
       if (out)
         std::fprintf(out, "val loss %.4f at step %lld\n", v, static_cast<long long>(step + 1));
@@ -651,7 +794,7 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
   }
   if (s.val_loader && config_.val_batches > 0) {
     result.val_loss =
-        validate(*s.model, params, s.store.get(), *s.val_loader,
+        validate(*s.model, params, s.store.get(), pipe.get(), *s.val_loader,
                  static_cast<size_t>(config_.val_batches), B, T, s.dp_rank, s.dp_size, group);
     // One write for the whole line: other ranks' output may share the terminal.
     char line[160];
@@ -674,34 +817,36 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
                      CopyKind::device_to_host, s.device->default_stream());
       s.device->default_stream().synchronize();
     }
-    if (layout.tp().size == 1) {
+    if (layout.tp().size == 1 && s.model->stage().stages == 1) {
       if (s.rank == 0)
         save_checkpoint(config_.save_checkpoint, s.model_config, layout, host.data());
     } else if (s.dp_rank == 0) {
-      // The whole tensors from the pieces of rank 0's tensor-parallel group (host buffers: MPI),
-      // sent to rank 0 in chunks a count of MPI's int holds; the other replicas hold the same.
-      comm::Communicator& tp_group = s.mesh->group(comm::MeshDim::tp);
-      const size_t n = layout.total_numel();
-      constexpr size_t kChunk = size_t{1} << 28;  // elements per message
-      if (tp_group.rank() == 0) {
-        std::vector<float> all(n * layout.tp().size);  // (tp, total_numel)
-        std::copy(host.begin(), host.end(), all.begin());
-        for (int r = 1; r < tp_group.size(); ++r)
-          for (size_t at = 0; at < n; at += kChunk)
-            tp_group.recv(all.data() + static_cast<size_t>(r) * n + at, std::min(kChunk, n - at),
-                          DType::f32, r);
-        const nn::ParamLayout full_layout(s.model_config);
-        std::vector<float> full(full_layout.total_numel());  // (whole model) fp32
-        nn::assemble_full_params(layout, all.data(), full_layout, full.data());
-        save_checkpoint(config_.save_checkpoint, s.model_config, full_layout, full.data());
-      } else {
-        for (size_t at = 0; at < n; at += kChunk)
-          tp_group.send(host.data() + at, std::min(kChunk, n - at), DType::f32, 0);
-      }
+      save_parallel_checkpoint(host);
     }
     if (out) std::fprintf(out, "saved checkpoint '%s'\n", config_.save_checkpoint.c_str());
   }
-  if (!memory_json_path.empty()) write_memory_json(memory_json_path, s.rank, s.world_size);
+  if (!memory_json_path.empty()) {
+    // Under pipeline parallelism the stage and what its activations should be: the model's
+    // scratch plus one stage micro-batch's activations per micro-batch the schedule keeps in
+    // flight (the tests check the tracker's measured peak against it).
+    std::string pipeline;
+    if (pipe) {
+      const nn::PipelineStage& st = s.model->stage();
+      const nn::ActivationDims dims = s.model->dims(B, T);
+      const bool ckpt = config_.activation_checkpointing;
+      pipeline = "{\"stage\": " + std::to_string(st.stage) +
+                 ", \"stages\": " + std::to_string(st.stages) + ", \"schedule\": \"" +
+                 config_.pipeline_schedule + "\", \"micro_batches\": " + std::to_string(accum) +
+                 ", \"first_block\": " + std::to_string(st.first_block) +
+                 ", \"blocks\": " + std::to_string(st.num_blocks) +
+                 ", \"in_flight\": " + std::to_string(pipe->slots()) +
+                 ", \"micro_batch_activation_bytes\": " +
+                 std::to_string(nn::GPT::micro_batch_bytes_for(s.model_config, dims, st, ckpt)) +
+                 ", \"scratch_activation_bytes\": " +
+                 std::to_string(nn::ModelScratch::bytes_for(dims, ckpt)) + "}";
+    }
+    write_memory_json(memory_json_path, s.rank, s.world_size, pipeline);
+  }
   if (recorder) {
     const std::string file =
         s.rank == 0 ? profile_path_ : profile_path_ + ".rank" + std::to_string(s.rank);

@@ -1,5 +1,6 @@
 #!/bin/sh
-# Bad tensor-parallel settings are a clear error before any rank allocates (issue 14): each case
+# Bad tensor- and pipeline-parallel settings are a clear error before any rank allocates (issues
+# 14, 15): each case
 # must exit non-zero within the time limit, print the expected message, and print no step (the
 # trainer checks the split right after reading the config, before data, device and model).
 # usage: run_tp_errors.sh <tierzero> <mpiexec command...>
@@ -9,12 +10,13 @@ trap 'rm -rf "$dir"' EXIT
 fail=0
 
 # expect <name> <ranks> <expected text> <tp> <sp> <micro_batch> <seq_len> <n_head> <vocab>
+#        [<n_layer> <more tierzero keys>]
 expect() {
   cat > "$dir/$1.json" <<JSON
 {"train_micro_batch_size_per_gpu": $6,
  "tierzero": {"steps": 2, "seq_len": $7, "threads": 1, "tensor_parallel": $4,
-              "sequence_parallel": $5,
-              "model": {"vocab_size": $9, "n_layer": 1, "n_head": $8, "n_embd": 48,
+              "sequence_parallel": $5 ${11},
+              "model": {"vocab_size": $9, "n_layer": ${10:-1}, "n_head": $8, "n_embd": 48,
                         "context_length": 16}}}
 JSON
   if [ "$2" -gt 1 ]; then
@@ -41,5 +43,12 @@ expect heads        2     "does not split over tp=2 in whole groups"  2  false 2
 expect sp_tokens    2     "tokens (micro-batch 1 x seq_len 3)"        2  true  1  3  4    257
 # 400 pads to 512, which 3 does not divide
 expect vocab        3     "tensor wte (512, 48): dim 0 (512) does not split over tp=3" 3 false 2 16 3 400
+# Pipeline parallelism: the world, the blocks, the stage list and the schedule.
+expect pp_not_world 3     "x pipeline_parallel 2 does not divide the 3 rank(s)" 1 false 2 16 4 257 2 ', "pipeline_parallel": 2'
+expect pp_blocks    2     "pipeline_parallel 2 exceeds the model's 1 transformer blocks" 1 false 2 16 4 257 1 ', "pipeline_parallel": 2'
+expect pp_list_sum  2     "pipeline_stages" 1 false 2 16 4 257 3 ', "pipeline_parallel": 2, "pipeline_stages": [1, 1]'
+expect pp_list_len  2     "pipeline_stages" 1 false 2 16 4 257 3 ', "pipeline_parallel": 2, "pipeline_stages": [3]'
+expect pp_interleaved 2   "virtual stages (several model chunks per rank) are not" 1 false 2 16 4 257 2 ', "pipeline_parallel": 2, "pipeline_schedule": "interleaved"'
+expect pp_schedule  2     "pipeline_schedule" 1 false 2 16 4 257 2 ', "pipeline_parallel": 2, "pipeline_schedule": "zigzag"'
 [ $fail -eq 0 ] && echo "run_tp_errors: OK"
 exit $fail

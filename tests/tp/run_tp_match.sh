@@ -1,5 +1,6 @@
 #!/bin/sh
-# Tensor parallelism end to end with the real binary (issue 14): <ranks> ranks as dp x <tp>
+# Tensor and pipeline parallelism end to end with the real binary (issues 14, 15): <ranks> ranks
+# as dp x <tp> x TZ_PP (pipeline stages, default 1)
 # (sequence parallelism <sp>: true/false) at ZeRO stage <stage> train 10 steps with micro-batch 2
 # and gradient clipping, against one rank at stage 0 with micro-batch 2 x dp (the data loader's
 # replica stride gives both the same tokens per step). Every step's loss and gradient norm (the
@@ -11,6 +12,9 @@
 # (parameters and optimizer states on NVMe at stage 3, optimizer only below), ckpt (activation
 # checkpointing). TIERZERO_TEST_DEVICE (e.g. cuda) runs both on that device; where it cannot be
 # opened the script prints "no CUDA device" and exits 0 (CTest: skipped).
+# Pipeline runs (TZ_PP > 1) take TZ_SCHEDULE (gpipe or 1f1b) and TZ_MICRO_BATCHES micro-batches
+# per step (the reference accumulates as many), and every rank's activation peak must be exactly
+# its schedule's in-flight bound. TZ_LAYERS: the model's blocks (default 2; pp 4 needs 4).
 # usage: run_tp_match.sh <tierzero> <tp_match_check> <ranks> <tp> <sp> <stage> <variant> <tol>
 #                        <ratio> <mpiexec command...>
 tierzero=$1; check=$2; ranks=$3; tp=$4; sp=$5; stage=$6; variant=$7; tol=$8; ratio=$9
@@ -18,7 +22,9 @@ shift 9
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 . "$(dirname "$0")/../test_device_args.sh"
-dp=$((ranks / tp))
+pp=${TZ_PP:-1}; schedule=${TZ_SCHEDULE:-1f1b}; micro=${TZ_MICRO_BATCHES:-1}
+layers=${TZ_LAYERS:-2}
+dp=$((ranks / (tp * pp)))
 ref_batch=$((2 * dp))
 
 nvme() { echo "{\"device\": \"nvme\", \"nvme_path\": \"$dir\", \"buffer_size\": 30000}"; }
@@ -31,20 +37,22 @@ case "$variant" in
   *) echo "unknown variant $variant"; exit 2 ;;
 esac
 
-# write_config <file> <stage> <micro_batch> <offload> <checkpointing> <tp> <sp>: persistence
+# write_config <file> <stage> <micro_batch> <offload> <checkpointing> <tp> <sp> <pp>: persistence
 # threshold 0 so that stage 3 really gathers and releases every unit; 4 heads so tp 2 and 4 split.
 write_config() {
   cat > "$1" <<JSON
 {"train_micro_batch_size_per_gpu": $3, "gradient_clipping": 0.5,
+ "gradient_accumulation_steps": $micro,
  "zero_optimization": {"stage": $2, "stage3_param_persistence_threshold": 0 $4},
  "tierzero": {"steps": 10, "seq_len": 16, "seed": 7, "threads": 1, "val_batches": 2,
               "activation_checkpointing": $5, "tensor_parallel": $6, "sequence_parallel": $7,
-              "model": {"vocab_size": 257, "n_layer": 2, "n_head": 4, "n_embd": 64,
+              "pipeline_parallel": $8, "pipeline_schedule": "$schedule",
+              "model": {"vocab_size": 257, "n_layer": $layers, "n_head": 4, "n_embd": 64,
                         "context_length": 16}}}
 JSON
 }
-write_config "$dir/ref.json" 0 "$ref_batch" "" false 1 false
-write_config "$dir/tp.json" "$stage" 2 "$offload" "$ckpt" "$tp" "$sp"
+write_config "$dir/ref.json" 0 "$ref_batch" "" false 1 false 1
+write_config "$dir/tp.json" "$stage" 2 "$offload" "$ckpt" "$tp" "$sp" "$pp"
 echo "variant $variant: $(cat "$dir/tp.json")"
 
 echo "reference: one rank, stage 0, micro-batch $ref_batch ${device_args}"
@@ -58,7 +66,7 @@ if ! timeout -k 5 180 "$tierzero" train --config "$dir/ref.json" --metrics "$dir
   exit 1
 fi
 cat "$dir/ref.out"
-echo "tensor parallel: $* -n $ranks, dp $dp x tp $tp, sequence parallel $sp, stage $stage"
+echo "parallel: $* -n $ranks, dp $dp x tp $tp x pp $pp ($schedule, $micro micro-batches), sequence parallel $sp, stage $stage"
 timeout -k 5 300 "$@" -n "$ranks" "$tierzero" train --config "$dir/tp.json" \
   --metrics "$dir/tp.jsonl" --save "$dir/tp.bin" --memory-json "$dir/tp.mem.json" \
   $device_args || exit 1
@@ -71,7 +79,7 @@ for f in loss grad_norm; do
   paste "$dir/ref.$f" "$dir/tp.$f" | awk -v tol="$tol" -v what="$f" '
     function abs(v) { return v < 0 ? -v : v }
     { n++; d = abs($1 - $2); r = d / abs($1);
-      printf "step %d: reference %s %.9f, tensor-parallel %.9f, abs err %.3g, rel err %.3g\n", n, what, $1, $2, d, r;
+      printf "step %d: reference %s %.9f, parallel %.9f, abs err %.3g, rel err %.3g\n", n, what, $1, $2, d, r;
       if (d > max_abs) max_abs = d; if (r > max_rel) max_rel = r }
     END {
       printf "%s: max abs err %.3g, max rel err %.3g over %d steps (tolerance %g relative)\n", what, max_abs, max_rel, n, tol;
@@ -83,6 +91,9 @@ if [ "$stage" -eq 0 ]; then
   "$check" param-ratio "$dir/ref.mem.json" "$dir/tp.mem.json" "$ratio" || fail=1
 else
   "$check" param-ratio "$dir/ref.mem.json" "$dir/tp.mem.json" 1e9 || fail=1
+fi
+if [ "$pp" -gt 1 ]; then
+  "$check" pipeline-activations "$dir/tp.mem.json" "$ranks" || fail=1
 fi
 [ $fail -eq 0 ] && echo "run_tp_match: OK"
 exit $fail

@@ -1,9 +1,12 @@
-// Checks for the tensor-parallel end-to-end tests (run_tp_match.sh):
+// Checks for the tensor- and pipeline-parallel end-to-end tests (run_tp_match.sh):
 //   checkpoints <reference> <candidate> <atol> <rtol>: two llm.c checkpoints (256-int header,
 //     then fp32 parameters) hold the same model and every parameter agrees within
 //     atol + rtol * |reference|; prints the max absolute and relative error.
 //   param-ratio <reference memory json> <candidate memory json> <max ratio>: the candidate
 //     rank's parameter bytes (every tier, peak) over the reference's are at most max ratio.
+//   pipeline-activations <memory json> <ranks>: every rank's micro-batches in flight are its
+//     pipeline schedule's bound and its measured activation peak is exactly what they hold.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -83,6 +86,47 @@ int param_ratio(const char* ref_path, const char* cand_path, double max_ratio) {
   return cand / ref <= max_ratio ? 0 : 1;
 }
 
+// Every rank's memory file (the path, then path.rankR) of a pipeline-parallel run: the
+// micro-batches its executor keeps in flight are the schedule's bound, computed here from the
+// schedule's definition (GPipe: all m; 1F1B: the p - stage warm-up and steady micro-batches, at
+// most m), and the tracker's measured activation peak is exactly the model's scratch plus that
+// many of the stage's micro-batch activations.
+int pipeline_activations(const char* path, int ranks) {
+  int bad = 0;
+  for (int r = 0; r < ranks; ++r) {
+    const std::string file =
+        r == 0 ? std::string(path) : std::string(path) + ".rank" + std::to_string(r);
+    std::ifstream in(file);
+    if (!in) {
+      std::fprintf(stderr, "cannot read %s\n", file.c_str());
+      return 2;
+    }
+    const nlohmann::json j = nlohmann::json::parse(in);
+    if (!j.contains("pipeline")) {
+      std::fprintf(stderr, "%s has no pipeline section\n", file.c_str());
+      return 2;
+    }
+    const nlohmann::json& p = j.at("pipeline");
+    const auto stage = p.at("stage").get<size_t>(), stages = p.at("stages").get<size_t>();
+    const auto m = p.at("micro_batches").get<size_t>();
+    const std::string schedule = p.at("schedule").get<std::string>();
+    const size_t bound = schedule == "gpipe" ? m : std::min(stages - stage, m);
+    const auto in_flight = p.at("in_flight").get<size_t>();
+    const auto per_mb = p.at("micro_batch_activation_bytes").get<double>();
+    const auto scratch = p.at("scratch_activation_bytes").get<double>();
+    const double expected = scratch + static_cast<double>(bound) * per_mb;
+    const auto measured = j.at("tiers").at("device").at("activation").at("peak").get<double>();
+    const bool ok = in_flight == bound && measured == expected && per_mb > 0.0;
+    std::printf(
+        "rank %d, stage %zu of %zu (%s, m %zu, blocks %zu): %zu micro-batches in flight "
+        "(bound %zu); activation peak measured %.0f, scratch %.0f + %zu x %.0f = %.0f %s\n",
+        r, stage, stages, schedule.c_str(), m, p.at("blocks").get<size_t>(), in_flight, bound,
+        measured, scratch, bound, per_mb, expected, ok ? "ok" : "MISMATCH");
+    if (!ok) bad = 1;
+  }
+  return bad;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -90,8 +134,11 @@ int main(int argc, char** argv) {
   if (what == "checkpoints" && argc == 6)
     return compare_checkpoints(argv[2], argv[3], std::stod(argv[4]), std::stod(argv[5]));
   if (what == "param-ratio" && argc == 5) return param_ratio(argv[2], argv[3], std::stod(argv[4]));
+  if (what == "pipeline-activations" && argc == 4)
+    return pipeline_activations(argv[2], std::stoi(argv[3]));
   std::fprintf(stderr,
                "usage: tp_match_check checkpoints <ref> <candidate> <atol> <rtol>\n"
-               "       tp_match_check param-ratio <ref.json> <candidate.json> <max ratio>\n");
+               "       tp_match_check param-ratio <ref.json> <candidate.json> <max ratio>\n"
+               "       tp_match_check pipeline-activations <memory.json> <ranks>\n");
   return 2;
 }

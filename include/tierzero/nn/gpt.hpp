@@ -31,6 +31,7 @@
 #include "tierzero/nn/model_scratch.hpp"
 #include "tierzero/nn/param_layout.hpp"
 #include "tierzero/nn/param_provider.hpp"
+#include "tierzero/nn/pipeline_stage.hpp"
 #include "tierzero/nn/tensor_parallel_group.hpp"
 
 namespace tierzero::nn {
@@ -41,6 +42,12 @@ namespace tierzero::nn {
 void init_gpt2_params(const ParamLayout& layout, const GPTConfig& config, uint64_t seed,
                       float* host_params);  // (layout.total_numel())
 
+// The parameters a pipeline stage's rank holds (its units; the last stage's copy of the
+// embeddings' unit included) with tp's pieces: GPT(config, ..., {tp group, sp, stage}).layout()
+// without building the model.
+ParamLayout stage_param_layout(const GPTConfig& config, const PipelineStage& stage,
+                               const TensorParallel& tp);
+
 // How a GPT is split over ranks besides data parallelism.
 struct ModelParallel {
   // The tensor-parallel ranks (this rank's place is its rank in the group); null or a group of
@@ -49,6 +56,8 @@ struct ModelParallel {
   comm::Communicator* tensor_parallel = nullptr;
   // Megatron sequence parallelism on top of tensor parallelism (ignored without it).
   bool sequence_parallel = false;
+  // The pipeline stage this rank runs (partition_pipeline); stages 1: the whole model.
+  PipelineStage pipeline;
 };
 
 class GPT {
@@ -58,7 +67,10 @@ class GPT {
   GPT(const GPTConfig& config, DeviceAllocator& allocator, const ModelParallel& parallel = {});
 
   const GPTConfig& config() const { return config_; }
+  // This rank's parameters: its pipeline stage's units (the last stage also holds the embeddings'
+  // unit, tied to the first stage's) with its tensor-parallel pieces.
   const ParamLayout& layout() const { return layout_; }
+  const PipelineStage& stage() const { return stage_; }
   size_t tensor_parallel() const { return layout_.tp().size; }
   bool sequence_parallel() const { return tp_ && tp_->sequence_parallel(); }
   // This rank's activation extents for a (B, T) micro-batch (throws as ActivationDims::of).
@@ -74,13 +86,18 @@ class GPT {
   // Activations for one (B, T) micro-batch in the current checkpointing mode.
   MicroBatch make_micro_batch(size_t B, size_t T);
   // Loads tokens and targets (host (B, T) arrays; targets may be null: logits only) into mb and
-  // runs the forward up to the logits.
+  // runs the forward up to the logits. A pipeline stage runs its modules only: after the first,
+  // the caller has put the previous stage's output into mb.stage_input(); before the last, the
+  // stage's output is in mb.stage_output() afterwards.
   void forward(MicroBatch& mb, ParamProvider& params, const int32_t* tokens,
                const int32_t* targets);
   // After forward(mb) with targets: the loss's backward, accumulating (+=) grad_scale *
   // d(mean loss of mb) into the provider's gradients. mb's logits then hold their gradient.
+  // Before the last pipeline stage the caller has put the gradient of the stage's output into
+  // mb.dresidual() instead; after the first, mb.dresidual() holds that of its input afterwards.
   void backward(MicroBatch& mb, ParamProvider& params, float grad_scale);
   // Mean cross-entropy of mb (computed here if the backward has not); throws when not finite.
+  // Last pipeline stage only.
   float loss(MicroBatch& mb);
 
   // ---- the facade: one cached micro-batch ----
@@ -107,6 +124,8 @@ class GPT {
   // shape (logits() is invalid until the next evaluate()); micro-batches made before the change
   // are refused.
   void set_activation_checkpointing(bool on);
+  // Waits until the model's work issued so far has run (before another engine reads its buffers).
+  void sync() { device_.default_stream().synchronize(); }
   bool activation_checkpointing() const { return checkpointing_; }
   // Exactly the activation bytes of one micro-batch in flight for (B, T) in the given mode: a
   // MicroBatch plus the model's scratch, the sum of DeviceAllocator::round_size over their
@@ -120,6 +139,9 @@ class GPT {
   static size_t micro_batch_bytes_for(const GPTConfig& config, size_t B, size_t T,
                                       bool checkpointing, size_t tp = 1,
                                       bool sequence_parallel = false);
+  // One micro-batch of a pipeline stage (its blocks; the logits on the last stage only).
+  static size_t micro_batch_bytes_for(const GPTConfig& config, const ActivationDims& dims,
+                                      const PipelineStage& stage, bool checkpointing);
   static size_t scratch_bytes_for(const GPTConfig& config, size_t B, size_t T, bool checkpointing,
                                   size_t tp = 1, bool sequence_parallel = false);
 
@@ -137,7 +159,9 @@ class GPT {
   float* output_grad_of(MicroBatch& mb, size_t i) const;
 
   GPTConfig config_;
-  ModuleList modules_;
+  PipelineStage stage_;
+  size_t num_modules_;  // the whole model's top-level modules (indices in a MicroBatch)
+  ModuleList modules_;  // this stage's, in forward order
   ParamLayout layout_;
   std::unique_ptr<TensorParallelGroup> tp_;  // null at tp 1
   std::vector<char> finishes_unit_;  // per module: last of its unit in the backward (grads_done)

@@ -13,6 +13,7 @@
 #include "tierzero/nn/activation_dims.hpp"
 #include "tierzero/nn/block_activations.hpp"
 #include "tierzero/nn/gpt_config.hpp"
+#include "tierzero/nn/pipeline_stage.hpp"
 
 namespace tierzero::nn {
 
@@ -20,12 +21,13 @@ class GPT;
 
 class MicroBatch {
  public:
-  // Allocates the activations of one micro-batch of `config` with this rank's dims d
-  // (Category::activation); with checkpointing only the blocks' inputs are kept (see
-  // BlockActivations). num_modules: the model's top-level modules, whose forward inputs it
-  // records.
+  // Allocates the activations of one micro-batch of `config` with this rank's dims d for the
+  // pipeline stage's blocks (Category::activation; the final norm's, the logits and losses on
+  // the last stage only); with checkpointing only the blocks' inputs are kept (see
+  // BlockActivations). num_modules: the whole model's top-level modules, whose forward inputs it
+  // records by index.
   MicroBatch(const GPTConfig& config, size_t num_modules, const ActivationDims& d,
-             bool checkpointing, DeviceAllocator& allocator);
+             const PipelineStage& stage, bool checkpointing, DeviceAllocator& allocator);
   MicroBatch(MicroBatch&&) = default;
   MicroBatch& operator=(MicroBatch&&) = default;
 
@@ -36,21 +38,30 @@ class MicroBatch {
   bool has_targets() const { return has_targets_; }
   // Bytes of its buffers as the MemoryTracker counts them; equals bytes_for(its shape).
   size_t activation_bytes() const { return bytes_; }
-  static size_t bytes_for(const GPTConfig& config, const ActivationDims& d, bool checkpointing);
+  static size_t bytes_for(const GPTConfig& config, const ActivationDims& d,
+                          const PipelineStage& stage, bool checkpointing);
+  const PipelineStage& stage() const { return stage_; }
 
   const int32_t* tokens() const;   // (B, T) device
   const int32_t* targets() const;  // (B, T) device
   // S: the stream's rows, dims().stream_tokens (B*T unless sequence parallel); Vl: this rank's
   // logit columns, dims().local_vocab (Vp unless tensor parallel).
   // The residual stream entering block i (i = 0: the embeddings' output; i = L: the last
-  // block's output). With checkpointing these are the checkpoints.
+  // block's output), for i from the stage's first block to one past its last. With
+  // checkpointing these are the checkpoints.
   float* residual(size_t i) const;  // (S, C)
+  // Pipeline boundaries: what a stage after the first receives before its forward, and what a
+  // stage before the last sends after it; the gradients go the other way through dresidual().
+  float* stage_input() const { return residual(stage_.first_block); }  // (S, C)
+  float* stage_output() const {
+    return residual(stage_.first_block + stage_.num_blocks);
+  }  // (S, C)
   // Block `layer`'s saved internals; without checkpointing only (then they live in scratch).
   BlockActs block(size_t layer) const;
-  float* lnf() const;  // (S, C) the final layernorm's output
+  float* lnf() const;  // (S, C) the final layernorm's output; last stage only
   LayerNormStats final_norm_stats() const;
-  float* logits() const;     // (B, T, Vl); the gradient of the logits after the backward
-  float* losses() const;     // (B, T)
+  float* logits() const;     // (B, T, Vl); the gradient of the logits after the backward (last)
+  float* losses() const;     // (B, T) (last stage)
   float* dresidual() const;  // (S, C) the residual stream's running gradient
 
   // A module's forward input, kept by reference for its backward (and checkpoint recompute).
@@ -58,13 +69,14 @@ class MicroBatch {
   const float* saved_input(size_t module) const;  // throws Error when never saved
 
  private:
-  friend class GPT;  // loads the batch and tracks the loss state
+  friend class GPT;                         // loads the batch and tracks the loss state
+  void check_last(const char* what) const;  // throws unless this is the last stage
   struct Buffers {
     DeviceBuffer tokens;      // (B, T) int32
     DeviceBuffer targets;     // (B, T) int32
-    DeviceBuffer encoded;     // (S, C) the embeddings' output, block 0's input
-    BlockActivations blocks;  // L blocks' internals; empty when checkpointing
-    DeviceBuffer residual3;   // (L, S, C) block outputs; the checkpoints when checkpointing
+    DeviceBuffer encoded;     // (S, C) the stage's input: the embeddings' output on the first
+    BlockActivations blocks;  // the stage's n blocks' internals; empty when checkpointing
+    DeviceBuffer residual3;   // (n, S, C) block outputs; the checkpoints when checkpointing
     DeviceBuffer lnf;         // (S, C)
     DeviceBuffer lnf_mean;    // (S)
     DeviceBuffer lnf_rstd;    // (S)
@@ -73,10 +85,11 @@ class MicroBatch {
     DeviceBuffer dresidual;   // (S, C)
   };
   static void visit(Buffers& b, const GPTConfig& config, const ActivationDims& d,
-                    bool checkpointing, const BufferVisitor& fn);
+                    const PipelineStage& stage, bool checkpointing, const BufferVisitor& fn);
 
   GPTConfig config_;
   ActivationDims dims_;
+  PipelineStage stage_;
   bool checkpointing_;
   Buffers buffers_;
   size_t bytes_ = 0;

@@ -54,6 +54,8 @@ class ParamLayout {
   const TensorParallel& tp() const { return tp_; }
   // The tensor of `kind` in block `layer` (-1 for non-block tensors).
   const ParamTensor& get(ParamKind kind, int layer = -1) const;
+  // The same, or null when this layout does not hold it (another pipeline stage's).
+  const ParamTensor* find(ParamKind kind, int layer = -1) const;
   // Index into units() of the unit called `name`; throws Error when there is none.
   size_t unit_index(const std::string& name) const;
   // Elements from the start of t's unit to t: where t sits in what acquire_params returns.

@@ -2,6 +2,8 @@
 // its pieces of every tensor (ParamLayout for its tp rank), while checkpoints and the one-rank
 // reference hold the whole tensors (ParamLayout at tp 1). Both directions go tensor by tensor
 // through the modules' TensorMeta, so a checkpoint written at one tp size loads at any other.
+// Tensors are matched by kind and layer, so the local layout may be a pipeline stage's (a part of
+// the model): assembling then fills only that stage's tensors of `full`.
 #pragma once
 
 #include "tierzero/nn/param_layout.hpp"

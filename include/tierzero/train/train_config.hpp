@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace tierzero::train {
 
@@ -148,6 +149,14 @@ struct TrainConfig {
   // Megatron sequence parallelism on top of it: the residual stream and layernorms hold only a
   // rank's share of the micro-batch's tokens (all-gather / reduce-scatter instead of all-reduce).
   bool sequence_parallel = false;
+  // Pipeline parallelism: stages the blocks are cut into (the world is dp x tensor_parallel x
+  // pipeline_parallel; a stage's ranks are farthest apart in the mesh). 1: none.
+  int64_t pipeline_parallel = 1;
+  // gpipe or 1f1b; gradient_accumulation_steps is the number of micro-batches per step.
+  std::string pipeline_schedule = "1f1b";
+  // Transformer blocks per stage (pipeline_parallel entries summing to n_layer); empty: balanced
+  // by parameters.
+  std::vector<int64_t> pipeline_stages;
 
   // The defaults, as a config file would state them (validated like any file).
   static TrainConfig defaults();

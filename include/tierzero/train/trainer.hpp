@@ -59,6 +59,9 @@ class Trainer {
 
  private:
   void build();  // everything after the MPI session: data, model, parameters, optimizer
+  // Under tensor or pipeline parallelism: data-parallel replica 0's pieces assembled on rank 0,
+  // which writes the whole model (collective over that replica; host: this rank's layout).
+  void save_parallel_checkpoint(const std::vector<float>& host);
   TrainResult run_loop(std::FILE* out, const std::string& metrics_path,
                        const std::string& memory_json_path);
   struct State;

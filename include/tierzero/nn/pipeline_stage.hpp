@@ -1,0 +1,39 @@
+// PipelineStage: which part of the GPT one pipeline-parallel rank runs — a contiguous run of
+// transformer blocks, plus the embedding on the first stage and the final norm and tied head on
+// the last (which also holds a copy of the embeddings' unit, tied to the first stage's: its
+// gradients are summed over the two before each step). partition_pipeline cuts the blocks into
+// stages, balanced by the parameters each stage holds or as the user lists them.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "tierzero/nn/gpt_config.hpp"
+
+namespace tierzero::nn {
+
+struct PipelineStage {
+  size_t stages = 1;
+  size_t stage = 0;
+  size_t first_block = 0;  // the stage's first transformer block (global index)
+  size_t num_blocks = 0;   // its blocks; the whole model's when stages == 1 (see whole())
+  bool first() const { return stage == 0; }
+  bool last() const { return stage + 1 == stages; }
+  bool holds_block(size_t layer) const {
+    return layer >= first_block && layer < first_block + num_blocks;
+  }
+  std::string str() const;  // "stage 1 of 4: blocks 3-5"
+  // The one stage of an unpipelined model of `config`.
+  static PipelineStage whole(const GPTConfig& config);
+};
+
+// Every stage of a `stages`-way pipeline of config's L blocks. blocks_per_stage: the blocks of
+// each stage (stages entries, each >= 1, summing to L); empty: balanced so that the largest
+// stage's parameters are as few as they can be (the embeddings count on the first and, as the
+// tied copy, on the last stage; the final norm on the last). Throws Error naming the problem when
+// stages is 0 or above L, or the list does not fit.
+std::vector<PipelineStage> partition_pipeline(const GPTConfig& config, size_t stages,
+                                              const std::vector<size_t>& blocks_per_stage = {});
+
+}  // namespace tierzero::nn
