@@ -72,6 +72,7 @@ nlohmann::json config_json(const PlanFlags& f, const nn::GPTConfig& m, size_t se
                    {"activation_checkpointing", c.checkpointing},
                    {"tensor_parallel", f.world.tp > 0 ? f.world.tp : 1},
                    {"sequence_parallel", f.world.sequence_parallel},
+                   {"pipeline_parallel", f.world.pp > 0 ? f.world.pp : 1},
                    {"device_memory_budget_gb", static_cast<double>(f.device_mem) / 1073741824.0}};
   return j;
 }
@@ -102,7 +103,8 @@ int run_plan(const PlanFlags& f) {
            "choose a sequence length that is a multiple of the tensor-parallel size");
   profile::PlanRequest req;
   const train::TrainConfig defaults = train::TrainConfig::defaults();
-  req.base.units = model_units(model, 1, static_cast<size_t>(world.tp));
+  req.base.units =
+      model_units(model, 1, static_cast<size_t>(world.tp), static_cast<size_t>(world.pp));
   req.base.world = world;
   req.base.placement.nvme_chunk_elems =
       static_cast<size_t>(defaults.zero.offload_optimizer.buffer_size);

@@ -8,9 +8,12 @@
 #include "tierzero/device/device_allocator.hpp"
 #include "tierzero/nn/gpt.hpp"
 #include "tierzero/nn/param_layout.hpp"
+#include "tierzero/nn/pipeline_schedule.hpp"
+#include "tierzero/nn/pipeline_stage.hpp"
 #include "tierzero/nn/tensor_parallel_group.hpp"
 #include "tierzero/offload/host_pool.hpp"
 #include "tierzero/train/config_bridges.hpp"
+#include "tierzero/train/pipeline_executor.hpp"
 #include "tierzero/train/store_provider.hpp"
 
 namespace tierzero::cli {
@@ -35,7 +38,8 @@ void add_world_options(CLI::App& app, WorldFlags& f) {
       ->check(CLI::Range(1, 4096));
   app.add_flag("--sequence-parallel", f.sequence_parallel,
                "Megatron sequence parallelism over the tensor-parallel ranks");
-  app.add_option("--pp", f.pp, "pipeline stages")->check(CLI::Range(1, 4096));
+  app.add_option("--pp", f.pp, "pipeline stages (default: the config's, else 1)")
+      ->check(CLI::Range(1, 4096));
   app.add_option("--sp", f.sp, "sequence-parallel ranks")->check(CLI::Range(1, 4096));
 }
 
@@ -58,10 +62,11 @@ nn::GPTConfig resolve_model(const ModelFlags& f, const train::TrainConfig* confi
 profile::WorldLayout resolve_world(const WorldFlags& f, const train::TrainConfig* config) {
   profile::WorldLayout w;
   const int64_t tp = f.tp > 0 ? f.tp : config ? config->tensor_parallel : 1;
+  const int64_t pp = f.pp > 0 ? f.pp : config ? config->pipeline_parallel : 1;
   w.tp = static_cast<int>(tp);
-  w.pp = static_cast<int>(f.pp);
+  w.pp = static_cast<int>(pp);
   w.sp = static_cast<int>(f.sp);
-  const int64_t model_parallel = tp * f.pp * f.sp;
+  const int64_t model_parallel = tp * pp * f.sp;
   if (f.dp > 0) {
     w.dp = static_cast<int>(f.dp);
     TZ_CHECK(f.ranks == 0 || f.ranks == f.dp * model_parallel,
@@ -85,19 +90,43 @@ size_t nvme_bounce_bytes(const train::AioConfig& aio) {
 }
 
 std::vector<zero::UnitSpec> model_units(const nn::GPTConfig& config, size_t blocks_per_unit,
-                                        size_t tp) {
-  return train::units_from_layout(nn::ParamLayout(config, nn::TensorParallel{tp, 0}),
-                                  blocks_per_unit);
+                                        size_t tp, size_t pp,
+                                        const std::vector<size_t>& blocks_per_stage) {
+  // The stage with the most elements is the rank that must fit.
+  std::vector<zero::UnitSpec> worst;
+  size_t worst_elems = 0;
+  for (const nn::PipelineStage& stage : nn::partition_pipeline(config, pp, blocks_per_stage)) {
+    std::vector<zero::UnitSpec> units = train::units_from_layout(
+        nn::stage_param_layout(config, stage, nn::TensorParallel{tp, 0}), blocks_per_unit);
+    size_t elems = 0;
+    for (const zero::UnitSpec& u : units) elems += u.numel;
+    if (worst.empty() || elems > worst_elems) {
+      worst = std::move(units);
+      worst_elems = elems;
+    }
+  }
+  return worst;
 }
 
 size_t activation_bytes(const nn::GPTConfig& config, size_t B, size_t T, bool checkpointing,
-                        const profile::WorldLayout& world, bool sequence_parallel) {
-  nn::GPTConfig stage = config;
+                        const profile::WorldLayout& world, bool sequence_parallel,
+                        const PipelineFlags& pipeline) {
   const auto pp = static_cast<size_t>(world.pp), sp = static_cast<size_t>(world.sp);
-  stage.num_layers = (config.num_layers + pp - 1) / pp;
+  const auto tp = static_cast<size_t>(world.tp);
   const size_t local_T = (T + sp - 1) / sp;
-  return nn::GPT::activation_bytes_for(stage, B, local_T, checkpointing,
-                                       static_cast<size_t>(world.tp), sequence_parallel);
+  if (pp == 1)
+    return nn::GPT::activation_bytes_for(config, B, local_T, checkpointing, tp, sequence_parallel);
+  // Each stage holds its blocks' activations for as many micro-batches as the schedule keeps in
+  // flight there; the largest is the rank that must fit.
+  const nn::ActivationDims dims = nn::ActivationDims::of(config, B, local_T, tp, sequence_parallel);
+  const nn::PipelineSchedule schedule = nn::pipeline_schedule_from_name(pipeline.schedule);
+  const size_t m = pipeline.micro_batches > 0 ? pipeline.micro_batches : pp;
+  size_t worst = 0;
+  for (const nn::PipelineStage& stage :
+       nn::partition_pipeline(config, pp, pipeline.blocks_per_stage))
+    worst = std::max(worst, train::PipelineExecutor::activation_bytes_for(
+                                config, dims, stage, schedule, m, checkpointing));
+  return worst;
 }
 
 double tensor_parallel_wire_bytes(const nn::GPTConfig& config, size_t B, size_t T,
@@ -173,9 +202,18 @@ EstimateSettings resolve_settings(const ModelFlags& model, const WorldFlags& wor
 
   const profile::WorldLayout w = resolve_world(world, have_config ? &c : nullptr);
   s.sequence_parallel = world.sequence_parallel || (have_config && c.sequence_parallel);
+  PipelineFlags pipeline;
+  pipeline.schedule = c.pipeline_schedule;
+  pipeline.micro_batches = static_cast<size_t>(c.gradient_accumulation_steps);
+  if (w.pp == c.pipeline_parallel)
+    for (int64_t b : c.pipeline_stages) pipeline.blocks_per_stage.push_back(static_cast<size_t>(b));
   s.input = train::estimate_input_from(
-      c, model_units(s.model, static_cast<size_t>(c.blocks_per_unit), static_cast<size_t>(w.tp)), w,
-      activation_bytes(s.model, s.micro_batch, s.seq_len, s.checkpointing, w, s.sequence_parallel));
+      c,
+      model_units(s.model, static_cast<size_t>(c.blocks_per_unit), static_cast<size_t>(w.tp),
+                  static_cast<size_t>(w.pp), pipeline.blocks_per_stage),
+      w,
+      activation_bytes(s.model, s.micro_batch, s.seq_len, s.checkpointing, w, s.sequence_parallel,
+                       pipeline));
   s.input.placement.param.ratio = param_ratio;
   s.param_desc = offload_desc(z.offload_param.device, param_ratio);
   s.optimizer_desc = offload_desc(z.offload_optimizer.device, z.offload_optimizer.ratio);

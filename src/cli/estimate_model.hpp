@@ -27,7 +27,7 @@ struct WorldFlags {
   int64_t ranks = 0;  // 0: dp * tp * pp * sp
   int64_t dp = 0;     // 0: ranks / (tp * pp * sp)
   int64_t tp = 0;     // 0: the config's tierzero.tensor_parallel, else 1
-  int64_t pp = 1;
+  int64_t pp = 0;     // 0: the config's tierzero.pipeline_parallel, else 1
   int64_t sp = 1;
   bool sequence_parallel = false;  // Megatron's, over the tp ranks (or the config's)
 };
@@ -45,17 +45,30 @@ profile::WorldLayout resolve_world(const WorldFlags& f, const train::TrainConfig
 // Pinned bounce buffers of one NVMe engine built from the aio section (queue_depth x block_size).
 size_t nvme_bounce_bytes(const train::AioConfig& aio);
 
-// The GPT's units as the partition store of one tensor-parallel rank sees them (its real
-// per-rank layout: local shapes, replicated tensors whole, alignment padding).
+// The GPT's units as the partition store of one rank sees them: its real per-rank layout
+// (local shapes, replicated tensors whole, alignment padding) for its tensor-parallel rank and
+// pipeline stage; with pp > 1 the stage holding the most elements (the blocks balanced as the
+// trainer cuts them, or blocks_per_stage; the last stage counts its tied copy of the embeddings).
 std::vector<zero::UnitSpec> model_units(const nn::GPTConfig& config, size_t blocks_per_unit = 1,
-                                        size_t tp = 1);
+                                        size_t tp = 1, size_t pp = 1,
+                                        const std::vector<size_t>& blocks_per_stage = {});
 
-// Device activation bytes per rank for micro-batch B and sequence T: the GPT's own count for
-// one pipeline stage's layers (ceil(L / pp)), T / sp tokens per sequence, and the tensor-parallel
-// rank's extents (heads, MLP features and vocabulary over tp; with Megatron sequence parallelism
-// the residual stream too).
+// The pipeline settings that decide a stage's activations: the schedule, micro-batches per step
+// (0: pp, from which on 1F1B's bound no longer grows) and the stage list (empty: balanced).
+struct PipelineFlags {
+  std::string schedule = "1f1b";
+  size_t micro_batches = 0;
+  std::vector<size_t> blocks_per_stage;
+};
+
+// Device activation bytes per rank for micro-batch B and sequence T: T / sp tokens per sequence,
+// the tensor-parallel rank's extents (heads, MLP features and vocabulary over tp; with Megatron
+// sequence parallelism the residual stream too) and, with pp > 1, the pipeline stage's blocks
+// times the micro-batches its schedule keeps in flight (what the trainer's executor allocates),
+// for the stage where that is largest.
 size_t activation_bytes(const nn::GPTConfig& config, size_t B, size_t T, bool checkpointing,
-                        const profile::WorldLayout& world, bool sequence_parallel = false);
+                        const profile::WorldLayout& world, bool sequence_parallel = false,
+                        const PipelineFlags& pipeline = {});
 
 // Bytes one rank sends in its tensor-parallel collectives per training micro-batch on ring
 // algorithms: the model's analytic payload (nn::expected_tensor_parallel_traffic), an all-reduce

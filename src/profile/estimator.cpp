@@ -12,10 +12,6 @@ namespace tierzero::profile {
 
 namespace {
 
-size_t ceil_div(size_t a, size_t b) {
-  return (a + b - 1) / b;
-}
-
 size_t& slot(TierBytes& b, Tier t, Category c) {
   return b.bytes[static_cast<size_t>(t)][static_cast<size_t>(c)];
 }
@@ -42,27 +38,7 @@ std::vector<zero::UnitSpec> rank_units(const std::vector<zero::UnitSpec>& units,
                " has a part below 1",
            "every part of the layout is at least 1; ranks = dp * tp * pp * sp");
   TZ_CHECK(!units.empty(), "the model has no units", "describe at least one unit");
-  const auto pp = static_cast<size_t>(world.pp);
-  TZ_CHECK(pp <= units.size(),
-           "pipeline parallelism pp=" + std::to_string(pp) + " exceeds the model's " +
-               std::to_string(units.size()) + " units",
-           "use at most one pipeline stage per unit");
-  const size_t per_stage = ceil_div(units.size(), pp);
-  std::vector<zero::UnitSpec> worst;
-  size_t worst_elems = 0;
-  for (size_t begin = 0; begin < units.size(); begin += per_stage) {
-    std::vector<zero::UnitSpec> stage;
-    size_t elems = 0;
-    for (size_t u = begin; u < std::min(units.size(), begin + per_stage); ++u) {
-      stage.push_back(units[u]);
-      elems += stage.back().numel;
-    }
-    if (worst.empty() || elems > worst_elems) {
-      worst = std::move(stage);
-      worst_elems = elems;
-    }
-  }
-  return worst;
+  return units;
 }
 
 Estimate estimate(const EstimateInput& in) {

@@ -7,6 +7,8 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "tierzero/train/train_config.hpp"
@@ -76,6 +78,60 @@ TEST(EstimateCli, Stage3OffloadAndLayout) {
   EXPECT_GT(j["tiers"]["host"]["optimizer"].get<size_t>(), 0u);
   EXPECT_GT(j["tiers"]["host"]["param"].get<size_t>(), 0u);
   EXPECT_GT(j["buffers"]["device"]["param"].get<size_t>(), 0u);  // live gathers
+}
+
+TEST(EstimateCli, PipelineStagesHoldTheirBlocksAndTheSchedulesMicroBatches) {
+  // gpt2 in 4 stages: the worst rank holds about a quarter of the blocks plus the embeddings
+  // (first stage, or the tied copy on the last). Its activations are its blocks' times the
+  // micro-batches its schedule keeps in flight: GPipe all 8 of the step, 1F1B at most p = 4.
+  const std::string cfg = dir() + "/pp.json";
+  FILE* f = std::fopen(cfg.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs(R"({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 8,
+    "tierzero": {"seq_len": 64, "pipeline_parallel": 4}})",
+             f);
+  std::fclose(f);
+  const std::string base = "estimate --model gpt2 --micro-batch 1 --seq 64 --json --config " + cfg;
+  const RunResult one = tierzero_cli(base + " --pp 1", true);
+  const RunResult pp = tierzero_cli(base, true);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  ASSERT_EQ(pp.exit_code, 0) << pp.output;
+  const nlohmann::json j1 = nlohmann::json::parse(one.output);
+  const nlohmann::json j4 = nlohmann::json::parse(pp.output);
+  EXPECT_EQ(j4["world"]["pp"], 4);
+  const auto p1 = j1["parameters"].get<double>(), p4 = j4["parameters"].get<double>();
+  std::printf("parameters: whole %.0f, worst of 4 stages %.0f (%.3f)\n", p1, p4, p4 / p1);
+  // 12 blocks of 7.1 M and 38.6 M of embeddings: a 3-block stage with them is ~0.48 of gpt2.
+  EXPECT_GT(p4 / p1, 0.25);
+  EXPECT_LT(p4 / p1, 0.55);
+
+  std::string text;
+  {
+    std::ifstream in(cfg);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const std::string gpipe_cfg = dir() + "/pp_gpipe.json";
+  {
+    std::ofstream out(gpipe_cfg);
+    out << text.replace(text.find("\"pipeline_parallel\""), 0,
+                        "\"pipeline_schedule\": \"gpipe\", ");
+  }
+  const RunResult gp = tierzero_cli(
+      "estimate --model gpt2 --micro-batch 1 --seq 64 --json --config " + gpipe_cfg, true);
+  ASSERT_EQ(gp.exit_code, 0) << gp.output;
+  const nlohmann::json jg = nlohmann::json::parse(gp.output);
+  const auto a1 = j1["buffers"]["device"]["activation"].get<double>();
+  const auto a4 = j4["buffers"]["device"]["activation"].get<double>();
+  const auto ag = jg["buffers"]["device"]["activation"].get<double>();
+  std::printf("activations: one rank %.0f, 1f1b worst stage %.0f, gpipe worst stage %.0f\n", a1, a4,
+              ag);
+  EXPECT_GT(ag, a4);
+  EXPECT_NE(a4, a1);
+
+  const RunResult bad = tierzero_cli("estimate --model gpt2 --pp 13 --json");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("pipeline_parallel 13 exceeds the model's 12"), std::string::npos)
+      << bad.output;
 }
 
 TEST(EstimateCli, HumanTableAndConfigFile) {

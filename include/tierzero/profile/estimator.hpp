@@ -28,8 +28,8 @@ struct WorldLayout {
 };
 
 struct EstimateInput {
-  // The whole model as one tensor-parallel rank holds it (its pieces of every tensor), in
-  // execution order.
+  // The units one rank holds — its pipeline stage's, as its tensor-parallel rank holds them (its
+  // pieces of every tensor) — in execution order.
   std::vector<zero::UnitSpec> units;
   WorldLayout world;
   int stage = 0;
@@ -63,10 +63,9 @@ struct Estimate {
   size_t total() const;
 };
 
-// Applies pp to the model: units are dealt to pp stages in contiguous runs of ceil(units / pp),
-// and the stage with the most elements is returned (the worst rank). Tensor parallelism is
-// already in the units: they are one tensor-parallel rank's (nn's ParamLayout for that rank, the
-// real local shapes and padding), so world.tp cuts nothing here.
+// The units one rank holds: they come as the rank's already (nn's layout for its pipeline
+// stage and tensor-parallel rank, the real local shapes and padding), so this only checks the
+// world layout and that there are units.
 std::vector<zero::UnitSpec> rank_units(const std::vector<zero::UnitSpec>& units,
                                        const WorldLayout& world);
 
