@@ -296,6 +296,9 @@ std::vector<StepMetrics> read_metrics(const std::string& path, int64_t steps) {
       m.tp_all_reduce_bytes = j.value("tp_all_reduce_bytes", size_t{0});
       m.tp_all_gather_bytes = j.value("tp_all_gather_bytes", size_t{0});
       m.tp_reduce_scatter_bytes = j.value("tp_reduce_scatter_bytes", size_t{0});
+      m.pp_bubble = j.value("pp_bubble", -1.0);
+      m.pp_step_ms = j.value("pp_step_ms", 0.0);
+      m.pp_compute_ms = j.value("pp_compute_ms", 0.0);
       out.push_back(m);
     } catch (const nlohmann::json::exception& e) {
       TZ_THROW("bad line in the metrics file " + path + ": " + e.what(), "line: " + line);

@@ -94,6 +94,11 @@ struct StepMetrics {
   size_t tp_all_reduce_bytes = 0;
   size_t tp_all_gather_bytes = 0;
   size_t tp_reduce_scatter_bytes = 0;
+  // Pipeline parallelism: the stages' mean bubble fraction and stage 0's executor times (-1 and 0
+  // without pipeline parallelism).
+  double pp_bubble = -1.0;
+  double pp_step_ms = 0.0;
+  double pp_compute_ms = 0.0;
 };
 
 // The steps of a --metrics file; throws Error unless it has exactly `steps` well-formed lines.

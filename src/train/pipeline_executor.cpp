@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <string>
 
+#include "tierzero/core/activity_log.hpp"
 #include "tierzero/core/error.hpp"
+#include "tierzero/core/timer.hpp"
 
 namespace tierzero::train {
 
@@ -77,8 +79,14 @@ int PipelineExecutor::tag(size_t micro_batch, bool gradient) const {
   return static_cast<int>((micro_batch % 16384) * 2 + (gradient ? 1 : 0));
 }
 
-void PipelineExecutor::receive(float* buffer, int peer, int tag) {
+void PipelineExecutor::receive(float* buffer, int peer, int tag, bool gradient) {
+  const double t0 = monotonic_seconds();
   pipeline_->recv(buffer, stream_elems_, DType::f32, peer, tag);
+  const double t1 = monotonic_seconds();
+  timing_.wait_s += t1 - t0;
+  ActivityLog::global().record(Track::stall,
+                               gradient ? "wait pipeline gradient" : "wait pipeline activation", t0,
+                               t1, stream_elems_ * sizeof(float));
 }
 
 void PipelineExecutor::send(Slot& slot, const float* buffer, int peer, int tag) {
@@ -97,6 +105,21 @@ double PipelineExecutor::train(nn::ParamProvider& params,
            "internal error");
   const bool first = shape_.stage == 0, last = shape_.stage + 1 == shape_.stages;
   const int prev = static_cast<int>(shape_.stage) - 1, next = static_cast<int>(shape_.stage) + 1;
+  timing_ = {};
+  const double step_start = monotonic_seconds();
+  // The compute of an action: from after its receive to before its send (the model's work
+  // synchronized, so on CUDA the kernels are inside).
+  double compute_start = 0.0;
+  const auto begin_compute = [&](const nn::PipelineAction& a) {
+    if (observer_) observer_(a);
+    compute_start = monotonic_seconds();
+  };
+  const auto end_compute = [&](const char* name) {
+    model_.sync();
+    const double t = monotonic_seconds();
+    timing_.compute_s += t - compute_start;
+    ActivityLog::global().record(Track::compute, name, compute_start, t);
+  };
   double loss = 0.0;
   for (const nn::PipelineAction& a : nn::pipeline_actions(shape_)) {
     Slot& slot = slot_of(a.micro_batch);
@@ -104,8 +127,10 @@ double PipelineExecutor::train(nn::ParamProvider& params,
     if (a.kind == nn::PipelineAction::Kind::forward) {
       slot.wait_sends();  // its buffers are about to be overwritten
       slot.micro_batch = a.micro_batch;
-      if (!first) receive(mb.stage_input(), prev, tag(a.micro_batch, false));
+      if (!first) receive(mb.stage_input(), prev, tag(a.micro_batch, false), false);
+      begin_compute(a);
       model_.forward(mb, params, tokens[a.micro_batch].data(), targets[a.micro_batch].data());
+      end_compute("pipeline forward");
       if (!last) send(slot, mb.stage_output(), next, tag(a.micro_batch, false));
     } else {
       TZ_CHECK(slot.micro_batch == a.micro_batch,
@@ -114,14 +139,17 @@ double PipelineExecutor::train(nn::ParamProvider& params,
                "internal error: the schedule keeps more micro-batches in flight than its bound");
       if (!last) {
         slot.wait_sends();  // the output went out; its gradient comes into dresidual
-        receive(mb.dresidual(), next, tag(a.micro_batch, true));
+        receive(mb.dresidual(), next, tag(a.micro_batch, true), true);
       }
+      begin_compute(a);
       model_.backward(mb, params, grad_scale);
       if (last) loss += static_cast<double>(model_.loss(mb));
+      end_compute("pipeline backward");
       if (!first) send(slot, mb.dresidual(), prev, tag(a.micro_batch, true));
     }
   }
   for (auto& s : slots_) s->wait_sends();
+  timing_.step_s = monotonic_seconds() - step_start;
   return last ? loss / static_cast<double>(shape_.micro_batches) : 0.0;
 }
 
@@ -132,7 +160,7 @@ double PipelineExecutor::evaluate(nn::ParamProvider& params, const int32_t* toke
   slot.wait_sends();
   slot.micro_batch = SIZE_MAX;
   nn::MicroBatch& mb = slot.mb;
-  if (!first) receive(mb.stage_input(), static_cast<int>(shape_.stage) - 1, tag(0, false));
+  if (!first) receive(mb.stage_input(), static_cast<int>(shape_.stage) - 1, tag(0, false), false);
   model_.forward(mb, params, tokens, targets);
   if (!last) {
     send(slot, mb.stage_output(), static_cast<int>(shape_.stage) + 1, tag(0, false));

@@ -681,7 +681,13 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
     pipe = std::make_unique<PipelineExecutor>(
         *s.model, s.pipeline, nn::pipeline_schedule_from_name(config_.pipeline_schedule),
         static_cast<size_t>(accum), B, T);
+  if (pipe && profiled)
+    pipe->on_action([&](const nn::PipelineAction& a) {
+      profiled->begin_pass(a.kind == nn::PipelineAction::Kind::forward ? profile::Phase::forward
+                                                                       : profile::Phase::backward);
+    });
   std::vector<std::vector<int32_t>> xs, ys;  // (micro-batches, B, T) for the pipeline
+  double pipeline_span_s = 0.0;  // the last step's pipeline, start to the last stage's end
 
   LossScaler scaler(config_.fp16_scaling, config_.fp16);
   std::vector<int32_t> x(B * T), y(B * T);  // (B, T) inputs and targets
@@ -703,7 +709,14 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
         s.train_loader->next_batch(xs[static_cast<size_t>(micro)].data(),
                                    ys[static_cast<size_t>(micro)].data());
       if (profiled) profiled->begin_pass(profile::Phase::forward);
+      const double pipe_start = monotonic_seconds();
       loss = pipe->train(step_params, xs, ys, grad_scale);  // the last stage's; 0 elsewhere
+      if (!metrics_path.empty()) {
+        // The pipeline's step ends when its last stage is done (the first stage's drain ends
+        // it, not this stage's last send): a barrier, only when the bubble is measured.
+        s.mesh->group(comm::MeshDim::pp).barrier();
+        pipeline_span_s = monotonic_seconds() - pipe_start;
+      }
     } else {
       for (int64_t micro = 0; micro < accum; ++micro) {
         s.train_loader->next_batch(x.data(), y.data());
@@ -767,6 +780,17 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
       recorder->end_step(counters);
     }
     print_step_line(out, r, config_.steps, MemoryTracker::global());
+    // Pipeline: the stages' bubble this step (the part of the executor's step each stage did not
+    // compute), averaged over the stages, and stage 0's times; for --metrics (every rank is given
+    // the path, so all take part in the sum).
+    float bubble[2] = {0.0f, 0.0f};  // (sum of the stages' bubble fractions, stages)
+    if (pipe && !metrics_path.empty()) {
+      const PipelineExecutor::StepTiming& t = pipe->last_step();
+      bubble[0] =
+          pipeline_span_s > 0.0 ? static_cast<float>(1.0 - t.compute_s / pipeline_span_s) : 0.0f;
+      bubble[1] = 1.0f;
+      group_sum(s.mesh->group(comm::MeshDim::pp), bubble, 2);
+    }
     if (metrics) {
       // The tensor-parallel collectives' payload this step (rank 0's; every tp rank moves as
       // much), all zero without tensor parallelism.
@@ -776,11 +800,21 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
                    "\"ms\": %.3f, \"tokens_per_s\": %.1f, \"prefetch_hits\": %zu, "
                    "\"on_demand_fetches\": %zu, \"stall_ms\": %.3f, \"nvme_reads\": %zu, "
                    "\"handoffs\": %zu, \"tp_all_reduce_bytes\": %zu, "
-                   "\"tp_all_gather_bytes\": %zu, \"tp_reduce_scatter_bytes\": %zu}\n",
+                   "\"tp_all_gather_bytes\": %zu, \"tp_reduce_scatter_bytes\": %zu",
                    static_cast<long long>(r.step), r.loss, r.lr, r.grad_norm, r.seconds * 1e3,
                    r.tokens_per_second, r.prefetch_hits, r.on_demand_fetches, r.stall_s * 1e3,
                    r.nvme_reads, r.handoffs, tp.all_reduce_bytes, tp.all_gather_bytes,
                    tp.reduce_scatter_bytes);
+      if (pipe) {
+        // Stage 0's times (this rank's) and the bubble averaged over the stages.
+        const PipelineExecutor::StepTiming& t = pipe->last_step();
+        std::fprintf(metrics.get(),
+                     ", \"pp_bubble\": %.6f, \"pp_step_ms\": %.3f, \"pp_compute_ms\": %.3f, "
+                     "\"pp_wait_ms\": %.3f",
+                     static_cast<double>(bubble[0] / bubble[1]), pipeline_span_s * 1e3,
+                     t.compute_s * 1e3, t.wait_s * 1e3);
+      }
+      std::fprintf(metrics.get(), "}\n");
       std::fflush(metrics.get());
     }
     if (s.val_loader && config_.val_every > 0 && (step + 1) % config_.val_every == 0 &&

@@ -14,7 +14,8 @@
 # opened the script prints "no CUDA device" and exits 0 (CTest: skipped).
 # Pipeline runs (TZ_PP > 1) take TZ_SCHEDULE (gpipe or 1f1b) and TZ_MICRO_BATCHES micro-batches
 # per step (the reference accumulates as many), and every rank's activation peak must be exactly
-# its schedule's in-flight bound. TZ_LAYERS: the model's blocks (default 2; pp 4 needs 4).
+# its schedule's in-flight bound, and every rank's --profile must show its stage's forwards,
+# backwards and receive waits. TZ_LAYERS: the model's blocks (default 2; pp 4 needs 4).
 # usage: run_tp_match.sh <tierzero> <tp_match_check> <ranks> <tp> <sp> <stage> <variant> <tol>
 #                        <ratio> <mpiexec command...>
 tierzero=$1; check=$2; ranks=$3; tp=$4; sp=$5; stage=$6; variant=$7; tol=$8; ratio=$9
@@ -67,9 +68,11 @@ if ! timeout -k 5 180 "$tierzero" train --config "$dir/ref.json" --metrics "$dir
 fi
 cat "$dir/ref.out"
 echo "parallel: $* -n $ranks, dp $dp x tp $tp x pp $pp ($schedule, $micro micro-batches), sequence parallel $sp, stage $stage"
+profile_args=""
+[ "$pp" -gt 1 ] && profile_args="--profile $dir/tp.prof.json"
 timeout -k 5 300 "$@" -n "$ranks" "$tierzero" train --config "$dir/tp.json" \
   --metrics "$dir/tp.jsonl" --save "$dir/tp.bin" --memory-json "$dir/tp.mem.json" \
-  $device_args || exit 1
+  $profile_args $device_args || exit 1
 
 field() { sed -n "s/.*\"$1\": \([^,]*\),.*/\1/p" "$2"; }
 fail=0
@@ -94,6 +97,7 @@ else
 fi
 if [ "$pp" -gt 1 ]; then
   "$check" pipeline-activations "$dir/tp.mem.json" "$ranks" || fail=1
+  "$check" pipeline-profile "$dir/tp.mem.json" "$dir/tp.prof.json" "$ranks" || fail=1
 fi
 [ $fail -eq 0 ] && echo "run_tp_match: OK"
 exit $fail

@@ -6,6 +6,8 @@
 //     rank's parameter bytes (every tier, peak) over the reference's are at most max ratio.
 //   pipeline-activations <memory json> <ranks>: every rank's micro-batches in flight are its
 //     pipeline schedule's bound and its measured activation peak is exactly what they hold.
+//   pipeline-profile <memory json> <profile json> <ranks>: every rank's profile shows its
+//     stage's forwards, backwards and receive waits in every step.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -127,6 +129,50 @@ int pipeline_activations(const char* path, int ranks) {
   return bad;
 }
 
+std::string rank_file(const char* path, int r) {
+  return r == 0 ? std::string(path) : std::string(path) + ".rank" + std::to_string(r);
+}
+
+// Every rank's profile of a pipeline-parallel run shows its stage's timeline: in every step, one
+// compute activity per forward and per backward of its micro-batches (2 m), a wait on the stall
+// track per receive (first stage m, last m, middle 2 m: at least that many, a stage-3 gather may
+// wait too), and the stage named in the run info.
+int pipeline_profile(const char* memory_path, const char* profile_path, int ranks) {
+  int bad = 0;
+  for (int r = 0; r < ranks; ++r) {
+    std::ifstream mem_in(rank_file(memory_path, r)), prof_in(rank_file(profile_path, r));
+    if (!mem_in || !prof_in) {
+      std::fprintf(stderr, "cannot read rank %d's memory report or profile\n", r);
+      return 2;
+    }
+    const nlohmann::json mem = nlohmann::json::parse(mem_in);
+    const nlohmann::json prof = nlohmann::json::parse(prof_in);
+    const nlohmann::json& p = mem.at("pipeline");
+    const auto stage = p.at("stage").get<size_t>(), stages = p.at("stages").get<size_t>();
+    const auto m = p.at("micro_batches").get<size_t>();
+    const size_t receives = (stage > 0 ? m : 0) + (stage + 1 < stages ? m : 0);
+    const std::string named = prof.at("run").at("extra").at("pipeline_stage").get<std::string>();
+    const bool named_ok =
+        named.rfind("stage " + std::to_string(stage) + " of " + std::to_string(stages) + ":", 0) ==
+        0;
+    size_t step_bad = 0;
+    size_t steps = 0;
+    for (const nlohmann::json& st : prof.at("steps")) {
+      const nlohmann::json& tracks = st.at("tracks");  // [seconds, bytes, count] per track
+      const auto compute = tracks.at(0).at(2).get<size_t>();
+      const auto stalls = tracks.at(7).at(2).get<size_t>();
+      if (compute != 2 * m || stalls < receives) ++step_bad;
+      ++steps;
+    }
+    std::printf(
+        "rank %d (%s): %zu steps, %zu of them without %zu compute activities and at least %zu "
+        "receive waits\n",
+        r, named.c_str(), steps, step_bad, 2 * m, receives);
+    if (step_bad != 0 || steps == 0 || !named_ok) bad = 1;
+  }
+  return bad;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -136,9 +182,12 @@ int main(int argc, char** argv) {
   if (what == "param-ratio" && argc == 5) return param_ratio(argv[2], argv[3], std::stod(argv[4]));
   if (what == "pipeline-activations" && argc == 4)
     return pipeline_activations(argv[2], std::stoi(argv[3]));
+  if (what == "pipeline-profile" && argc == 5)
+    return pipeline_profile(argv[2], argv[3], std::stoi(argv[4]));
   std::fprintf(stderr,
                "usage: tp_match_check checkpoints <ref> <candidate> <atol> <rtol>\n"
                "       tp_match_check param-ratio <ref.json> <candidate.json> <max ratio>\n"
-               "       tp_match_check pipeline-activations <memory.json> <ranks>\n");
+               "       tp_match_check pipeline-activations <memory.json> <ranks>\n"
+               "       tp_match_check pipeline-profile <memory.json> <profile.json> <ranks>\n");
   return 2;
 }

@@ -5,10 +5,14 @@
 // before its buffer is reused. Each micro-batch in flight has its own MicroBatch (as many as the
 // schedule keeps in flight, so the activation memory is the schedule's bound), so its output
 // and its input gradient are the send buffers: no copies.
+// Each action is reported to the activity log (compute: "pipeline forward" / "pipeline
+// backward"; stall: the wait in a receive), so a profile shows the stage's timeline, and the
+// step's compute and wait times are kept for the bubble (tierzero bench pp).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -27,7 +31,23 @@ class PipelineExecutor {
                    size_t micro_batches, size_t B, size_t T);
   ~PipelineExecutor();
 
+  // Where the last train() spent its wall time: the stage's forwards and backwards (compute), the
+  // receives it waited in (wait), and the rest (sends, bookkeeping). A stage's bubble is the part
+  // of the pipeline's step it did not compute, 1 - compute_s / (the span until the last stage is
+  // done: the trainer measures it with a barrier, since a stage's own train() returns as soon as
+  // its last send is posted).
+  struct StepTiming {
+    double step_s = 0.0;
+    double compute_s = 0.0;
+    double wait_s = 0.0;
+  };
+
   const nn::PipelineShape& shape() const { return shape_; }
+  const StepTiming& last_step() const { return timing_; }
+  // Called before each compute action of train() (e.g. to set the profile's phase).
+  void on_action(std::function<void(const nn::PipelineAction&)> observer) {
+    observer_ = std::move(observer);
+  }
   size_t slots() const { return slots_.size(); }  // micro-batches' activations held
   // Activation bytes this executor holds (its MicroBatches) plus the model's scratch, for (B, T)
   // of this stage with the schedule's in-flight bound; what the memory tracker sees.
@@ -47,7 +67,7 @@ class PipelineExecutor {
  private:
   struct Slot;
   Slot& slot_of(size_t micro_batch);
-  void receive(float* buffer, int peer, int tag);
+  void receive(float* buffer, int peer, int tag, bool gradient);
   void send(Slot& slot, const float* buffer, int peer, int tag);
   int tag(size_t micro_batch, bool gradient) const;
 
@@ -57,6 +77,8 @@ class PipelineExecutor {
   size_t B_, T_;
   size_t stream_elems_;  // (S, C): one boundary tensor
   std::vector<std::unique_ptr<Slot>> slots_;
+  StepTiming timing_;
+  std::function<void(const nn::PipelineAction&)> observer_;
 };
 
 }  // namespace tierzero::train
