@@ -59,6 +59,26 @@ ParamLayout stage_param_layout(const GPTConfig& config, const PipelineStage& sta
   return ParamLayout(stage_units(config, stage_modules(config, st)), tp);
 }
 
+ParamLayout chunks_param_layout(const GPTConfig& config, const std::vector<PipelineStage>& chunks,
+                                const TensorParallel& tp) {
+  std::vector<UnitDecl> units;
+  for (const PipelineStage& chunk : chunks)
+    for (UnitDecl& decl : stage_units(config, stage_modules(config, chunk)))
+      units.push_back(std::move(decl));
+  return ParamLayout(units, tp);
+}
+
+std::vector<size_t> chunk_unit_offsets(const GPTConfig& config,
+                                       const std::vector<PipelineStage>& chunks) {
+  std::vector<size_t> offsets;
+  size_t at = 0;
+  for (const PipelineStage& chunk : chunks) {
+    offsets.push_back(at);
+    at += stage_units(config, stage_modules(config, chunk)).size();
+  }
+  return offsets;
+}
+
 namespace {
 
 TensorParallel place_of(const ModelParallel& parallel) {

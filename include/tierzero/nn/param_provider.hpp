@@ -23,6 +23,21 @@ class ParamProvider {
   virtual void grads_done(size_t unit) = 0;
 };
 
+// Another provider's units from `first` on, as units 0, 1, ...: one model chunk's view of a rank
+// that holds several (the interleaved pipeline schedule), whose layout concatenates the chunks'.
+class UnitOffsetProvider final : public ParamProvider {
+ public:
+  UnitOffsetProvider(ParamProvider& base, size_t first) : base_(base), first_(first) {}
+  const float* acquire_params(size_t unit) override { return base_.acquire_params(first_ + unit); }
+  void release_params(size_t unit) override { base_.release_params(first_ + unit); }
+  float* acquire_grads(size_t unit) override { return base_.acquire_grads(first_ + unit); }
+  void grads_done(size_t unit) override { base_.grads_done(first_ + unit); }
+
+ private:
+  ParamProvider& base_;
+  size_t first_;
+};
+
 // Everything resident on the device in two flat buffers (params, grads).
 class LocalParams final : public ParamProvider {
  public:
