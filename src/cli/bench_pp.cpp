@@ -46,6 +46,7 @@ std::string config_json(const BenchPpOptions& o, const PpMode& m) {
   t["val_batches"] = 0;
   t["pipeline_parallel"] = o.pp;
   t["pipeline_schedule"] = m.schedule;
+  t["pipeline_virtual_stages"] = m.schedule == "interleaved" ? o.virtual_stages : 1;
   t["model"] = {{"vocab_size", kVocab},
                 {"n_layer", o.layers},
                 {"n_head", o.heads},
@@ -104,6 +105,14 @@ int bench_pp(const BenchPpOptions& o) {
       shape.stages = static_cast<size_t>(o.pp);
       shape.micro_batches = static_cast<size_t>(m);
       shape.schedule = nn::pipeline_schedule_from_name(schedule);
+      if (schedule == "interleaved") {
+        shape.chunks = static_cast<size_t>(o.virtual_stages);
+        TZ_CHECK(o.pp * o.virtual_stages <= o.layers,
+                 "--pp " + std::to_string(o.pp) + " x --virtual-stages " +
+                     std::to_string(o.virtual_stages) + " exceeds --layers " +
+                     std::to_string(o.layers),
+                 "every virtual stage holds at least one block");
+      }
       nn::validate(shape);
       modes.push_back({schedule, m, nn::analytic_bubble_fraction(shape)});
     }
@@ -144,7 +153,7 @@ int bench_pp(const BenchPpOptions& o) {
   std::fprintf(stderr,
                "  bubble = the part of the pipeline's step (until its last stage is done) a stage "
                "did not compute, mean over the stages, median over the timed steps of all runs; "
-               "analytic (p-1)/(m+p-1):\n");
+               "analytic (p-1)/(m+p-1), interleaved (p-1)/(v*m+p-1):\n");
   for (size_t k = 0; k < modes.size(); ++k) {
     const PpMode& m = modes[k];
     const PpSummary s = summarize(runs[k], o.warmup);
@@ -157,7 +166,8 @@ int bench_pp(const BenchPpOptions& o) {
     j["bench"] = "pp." + m.schedule + ".m" + std::to_string(m.micro_batches) + ".bubble";
     j["value"] = round_to(s.bubble, 4);
     j["unit"] = "fraction of the step";
-    j["baseline"] = "analytic (p-1)/(m+p-1)";
+    j["baseline"] =
+        m.schedule == "interleaved" ? "analytic (p-1)/(v*m+p-1)" : "analytic (p-1)/(m+p-1)";
     j["baseline_value"] = round_to(m.analytic, 4);
     j["ratio"] = round_to(s.bubble / m.analytic, 4);
     std::vector<double> run_bubbles;
@@ -169,6 +179,7 @@ int bench_pp(const BenchPpOptions& o) {
     j["pp"] = o.pp;
     j["micro_batches"] = m.micro_batches;
     j["schedule"] = m.schedule;
+    j["virtual_stages"] = m.schedule == "interleaved" ? o.virtual_stages : 1;
     j["threads"] = o.threads;
     j["layers"] = o.layers;
     j["channels"] = o.channels;
@@ -197,9 +208,14 @@ std::function<int()> add_bench_pp_command(CLI::App& bench) {
       ->delimiter(',')
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
-  c->add_option("--schedules", o->schedules, "gpipe and/or 1f1b")
+  c->add_option("--schedules", o->schedules, "gpipe, 1f1b and/or interleaved")
       ->delimiter(',')
-      ->check(CLI::IsMember({"gpipe", "1f1b"}))
+      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}))
+      ->capture_default_str();
+  c->add_option("--virtual-stages", o->virtual_stages,
+                "model chunks per rank of the interleaved runs (their m must be a multiple of "
+                "--pp)")
+      ->check(CLI::Range(int64_t{2}, int64_t{1024}))
       ->capture_default_str();
   c->add_option("--threads", o->threads, "OpenMP threads per rank")
       ->check(CLI::Range(int64_t{1}, int64_t{1024}))

@@ -1,9 +1,11 @@
 // `tierzero bench pp` (issue 15): real `tierzero train` runs of a pipeline of `pp` stages (one
-// rank each) for each schedule (gpipe, 1f1b) and number of micro-batches per step, alternating
+// rank each) for each schedule (gpipe, 1f1b, interleaved with v chunks per rank) and number of
+// micro-batches per step, alternating
 // over the repeats. Each step the trainer measures, on every stage, the part of the pipeline's
 // step (until its last stage is done) the stage did not compute (its forward and backward
 // kernels); the mean over the stages is the measured bubble,
-// set against the analytic (p - 1) / (m + p - 1) of uniform stages as a ratio (1 is the theory;
+// set against the analytic (p - 1) / (m + p - 1) of uniform stages (interleaved:
+// (p - 1) / (v m + p - 1)) as a ratio (1 is the theory;
 // above, the pipeline idles more than it must: uneven stages, transfers, a busy machine). Table on
 // stderr, one JSON object per (schedule, m) on stdout (pp.<schedule>.m<m>.bubble).
 #pragma once
@@ -33,8 +35,9 @@ struct BenchPpOptions : TrainRunOptions {
   }
   int64_t pp = 2;                                  // stages = ranks
   std::vector<int64_t> micro_batches = {2, 4, 8};  // m per step, one mode each
-  std::vector<std::string> schedules = {"gpipe", "1f1b"};
-  int64_t threads = 1;  // OpenMP threads per rank
+  std::vector<std::string> schedules = {"gpipe", "1f1b", "interleaved"};
+  int64_t virtual_stages = 2;  // chunks per rank of the interleaved runs
+  int64_t threads = 1;         // OpenMP threads per rank
 };
 
 // Adds `pp` under `bench`. The returned function runs it when it was parsed and returns its exit

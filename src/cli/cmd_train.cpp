@@ -29,6 +29,7 @@ struct TrainFlags {
   int64_t pipeline_parallel = 0;  // 0: from the config
   std::string pipeline_schedule;  // empty: from the config
   int64_t micro_batches = 0;      // gradient_accumulation_steps; 0: from the config
+  int64_t virtual_stages = 0;     // pipeline_virtual_stages; 0: from the config
   std::vector<int64_t> pipeline_stages;
 };
 
@@ -58,14 +59,18 @@ void add_common(CLI::App* sub, TrainFlags& f) {
                   "pipeline stages: the blocks are cut into pp stages; the world is dp x tp x pp")
       ->check(CLI::Range(1, 4096));
   sub->add_option("--pipeline-schedule", f.pipeline_schedule,
-                  "gpipe or 1f1b (the default): the order of the micro-batches' forwards and "
-                  "backwards on each stage")
+                  "gpipe, 1f1b (the default) or interleaved (with --virtual-stages): the order "
+                  "of the micro-batches' forwards and backwards on each stage")
       ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}));
+  sub->add_option("--virtual-stages", f.virtual_stages,
+                  "model chunks per pipeline rank for the interleaved schedule (rank s runs "
+                  "virtual stages s, s + pp, ...)")
+      ->check(CLI::Range(1, 4096));
   sub->add_option("--micro-batches", f.micro_batches,
                   "micro-batches per step (gradient_accumulation_steps); the pipeline's m")
       ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--pipeline-stages", f.pipeline_stages,
-                  "blocks per stage, e.g. 3,3,2 (default: balanced by parameters)")
+                  "blocks per (virtual) stage, e.g. 3,3,2 (default: balanced by parameters)")
       ->delimiter(',')
       ->check(CLI::Range(1, 1 << 20));
 }
@@ -88,6 +93,7 @@ train::TrainConfig resolve(const TrainFlags& f) {
   if (f.pipeline_parallel > 0) c.pipeline_parallel = f.pipeline_parallel;
   if (!f.pipeline_schedule.empty()) c.pipeline_schedule = f.pipeline_schedule;
   if (f.micro_batches > 0) c.gradient_accumulation_steps = f.micro_batches;
+  if (f.virtual_stages > 0) c.pipeline_virtual_stages = f.virtual_stages;
   if (!f.pipeline_stages.empty()) c.pipeline_stages = f.pipeline_stages;
   if (f.device_mem > 0)
     c.device_memory_budget_gb = static_cast<double>(f.device_mem) / 1073741824.0;

@@ -89,15 +89,34 @@ size_t nvme_bounce_bytes(const train::AioConfig& aio) {
          offload::HostPool::round_size(static_cast<size_t>(aio.block_size));
 }
 
+namespace {
+
+// The chunks of every pipeline rank: rank r runs virtual stages r, r + pp, ... of the
+// pp * virtual_stages cut.
+std::vector<std::vector<nn::PipelineStage>> rank_chunks(const nn::GPTConfig& config, size_t pp,
+                                                        size_t virtual_stages,
+                                                        const std::vector<size_t>& blocks) {
+  const std::vector<nn::PipelineStage> all =
+      nn::partition_pipeline(config, pp * virtual_stages, blocks);
+  std::vector<std::vector<nn::PipelineStage>> ranks(pp);
+  for (size_t k = 0; k < all.size(); ++k) ranks[k % pp].push_back(all[k]);
+  return ranks;
+}
+
+}  // namespace
+
 std::vector<zero::UnitSpec> model_units(const nn::GPTConfig& config, size_t blocks_per_unit,
-                                        size_t tp, size_t pp,
-                                        const std::vector<size_t>& blocks_per_stage) {
-  // The stage with the most elements is the rank that must fit.
+                                        size_t tp, size_t pp, const PipelineFlags& pipeline) {
+  // The rank with the most elements is the one that must fit.
   std::vector<zero::UnitSpec> worst;
   size_t worst_elems = 0;
-  for (const nn::PipelineStage& stage : nn::partition_pipeline(config, pp, blocks_per_stage)) {
+  for (const std::vector<nn::PipelineStage>& chunks :
+       rank_chunks(config, pp, pipeline.virtual_stages, pipeline.blocks_per_stage)) {
+    const nn::TensorParallel place{tp, 0};
     std::vector<zero::UnitSpec> units = train::units_from_layout(
-        nn::stage_param_layout(config, stage, nn::TensorParallel{tp, 0}), blocks_per_unit);
+        chunks.size() == 1 ? nn::stage_param_layout(config, chunks[0], place)
+                           : nn::chunks_param_layout(config, chunks, place),
+        blocks_per_unit);
     size_t elems = 0;
     for (const zero::UnitSpec& u : units) elems += u.numel;
     if (worst.empty() || elems > worst_elems) {
@@ -116,16 +135,16 @@ size_t activation_bytes(const nn::GPTConfig& config, size_t B, size_t T, bool ch
   const size_t local_T = (T + sp - 1) / sp;
   if (pp == 1)
     return nn::GPT::activation_bytes_for(config, B, local_T, checkpointing, tp, sequence_parallel);
-  // Each stage holds its blocks' activations for as many micro-batches as the schedule keeps in
+  // Each rank holds its chunks' activations for as many micro-batches as the schedule keeps in
   // flight there; the largest is the rank that must fit.
   const nn::ActivationDims dims = nn::ActivationDims::of(config, B, local_T, tp, sequence_parallel);
   const nn::PipelineSchedule schedule = nn::pipeline_schedule_from_name(pipeline.schedule);
   const size_t m = pipeline.micro_batches > 0 ? pipeline.micro_batches : pp;
   size_t worst = 0;
-  for (const nn::PipelineStage& stage :
-       nn::partition_pipeline(config, pp, pipeline.blocks_per_stage))
+  for (const std::vector<nn::PipelineStage>& chunks :
+       rank_chunks(config, pp, pipeline.virtual_stages, pipeline.blocks_per_stage))
     worst = std::max(worst, train::PipelineExecutor::activation_bytes_for(
-                                config, dims, stage, schedule, m, checkpointing));
+                                config, dims, chunks, schedule, m, checkpointing));
   return worst;
 }
 
@@ -205,12 +224,16 @@ EstimateSettings resolve_settings(const ModelFlags& model, const WorldFlags& wor
   PipelineFlags pipeline;
   pipeline.schedule = c.pipeline_schedule;
   pipeline.micro_batches = static_cast<size_t>(c.gradient_accumulation_steps);
-  if (w.pp == c.pipeline_parallel)
+  if (w.pp == c.pipeline_parallel) {  // the config's pipeline: its chunks and its cut
+    pipeline.virtual_stages = static_cast<size_t>(c.pipeline_virtual_stages);
     for (int64_t b : c.pipeline_stages) pipeline.blocks_per_stage.push_back(static_cast<size_t>(b));
+  } else if (pipeline.schedule == "interleaved") {
+    pipeline.schedule = "1f1b";  // --pp other than the config's: one chunk per rank
+  }
   s.input = train::estimate_input_from(
       c,
       model_units(s.model, static_cast<size_t>(c.blocks_per_unit), static_cast<size_t>(w.tp),
-                  static_cast<size_t>(w.pp), pipeline.blocks_per_stage),
+                  static_cast<size_t>(w.pp), pipeline),
       w,
       activation_bytes(s.model, s.micro_batch, s.seq_len, s.checkpointing, w, s.sequence_parallel,
                        pipeline));

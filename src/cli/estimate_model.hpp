@@ -45,27 +45,29 @@ profile::WorldLayout resolve_world(const WorldFlags& f, const train::TrainConfig
 // Pinned bounce buffers of one NVMe engine built from the aio section (queue_depth x block_size).
 size_t nvme_bounce_bytes(const train::AioConfig& aio);
 
-// The GPT's units as the partition store of one rank sees them: its real per-rank layout
-// (local shapes, replicated tensors whole, alignment padding) for its tensor-parallel rank and
-// pipeline stage; with pp > 1 the stage holding the most elements (the blocks balanced as the
-// trainer cuts them, or blocks_per_stage; the last stage counts its tied copy of the embeddings).
-std::vector<zero::UnitSpec> model_units(const nn::GPTConfig& config, size_t blocks_per_unit = 1,
-                                        size_t tp = 1, size_t pp = 1,
-                                        const std::vector<size_t>& blocks_per_stage = {});
-
-// The pipeline settings that decide a stage's activations: the schedule, micro-batches per step
-// (0: pp, from which on 1F1B's bound no longer grows) and the stage list (empty: balanced).
+// The pipeline settings that decide a rank's share: the schedule, micro-batches per step (0: pp,
+// from which on 1F1B's bound no longer grows), model chunks per rank (the interleaved schedule's
+// virtual stages) and the cut (blocks per virtual stage; empty: balanced).
 struct PipelineFlags {
   std::string schedule = "1f1b";
   size_t micro_batches = 0;
+  size_t virtual_stages = 1;
   std::vector<size_t> blocks_per_stage;
 };
 
+// The GPT's units as the partition store of one rank sees them: its real per-rank layout
+// (local shapes, replicated tensors whole, alignment padding) for its tensor-parallel rank and
+// pipeline chunks; with pp > 1 the rank holding the most elements (the blocks balanced as the
+// trainer cuts them, or as listed; the last stage counts its tied copy of the embeddings).
+std::vector<zero::UnitSpec> model_units(const nn::GPTConfig& config, size_t blocks_per_unit = 1,
+                                        size_t tp = 1, size_t pp = 1,
+                                        const PipelineFlags& pipeline = {});
+
 // Device activation bytes per rank for micro-batch B and sequence T: T / sp tokens per sequence,
 // the tensor-parallel rank's extents (heads, MLP features and vocabulary over tp; with Megatron
-// sequence parallelism the residual stream too) and, with pp > 1, the pipeline stage's blocks
-// times the micro-batches its schedule keeps in flight (what the trainer's executor allocates),
-// for the stage where that is largest.
+// sequence parallelism the residual stream too) and, with pp > 1, each of the rank's chunks'
+// blocks times the micro-batches its schedule keeps in flight there, plus each chunk's scratch
+// (what the trainer's executor allocates), for the rank where that is largest.
 size_t activation_bytes(const nn::GPTConfig& config, size_t B, size_t T, bool checkpointing,
                         const profile::WorldLayout& world, bool sequence_parallel = false,
                         const PipelineFlags& pipeline = {});

@@ -1,4 +1,4 @@
-// PipelineExecutor: a stage's schedule actions with their point-to-point transfers.
+// PipelineExecutor: a rank's schedule actions with their point-to-point transfers.
 #include "tierzero/train/pipeline_executor.hpp"
 
 #include <algorithm>
@@ -22,61 +22,109 @@ struct PipelineExecutor::Slot {
 
 namespace {
 
-nn::PipelineShape shape_of(const nn::PipelineStage& stage, nn::PipelineSchedule schedule,
-                           size_t micro_batches) {
+// The shape of a rank holding `chunks` (virtual stages in chunk order): stages = virtual stages
+// / chunks, the rank's place from chunk 0 (virtual stage = rank).
+nn::PipelineShape shape_of(const std::vector<nn::PipelineStage>& chunks,
+                           nn::PipelineSchedule schedule, size_t micro_batches) {
+  TZ_CHECK(!chunks.empty() && chunks[0].stages % chunks.size() == 0,
+           "a pipeline rank's chunks do not divide the virtual stages",
+           "internal error: build chunk c of rank s as virtual stage c * stages + s");
   nn::PipelineShape s;
-  s.stages = stage.stages;
-  s.stage = stage.stage;
+  s.chunks = chunks.size();
+  s.stages = chunks[0].stages / s.chunks;
+  s.stage = chunks[0].stage;
   s.micro_batches = micro_batches;
   s.schedule = schedule;
   nn::validate(s);
+  for (size_t c = 0; c < chunks.size(); ++c)
+    TZ_CHECK(chunks[c].stage == s.virtual_stage(c),
+             "chunk " + std::to_string(c) + " runs " + chunks[c].str() + ", not virtual stage " +
+                 std::to_string(s.virtual_stage(c)),
+             "internal error: build chunk c of rank s as virtual stage c * stages + s");
   return s;
+}
+
+std::vector<nn::PipelineStage> stages_of(const std::vector<nn::GPT*>& chunks) {
+  std::vector<nn::PipelineStage> st;
+  for (const nn::GPT* g : chunks) st.push_back(g->stage());
+  return st;
 }
 
 }  // namespace
 
-PipelineExecutor::PipelineExecutor(nn::GPT& model, comm::Communicator* pipeline,
-                                   nn::PipelineSchedule schedule, size_t micro_batches, size_t B,
-                                   size_t T)
-    : model_(model),
+PipelineExecutor::PipelineExecutor(std::vector<nn::GPT*> chunks, std::vector<size_t> chunk_units,
+                                   comm::Communicator* pipeline, nn::PipelineSchedule schedule,
+                                   size_t micro_batches, size_t B, size_t T)
+    : chunks_(std::move(chunks)),
+      chunk_units_(std::move(chunk_units)),
       pipeline_(pipeline),
-      shape_(shape_of(model.stage(), schedule, micro_batches)),
+      shape_(shape_of(stages_of(chunks_), schedule, micro_batches)),
       B_(B),
       T_(T) {
+  if (chunk_units_.empty()) chunk_units_.assign(1, 0);
+  TZ_CHECK(chunk_units_.size() == chunks_.size(), "one first unit per chunk is needed",
+           "internal error: pass nn::chunk_unit_offsets");
   TZ_CHECK(shape_.stages == 1 ||
                (pipeline_ != nullptr && static_cast<size_t>(pipeline_->size()) == shape_.stages &&
                 static_cast<size_t>(pipeline_->rank()) == shape_.stage),
-           "the pipeline group does not match " + model.stage().str(),
+           "the pipeline group does not match " + chunks_[0]->stage().str(),
            "internal error: the group's ranks are the stages in order");
-  const nn::ActivationDims d = model.dims(B, T);
+  const nn::ActivationDims d = chunks_[0]->dims(B, T);
   stream_elems_ = d.stream_tokens * d.channels;
-  const size_t n = std::min(nn::max_in_flight(shape_), micro_batches);
-  for (size_t i = 0; i < n; ++i)
-    slots_.push_back(std::make_unique<Slot>(Slot{model.make_micro_batch(B, T), SIZE_MAX, {}}));
+  const std::vector<size_t> n = in_flight_per_chunk(shape_);
+  slots_.resize(chunks_.size());
+  for (size_t c = 0; c < chunks_.size(); ++c)
+    for (size_t i = 0; i < n[c]; ++i)
+      slots_[c].push_back(
+          std::make_unique<Slot>(Slot{chunks_[c]->make_micro_batch(B, T), SIZE_MAX, {}}));
 }
 
 PipelineExecutor::~PipelineExecutor() {
-  for (auto& s : slots_) s->pending.clear();  // a CommRequest waits (quietly) when destroyed
+  for (auto& chunk : slots_)
+    for (auto& s : chunk) s->pending.clear();  // a CommRequest waits (quietly) when destroyed
+}
+
+bool PipelineExecutor::holds_loss() const {
+  return shape_.virtual_stage(shape_.chunks - 1) + 1 == shape_.virtual_stages();
+}
+
+std::vector<size_t> PipelineExecutor::in_flight_per_chunk(const nn::PipelineShape& shape) {
+  std::vector<size_t> now(shape.chunks, 0), most(shape.chunks, 0);
+  for (const nn::PipelineAction& a : nn::pipeline_actions(shape)) {
+    if (a.kind == nn::PipelineAction::Kind::forward) {
+      most[a.chunk] = std::max(most[a.chunk], ++now[a.chunk]);
+    } else {
+      --now[a.chunk];
+    }
+  }
+  return most;
 }
 
 size_t PipelineExecutor::activation_bytes_for(const nn::GPTConfig& config,
                                               const nn::ActivationDims& dims,
-                                              const nn::PipelineStage& stage,
+                                              const std::vector<nn::PipelineStage>& chunks,
                                               nn::PipelineSchedule schedule, size_t micro_batches,
                                               bool checkpointing) {
-  const size_t n =
-      std::min(nn::max_in_flight(shape_of(stage, schedule, micro_batches)), micro_batches);
-  return n * nn::GPT::micro_batch_bytes_for(config, dims, stage, checkpointing) +
-         nn::ModelScratch::bytes_for(dims, checkpointing);
+  const std::vector<size_t> n = in_flight_per_chunk(shape_of(chunks, schedule, micro_batches));
+  size_t bytes = 0;
+  for (size_t c = 0; c < chunks.size(); ++c)
+    bytes += n[c] * nn::GPT::micro_batch_bytes_for(config, dims, chunks[c], checkpointing) +
+             nn::ModelScratch::bytes_for(dims, checkpointing);
+  return bytes;
 }
 
-PipelineExecutor::Slot& PipelineExecutor::slot_of(size_t micro_batch) {
-  return *slots_[micro_batch % slots_.size()];
+PipelineExecutor::Slot& PipelineExecutor::slot_of(size_t chunk, size_t micro_batch) {
+  // A chunk's forwards and backwards both run in micro-batch order, so the micro-batches it holds
+  // at once are consecutive: micro_batch mod its slots never collide.
+  return *slots_[chunk][micro_batch % slots_[chunk].size()];
 }
 
-int PipelineExecutor::tag(size_t micro_batch, bool gradient) const {
-  // Activations and gradients between the same two ranks, told apart by micro-batch and kind.
-  return static_cast<int>((micro_batch % 16384) * 2 + (gradient ? 1 : 0));
+int PipelineExecutor::tag(size_t micro_batch, size_t to_virtual_stage, bool gradient) const {
+  // MPI guarantees tags up to 32767; micro-batches far enough apart to share a tag are never in
+  // flight together.
+  const size_t V = shape_.virtual_stages();
+  const size_t wrap = std::max<size_t>(1, 16383 / V);
+  return static_cast<int>(((micro_batch % wrap) * V + to_virtual_stage) * 2 + (gradient ? 1 : 0));
 }
 
 void PipelineExecutor::receive(float* buffer, int peer, int tag, bool gradient) {
@@ -92,8 +140,16 @@ void PipelineExecutor::receive(float* buffer, int peer, int tag, bool gradient) 
 void PipelineExecutor::send(Slot& slot, const float* buffer, int peer, int tag) {
   // The model's work that produced the buffer is finished: the CPU kernels return done, and on
   // CUDA the stream is synchronized first (the send reads the buffer on the group's stream).
-  model_.sync();
+  chunks_[0]->sync();
   slot.pending.push_back(pipeline_->send_async(buffer, stream_elems_, DType::f32, peer, tag));
+}
+
+std::vector<std::unique_ptr<nn::ParamProvider>> PipelineExecutor::views(
+    nn::ParamProvider& params) const {
+  std::vector<std::unique_ptr<nn::ParamProvider>> v;
+  for (size_t first : chunk_units_)
+    v.push_back(std::make_unique<nn::UnitOffsetProvider>(params, first));
+  return v;
 }
 
 double PipelineExecutor::train(nn::ParamProvider& params,
@@ -103,8 +159,10 @@ double PipelineExecutor::train(nn::ParamProvider& params,
            "pipeline step got " + std::to_string(tokens.size()) + " micro-batches, expected " +
                std::to_string(shape_.micro_batches),
            "internal error");
-  const bool first = shape_.stage == 0, last = shape_.stage + 1 == shape_.stages;
-  const int prev = static_cast<int>(shape_.stage) - 1, next = static_cast<int>(shape_.stage) + 1;
+  const size_t p = shape_.stages, V = shape_.virtual_stages();
+  const int prev = static_cast<int>((shape_.stage + p - 1) % p);
+  const int next = static_cast<int>((shape_.stage + 1) % p);
+  const std::vector<std::unique_ptr<nn::ParamProvider>> view = views(params);
   timing_ = {};
   const double step_start = monotonic_seconds();
   // The compute of an action: from after its receive to before its send (the model's work
@@ -115,23 +173,27 @@ double PipelineExecutor::train(nn::ParamProvider& params,
     compute_start = monotonic_seconds();
   };
   const auto end_compute = [&](const char* name) {
-    model_.sync();
+    chunks_[0]->sync();
     const double t = monotonic_seconds();
     timing_.compute_s += t - compute_start;
     ActivityLog::global().record(Track::compute, name, compute_start, t);
   };
   double loss = 0.0;
   for (const nn::PipelineAction& a : nn::pipeline_actions(shape_)) {
-    Slot& slot = slot_of(a.micro_batch);
+    const size_t k = shape_.virtual_stage(a.chunk);
+    const bool first = k == 0, last = k + 1 == V;
+    nn::GPT& model = *chunks_[a.chunk];
+    nn::ParamProvider& chunk_params = *view[a.chunk];
+    Slot& slot = slot_of(a.chunk, a.micro_batch);
     nn::MicroBatch& mb = slot.mb;
     if (a.kind == nn::PipelineAction::Kind::forward) {
       slot.wait_sends();  // its buffers are about to be overwritten
       slot.micro_batch = a.micro_batch;
-      if (!first) receive(mb.stage_input(), prev, tag(a.micro_batch, false), false);
+      if (!first) receive(mb.stage_input(), prev, tag(a.micro_batch, k, false), false);
       begin_compute(a);
-      model_.forward(mb, params, tokens[a.micro_batch].data(), targets[a.micro_batch].data());
+      model.forward(mb, chunk_params, tokens[a.micro_batch].data(), targets[a.micro_batch].data());
       end_compute("pipeline forward");
-      if (!last) send(slot, mb.stage_output(), next, tag(a.micro_batch, false));
+      if (!last) send(slot, mb.stage_output(), next, tag(a.micro_batch, k + 1, false));
     } else {
       TZ_CHECK(slot.micro_batch == a.micro_batch,
                "pipeline micro-batch " + std::to_string(a.micro_batch) +
@@ -139,35 +201,46 @@ double PipelineExecutor::train(nn::ParamProvider& params,
                "internal error: the schedule keeps more micro-batches in flight than its bound");
       if (!last) {
         slot.wait_sends();  // the output went out; its gradient comes into dresidual
-        receive(mb.dresidual(), next, tag(a.micro_batch, true), true);
+        receive(mb.dresidual(), next, tag(a.micro_batch, k, true), true);
       }
       begin_compute(a);
-      model_.backward(mb, params, grad_scale);
-      if (last) loss += static_cast<double>(model_.loss(mb));
+      model.backward(mb, chunk_params, grad_scale);
+      if (last) loss += static_cast<double>(model.loss(mb));
       end_compute("pipeline backward");
-      if (!first) send(slot, mb.dresidual(), prev, tag(a.micro_batch, true));
+      if (!first) send(slot, mb.dresidual(), prev, tag(a.micro_batch, k - 1, true));
     }
   }
-  for (auto& s : slots_) s->wait_sends();
+  for (auto& chunk : slots_)
+    for (auto& s : chunk) s->wait_sends();
   timing_.step_s = monotonic_seconds() - step_start;
-  return last ? loss / static_cast<double>(shape_.micro_batches) : 0.0;
+  return holds_loss() ? loss / static_cast<double>(shape_.micro_batches) : 0.0;
 }
 
 double PipelineExecutor::evaluate(nn::ParamProvider& params, const int32_t* tokens,
                                   const int32_t* targets) {
-  const bool first = shape_.stage == 0, last = shape_.stage + 1 == shape_.stages;
-  Slot& slot = *slots_[0];
-  slot.wait_sends();
-  slot.micro_batch = SIZE_MAX;
-  nn::MicroBatch& mb = slot.mb;
-  if (!first) receive(mb.stage_input(), static_cast<int>(shape_.stage) - 1, tag(0, false), false);
-  model_.forward(mb, params, tokens, targets);
-  if (!last) {
-    send(slot, mb.stage_output(), static_cast<int>(shape_.stage) + 1, tag(0, false));
+  const size_t p = shape_.stages, V = shape_.virtual_stages();
+  const int prev = static_cast<int>((shape_.stage + p - 1) % p);
+  const int next = static_cast<int>((shape_.stage + 1) % p);
+  const std::vector<std::unique_ptr<nn::ParamProvider>> view = views(params);
+  double loss = 0.0;
+  // The chunks in virtual-stage order: chunk c's input comes from the previous rank's chunk c
+  // (or chunk c - 1 of the last rank), so every rank goes through its chunks in order.
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    const size_t k = shape_.virtual_stage(c);
+    Slot& slot = *slots_[c][0];
     slot.wait_sends();
-    return 0.0;
+    slot.micro_batch = SIZE_MAX;
+    nn::MicroBatch& mb = slot.mb;
+    if (k > 0) receive(mb.stage_input(), prev, tag(0, k, false), false);
+    chunks_[c]->forward(mb, *view[c], tokens, targets);
+    if (k + 1 < V) {
+      send(slot, mb.stage_output(), next, tag(0, k + 1, false));
+    } else if (targets) {
+      loss = static_cast<double>(chunks_[c]->loss(mb));
+    }
   }
-  return targets ? static_cast<double>(model_.loss(mb)) : 0.0;
+  for (auto& chunk : slots_) chunk[0]->wait_sends();
+  return loss;
 }
 
 }  // namespace tierzero::train

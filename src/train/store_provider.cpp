@@ -27,9 +27,11 @@ UnitGrouping group_units(const nn::ParamLayout& layout, size_t blocks_per_unit) 
   size_t group_start = 0;  // elements: where the current store unit starts in the layout
   for (size_t i = 0; i < units.size(); ++i) {
     const nn::ParamUnit& u = units[i];
-    // A block joins the previous store unit while that one is a block group with room left;
-    // units are back to back in the layout, so a group is one flat range.
-    const bool join = is_block(u) && blocks_in_current > 0 && blocks_in_current < blocks_per_unit;
+    // A block joins the previous store unit while that one is a block group with room left and
+    // ends with the block before it (a rank's interleaved chunks are not contiguous in the
+    // model); units are back to back in the layout, so a group is one flat range.
+    const bool join = is_block(u) && blocks_in_current > 0 && blocks_in_current < blocks_per_unit &&
+                      std::stoul(units[i - 1].name.substr(6)) + 1 == std::stoul(u.name.substr(6));
     if (!join) {
       g.specs.push_back(zero::UnitSpec{u.name, 0, {}});
       g.members.push_back(0);

@@ -200,14 +200,12 @@ void read_tierzero(ConfigReader r, TrainConfig& c) {
   c.pipeline_parallel = r.get_int("pipeline_parallel", c.pipeline_parallel, 1, 4096);
   c.pipeline_schedule =
       r.get_string("pipeline_schedule", c.pipeline_schedule, {"gpipe", "1f1b", "interleaved"});
-  if (c.pipeline_schedule == "interleaved")
-    r.fail("pipeline_schedule",
-           "= \"interleaved\": virtual stages (several model chunks per rank) are not "
-           "implemented by the trainer yet; use \"1f1b\" (same activation bound, larger bubble) "
-           "or \"gpipe\"");
-  // One block count per stage (get_numbers checks the count against pipeline_parallel).
-  for (double v :
-       r.get_numbers("pipeline_stages", {}, static_cast<size_t>(c.pipeline_parallel), 1.0, 1.0e6)) {
+  c.pipeline_virtual_stages =
+      r.get_int("pipeline_virtual_stages", c.pipeline_virtual_stages, 1, 4096);
+  // One block count per virtual stage (get_numbers checks the count).
+  const auto listed =
+      static_cast<size_t>(c.pipeline_parallel) * static_cast<size_t>(c.pipeline_virtual_stages);
+  for (double v : r.get_numbers("pipeline_stages", {}, listed, 1.0, 1.0e6)) {
     if (v != static_cast<double>(static_cast<int64_t>(v)))
       r.fail("pipeline_stages", "holds " + std::to_string(v) + ", not a whole number of blocks");
     c.pipeline_stages.push_back(static_cast<int64_t>(v));

@@ -59,11 +59,12 @@ void check_supported(const TrainConfig& c) {
 
 // The tensor- and pipeline-parallel split against the world and the model, before anything is
 // allocated: every rank runs this on the same values, so all fail alike with the same message.
-// Returns the pipeline's stages.
+// Returns the pipeline's (virtual) stages: pipeline_parallel x pipeline_virtual_stages of them.
 std::vector<nn::PipelineStage> check_parallel(const TrainConfig& c, const nn::GPTConfig& model,
                                               int world_size) {
   const auto tp = static_cast<size_t>(c.tensor_parallel);
   const auto pp = static_cast<size_t>(c.pipeline_parallel);
+  const auto v = static_cast<size_t>(c.pipeline_virtual_stages);
   TZ_CHECK(static_cast<size_t>(world_size) % (tp * pp) == 0,
            "tierzero.tensor_parallel " + std::to_string(tp) + " x pipeline_parallel " +
                std::to_string(pp) + " does not divide the " + std::to_string(world_size) +
@@ -71,14 +72,41 @@ std::vector<nn::PipelineStage> check_parallel(const TrainConfig& c, const nn::GP
            "launch dp x tensor_parallel x pipeline_parallel ranks (mpiexec -n), or change them");
   std::vector<size_t> blocks;
   for (int64_t b : c.pipeline_stages) blocks.push_back(static_cast<size_t>(b));
-  std::vector<nn::PipelineStage> stages = nn::partition_pipeline(model, pp, blocks);
-  TZ_CHECK(c.pipeline_schedule != "interleaved",
-           "pipeline_schedule interleaved: virtual stages (several model chunks per rank) are not "
-           "implemented by the trainer yet",
-           "use --pipeline-schedule 1f1b (same activation bound, larger bubble) or gpipe");
+  const bool interleaved = c.pipeline_schedule == "interleaved";
+  TZ_CHECK(v == 1 || interleaved,
+           "tierzero.pipeline_virtual_stages " + std::to_string(v) +
+               " needs pipeline_schedule "
+               "interleaved (" +
+               c.pipeline_schedule + " runs one model chunk per rank)",
+           "set pipeline_schedule to interleaved, or pipeline_virtual_stages to 1");
+  // (At pipeline_parallel 1 the schedule does nothing; virtual stages on one rank would hold the
+  // embeddings and their tied copy twice.)
+  TZ_CHECK(v == 1 || pp >= 2,
+           "tierzero.pipeline_virtual_stages " + std::to_string(v) +
+               " needs pipeline_parallel >= 2 (it is " + std::to_string(pp) + ")",
+           "give pipeline_parallel 2 or more, or pipeline_virtual_stages 1");
+  TZ_CHECK(v == 1 || pp * v <= model.num_layers,  // (at v 1 partition_pipeline says it)
+           "pipeline_parallel " + std::to_string(pp) + " x pipeline_virtual_stages " +
+               std::to_string(v) + " = " + std::to_string(pp * v) +
+               " virtual stages exceed the model's " + std::to_string(model.num_layers) +
+               " transformer blocks",
+           "every virtual stage holds at least one block: lower pipeline_parallel or "
+           "pipeline_virtual_stages");
+  const auto m = static_cast<size_t>(c.gradient_accumulation_steps);
+  TZ_CHECK(!interleaved || pp == 1 || v >= 2,
+           "pipeline_schedule interleaved needs tierzero.pipeline_virtual_stages >= 2 (model "
+           "chunks per rank; it is 1)",
+           "give --virtual-stages 2 or more, or use the 1f1b schedule");
+  TZ_CHECK(!interleaved || pp == 1 || m % pp == 0,
+           "pipeline_schedule interleaved runs the micro-batches in groups of pipeline_parallel " +
+               std::to_string(pp) + ": gradient_accumulation_steps " + std::to_string(m) +
+               " is not a multiple of it",
+           "choose --micro-batches (gradient_accumulation_steps) a multiple of --pp");
+  std::vector<nn::PipelineStage> stages = nn::partition_pipeline(model, pp * v, blocks);
   if (pp > 1) {
     nn::PipelineShape shape;
     shape.stages = pp;
+    shape.chunks = v;
     shape.micro_batches = static_cast<size_t>(c.gradient_accumulation_steps);
     shape.schedule = nn::pipeline_schedule_from_name(c.pipeline_schedule);
     nn::validate(shape);
@@ -198,7 +226,19 @@ struct Trainer::State {
   std::unique_ptr<comm::Communicator> tie_nccl;
   comm::Communicator* tie = nullptr;
   nn::GPTConfig model_config;
-  std::unique_ptr<nn::GPT> model;
+  std::unique_ptr<nn::GPT> model;  // chunk 0 of the rank's pipeline chunks: the whole model at pp 1
+  // The interleaved schedule's further chunks (virtual stages s + p, s + 2p, ...), the rank's
+  // layout over all its chunks and where each chunk's units start in it; empty at one chunk.
+  std::vector<std::unique_ptr<nn::GPT>> more_chunks;
+  std::unique_ptr<nn::ParamLayout> chunks_layout;
+  std::vector<size_t> chunk_units;
+  // The rank's parameters: its chunks' (one chunk: the model's layout).
+  const nn::ParamLayout& layout() const { return chunks_layout ? *chunks_layout : model->layout(); }
+  std::vector<nn::GPT*> chunk_models() const {
+    std::vector<nn::GPT*> all = {model.get()};
+    for (const auto& m : more_chunks) all.push_back(m.get());
+    return all;
+  }
   std::unique_ptr<nn::LocalParams> params;
   std::unique_ptr<AdamWOptimizer> optimizer;
   std::unique_ptr<zero::PartitionStore> store;  // the ZeRO path: params, grads, AdamW states
@@ -257,8 +297,12 @@ void Trainer::build() {
   const comm::MeshCoord coords = comm::MeshLayout(shape).coords(s.rank);
   s.dp_rank = coords[static_cast<size_t>(comm::MeshDim::dp)];
   s.dp_size = shape.dp;
-  const nn::PipelineStage stage =
-      s.stages[static_cast<size_t>(coords[static_cast<size_t>(comm::MeshDim::pp)])];
+  // The rank's chunks: virtual stages pp_rank, pp_rank + pp, ... (one at gpipe and 1f1b).
+  const auto pp_rank = static_cast<size_t>(coords[static_cast<size_t>(comm::MeshDim::pp)]);
+  std::vector<nn::PipelineStage> chunk_stages;
+  for (size_t k = pp_rank; k < s.stages.size(); k += static_cast<size_t>(shape.pp))
+    chunk_stages.push_back(s.stages[k]);
+  const nn::PipelineStage stage = chunk_stages.front();
 
   // Data first: a bad path should fail before any large allocation.
   const size_t V = s.model_config.vocab_size;
@@ -303,6 +347,11 @@ void Trainer::build() {
           comm::make_nccl_communicator(s.mesh->group(comm::MeshDim::tp), *s.device);
       parallel.tensor_parallel = s.tensor_parallel_nccl.get();
     }
+    TZ_CHECK(!cuda || chunk_stages.size() == 1,
+             "pipeline_schedule interleaved on CUDA is not supported yet: NCCL matches "
+             "point-to-point transfers by their order, and the interleaved executor sends "
+             "activations and gradients between the same two ranks in orders that need tags",
+             "use 1f1b or gpipe on CUDA, or run interleaved on the CPU backend");
     if (cuda && shape.pp > 1) {
       s.pipeline_nccl = comm::make_nccl_communicator(s.mesh->group(comm::MeshDim::pp), *s.device);
       s.pipeline = s.pipeline_nccl.get();
@@ -311,7 +360,7 @@ void Trainer::build() {
       // The first and the last stage (of one dp replica and tp rank) share the embeddings' unit:
       // its gradients are summed over the two. Every rank takes part in the split; the middle
       // stages get a group of their own, unused.
-      const bool ends = stage.first() || stage.last();
+      const bool ends = pp_rank == 0 || pp_rank + 1 == static_cast<size_t>(shape.pp);
       const int key = coords[static_cast<size_t>(comm::MeshDim::pp)];
       const int color = ends ? s.dp_rank * shape.tp + coords[static_cast<size_t>(comm::MeshDim::tp)]
                              : s.world_size + s.rank;
@@ -324,11 +373,21 @@ void Trainer::build() {
     }
   }
   s.model = std::make_unique<nn::GPT>(s.model_config, *s.allocator, parallel);
+  if (chunk_stages.size() > 1) {
+    for (size_t c = 1; c < chunk_stages.size(); ++c) {
+      nn::ModelParallel chunk = parallel;
+      chunk.pipeline = chunk_stages[c];
+      s.more_chunks.push_back(std::make_unique<nn::GPT>(s.model_config, *s.allocator, chunk));
+    }
+    s.chunks_layout = std::make_unique<nn::ParamLayout>(
+        nn::chunks_param_layout(s.model_config, chunk_stages, s.model->layout().tp()));
+    s.chunk_units = nn::chunk_unit_offsets(s.model_config, chunk_stages);
+  }
 
   // Every rank builds the same initial weights (same seed, or the same checkpoint) and keeps its
   // stage's tensors and tensor-parallel pieces, so no broadcast is needed; the store keeps what
   // each rank owns.
-  const nn::ParamLayout& layout = s.model->layout();
+  const nn::ParamLayout& layout = s.layout();
   std::vector<float> host(layout.total_numel());  // (total_numel) fp32
   if (config_.load_checkpoint.empty()) {
     nn::init_gpt2_params(layout, s.model_config, config_.seed, host.data());
@@ -340,7 +399,8 @@ void Trainer::build() {
     load_checkpoint(config_.load_checkpoint, full_layout, full.data());
     nn::scatter_full_params(full_layout, full.data(), layout, host.data());
   }
-  s.model->set_activation_checkpointing(config_.activation_checkpointing);
+  for (nn::GPT* m : s.chunk_models())
+    m->set_activation_checkpointing(config_.activation_checkpointing);
   if (s.session) {
     zero::StoreConfig store_config = store_config_from(config_);
     UnitGrouping grouping = group_units(layout, static_cast<size_t>(config_.blocks_per_unit));
@@ -392,7 +452,8 @@ namespace {
 // A recorder primed with what the run is, where each unit's states live, and what the estimator
 // predicts for every tier and category, so the report can set measured against predicted.
 std::unique_ptr<profile::ProfileRecorder> make_recorder(const TrainConfig& c, bool timeline,
-                                                        const nn::GPT& model,
+                                                        const std::vector<nn::GPT*>& chunks,
+                                                        const nn::ParamLayout& layout,
                                                         const zero::PartitionStore* store, int rank,
                                                         int ranks, size_t budget,
                                                         const Device& device) {
@@ -402,7 +463,14 @@ std::unique_ptr<profile::ProfileRecorder> make_recorder(const TrainConfig& c, bo
   if (device.driver_used_bytes() >= 0)
     options.driver_device_used = [&device] { return device.driver_used_bytes(); };
   auto recorder = std::make_unique<profile::ProfileRecorder>(options);
-  const nn::ParamLayout& layout = model.layout();
+  const nn::GPT& model = *chunks.front();
+  std::vector<nn::PipelineStage> chunk_stages;
+  std::string stage_text;
+  for (const nn::GPT* m : chunks) {
+    chunk_stages.push_back(m->stage());
+    stage_text += (stage_text.empty() ? "" : "; ") + m->stage().str();
+  }
+  const size_t pp = model.stage().stages / chunks.size();
   profile::RunInfo info;
   info.model = "GPT-2 " + model.config().str();
   info.parameters = static_cast<int64_t>(layout.parameter_count());
@@ -420,12 +488,13 @@ std::unique_ptr<profile::ProfileRecorder> make_recorder(const TrainConfig& c, bo
   const size_t tp = model.tensor_parallel();
   info.extra["tensor_parallel"] = std::to_string(tp);
   info.extra["sequence_parallel"] = model.sequence_parallel() ? "on" : "off";
-  if (model.stage().stages > 1) {
-    info.extra["pipeline_parallel"] = std::to_string(model.stage().stages);
-    info.extra["pipeline_stage"] = model.stage().str();
+  if (pp > 1) {
+    info.extra["pipeline_parallel"] = std::to_string(pp);
+    info.extra["pipeline_stage"] = stage_text;
     info.extra["pipeline_schedule"] = c.pipeline_schedule;
+    if (chunks.size() > 1) info.extra["pipeline_virtual_stages"] = std::to_string(chunks.size());
   }
-  if (tp > 1 || model.stage().stages > 1)
+  if (tp > 1 || pp > 1)
     info.extra["parameters_whole_model"] =
         std::to_string(nn::ParamLayout(model.config()).parameter_count());
   recorder->set_run_info(info);
@@ -444,14 +513,14 @@ std::unique_ptr<profile::ProfileRecorder> make_recorder(const TrainConfig& c, bo
   recorder->set_placements(rows);
   profile::WorldLayout world;
   world.tp = static_cast<int>(tp);
-  world.pp = static_cast<int>(model.stage().stages);
+  world.pp = static_cast<int>(pp);
   world.dp = ranks / (world.tp * world.pp);
   const auto B = static_cast<size_t>(c.micro_batch_size), T = static_cast<size_t>(c.seq_len);
   // Under pipeline parallelism the schedule's micro-batches in flight, each the stage's blocks.
   const size_t activations =
       world.pp > 1
           ? PipelineExecutor::activation_bytes_for(
-                model.config(), model.dims(B, T), model.stage(),
+                model.config(), model.dims(B, T), chunk_stages,
                 nn::pipeline_schedule_from_name(c.pipeline_schedule),
                 static_cast<size_t>(c.gradient_accumulation_steps), c.activation_checkpointing)
           : nn::GPT::activation_bytes_for(model.config(), B, T, c.activation_checkpointing, tp,
@@ -491,7 +560,7 @@ double validate(nn::GPT& model, nn::ParamProvider& params, zero::PartitionStore*
   const auto w = static_cast<size_t>(world_size);
   const size_t rounds = (batches + w - 1) / w;
   // Under pipeline parallelism only the last stage has a loss; the others count nothing.
-  const bool has_loss = model.stage().last();
+  const bool has_loss = pipe ? pipe->holds_loss() : model.stage().last();
   double sum = 0.0;
   size_t counted = 0;
   for (size_t k = 0; k < rounds; ++k) {
@@ -585,9 +654,15 @@ void Trainer::save_parallel_checkpoint(const std::vector<float>& host) {
   const auto tp = static_cast<size_t>(mesh.shape().tp);
   const nn::ParamLayout full_layout(s.model_config);
   std::vector<float> full(full_layout.total_numel(), 0.0f);  // (whole model) fp32
-  for (size_t st = s.stages.size(); st-- > 0;) {
+  const auto pp = static_cast<size_t>(mesh.shape().pp);
+  for (size_t st = pp; st-- > 0;) {
+    // Pipeline rank st's chunks: virtual stages st, st + pp, ...
+    std::vector<nn::PipelineStage> chunks;
+    for (size_t k = st; k < s.stages.size(); k += pp) chunks.push_back(s.stages[k]);
     const nn::ParamLayout stage_layout =
-        nn::stage_param_layout(s.model_config, s.stages[st], nn::TensorParallel{tp, 0});
+        chunks.size() == 1
+            ? nn::stage_param_layout(s.model_config, chunks[0], nn::TensorParallel{tp, 0})
+            : nn::chunks_param_layout(s.model_config, chunks, nn::TensorParallel{tp, 0});
     const size_t n = stage_layout.total_numel();
     std::vector<float> all(n * tp);  // (tp, n) the stage's tp ranks' buffers
     for (size_t t = 0; t < tp; ++t) {
@@ -659,9 +734,15 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
                    s.model->tensor_parallel(),
                    s.model->sequence_parallel() ? " with sequence parallelism" : "",
                    s.model->layout().parameter_count());
-    if (s.model->stage().stages > 1)
-      std::fprintf(out, ", pipeline-parallel %zu (%s, %s)", s.model->stage().stages,
-                   config_.pipeline_schedule.c_str(), s.model->stage().str().c_str());
+    if (config_.pipeline_parallel > 1) {
+      std::fprintf(out, ", pipeline-parallel %lld (%s",
+                   static_cast<long long>(config_.pipeline_parallel),
+                   config_.pipeline_schedule.c_str());
+      if (!s.more_chunks.empty())
+        std::fprintf(out, ", %zu virtual stages per rank", s.more_chunks.size() + 1);
+      for (const nn::GPT* m : s.chunk_models()) std::fprintf(out, "; %s", m->stage().str().c_str());
+      std::fprintf(out, ")");
+    }
     if (config_.activation_checkpointing) std::fprintf(out, ", activation checkpointing");
     std::fprintf(out, "\n");
   }
@@ -669,18 +750,20 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
   std::unique_ptr<profile::ProfileRecorder> recorder;
   std::unique_ptr<ProfilingProvider> profiled;
   if (!profile_path_.empty()) {
-    recorder = make_recorder(config_, profile_timeline_, *s.model, s.store.get(), s.rank,
-                             s.world_size, s.allocator->stats().budget, *s.device);
+    recorder =
+        make_recorder(config_, profile_timeline_, s.chunk_models(), s.layout(), s.store.get(),
+                      s.rank, s.world_size, s.allocator->stats().budget, *s.device);
     profiled = std::make_unique<ProfilingProvider>(params, *recorder);
   }
   nn::ParamProvider& step_params = profiled ? static_cast<nn::ParamProvider&>(*profiled) : params;
   // Pipeline parallelism: the stage's micro-batches (gradient_accumulation_steps of them) run in
   // the schedule's order with the transfers between stages.
   std::unique_ptr<PipelineExecutor> pipe;
-  if (s.model->stage().stages > 1)
+  if (config_.pipeline_parallel > 1)
     pipe = std::make_unique<PipelineExecutor>(
-        *s.model, s.pipeline, nn::pipeline_schedule_from_name(config_.pipeline_schedule),
-        static_cast<size_t>(accum), B, T);
+        s.chunk_models(), s.chunk_units, s.pipeline,
+        nn::pipeline_schedule_from_name(config_.pipeline_schedule), static_cast<size_t>(accum), B,
+        T);
   if (pipe && profiled)
     pipe->on_action([&](const nn::PipelineAction& a) {
       profiled->begin_pass(a.kind == nn::PipelineAction::Kind::forward ? profile::Phase::forward
@@ -694,7 +777,7 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
   for (int64_t step = 0; step < config_.steps; ++step) {
     Timer timer;
     if (recorder) recorder->begin_step(step + 1);
-    s.model->reset_tensor_parallel_traffic();
+    for (nn::GPT* m : s.chunk_models()) m->reset_tensor_parallel_traffic();
     if (s.store)
       s.store->zero_grads();
     else
@@ -745,7 +828,7 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
       float sum = static_cast<float>(loss);
       group_sum(*group, &sum, 1);
       loss = static_cast<double>(sum) /
-             static_cast<double>(s.world_size / static_cast<int>(s.model->stage().stages));
+             static_cast<double>(s.world_size / static_cast<int>(config_.pipeline_parallel));
     } else {
       grad_norm = s.optimizer->step(*s.params, lr, config_.gradient_clipping).grad_norm;
     }
@@ -794,7 +877,14 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
     if (metrics) {
       // The tensor-parallel collectives' payload this step (rank 0's; every tp rank moves as
       // much), all zero without tensor parallelism.
-      const nn::TensorParallelTraffic tp = s.model->tensor_parallel_traffic();
+      nn::TensorParallelTraffic tp{};
+      for (const nn::GPT* m : s.chunk_models()) {
+        const nn::TensorParallelTraffic t = m->tensor_parallel_traffic();
+        tp.all_reduce_bytes += t.all_reduce_bytes;
+        tp.all_gather_bytes += t.all_gather_bytes;
+        tp.reduce_scatter_bytes += t.reduce_scatter_bytes;
+        tp.calls += t.calls;
+      }
       std::fprintf(metrics.get(),
                    "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
                    "\"ms\": %.3f, \"tokens_per_s\": %.1f, \"prefetch_hits\": %zu, "
@@ -840,7 +930,7 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
     if (out) std::fputs(line, out);
   }
   if (!config_.save_checkpoint.empty()) {
-    const nn::ParamLayout& layout = s.model->layout();
+    const nn::ParamLayout& layout = s.layout();
     std::vector<float> host(layout.total_numel());  // (total_numel) fp32, this rank's pieces
     if (s.store) {
       // Every rank reads (a gather at stage 3, so all must take part); rank 0 writes.
@@ -851,7 +941,7 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
                      CopyKind::device_to_host, s.device->default_stream());
       s.device->default_stream().synchronize();
     }
-    if (layout.tp().size == 1 && s.model->stage().stages == 1) {
+    if (layout.tp().size == 1 && config_.pipeline_parallel == 1) {
       if (s.rank == 0)
         save_checkpoint(config_.save_checkpoint, s.model_config, layout, host.data());
     } else if (s.dp_rank == 0) {
@@ -860,24 +950,41 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
     if (out) std::fprintf(out, "saved checkpoint '%s'\n", config_.save_checkpoint.c_str());
   }
   if (!memory_json_path.empty()) {
-    // Under pipeline parallelism the stage and what its activations should be: the model's
-    // scratch plus one stage micro-batch's activations per micro-batch the schedule keeps in
-    // flight (the tests check the tracker's measured peak against it).
+    // Under pipeline parallelism the stage and what its activations should be: each chunk's
+    // scratch plus one of its micro-batches' activations per micro-batch the schedule keeps in
+    // flight there (the tests check the tracker's measured peak against it).
     std::string pipeline;
     if (pipe) {
-      const nn::PipelineStage& st = s.model->stage();
       const nn::ActivationDims dims = s.model->dims(B, T);
       const bool ckpt = config_.activation_checkpointing;
-      pipeline = "{\"stage\": " + std::to_string(st.stage) +
-                 ", \"stages\": " + std::to_string(st.stages) + ", \"schedule\": \"" +
+      const std::vector<nn::GPT*> chunks = s.chunk_models();
+      size_t blocks = 0, in_flight = 0;
+      std::string list;
+      for (size_t c = 0; c < chunks.size(); ++c) {
+        const nn::PipelineStage& st = chunks[c]->stage();
+        blocks += st.num_blocks;
+        in_flight += pipe->slots(c);
+        list += std::string(c ? ", " : "") + "{\"virtual_stage\": " + std::to_string(st.stage) +
+                ", \"first_block\": " + std::to_string(st.first_block) +
+                ", \"blocks\": " + std::to_string(st.num_blocks) +
+                ", \"in_flight\": " + std::to_string(pipe->slots(c)) +
+                ", \"micro_batch_activation_bytes\": " +
+                std::to_string(nn::GPT::micro_batch_bytes_for(s.model_config, dims, st, ckpt)) +
+                "}";
+      }
+      const nn::PipelineStage& st0 = s.model->stage();
+      pipeline = "{\"stage\": " + std::to_string(pipe->shape().stage) +
+                 ", \"stages\": " + std::to_string(pipe->shape().stages) +
+                 ", \"virtual_stages\": " + std::to_string(chunks.size()) + ", \"schedule\": \"" +
                  config_.pipeline_schedule + "\", \"micro_batches\": " + std::to_string(accum) +
-                 ", \"first_block\": " + std::to_string(st.first_block) +
-                 ", \"blocks\": " + std::to_string(st.num_blocks) +
-                 ", \"in_flight\": " + std::to_string(pipe->slots()) +
+                 ", \"first_block\": " + std::to_string(st0.first_block) +
+                 ", \"blocks\": " + std::to_string(blocks) +
+                 ", \"in_flight\": " + std::to_string(in_flight) +
                  ", \"micro_batch_activation_bytes\": " +
-                 std::to_string(nn::GPT::micro_batch_bytes_for(s.model_config, dims, st, ckpt)) +
+                 std::to_string(nn::GPT::micro_batch_bytes_for(s.model_config, dims, st0, ckpt)) +
                  ", \"scratch_activation_bytes\": " +
-                 std::to_string(nn::ModelScratch::bytes_for(dims, ckpt)) + "}";
+                 std::to_string(chunks.size() * nn::ModelScratch::bytes_for(dims, ckpt)) +
+                 ", \"chunks\": [" + list + "]}";
     }
     write_memory_json(memory_json_path, s.rank, s.world_size, pipeline);
   }

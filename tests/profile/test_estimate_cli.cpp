@@ -110,16 +110,21 @@ TEST(EstimateCli, PipelineStagesHoldTheirBlocksAndTheSchedulesMicroBatches) {
     std::ifstream in(cfg);
     text.assign(std::istreambuf_iterator<char>(in), {});
   }
-  const std::string gpipe_cfg = dir() + "/pp_gpipe.json";
-  {
-    std::ofstream out(gpipe_cfg);
-    out << text.replace(text.find("\"pipeline_parallel\""), 0,
-                        "\"pipeline_schedule\": \"gpipe\", ");
-  }
-  const RunResult gp = tierzero_cli(
-      "estimate --model gpt2 --micro-batch 1 --seq 64 --json --config " + gpipe_cfg, true);
-  ASSERT_EQ(gp.exit_code, 0) << gp.output;
-  const nlohmann::json jg = nlohmann::json::parse(gp.output);
+  // The same config with more tierzero keys, estimated.
+  const auto estimate_with = [&](const std::string& name, const std::string& keys) {
+    std::string config = text;
+    config.insert(config.find("\"pipeline_parallel\""), keys);
+    const std::string path = dir() + "/" + name + ".json";
+    {
+      std::ofstream out(path);
+      out << config;
+    }
+    const RunResult r = tierzero_cli(
+        "estimate --model gpt2 --micro-batch 1 --seq 64 --json --config " + path, true);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return nlohmann::json::parse(r.output);
+  };
+  const nlohmann::json jg = estimate_with("pp_gpipe", "\"pipeline_schedule\": \"gpipe\", ");
   const auto a1 = j1["buffers"]["device"]["activation"].get<double>();
   const auto a4 = j4["buffers"]["device"]["activation"].get<double>();
   const auto ag = jg["buffers"]["device"]["activation"].get<double>();
@@ -127,6 +132,18 @@ TEST(EstimateCli, PipelineStagesHoldTheirBlocksAndTheSchedulesMicroBatches) {
               ag);
   EXPECT_GT(ag, a4);
   EXPECT_NE(a4, a1);
+
+  // Interleaved, 2 chunks per rank (8 virtual stages of 1-2 blocks): each chunk keeps its own
+  // micro-batches and scratch, more than 1F1B's one chunk holds, fewer than GPipe's all 8.
+  const nlohmann::json ji = estimate_with(
+      "pp_interleaved", "\"pipeline_schedule\": \"interleaved\", \"pipeline_virtual_stages\": 2, ");
+  const auto ai = ji["buffers"]["device"]["activation"].get<double>();
+  const auto pi = ji["parameters"].get<double>();
+  std::printf("interleaved (v 2): activations %.0f, parameters of the largest rank %.0f\n", ai, pi);
+  EXPECT_GT(ai, a4);
+  EXPECT_LT(ai, ag);
+  EXPECT_GT(pi / p1, 0.25);
+  EXPECT_LT(pi / p1, 0.55);
 
   const RunResult bad = tierzero_cli("estimate --model gpt2 --pp 13 --json");
   EXPECT_NE(bad.exit_code, 0);

@@ -10,10 +10,10 @@ trap 'rm -rf "$dir"' EXIT
 fail=0
 
 # expect <name> <ranks> <expected text> <tp> <sp> <micro_batch> <seq_len> <n_head> <vocab>
-#        [<n_layer> <more tierzero keys>]
+#        [<n_layer> <more tierzero keys> <more top-level keys>]
 expect() {
   cat > "$dir/$1.json" <<JSON
-{"train_micro_batch_size_per_gpu": $6,
+{"train_micro_batch_size_per_gpu": $6 ${12},
  "tierzero": {"steps": 2, "seq_len": $7, "threads": 1, "tensor_parallel": $4,
               "sequence_parallel": $5 ${11},
               "model": {"vocab_size": $9, "n_layer": ${10:-1}, "n_head": $8, "n_embd": 48,
@@ -48,7 +48,10 @@ expect pp_not_world 3     "x pipeline_parallel 2 does not divide the 3 rank(s)" 
 expect pp_blocks    2     "pipeline_parallel 2 exceeds the model's 1 transformer blocks" 1 false 2 16 4 257 1 ', "pipeline_parallel": 2'
 expect pp_list_sum  2     "pipeline_stages" 1 false 2 16 4 257 3 ', "pipeline_parallel": 2, "pipeline_stages": [1, 1]'
 expect pp_list_len  2     "pipeline_stages" 1 false 2 16 4 257 3 ', "pipeline_parallel": 2, "pipeline_stages": [3]'
-expect pp_interleaved 2   "virtual stages (several model chunks per rank) are not" 1 false 2 16 4 257 2 ', "pipeline_parallel": 2, "pipeline_schedule": "interleaved"'
+expect pp_interleaved_v1 2 "interleaved needs tierzero.pipeline_virtual_stages >= 2" 1 false 2 16 4 257 4 ', "pipeline_parallel": 2, "pipeline_schedule": "interleaved"'
+expect pp_virtual_1f1b 2  "pipeline_virtual_stages 2 needs pipeline_schedule interleaved" 1 false 2 16 4 257 4 ', "pipeline_parallel": 2, "pipeline_virtual_stages": 2'
+expect pp_virtual_blocks 2 "= 6 virtual stages exceed the model's 4 transformer blocks" 1 false 2 16 4 257 4 ', "pipeline_parallel": 2, "pipeline_schedule": "interleaved", "pipeline_virtual_stages": 3'
+expect pp_interleaved_m 2 "gradient_accumulation_steps 3 is not a multiple" 1 false 2 16 4 257 4 ', "pipeline_parallel": 2, "pipeline_schedule": "interleaved", "pipeline_virtual_stages": 2' ', "gradient_accumulation_steps": 3'
 expect pp_schedule  2     "pipeline_schedule" 1 false 2 16 4 257 2 ', "pipeline_parallel": 2, "pipeline_schedule": "zigzag"'
 [ $fail -eq 0 ] && echo "run_tp_errors: OK"
 exit $fail

@@ -12,7 +12,8 @@
 # (parameters and optimizer states on NVMe at stage 3, optimizer only below), ckpt (activation
 # checkpointing). TIERZERO_TEST_DEVICE (e.g. cuda) runs both on that device; where it cannot be
 # opened the script prints "no CUDA device" and exits 0 (CTest: skipped).
-# Pipeline runs (TZ_PP > 1) take TZ_SCHEDULE (gpipe or 1f1b) and TZ_MICRO_BATCHES micro-batches
+# Pipeline runs (TZ_PP > 1) take TZ_SCHEDULE (gpipe, 1f1b or interleaved with
+# TZ_VIRTUAL_STAGES chunks per rank) and TZ_MICRO_BATCHES micro-batches
 # per step (the reference accumulates as many), and every rank's activation peak must be exactly
 # its schedule's in-flight bound, and every rank's --profile must show its stage's forwards,
 # backwards and receive waits. TZ_LAYERS: the model's blocks (default 2; pp 4 needs 4).
@@ -24,6 +25,7 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 . "$(dirname "$0")/../test_device_args.sh"
 pp=${TZ_PP:-1}; schedule=${TZ_SCHEDULE:-1f1b}; micro=${TZ_MICRO_BATCHES:-1}
+virtual=${TZ_VIRTUAL_STAGES:-1}
 layers=${TZ_LAYERS:-2}
 dp=$((ranks / (tp * pp)))
 ref_batch=$((2 * dp))
@@ -38,8 +40,9 @@ case "$variant" in
   *) echo "unknown variant $variant"; exit 2 ;;
 esac
 
-# write_config <file> <stage> <micro_batch> <offload> <checkpointing> <tp> <sp> <pp>: persistence
-# threshold 0 so that stage 3 really gathers and releases every unit; 4 heads so tp 2 and 4 split.
+# write_config <file> <stage> <micro_batch> <offload> <checkpointing> <tp> <sp> <pp> <virtual>:
+# persistence threshold 0 so that stage 3 really gathers and releases every unit; 4 heads so tp 2
+# and 4 split.
 write_config() {
   cat > "$1" <<JSON
 {"train_micro_batch_size_per_gpu": $3, "gradient_clipping": 0.5,
@@ -48,12 +51,13 @@ write_config() {
  "tierzero": {"steps": 10, "seq_len": 16, "seed": 7, "threads": 1, "val_batches": 2,
               "activation_checkpointing": $5, "tensor_parallel": $6, "sequence_parallel": $7,
               "pipeline_parallel": $8, "pipeline_schedule": "$schedule",
+              "pipeline_virtual_stages": $9,
               "model": {"vocab_size": 257, "n_layer": $layers, "n_head": 4, "n_embd": 64,
                         "context_length": 16}}}
 JSON
 }
-write_config "$dir/ref.json" 0 "$ref_batch" "" false 1 false 1
-write_config "$dir/tp.json" "$stage" 2 "$offload" "$ckpt" "$tp" "$sp" "$pp"
+write_config "$dir/ref.json" 0 "$ref_batch" "" false 1 false 1 1
+write_config "$dir/tp.json" "$stage" 2 "$offload" "$ckpt" "$tp" "$sp" "$pp" "$virtual"
 echo "variant $variant: $(cat "$dir/tp.json")"
 
 echo "reference: one rank, stage 0, micro-batch $ref_batch ${device_args}"

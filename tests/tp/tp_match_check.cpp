@@ -112,18 +112,41 @@ int pipeline_activations(const char* path, int ranks) {
     const auto stage = p.at("stage").get<size_t>(), stages = p.at("stages").get<size_t>();
     const auto m = p.at("micro_batches").get<size_t>();
     const std::string schedule = p.at("schedule").get<std::string>();
-    const size_t bound = schedule == "gpipe" ? m : std::min(stages - stage, m);
-    const auto in_flight = p.at("in_flight").get<size_t>();
-    const auto per_mb = p.at("micro_batch_activation_bytes").get<double>();
-    const auto scratch = p.at("scratch_activation_bytes").get<double>();
-    const double expected = scratch + static_cast<double>(bound) * per_mb;
     const auto measured = j.at("tiers").at("device").at("activation").at("peak").get<double>();
-    const bool ok = in_flight == bound && measured == expected && per_mb > 0.0;
-    std::printf(
-        "rank %d, stage %zu of %zu (%s, m %zu, blocks %zu): %zu micro-batches in flight "
-        "(bound %zu); activation peak measured %.0f, scratch %.0f + %zu x %.0f = %.0f %s\n",
-        r, stage, stages, schedule.c_str(), m, p.at("blocks").get<size_t>(), in_flight, bound,
-        measured, scratch, bound, per_mb, expected, ok ? "ok" : "MISMATCH");
+    const auto scratch = p.at("scratch_activation_bytes").get<double>();
+    const auto in_flight = p.at("in_flight").get<size_t>();
+    bool ok = true;
+    if (schedule == "interleaved") {
+      // Each chunk holds its own micro-batches (a chunk's forwards and backwards are each in
+      // micro-batch order); what they add up to is checked against the tracker, and the
+      // schedule's bound on all chunks at once (Megatron's warm-up + 1) is printed beside it.
+      const auto v = p.at("virtual_stages").get<size_t>();
+      double expected = scratch;
+      size_t total = 0;
+      for (const nlohmann::json& c : p.at("chunks")) {
+        const auto n = c.at("in_flight").get<size_t>();
+        ok = ok && n >= 1 && n <= m;
+        total += n;
+        expected += static_cast<double>(n) * c.at("micro_batch_activation_bytes").get<double>();
+      }
+      const size_t bound = std::min((stages - stage - 1) * 2 + (v - 1) * stages + 1, m * v);
+      ok = ok && total == in_flight && measured == expected;
+      std::printf(
+          "rank %d, stage %zu of %zu (interleaved, %zu chunks, m %zu): %zu micro-batch "
+          "activations held over the chunks (the schedule has at most %zu in flight at once); "
+          "activation peak measured %.0f, expected %.0f %s\n",
+          r, stage, stages, v, m, total, bound, measured, expected, ok ? "ok" : "MISMATCH");
+    } else {
+      const size_t bound = schedule == "gpipe" ? m : std::min(stages - stage, m);
+      const auto per_mb = p.at("micro_batch_activation_bytes").get<double>();
+      const double expected = scratch + static_cast<double>(bound) * per_mb;
+      ok = in_flight == bound && measured == expected && per_mb > 0.0;
+      std::printf(
+          "rank %d, stage %zu of %zu (%s, m %zu, blocks %zu): %zu micro-batches in flight "
+          "(bound %zu); activation peak measured %.0f, scratch %.0f + %zu x %.0f = %.0f %s\n",
+          r, stage, stages, schedule.c_str(), m, p.at("blocks").get<size_t>(), in_flight, bound,
+          measured, scratch, bound, per_mb, expected, ok ? "ok" : "MISMATCH");
+    }
     if (!ok) bad = 1;
   }
   return bad;
@@ -150,24 +173,29 @@ int pipeline_profile(const char* memory_path, const char* profile_path, int rank
     const nlohmann::json& p = mem.at("pipeline");
     const auto stage = p.at("stage").get<size_t>(), stages = p.at("stages").get<size_t>();
     const auto m = p.at("micro_batches").get<size_t>();
-    const size_t receives = (stage > 0 ? m : 0) + (stage + 1 < stages ? m : 0);
+    const size_t v = p.value("virtual_stages", size_t{1});
+    // Every chunk but the first virtual stage receives its input, every one but the last its
+    // output's gradient.
+    const size_t receives =
+        (v * stages > 1 ? 2 * m * v : 0) - (stage == 0 ? m : 0) - (stage + 1 == stages ? m : 0);
     const std::string named = prof.at("run").at("extra").at("pipeline_stage").get<std::string>();
-    const bool named_ok =
-        named.rfind("stage " + std::to_string(stage) + " of " + std::to_string(stages) + ":", 0) ==
-        0;
+    // Chunk 0 runs virtual stage `stage` of stages x v.
+    const std::string expected_name =
+        "stage " + std::to_string(stage) + " of " + std::to_string(stages * v) + ":";
+    const bool named_ok = named.rfind(expected_name, 0) == 0;
     size_t step_bad = 0;
     size_t steps = 0;
     for (const nlohmann::json& st : prof.at("steps")) {
       const nlohmann::json& tracks = st.at("tracks");  // [seconds, bytes, count] per track
       const auto compute = tracks.at(0).at(2).get<size_t>();
       const auto stalls = tracks.at(7).at(2).get<size_t>();
-      if (compute != 2 * m || stalls < receives) ++step_bad;
+      if (compute != 2 * m * v || stalls < receives) ++step_bad;
       ++steps;
     }
     std::printf(
         "rank %d (%s): %zu steps, %zu of them without %zu compute activities and at least %zu "
         "receive waits\n",
-        r, named.c_str(), steps, step_bad, 2 * m, receives);
+        r, named.c_str(), steps, step_bad, 2 * m * v, receives);
     if (step_bad != 0 || steps == 0 || !named_ok) bad = 1;
   }
   return bad;

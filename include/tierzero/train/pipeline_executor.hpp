@@ -1,11 +1,11 @@
-// PipelineExecutor: runs one pipeline stage's part of a training step (or of an evaluation) in
-// the order a PipelineSchedule gives, with the activations and their gradients sent point to
-// point to the neighbouring stages: a receive blocks right before the action that needs it, a
-// send goes out asynchronously right after the action that produced it and is waited for only
-// before its buffer is reused. Each micro-batch in flight has its own MicroBatch (as many as the
-// schedule keeps in flight, so the activation memory is the schedule's bound), so its output
-// and its input gradient are the send buffers: no copies.
-// Each action is reported to the activity log (compute: "pipeline forward" / "pipeline
+// PipelineExecutor: runs one pipeline rank's part of a training step (or of an evaluation) in
+// the order a PipelineSchedule gives (for the interleaved schedule over the rank's model chunks),
+// with the activations and their gradients sent point to point to the neighbouring stages: a
+// receive blocks right before the action that needs it, a send goes out asynchronously right after
+// the action that produced it and is waited for only before its buffer is reused. Each micro-batch
+// in flight has its own MicroBatch (as many as the schedule keeps in flight, so the activation
+// memory is the schedule's bound), so its output and its input gradient are the send buffers: no
+// copies. Each action is reported to the activity log (compute: "pipeline forward" / "pipeline
 // backward"; stall: the wait in a receive), so a profile shows the stage's timeline, and the
 // step's compute and wait times are kept for the bubble (tierzero bench pp).
 #pragma once
@@ -24,10 +24,15 @@ namespace tierzero::train {
 
 class PipelineExecutor {
  public:
-  // model: this rank's stage (v = 1; model.stage() places it). pipeline: the pipeline group,
-  // ranks in stage order, on the model's buffers (NCCL on CUDA, MPI on the CPU); null for one
-  // stage. Micro-batches of (B, T), `micro_batches` per step.
-  PipelineExecutor(nn::GPT& model, comm::Communicator* pipeline, nn::PipelineSchedule schedule,
+  // chunks: this rank's model chunks in chunk order, each built for its virtual stage
+  // (chunk c of pipeline rank s runs virtual stage c * stages + s: one chunk for gpipe and 1f1b,
+  // several for interleaved); chunk_units[c]: the first unit of chunk c in the provider that
+  // train() and evaluate() get (the rank's layout concatenates the chunks', see
+  // nn::chunks_param_layout; empty: one chunk at 0). pipeline: the pipeline group, ranks in stage
+  // order, on the model's buffers (NCCL on CUDA, MPI on the CPU); null for one stage.
+  // Micro-batches of (B, T), `micro_batches` per step.
+  PipelineExecutor(std::vector<nn::GPT*> chunks, std::vector<size_t> chunk_units,
+                   comm::Communicator* pipeline, nn::PipelineSchedule schedule,
                    size_t micro_batches, size_t B, size_t T);
   ~PipelineExecutor();
 
@@ -44,16 +49,25 @@ class PipelineExecutor {
 
   const nn::PipelineShape& shape() const { return shape_; }
   const StepTiming& last_step() const { return timing_; }
+  // Whether this rank runs the last virtual stage (the loss).
+  bool holds_loss() const;
+  // Micro-batches whose activations chunk c holds at once (its MicroBatches).
+  size_t slots(size_t chunk = 0) const { return slots_[chunk].size(); }
   // Called before each compute action of train() (e.g. to set the profile's phase).
   void on_action(std::function<void(const nn::PipelineAction&)> observer) {
     observer_ = std::move(observer);
   }
-  size_t slots() const { return slots_.size(); }  // micro-batches' activations held
-  // Activation bytes this executor holds (its MicroBatches) plus the model's scratch, for (B, T)
-  // of this stage with the schedule's in-flight bound; what the memory tracker sees.
+
+  // The micro-batches each chunk of a rank keeps in flight at once under the schedule: the most
+  // forwarded and not yet backwarded at any point of its actions (per chunk: its MicroBatches).
+  static std::vector<size_t> in_flight_per_chunk(const nn::PipelineShape& shape);
+  // Activation bytes this executor holds (its MicroBatches) plus the chunks' scratch, for (B, T)
+  // of the rank's chunks (virtual stages, chunk order) with the schedule's in-flight counts;
+  // what the memory tracker sees.
   static size_t activation_bytes_for(const nn::GPTConfig& config, const nn::ActivationDims& dims,
-                                     const nn::PipelineStage& stage, nn::PipelineSchedule schedule,
-                                     size_t micro_batches, bool checkpointing);
+                                     const std::vector<nn::PipelineStage>& chunks,
+                                     nn::PipelineSchedule schedule, size_t micro_batches,
+                                     bool checkpointing);
 
   // One step's forward and backward of every micro-batch: tokens[i], targets[i] (host (B, T))
   // for micro-batch i; gradients accumulate grad_scale * d(mean loss of each micro-batch) into
@@ -66,17 +80,22 @@ class PipelineExecutor {
 
  private:
   struct Slot;
-  Slot& slot_of(size_t micro_batch);
+  Slot& slot_of(size_t chunk, size_t micro_batch);
   void receive(float* buffer, int peer, int tag, bool gradient);
   void send(Slot& slot, const float* buffer, int peer, int tag);
-  int tag(size_t micro_batch, bool gradient) const;
+  // Activations and gradients between the same two ranks, told apart by micro-batch, the
+  // virtual stage they go to, and kind.
+  int tag(size_t micro_batch, size_t to_virtual_stage, bool gradient) const;
+  // The providers of the chunks: `params` itself for one chunk, offset views for several.
+  std::vector<std::unique_ptr<nn::ParamProvider>> views(nn::ParamProvider& params) const;
 
-  nn::GPT& model_;
+  std::vector<nn::GPT*> chunks_;
+  std::vector<size_t> chunk_units_;
   comm::Communicator* pipeline_;
   nn::PipelineShape shape_;
   size_t B_, T_;
-  size_t stream_elems_;  // (S, C): one boundary tensor
-  std::vector<std::unique_ptr<Slot>> slots_;
+  size_t stream_elems_;                                    // (S, C): one boundary tensor
+  std::vector<std::vector<std::unique_ptr<Slot>>> slots_;  // per chunk
   StepTiming timing_;
   std::function<void(const nn::PipelineAction&)> observer_;
 };

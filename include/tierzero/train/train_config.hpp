@@ -152,10 +152,14 @@ struct TrainConfig {
   // Pipeline parallelism: stages the blocks are cut into (the world is dp x tensor_parallel x
   // pipeline_parallel; a stage's ranks are farthest apart in the mesh). 1: none.
   int64_t pipeline_parallel = 1;
-  // gpipe or 1f1b; gradient_accumulation_steps is the number of micro-batches per step.
+  // gpipe, 1f1b or interleaved; gradient_accumulation_steps is the number of micro-batches per
+  // step.
   std::string pipeline_schedule = "1f1b";
-  // Transformer blocks per stage (pipeline_parallel entries summing to n_layer); empty: balanced
-  // by parameters.
+  // Model chunks per pipeline rank (the interleaved schedule's virtual stages: rank s runs
+  // virtual stages s, s + pipeline_parallel, ...); 1 for gpipe and 1f1b.
+  int64_t pipeline_virtual_stages = 1;
+  // Transformer blocks per virtual stage (pipeline_parallel x pipeline_virtual_stages entries
+  // summing to n_layer, in virtual-stage order); empty: balanced by parameters.
   std::vector<int64_t> pipeline_stages;
 
   // The defaults, as a config file would state them (validated like any file).
