@@ -14,9 +14,17 @@ struct PipelineExecutor::Slot {
   nn::MicroBatch mb;
   size_t micro_batch = SIZE_MAX;           // the one it holds now
   std::vector<comm::CommRequest> pending;  // sends from its buffers
+  bool backward_done = true;               // of the micro-batch it holds (or none)
   void wait_sends() {
     for (comm::CommRequest& r : pending) r.wait();
     pending.clear();
+  }
+  // True when no send reads its buffers any more (finished ones are dropped), without blocking.
+  bool sends_done() {
+    bool all = true;
+    for (comm::CommRequest& r : pending) all = r.test() && all;
+    if (all) pending.clear();
+    return all;
   }
 };
 
@@ -127,9 +135,16 @@ int PipelineExecutor::tag(size_t micro_batch, size_t to_virtual_stage, bool grad
   return static_cast<int>(((micro_batch % wrap) * V + to_virtual_stage) * 2 + (gradient ? 1 : 0));
 }
 
-void PipelineExecutor::receive(float* buffer, int peer, int tag, bool gradient) {
+void PipelineExecutor::receive(float* buffer, int peer, int tag, bool gradient,
+                               comm::CommRequest* posted) {
   const double t0 = monotonic_seconds();
-  pipeline_->recv(buffer, stream_elems_, DType::f32, peer, tag);
+  ++timing_.receives;
+  if (posted != nullptr && posted->pending()) {
+    posted->wait();  // posted ahead into this buffer
+    ++timing_.posted_ahead;
+  } else {
+    pipeline_->recv(buffer, stream_elems_, DType::f32, peer, tag);
+  }
   const double t1 = monotonic_seconds();
   timing_.wait_s += t1 - t0;
   ActivityLog::global().record(Track::stall,
@@ -178,8 +193,38 @@ double PipelineExecutor::train(nn::ParamProvider& params,
     timing_.compute_s += t - compute_start;
     ActivityLog::global().record(Track::compute, name, compute_start, t);
   };
+  const std::vector<nn::PipelineAction> actions = nn::pipeline_actions(shape_);
+  // Receives posted ahead (MPI only): before an action computes, the receive of the next action
+  // that needs one is posted when its buffer is free, so the transfer can land during the
+  // compute. NCCL orders a group's transfers on its stream, so there every receive stays at its
+  // action (a receive posted early could queue ahead of a send its peer waits for).
+  const bool post_ahead = pipeline_ != nullptr && std::string(pipeline_->backend()) == "mpi";
+  std::vector<comm::CommRequest> posted(actions.size());
+  const auto needs_receive = [&](const nn::PipelineAction& a) {
+    const size_t k = shape_.virtual_stage(a.chunk);
+    return a.kind == nn::PipelineAction::Kind::forward ? k > 0 : k + 1 < V;
+  };
+  const auto try_post = [&](size_t j) {
+    const nn::PipelineAction& a = actions[j];
+    if (posted[j].pending() || !needs_receive(a)) return;
+    Slot& slot = slot_of(a.chunk, a.micro_batch);
+    const size_t k = shape_.virtual_stage(a.chunk);
+    if (a.kind == nn::PipelineAction::Kind::forward) {
+      // Its input buffer is free once the slot's previous micro-batch is through its backward.
+      if (!slot.backward_done || !slot.sends_done()) return;
+      posted[j] = pipeline_->recv_async(slot.mb.stage_input(), stream_elems_, DType::f32, prev,
+                                        tag(a.micro_batch, k, false));
+    } else {
+      // The gradient buffer is free once the slot holds this micro-batch (forward done) and no
+      // send reads it.
+      if (slot.micro_batch != a.micro_batch || !slot.sends_done()) return;
+      posted[j] = pipeline_->recv_async(slot.mb.dresidual(), stream_elems_, DType::f32, next,
+                                        tag(a.micro_batch, k, true));
+    }
+  };
   double loss = 0.0;
-  for (const nn::PipelineAction& a : nn::pipeline_actions(shape_)) {
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const nn::PipelineAction& a = actions[i];
     const size_t k = shape_.virtual_stage(a.chunk);
     const bool first = k == 0, last = k + 1 == V;
     nn::GPT& model = *chunks_[a.chunk];
@@ -187,26 +232,38 @@ double PipelineExecutor::train(nn::ParamProvider& params,
     Slot& slot = slot_of(a.chunk, a.micro_batch);
     nn::MicroBatch& mb = slot.mb;
     if (a.kind == nn::PipelineAction::Kind::forward) {
-      slot.wait_sends();  // its buffers are about to be overwritten
+      if (!posted[i].pending()) slot.wait_sends();  // its buffers are about to be overwritten
+      if (!first) receive(mb.stage_input(), prev, tag(a.micro_batch, k, false), false, &posted[i]);
+      slot.wait_sends();
       slot.micro_batch = a.micro_batch;
-      if (!first) receive(mb.stage_input(), prev, tag(a.micro_batch, k, false), false);
-      begin_compute(a);
-      model.forward(mb, chunk_params, tokens[a.micro_batch].data(), targets[a.micro_batch].data());
-      end_compute("pipeline forward");
-      if (!last) send(slot, mb.stage_output(), next, tag(a.micro_batch, k + 1, false));
+      slot.backward_done = false;
     } else {
       TZ_CHECK(slot.micro_batch == a.micro_batch,
                "pipeline micro-batch " + std::to_string(a.micro_batch) +
                    "'s activations were overwritten before its backward",
                "internal error: the schedule keeps more micro-batches in flight than its bound");
       if (!last) {
-        slot.wait_sends();  // the output went out; its gradient comes into dresidual
-        receive(mb.dresidual(), next, tag(a.micro_batch, k, true), true);
+        if (!posted[i].pending()) slot.wait_sends();  // the output went out first
+        receive(mb.dresidual(), next, tag(a.micro_batch, k, true), true, &posted[i]);
       }
-      begin_compute(a);
+    }
+    // The next receive goes out before this action computes.
+    if (post_ahead)
+      for (size_t j = i + 1; j < actions.size(); ++j)
+        if (needs_receive(actions[j])) {
+          try_post(j);
+          break;
+        }
+    begin_compute(a);
+    if (a.kind == nn::PipelineAction::Kind::forward) {
+      model.forward(mb, chunk_params, tokens[a.micro_batch].data(), targets[a.micro_batch].data());
+      end_compute("pipeline forward");
+      if (!last) send(slot, mb.stage_output(), next, tag(a.micro_batch, k + 1, false));
+    } else {
       model.backward(mb, chunk_params, grad_scale);
       if (last) loss += static_cast<double>(model.loss(mb));
       end_compute("pipeline backward");
+      slot.backward_done = true;
       if (!first) send(slot, mb.dresidual(), prev, tag(a.micro_batch, k - 1, true));
     }
   }

@@ -900,9 +900,9 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
         const PipelineExecutor::StepTiming& t = pipe->last_step();
         std::fprintf(metrics.get(),
                      ", \"pp_bubble\": %.6f, \"pp_step_ms\": %.3f, \"pp_compute_ms\": %.3f, "
-                     "\"pp_wait_ms\": %.3f",
+                     "\"pp_wait_ms\": %.3f, \"pp_receives\": %zu, \"pp_posted_ahead\": %zu",
                      static_cast<double>(bubble[0] / bubble[1]), pipeline_span_s * 1e3,
-                     t.compute_s * 1e3, t.wait_s * 1e3);
+                     t.compute_s * 1e3, t.wait_s * 1e3, t.receives, t.posted_ahead);
       }
       std::fprintf(metrics.get(), "}\n");
       std::fflush(metrics.get());

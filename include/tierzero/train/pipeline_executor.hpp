@@ -1,13 +1,14 @@
 // PipelineExecutor: runs one pipeline rank's part of a training step (or of an evaluation) in
 // the order a PipelineSchedule gives (for the interleaved schedule over the rank's model chunks),
 // with the activations and their gradients sent point to point to the neighbouring stages: a
-// receive blocks right before the action that needs it, a send goes out asynchronously right after
-// the action that produced it and is waited for only before its buffer is reused. Each micro-batch
-// in flight has its own MicroBatch (as many as the schedule keeps in flight, so the activation
-// memory is the schedule's bound), so its output and its input gradient are the send buffers: no
-// copies. Each action is reported to the activity log (compute: "pipeline forward" / "pipeline
-// backward"; stall: the wait in a receive), so a profile shows the stage's timeline, and the
-// step's compute and wait times are kept for the bubble (tierzero bench pp).
+// send goes out asynchronously right after the action that produced it and is waited for only
+// before its buffer is reused; a receive is posted ahead, before the action in front of it
+// computes, when its buffer is free (MPI), and waited for right before the action that needs it.
+// Each micro-batch in flight has its own MicroBatch (as many as the schedule keeps in flight, so
+// the activation memory is the schedule's bound), so its output and its input gradient are the
+// send buffers: no copies. Each action is reported to the activity log (compute: "pipeline
+// forward" / "pipeline backward"; stall: the wait for a receive), so a profile shows the stage's
+// timeline, and the step's compute and wait times are kept for the bubble (tierzero bench pp).
 #pragma once
 
 #include <cstddef>
@@ -45,6 +46,8 @@ class PipelineExecutor {
     double step_s = 0.0;
     double compute_s = 0.0;
     double wait_s = 0.0;
+    size_t receives = 0;      // of activations and gradients
+    size_t posted_ahead = 0;  // of them, posted before the action in front of theirs computed
   };
 
   const nn::PipelineShape& shape() const { return shape_; }
@@ -81,7 +84,9 @@ class PipelineExecutor {
  private:
   struct Slot;
   Slot& slot_of(size_t chunk, size_t micro_batch);
-  void receive(float* buffer, int peer, int tag, bool gradient);
+  // Into buffer from peer; waits for `posted` instead when a receive was posted ahead into it.
+  void receive(float* buffer, int peer, int tag, bool gradient,
+               comm::CommRequest* posted = nullptr);
   void send(Slot& slot, const float* buffer, int peer, int tag);
   // Activations and gradients between the same two ranks, told apart by micro-batch, the
   // virtual stage they go to, and kind.
