@@ -9,8 +9,8 @@
 # pieces) within <tol> absolute + <tol> relative (a parameter whose gradient is noise near 0 can
 # take an Adam step of another sign). At stage 0 each rank's parameter bytes must be at most
 # <ratio> of the reference's (a 1/tp share plus the replicated tensors). <variant>: plain, nvme
-# (parameters and optimizer states on NVMe at stage 3, optimizer only below), ckpt (activation
-# checkpointing). TIERZERO_TEST_DEVICE (e.g. cuda) runs both on that device; where it cannot be
+# (parameters and optimizer states on NVMe at stage 3, optimizer only below), host (the same in
+# pinned host memory), ckpt (activation checkpointing). TIERZERO_TEST_DEVICE (e.g. cuda) runs both on that device; where it cannot be
 # opened the script prints "no CUDA device" and exits 0 (CTest: skipped).
 # Pipeline runs (TZ_PP > 1) take TZ_SCHEDULE (gpipe, 1f1b or interleaved with
 # TZ_VIRTUAL_STAGES chunks per rank) and TZ_MICRO_BATCHES micro-batches
@@ -36,6 +36,8 @@ case "$variant" in
   plain) ;;
   nvme) if [ "$stage" -eq 3 ]; then offload=", \"offload_param\": $(nvme), \"offload_optimizer\": $(nvme)"
         else offload=", \"offload_optimizer\": $(nvme)"; fi ;;
+  host) if [ "$stage" -eq 3 ]; then offload=", \"offload_param\": {\"device\": \"cpu\"}, \"offload_optimizer\": {\"device\": \"cpu\"}"
+        else offload=", \"offload_optimizer\": {\"device\": \"cpu\"}"; fi ;;
   ckpt) ckpt=true ;;
   *) echo "unknown variant $variant"; exit 2 ;;
 esac
