@@ -451,12 +451,10 @@ namespace {
 
 // A recorder primed with what the run is, where each unit's states live, and what the estimator
 // predicts for every tier and category, so the report can set measured against predicted.
-std::unique_ptr<profile::ProfileRecorder> make_recorder(const TrainConfig& c, bool timeline,
-                                                        const std::vector<nn::GPT*>& chunks,
-                                                        const nn::ParamLayout& layout,
-                                                        const zero::PartitionStore* store, int rank,
-                                                        int ranks, size_t budget,
-                                                        const Device& device) {
+std::unique_ptr<profile::ProfileRecorder> make_recorder(
+    const TrainConfig& c, bool timeline, const std::vector<nn::GPT*>& chunks,
+    const nn::ParamLayout& layout, const zero::PartitionStore* store, const UnitGrouping* grouping,
+    int rank, int ranks, size_t budget, const Device& device) {
   profile::RecorderOptions options;
   options.timeline = timeline;
   // Where the driver counts device bytes (CUDA), the report shows what nobody accounted for.
@@ -503,7 +501,8 @@ std::unique_ptr<profile::ProfileRecorder> make_recorder(const TrainConfig& c, bo
     const nn::ParamUnit& unit = layout.units()[u];
     profile::PlacementRow row{unit.name, unit.numel, "device", "device", "device"};
     if (store) {
-      const zero::UnitPlacement& p = store->placement()[u];
+      // The store unit holding it (blocks_per_unit joins several nn units into one).
+      const zero::UnitPlacement& p = store->placement()[grouping ? grouping->store_unit[u] : u];
       row.param_tier = tier_name(p.param);
       row.grad_tier = tier_name(p.grad);
       row.optimizer_tier = tier_name(p.optimizer);
@@ -750,9 +749,9 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
   std::unique_ptr<profile::ProfileRecorder> recorder;
   std::unique_ptr<ProfilingProvider> profiled;
   if (!profile_path_.empty()) {
-    recorder =
-        make_recorder(config_, profile_timeline_, s.chunk_models(), s.layout(), s.store.get(),
-                      s.rank, s.world_size, s.allocator->stats().budget, *s.device);
+    recorder = make_recorder(config_, profile_timeline_, s.chunk_models(), s.layout(),
+                             s.store.get(), s.store_params ? &s.store_params->grouping() : nullptr,
+                             s.rank, s.world_size, s.allocator->stats().budget, *s.device);
     profiled = std::make_unique<ProfilingProvider>(params, *recorder);
   }
   nn::ParamProvider& step_params = profiled ? static_cast<nn::ParamProvider&>(*profiled) : params;
