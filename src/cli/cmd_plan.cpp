@@ -181,6 +181,9 @@ int run_plan(const PlanFlags& f) {
   if (world.tp > 1)
     std::printf("    + tensor-parallel collectives %.1f ms (on the critical path)\n",
                 b.time.tensor_parallel_s * 1e3);
+  if (world.pp > 1)
+    std::printf("    + pipeline bubble %.1f ms ((pp - 1) / m of the compute, 1F1B)\n",
+                b.time.pipeline_bubble_s * 1e3);
   std::printf("  bytes per rank vs budget:\n");
   print_bytes_vs_budget(req, b.estimate);
   if (!f.output.empty()) {

@@ -98,6 +98,25 @@ TEST(Planner, TensorParallelCollectivesAreOnTheCriticalPath) {
   EXPECT_EQ(predict_step_time(req, c).tensor_parallel_s, 0.0);
 }
 
+TEST(Planner, PipelineBubbleIsPpMinusOneOverMOfTheCompute) {
+  PlanRequest req = gpt2_request(80 * GiB, 64 * GiB, 0);
+  Candidate c;
+  c.micro_batch = 2;
+  c.accumulation = 4;
+  c.estimate = estimate(req.base);
+  EXPECT_EQ(predict_step_time(req, c).pipeline_bubble_s, 0.0);  // no pipeline
+  req.base.world.pp = 3;
+  const StepTime t = predict_step_time(req, c);
+  std::printf("pipeline bubble %.4f s for compute %.4f s (pp 3, m 4)\n", t.pipeline_bubble_s,
+              t.compute_s);
+  EXPECT_NEAR(t.pipeline_bubble_s, t.compute_s * 2.0 / 4.0, 1e-12);
+  // Its share of compute + bubble is the analytic (p - 1) / (m + p - 1).
+  EXPECT_NEAR(t.pipeline_bubble_s / (t.compute_s + t.pipeline_bubble_s), 2.0 / 6.0, 1e-12);
+  EXPECT_NEAR(t.total_s,
+              t.compute_s + t.exposed_s + t.optimizer_s + t.tensor_parallel_s + t.pipeline_bubble_s,
+              1e-12);
+}
+
 TEST(Calibration, BenchLinesAndRateObject) {
   const Rates a = parse_calibration(
       "{\"bench\": \"train.step\", \"value\": 50, \"baseline\": \"sgemm\", "

@@ -40,7 +40,10 @@ struct StepTime {
   // Tensor-parallel collectives, all micro-steps: on the critical path (each layer waits for
   // its all-reduce or reduce-scatter), so not overlapped.
   double tensor_parallel_s = 0;
-  double total_s = 0;      // compute_s + exposed_s + optimizer_s + tensor_parallel_s
+  // Pipeline parallelism (pp > 1, the 1F1B / GPipe order the plan's config runs): the stages
+  // idle while the pipeline fills and drains, (pp - 1) of its m micro-steps' compute.
+  double pipeline_bubble_s = 0;
+  double total_s = 0;      // compute_s + exposed_s + optimizer_s + tensor_parallel_s + bubble
   double per_token_s = 0;  // total_s / tokens per step (all ranks)
 };
 
