@@ -47,6 +47,7 @@ std::string config_json(const BenchPpOptions& o, const PpMode& m) {
   t["pipeline_parallel"] = o.pp;
   t["pipeline_schedule"] = m.schedule;
   t["pipeline_virtual_stages"] = m.schedule == "interleaved" ? o.virtual_stages : 1;
+  t["pipeline_receive_ahead"] = o.receive_ahead;
   t["model"] = {{"vocab_size", kVocab},
                 {"n_layer", o.layers},
                 {"n_head", o.heads},
@@ -189,6 +190,7 @@ int bench_pp(const BenchPpOptions& o) {
     j["steps"] = o.steps;
     j["warmup"] = o.warmup;
     j["repeats"] = o.repeats;
+    j["receive_ahead"] = o.receive_ahead;
     std::printf("%s\n", j.dump().c_str());
   }
   std::fflush(stdout);
@@ -217,6 +219,8 @@ std::function<int()> add_bench_pp_command(CLI::App& bench) {
                 "--pp)")
       ->check(CLI::Range(int64_t{2}, int64_t{1024}))
       ->capture_default_str();
+  c->add_flag("--receive-ahead", o->receive_ahead,
+              "post each stage's receives ahead of the action in front (pipeline_receive_ahead)");
   c->add_option("--threads", o->threads, "OpenMP threads per rank")
       ->check(CLI::Range(int64_t{1}, int64_t{1024}))
       ->capture_default_str();

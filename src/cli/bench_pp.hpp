@@ -37,6 +37,7 @@ struct BenchPpOptions : TrainRunOptions {
   std::vector<int64_t> micro_batches = {2, 4, 8};  // m per step, one mode each
   std::vector<std::string> schedules = {"gpipe", "1f1b", "interleaved"};
   int64_t virtual_stages = 2;  // chunks per rank of the interleaved runs
+  bool receive_ahead = false;  // tierzero.pipeline_receive_ahead in every run
   int64_t threads = 1;         // OpenMP threads per rank
 };
 

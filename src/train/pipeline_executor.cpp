@@ -198,7 +198,8 @@ double PipelineExecutor::train(nn::ParamProvider& params,
   // that needs one is posted when its buffer is free, so the transfer can land during the
   // compute. NCCL orders a group's transfers on its stream, so there every receive stays at its
   // action (a receive posted early could queue ahead of a send its peer waits for).
-  const bool post_ahead = pipeline_ != nullptr && std::string(pipeline_->backend()) == "mpi";
+  const bool post_ahead =
+      receive_ahead_ && pipeline_ != nullptr && std::string(pipeline_->backend()) == "mpi";
   std::vector<comm::CommRequest> posted(actions.size());
   const auto needs_receive = [&](const nn::PipelineAction& a) {
     const size_t k = shape_.virtual_stage(a.chunk);

@@ -202,6 +202,7 @@ void read_tierzero(ConfigReader r, TrainConfig& c) {
       r.get_string("pipeline_schedule", c.pipeline_schedule, {"gpipe", "1f1b", "interleaved"});
   c.pipeline_virtual_stages =
       r.get_int("pipeline_virtual_stages", c.pipeline_virtual_stages, 1, 4096);
+  c.pipeline_receive_ahead = r.get_bool("pipeline_receive_ahead", c.pipeline_receive_ahead);
   // One block count per virtual stage (get_numbers checks the count).
   const auto listed =
       static_cast<size_t>(c.pipeline_parallel) * static_cast<size_t>(c.pipeline_virtual_stages);

@@ -763,6 +763,7 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
         s.chunk_models(), s.chunk_units, s.pipeline,
         nn::pipeline_schedule_from_name(config_.pipeline_schedule), static_cast<size_t>(accum), B,
         T);
+  if (pipe) pipe->set_receive_ahead(config_.pipeline_receive_ahead);
   if (pipe && profiled)
     pipe->on_action([&](const nn::PipelineAction& a) {
       profiled->begin_pass(a.kind == nn::PipelineAction::Kind::forward ? profile::Phase::forward

@@ -13,7 +13,8 @@
 # pinned host memory), ckpt (activation checkpointing). TIERZERO_TEST_DEVICE (e.g. cuda) runs both on that device; where it cannot be
 # opened the script prints "no CUDA device" and exits 0 (CTest: skipped).
 # Pipeline runs (TZ_PP > 1) take TZ_SCHEDULE (gpipe, 1f1b or interleaved with
-# TZ_VIRTUAL_STAGES chunks per rank) and TZ_MICRO_BATCHES micro-batches
+# TZ_VIRTUAL_STAGES chunks per rank; TZ_RECEIVE_AHEAD true posts receives ahead) and
+# TZ_MICRO_BATCHES micro-batches
 # per step (the reference accumulates as many), and every rank's activation peak must be exactly
 # its schedule's in-flight bound, and every rank's --profile must show its stage's forwards,
 # backwards and receive waits. TZ_LAYERS: the model's blocks (default 2; pp 4 needs 4).
@@ -25,7 +26,7 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 . "$(dirname "$0")/../test_device_args.sh"
 pp=${TZ_PP:-1}; schedule=${TZ_SCHEDULE:-1f1b}; micro=${TZ_MICRO_BATCHES:-1}
-virtual=${TZ_VIRTUAL_STAGES:-1}
+virtual=${TZ_VIRTUAL_STAGES:-1}; ahead=${TZ_RECEIVE_AHEAD:-false}
 layers=${TZ_LAYERS:-2}
 dp=$((ranks / (tp * pp)))
 ref_batch=$((2 * dp))
@@ -53,7 +54,7 @@ write_config() {
  "tierzero": {"steps": 10, "seq_len": 16, "seed": 7, "threads": 1, "val_batches": 2,
               "activation_checkpointing": $5, "tensor_parallel": $6, "sequence_parallel": $7,
               "pipeline_parallel": $8, "pipeline_schedule": "$schedule",
-              "pipeline_virtual_stages": $9,
+              "pipeline_virtual_stages": $9, "pipeline_receive_ahead": $ahead,
               "model": {"vocab_size": 257, "n_layer": $layers, "n_head": 4, "n_embd": 64,
                         "context_length": 16}}}
 JSON

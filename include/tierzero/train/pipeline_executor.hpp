@@ -2,8 +2,10 @@
 // the order a PipelineSchedule gives (for the interleaved schedule over the rank's model chunks),
 // with the activations and their gradients sent point to point to the neighbouring stages: a
 // send goes out asynchronously right after the action that produced it and is waited for only
-// before its buffer is reused; a receive is posted ahead, before the action in front of it
-// computes, when its buffer is free (MPI), and waited for right before the action that needs it.
+// before its buffer is reused; a receive is issued right before the action that needs it or,
+// with set_receive_ahead (MPI only), posted before the action in front of it computes when its
+// buffer is free and waited for there (on the 2-core development VM that measured 1-5 % slower
+// with shared-memory MPI, so it is off by default; docs/benchmarks.md).
 // Each micro-batch in flight has its own MicroBatch (as many as the schedule keeps in flight, so
 // the activation memory is the schedule's bound), so its output and its input gradient are the
 // send buffers: no copies. Each action is reported to the activity log (compute: "pipeline
@@ -56,6 +58,8 @@ class PipelineExecutor {
   bool holds_loss() const;
   // Micro-batches whose activations chunk c holds at once (its MicroBatches).
   size_t slots(size_t chunk = 0) const { return slots_[chunk].size(); }
+  // Post receives ahead (MPI only; see the file comment). Off by default: receive at the action.
+  void set_receive_ahead(bool on) { receive_ahead_ = on; }
   // Called before each compute action of train() (e.g. to set the profile's phase).
   void on_action(std::function<void(const nn::PipelineAction&)> observer) {
     observer_ = std::move(observer);
@@ -102,6 +106,7 @@ class PipelineExecutor {
   size_t stream_elems_;                                    // (S, C): one boundary tensor
   std::vector<std::vector<std::unique_ptr<Slot>>> slots_;  // per chunk
   StepTiming timing_;
+  bool receive_ahead_ = false;
   std::function<void(const nn::PipelineAction&)> observer_;
 };
 

@@ -161,6 +161,9 @@ struct TrainConfig {
   // Transformer blocks per virtual stage (pipeline_parallel x pipeline_virtual_stages entries
   // summing to n_layer, in virtual-stage order); empty: balanced by parameters.
   std::vector<int64_t> pipeline_stages;
+  // Post each pipeline receive ahead, before the action in front of it computes, when its buffer
+  // is free (MPI backend; NCCL always receives at the action). Off: receive at the action.
+  bool pipeline_receive_ahead = false;
 
   // The defaults, as a config file would state them (validated like any file).
   static TrainConfig defaults();
