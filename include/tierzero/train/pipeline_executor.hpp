@@ -4,8 +4,8 @@
 // send goes out asynchronously right after the action that produced it and is waited for only
 // before its buffer is reused; a receive is issued right before the action that needs it or,
 // with set_receive_ahead (MPI only), posted before the action in front of it computes when its
-// buffer is free and waited for there (on the 2-core development VM that measured 1-5 % slower
-// with shared-memory MPI, so it is off by default; docs/benchmarks.md).
+// buffer is free and waited for there (on the 2-core development VM that measured up to 5 %
+// slower with shared-memory MPI, so it is off by default; docs/benchmarks.md).
 // Each micro-batch in flight has its own MicroBatch (as many as the schedule keeps in flight, so
 // the activation memory is the schedule's bound), so its output and its input gradient are the
 // send buffers: no copies. Each action is reported to the activity log (compute: "pipeline
