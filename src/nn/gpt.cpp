@@ -119,7 +119,8 @@ GPT::GPT(const GPTConfig& config, DeviceAllocator& allocator, const ModelParalle
       layout_(stage_units(config, modules_), place_of(parallel)),  // checks every tensor divides
       allocator_(allocator),
       device_(allocator.device()),
-      k_(device_.kernels()) {
+      k_(device_.kernels()),
+      scratch_(std::make_shared<ModelScratch>()) {
   (void)ActivationDims::of(config_, 1, 1, layout_.tp().size);  // heads and vocabulary divide
   if (layout_.tp().size > 1)
     tp_ = std::make_unique<TensorParallelGroup>(*parallel.tensor_parallel, device_,
@@ -173,8 +174,14 @@ void GPT::reset_tensor_parallel_traffic() {
   if (tp_) tp_->reset_traffic();
 }
 
+void GPT::share_scratch(GPT& with) {
+  TZ_CHECK(with.device_.kind() == device_.kind() && &with.allocator_ == &allocator_,
+           "share_scratch across allocators", "internal error: the chunks of one rank share one");
+  scratch_ = with.scratch_;
+}
+
 size_t GPT::activation_bytes() const {
-  return cached_ ? cached_->activation_bytes() + scratch_.bytes() : 0;
+  return cached_ ? cached_->activation_bytes() + scratch_->bytes() : 0;
 }
 
 MicroBatch GPT::make_micro_batch(size_t B, size_t T) {
@@ -197,7 +204,7 @@ void GPT::check(const MicroBatch& mb) const {
 }
 
 void GPT::ensure_scratch(const ActivationDims& d) {
-  if (!scratch_.fits(d, checkpointing_)) scratch_.allocate(d, checkpointing_, allocator_);
+  if (!scratch_->fits(d, checkpointing_)) scratch_->allocate(d, checkpointing_, allocator_);
 }
 
 MicroBatch& GPT::cached(size_t B, size_t T) {
@@ -205,13 +212,13 @@ MicroBatch& GPT::cached(size_t B, size_t T) {
            "evaluate and forward_backward run the whole model, not pipeline " + stage_.str(),
            "drive a pipeline stage through forward/backward with micro-batches");
   if (cached_ && cached_->B() == B && cached_->T() == T &&
-      scratch_.fits(cached_->dims(), checkpointing_))
+      scratch_->fits(cached_->dims(), checkpointing_))
     return *cached_;
   check_shape(config_, B, T);
   const ActivationDims d = dims(B, T);
   cached_.reset();  // release the old set first so the budget sees the real peak
-  scratch_.release();
-  scratch_.allocate(d, checkpointing_, allocator_);
+  scratch_->release();
+  scratch_->allocate(d, checkpointing_, allocator_);
   cached_ = std::make_unique<MicroBatch>(make_micro_batch(B, T));
   return *cached_;
 }
@@ -226,7 +233,7 @@ void GPT::set_activation_checkpointing(bool on) {
 }
 
 ModuleContext GPT::context(MicroBatch& mb) {
-  return ModuleContext{k_,      device_, device_.default_stream(), mb, scratch_, tp_.get(),
+  return ModuleContext{k_,      device_, device_.default_stream(), mb, *scratch_, tp_.get(),
                        nullptr, nullptr};
 }
 
@@ -246,11 +253,11 @@ void GPT::cross_entropy(MicroBatch& mb, const float* dloss) {
   // Vocabulary-parallel: each rank's max, sum of exponentials and target logit over its columns,
   // gathered, then every rank finishes the same losses and its own columns' gradient.
   const size_t start = tp_->rank() * d.local_vocab;
-  k_.vocab_xent_partials(scratch_.xent_partials(), mb.logits(), mb.targets(), d.tokens,
+  k_.vocab_xent_partials(scratch_->xent_partials(), mb.logits(), mb.targets(), d.tokens,
                          d.local_vocab, start, V);
-  tp_->all_gather(device_.default_stream(), scratch_.xent_partials(), scratch_.xent_all(),
+  tp_->all_gather(device_.default_stream(), scratch_->xent_partials(), scratch_->xent_all(),
                   d.tokens * 3);
-  k_.vocab_xent_finish(dlogits, mb.losses(), mb.logits(), scratch_.xent_all(), d.tp, mb.targets(),
+  k_.vocab_xent_finish(dlogits, mb.losses(), mb.logits(), scratch_->xent_all(), d.tp, mb.targets(),
                        dloss ? *dloss : 0.0f, d.tokens, d.local_vocab, start, V);
 }
 
@@ -269,7 +276,7 @@ float* GPT::output_grad_of(MicroBatch& mb, size_t i) const {
   const size_t L = config_.num_layers;
   if (i <= L) return mb.dresidual();
   // The final norm's output gradient lives only from the head's backward to its own.
-  return i == L + 1 ? scratch_.dln() : mb.logits();  // the logits' gradient, in place
+  return i == L + 1 ? scratch_->dln() : mb.logits();  // the logits' gradient, in place
 }
 
 void GPT::forward(MicroBatch& mb, ParamProvider& params, const int32_t* tokens,

@@ -114,10 +114,10 @@ size_t PipelineExecutor::activation_bytes_for(const nn::GPTConfig& config,
                                               nn::PipelineSchedule schedule, size_t micro_batches,
                                               bool checkpointing) {
   const std::vector<size_t> n = in_flight_per_chunk(shape_of(chunks, schedule, micro_batches));
-  size_t bytes = 0;
+  // One scratch: the chunks share it (their actions never overlap).
+  size_t bytes = nn::ModelScratch::bytes_for(dims, checkpointing);
   for (size_t c = 0; c < chunks.size(); ++c)
-    bytes += n[c] * nn::GPT::micro_batch_bytes_for(config, dims, chunks[c], checkpointing) +
-             nn::ModelScratch::bytes_for(dims, checkpointing);
+    bytes += n[c] * nn::GPT::micro_batch_bytes_for(config, dims, chunks[c], checkpointing);
   return bytes;
 }
 

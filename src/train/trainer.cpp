@@ -378,6 +378,7 @@ void Trainer::build() {
       nn::ModelParallel chunk = parallel;
       chunk.pipeline = chunk_stages[c];
       s.more_chunks.push_back(std::make_unique<nn::GPT>(s.model_config, *s.allocator, chunk));
+      s.more_chunks.back()->share_scratch(*s.model);  // one action at a time: one scratch
     }
     s.chunks_layout = std::make_unique<nn::ParamLayout>(
         nn::chunks_param_layout(s.model_config, chunk_stages, s.model->layout().tp()));
@@ -983,7 +984,7 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
                  ", \"micro_batch_activation_bytes\": " +
                  std::to_string(nn::GPT::micro_batch_bytes_for(s.model_config, dims, st0, ckpt)) +
                  ", \"scratch_activation_bytes\": " +
-                 std::to_string(chunks.size() * nn::ModelScratch::bytes_for(dims, ckpt)) +
+                 std::to_string(nn::ModelScratch::bytes_for(dims, ckpt)) +  // shared by the chunks
                  ", \"chunks\": [" + list + "]}";
     }
     write_memory_json(memory_json_path, s.rank, s.world_size, pipeline);

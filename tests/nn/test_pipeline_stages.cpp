@@ -194,7 +194,7 @@ TEST(PipelineStages, StagesInSequenceAreTheWholeModelBitwise) {
 
 TEST(PipelineStages, InterleavedChunksThroughOneLayoutAreTheWholeModelBitwise) {
   // 2 ranks x 2 chunks: rank r's chunks share one LocalParams over chunks_param_layout, each
-  // model seeing its own units through a UnitOffsetProvider.
+  // model seeing its own units through a UnitOffsetProvider, and one scratch.
   TinyGpt g(tiny_config(64, 128, 8, 4, 2, 16), 2, 8, 5);
   const Split whole = run_stages(g, nn::partition_pipeline(g.cfg, 1));
   const std::vector<nn::PipelineStage> v = nn::partition_pipeline(g.cfg, 4);
@@ -226,6 +226,9 @@ TEST(PipelineStages, InterleavedChunksThroughOneLayoutAreTheWholeModelBitwise) {
     views.push_back(std::make_unique<nn::UnitOffsetProvider>(*r.params, r.first[k / 2]));
     mbs.push_back(models.back()->make_micro_batch(g.B, g.T));
   }
+  // A rank's chunks share one scratch (as the trainer has them).
+  models[2]->share_scratch(*models[0]);
+  models[3]->share_scratch(*models[1]);
   const size_t elems = g.B * g.T * g.cfg.channels;
   for (size_t k = 0; k < 4; ++k) {
     if (k > 0) std::memcpy(mbs[k].stage_input(), mbs[k - 1].stage_output(), elems * sizeof(float));

@@ -118,8 +118,9 @@ int pipeline_activations(const char* path, int ranks) {
     bool ok = true;
     if (schedule == "interleaved") {
       // Each chunk holds its own micro-batches (a chunk's forwards and backwards are each in
-      // micro-batch order); what they add up to is checked against the tracker, and the
-      // schedule's bound on all chunks at once (Megatron's warm-up + 1) is printed beside it.
+      // micro-batch order) and the chunks share one scratch; what they add up to is checked
+      // against the tracker, and the schedule's bound on all chunks at once (Megatron's warm-up
+      // + 1) is printed beside it.
       const auto v = p.at("virtual_stages").get<size_t>();
       double expected = scratch;
       size_t total = 0;

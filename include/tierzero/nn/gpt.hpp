@@ -133,6 +133,9 @@ class GPT {
   // shape (logits() is invalid until the next evaluate()); micro-batches made before the change
   // are refused.
   void set_activation_checkpointing(bool on);
+  // Use `with`'s scratch from now on (a rank's interleaved pipeline chunks: their actions never
+  // overlap, so one scratch serves all of them); before either allocated it.
+  void share_scratch(GPT& with);
   // Waits until the model's work issued so far has run (before another engine reads its buffers).
   void sync() { device_.default_stream().synchronize(); }
   bool activation_checkpointing() const { return checkpointing_; }
@@ -177,9 +180,9 @@ class GPT {
   DeviceAllocator& allocator_;
   Device& device_;
   kernels::Kernels& k_;
-  DeviceBuffer workspace_;  // kernels' scratch (cuBLASLt)
-  ModelScratch scratch_;
-  std::unique_ptr<MicroBatch> cached_;  // the facade's
+  DeviceBuffer workspace_;                 // kernels' scratch (cuBLASLt)
+  std::shared_ptr<ModelScratch> scratch_;  // shared by a rank's pipeline chunks (share_scratch)
+  std::unique_ptr<MicroBatch> cached_;     // the facade's
   bool checkpointing_ = false;
 };
 

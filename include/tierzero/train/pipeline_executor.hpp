@@ -68,7 +68,8 @@ class PipelineExecutor {
   // The micro-batches each chunk of a rank keeps in flight at once under the schedule: the most
   // forwarded and not yet backwarded at any point of its actions (per chunk: its MicroBatches).
   static std::vector<size_t> in_flight_per_chunk(const nn::PipelineShape& shape);
-  // Activation bytes this executor holds (its MicroBatches) plus the chunks' scratch, for (B, T)
+  // Activation bytes this executor holds (its MicroBatches) plus the chunks' one shared scratch
+  // (the trainer has them share it, nn::GPT::share_scratch), for (B, T)
   // of the rank's chunks (virtual stages, chunk order) with the schedule's in-flight counts;
   // what the memory tracker sees.
   static size_t activation_bytes_for(const nn::GPTConfig& config, const nn::ActivationDims& dims,
