@@ -98,8 +98,8 @@ std::vector<std::vector<nn::PipelineStage>> rank_chunks(const nn::GPTConfig& con
                                                         const std::vector<size_t>& blocks) {
   const std::vector<nn::PipelineStage> all =
       nn::partition_pipeline(config, pp * virtual_stages, blocks);
-  std::vector<std::vector<nn::PipelineStage>> ranks(pp);
-  for (size_t k = 0; k < all.size(); ++k) ranks[k % pp].push_back(all[k]);
+  std::vector<std::vector<nn::PipelineStage>> ranks;
+  for (size_t r = 0; r < pp; ++r) ranks.push_back(nn::rank_chunks(all, pp, r));
   return ranks;
 }
 
@@ -112,11 +112,8 @@ std::vector<zero::UnitSpec> model_units(const nn::GPTConfig& config, size_t bloc
   size_t worst_elems = 0;
   for (const std::vector<nn::PipelineStage>& chunks :
        rank_chunks(config, pp, pipeline.virtual_stages, pipeline.blocks_per_stage)) {
-    const nn::TensorParallel place{tp, 0};
     std::vector<zero::UnitSpec> units = train::units_from_layout(
-        chunks.size() == 1 ? nn::stage_param_layout(config, chunks[0], place)
-                           : nn::chunks_param_layout(config, chunks, place),
-        blocks_per_unit);
+        nn::chunks_param_layout(config, chunks, nn::TensorParallel{tp, 0}), blocks_per_unit);
     size_t elems = 0;
     for (const zero::UnitSpec& u : units) elems += u.numel;
     if (worst.empty() || elems > worst_elems) {

@@ -18,6 +18,13 @@ std::string PipelineStage::str() const {
   return s;
 }
 
+std::vector<PipelineStage> rank_chunks(const std::vector<PipelineStage>& virtual_stages, size_t pp,
+                                       size_t rank) {
+  std::vector<PipelineStage> chunks;
+  for (size_t k = rank; k < virtual_stages.size(); k += pp) chunks.push_back(virtual_stages[k]);
+  return chunks;
+}
+
 PipelineStage PipelineStage::whole(const GPTConfig& config) {
   return PipelineStage{1, 0, 0, config.num_layers};
 }

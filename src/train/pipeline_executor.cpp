@@ -233,9 +233,9 @@ double PipelineExecutor::train(nn::ParamProvider& params,
     Slot& slot = slot_of(a.chunk, a.micro_batch);
     nn::MicroBatch& mb = slot.mb;
     if (a.kind == nn::PipelineAction::Kind::forward) {
-      if (!posted[i].pending()) slot.wait_sends();  // its buffers are about to be overwritten
-      if (!first) receive(mb.stage_input(), prev, tag(a.micro_batch, k, false), false, &posted[i]);
+      // Its buffers are about to be overwritten (a receive posted ahead found no send pending).
       slot.wait_sends();
+      if (!first) receive(mb.stage_input(), prev, tag(a.micro_batch, k, false), false, &posted[i]);
       slot.micro_batch = a.micro_batch;
       slot.backward_done = false;
     } else {

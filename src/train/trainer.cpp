@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include "tierzero/comm/mesh.hpp"
 #include "tierzero/comm/mpi_communicator.hpp"
@@ -299,9 +300,8 @@ void Trainer::build() {
   s.dp_size = shape.dp;
   // The rank's chunks: virtual stages pp_rank, pp_rank + pp, ... (one at gpipe and 1f1b).
   const auto pp_rank = static_cast<size_t>(coords[static_cast<size_t>(comm::MeshDim::pp)]);
-  std::vector<nn::PipelineStage> chunk_stages;
-  for (size_t k = pp_rank; k < s.stages.size(); k += static_cast<size_t>(shape.pp))
-    chunk_stages.push_back(s.stages[k]);
+  const std::vector<nn::PipelineStage> chunk_stages =
+      nn::rank_chunks(s.stages, static_cast<size_t>(shape.pp), pp_rank);
   const nn::PipelineStage stage = chunk_stages.front();
 
   // Data first: a bad path should fail before any large allocation.
@@ -609,6 +609,45 @@ void write_memory_json(const std::string& path, int rank, int ranks, const std::
            "check the free space of its file system");
 }
 
+// The --memory-json section of a pipeline rank: its stage, and what its activations should be:
+// the chunks' one shared scratch plus, per chunk, one of its micro-batches' activations per
+// micro-batch the schedule keeps in flight there (the tests check the tracker's peak against it).
+nlohmann::ordered_json pipeline_memory_json(const PipelineExecutor& pipe,
+                                            const std::vector<nn::GPT*>& chunks,
+                                            const TrainConfig& c, size_t B, size_t T) {
+  const nn::GPT& model = *chunks.front();
+  const nn::ActivationDims dims = model.dims(B, T);
+  const bool ckpt = c.activation_checkpointing;
+  const auto bytes = [&](const nn::PipelineStage& st) {
+    return nn::GPT::micro_batch_bytes_for(model.config(), dims, st, ckpt);
+  };
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  size_t blocks = 0, in_flight = 0;
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    const nn::PipelineStage& st = chunks[k]->stage();
+    blocks += st.num_blocks;
+    in_flight += pipe.slots(k);
+    list.push_back({{"virtual_stage", st.stage},
+                    {"first_block", st.first_block},
+                    {"blocks", st.num_blocks},
+                    {"in_flight", pipe.slots(k)},
+                    {"micro_batch_activation_bytes", bytes(st)}});
+  }
+  nlohmann::ordered_json j;
+  j["stage"] = pipe.shape().stage;
+  j["stages"] = pipe.shape().stages;
+  j["virtual_stages"] = chunks.size();
+  j["schedule"] = c.pipeline_schedule;
+  j["micro_batches"] = c.gradient_accumulation_steps;
+  j["first_block"] = model.stage().first_block;
+  j["blocks"] = blocks;
+  j["in_flight"] = in_flight;
+  j["micro_batch_activation_bytes"] = bytes(model.stage());  // chunk 0's
+  j["scratch_activation_bytes"] = nn::ModelScratch::bytes_for(dims, ckpt);
+  j["chunks"] = list;
+  return j;
+}
+
 // The memory summary of this rank with a "rank r: " prefix on every line, written at once so
 // that ranks sharing a terminal do not interleave within a summary.
 void print_rank_memory_summary(std::FILE* out, int rank, const MemoryTracker& tracker) {
@@ -656,13 +695,8 @@ void Trainer::save_parallel_checkpoint(const std::vector<float>& host) {
   std::vector<float> full(full_layout.total_numel(), 0.0f);  // (whole model) fp32
   const auto pp = static_cast<size_t>(mesh.shape().pp);
   for (size_t st = pp; st-- > 0;) {
-    // Pipeline rank st's chunks: virtual stages st, st + pp, ...
-    std::vector<nn::PipelineStage> chunks;
-    for (size_t k = st; k < s.stages.size(); k += pp) chunks.push_back(s.stages[k]);
-    const nn::ParamLayout stage_layout =
-        chunks.size() == 1
-            ? nn::stage_param_layout(s.model_config, chunks[0], nn::TensorParallel{tp, 0})
-            : nn::chunks_param_layout(s.model_config, chunks, nn::TensorParallel{tp, 0});
+    const nn::ParamLayout stage_layout = nn::chunks_param_layout(
+        s.model_config, nn::rank_chunks(s.stages, pp, st), nn::TensorParallel{tp, 0});
     const size_t n = stage_layout.total_numel();
     std::vector<float> all(n * tp);  // (tp, n) the stage's tp ranks' buffers
     for (size_t t = 0; t < tp; ++t) {
@@ -770,7 +804,10 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
       profiled->begin_pass(a.kind == nn::PipelineAction::Kind::forward ? profile::Phase::forward
                                                                        : profile::Phase::backward);
     });
-  std::vector<std::vector<int32_t>> xs, ys;  // (micro-batches, B, T) for the pipeline
+  // (micro-batches, B, T) inputs and targets of a pipeline step
+  std::vector<std::vector<int32_t>> xs(pipe ? static_cast<size_t>(accum) : 0,
+                                       std::vector<int32_t>(B * T));
+  std::vector<std::vector<int32_t>> ys(xs);
   double pipeline_span_s = 0.0;  // the last step's pipeline, start to the last stage's end
 
   LossScaler scaler(config_.fp16_scaling, config_.fp16);
@@ -787,8 +824,6 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
     // fp16: the gradients carry the loss scale; the store divides it out.
     const auto grad_scale = static_cast<float>(scaler.scale() / static_cast<double>(accum));
     if (pipe) {
-      xs.assign(static_cast<size_t>(accum), std::vector<int32_t>(B * T));
-      ys.assign(static_cast<size_t>(accum), std::vector<int32_t>(B * T));
       for (int64_t micro = 0; micro < accum; ++micro)
         s.train_loader->next_batch(xs[static_cast<size_t>(micro)].data(),
                                    ys[static_cast<size_t>(micro)].data());
@@ -864,7 +899,7 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
       recorder->end_step(counters);
     }
     print_step_line(out, r, config_.steps, MemoryTracker::global());
-    // Pipeline: the stages' bubble this step (the part of the executor's step each stage did not
+    // Pipeline: the stages' bubble this step (the part of the pipeline's span each stage did not
     // compute), averaged over the stages, and stage 0's times; for --metrics (every rank is given
     // the path, so all take part in the sum).
     float bubble[2] = {0.0f, 0.0f};  // (sum of the stages' bubble fractions, stages)
@@ -951,42 +986,8 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
     if (out) std::fprintf(out, "saved checkpoint '%s'\n", config_.save_checkpoint.c_str());
   }
   if (!memory_json_path.empty()) {
-    // Under pipeline parallelism the stage and what its activations should be: each chunk's
-    // scratch plus one of its micro-batches' activations per micro-batch the schedule keeps in
-    // flight there (the tests check the tracker's measured peak against it).
-    std::string pipeline;
-    if (pipe) {
-      const nn::ActivationDims dims = s.model->dims(B, T);
-      const bool ckpt = config_.activation_checkpointing;
-      const std::vector<nn::GPT*> chunks = s.chunk_models();
-      size_t blocks = 0, in_flight = 0;
-      std::string list;
-      for (size_t c = 0; c < chunks.size(); ++c) {
-        const nn::PipelineStage& st = chunks[c]->stage();
-        blocks += st.num_blocks;
-        in_flight += pipe->slots(c);
-        list += std::string(c ? ", " : "") + "{\"virtual_stage\": " + std::to_string(st.stage) +
-                ", \"first_block\": " + std::to_string(st.first_block) +
-                ", \"blocks\": " + std::to_string(st.num_blocks) +
-                ", \"in_flight\": " + std::to_string(pipe->slots(c)) +
-                ", \"micro_batch_activation_bytes\": " +
-                std::to_string(nn::GPT::micro_batch_bytes_for(s.model_config, dims, st, ckpt)) +
-                "}";
-      }
-      const nn::PipelineStage& st0 = s.model->stage();
-      pipeline = "{\"stage\": " + std::to_string(pipe->shape().stage) +
-                 ", \"stages\": " + std::to_string(pipe->shape().stages) +
-                 ", \"virtual_stages\": " + std::to_string(chunks.size()) + ", \"schedule\": \"" +
-                 config_.pipeline_schedule + "\", \"micro_batches\": " + std::to_string(accum) +
-                 ", \"first_block\": " + std::to_string(st0.first_block) +
-                 ", \"blocks\": " + std::to_string(blocks) +
-                 ", \"in_flight\": " + std::to_string(in_flight) +
-                 ", \"micro_batch_activation_bytes\": " +
-                 std::to_string(nn::GPT::micro_batch_bytes_for(s.model_config, dims, st0, ckpt)) +
-                 ", \"scratch_activation_bytes\": " +
-                 std::to_string(nn::ModelScratch::bytes_for(dims, ckpt)) +  // shared by the chunks
-                 ", \"chunks\": [" + list + "]}";
-    }
+    const std::string pipeline =
+        pipe ? pipeline_memory_json(*pipe, s.chunk_models(), config_, B, T).dump() : "";
     write_memory_json(memory_json_path, s.rank, s.world_size, pipeline);
   }
   if (recorder) {

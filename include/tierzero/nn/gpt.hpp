@@ -48,10 +48,11 @@ void init_gpt2_params(const ParamLayout& layout, const GPTConfig& config, uint64
 ParamLayout stage_param_layout(const GPTConfig& config, const PipelineStage& stage,
                                const TensorParallel& tp);
 
-// The parameters of a rank that runs several model chunks (the interleaved schedule's virtual
-// stages, each a PipelineStage of chunks * stages): every chunk's units in chunk order, as one
-// layout. Chunk c's unit j is unit chunk_unit_offsets(...)[c] + j here, and a tensor sits at the
-// same place within its unit as in the chunk's own layout.
+// The parameters of a rank that runs one or several model chunks (several: the interleaved
+// schedule's virtual stages, each a PipelineStage of chunks * stages): every chunk's units in
+// chunk order, as one layout (for one chunk, stage_param_layout's). Chunk c's unit j is unit
+// chunk_unit_offsets(...)[c] + j here, and a tensor sits at the same place within its unit as in
+// the chunk's own layout.
 ParamLayout chunks_param_layout(const GPTConfig& config, const std::vector<PipelineStage>& chunks,
                                 const TensorParallel& tp);
 std::vector<size_t> chunk_unit_offsets(const GPTConfig& config,

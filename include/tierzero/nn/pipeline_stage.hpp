@@ -36,4 +36,10 @@ struct PipelineStage {
 std::vector<PipelineStage> partition_pipeline(const GPTConfig& config, size_t stages,
                                               const std::vector<size_t>& blocks_per_stage = {});
 
+// The chunks pipeline rank `rank` of `pp` runs when the blocks are cut into pp x v virtual stages
+// (partition_pipeline's, in order): virtual stages rank, rank + pp, rank + 2 pp, ... (Megatron's
+// interleaved layout; the one stage `rank` when the cut has pp stages).
+std::vector<PipelineStage> rank_chunks(const std::vector<PipelineStage>& virtual_stages, size_t pp,
+                                       size_t rank);
+
 }  // namespace tierzero::nn
