@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -93,6 +94,26 @@ void validate_train_run_options(const TrainRunOptions& o) {
            "for example: --steps 8 --warmup 2");
   TZ_CHECK(o.channels % o.heads == 0, "--channels must be divisible by --heads",
            "for example: --channels 512 --heads 8");
+}
+
+nlohmann::ordered_json bench_tierzero_json(const TrainRunOptions& o, int64_t threads) {
+  nlohmann::ordered_json t;
+  t["steps"] = o.steps;
+  t["seq_len"] = o.seq;
+  t["seed"] = 7;
+  t["threads"] = threads;
+  t["val_batches"] = 0;
+  t["model"] = {{"vocab_size", kBenchVocab},
+                {"n_layer", o.layers},
+                {"n_head", o.heads},
+                {"n_embd", o.channels},
+                {"context_length", o.seq}};
+  return t;
+}
+
+double round_to(double x, int digits) {
+  const double scale = std::pow(10.0, digits);
+  return std::round(x * scale) / scale;
 }
 
 double median(std::vector<double> v) {

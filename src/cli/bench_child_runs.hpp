@@ -38,6 +38,16 @@ void add_train_run_options(CLI::App& c, TrainRunOptions& o, const char* batch_he
 // Throws Error unless steps > warmup >= 0 and heads divides channels.
 void validate_train_run_options(const TrainRunOptions& o);
 
+// The vocabulary of the built-in corpus's byte-level tokenizer (256 bytes + EOT): the benchmarks'
+// models.
+constexpr int64_t kBenchVocab = 257;
+// The "tierzero" section every benchmark run shares: o.steps, seq_len and context o.seq, seed 7,
+// `threads`, no validation, and the model of the options' shape with kBenchVocab; each benchmark
+// adds its own keys.
+nlohmann::ordered_json bench_tierzero_json(const TrainRunOptions& o, int64_t threads);
+// x rounded to `digits` decimals: the double nearest that decimal, so that the JSON is short.
+double round_to(double x, int digits);
+
 double median(std::vector<double> v);  // 0 for an empty v
 double mean(const std::vector<double>& v);
 std::string join(const std::vector<std::string>& argv);  // space-separated

@@ -5,7 +5,6 @@
 #include "bench_pp.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -15,8 +14,6 @@
 namespace tierzero::cli {
 
 namespace {
-
-constexpr int64_t kVocab = 257;  // the byte-level tokenizer's 256 bytes + EOT
 
 struct PpMode {
   std::string schedule;
@@ -38,28 +35,13 @@ std::string config_json(const BenchPpOptions& o, const PpMode& m) {
   c["train_micro_batch_size_per_gpu"] = o.batch;
   c["gradient_accumulation_steps"] = m.micro_batches;
   c["zero_optimization"] = {{"stage", 0}};
-  nlohmann::ordered_json t;
-  t["steps"] = o.steps;
-  t["seq_len"] = o.seq;
-  t["seed"] = 7;
-  t["threads"] = o.threads;
-  t["val_batches"] = 0;
+  nlohmann::ordered_json t = bench_tierzero_json(o, o.threads);
   t["pipeline_parallel"] = o.pp;
   t["pipeline_schedule"] = m.schedule;
   t["pipeline_virtual_stages"] = m.schedule == "interleaved" ? o.virtual_stages : 1;
   t["pipeline_receive_ahead"] = o.receive_ahead;
-  t["model"] = {{"vocab_size", kVocab},
-                {"n_layer", o.layers},
-                {"n_head", o.heads},
-                {"n_embd", o.channels},
-                {"context_length", o.seq}};
   c["tierzero"] = t;
   return c.dump();
-}
-
-double round_to(double x, int digits) {
-  const double scale = std::pow(10.0, digits);
-  return std::round(x * scale) / scale;
 }
 
 PpSummary summarize(const std::vector<std::vector<StepMetrics>>& runs, int64_t warmup) {
@@ -124,7 +106,7 @@ int bench_pp(const BenchPpOptions& o) {
                "micro-batch %lld; %lld stages on %lld ranks x %lld thread(s), ZeRO stage 0; "
                "%lld steps per run (first %lld not timed), %lld runs per mode, alternating\n",
                static_cast<long long>(o.layers), static_cast<long long>(o.channels),
-               static_cast<long long>(o.heads), static_cast<long long>(kVocab),
+               static_cast<long long>(o.heads), static_cast<long long>(kBenchVocab),
                static_cast<long long>(o.seq), static_cast<long long>(o.batch),
                static_cast<long long>(o.pp), static_cast<long long>(o.pp),
                static_cast<long long>(o.threads), static_cast<long long>(o.steps),

@@ -12,7 +12,6 @@
 #include "bench_tp.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -31,8 +30,6 @@
 namespace tierzero::cli {
 
 namespace {
-
-constexpr int64_t kVocab = 257;  // the byte-level tokenizer's 256 bytes + EOT
 
 struct TpMode {
   std::string label;  // in the tables
@@ -56,7 +53,7 @@ size_t sz(int64_t v) {
 
 nn::GPTConfig model_config(const BenchTpOptions& o) {
   train::ModelShape shape;
-  shape.vocab_size = kVocab;
+  shape.vocab_size = kBenchVocab;
   shape.context_length = o.seq;
   shape.n_layer = o.layers;
   shape.n_head = o.heads;
@@ -85,20 +82,10 @@ std::string config_json(const BenchTpOptions& o, const TpMode& m) {
   c["train_micro_batch_size_per_gpu"] = m.micro_batch;
   c["gradient_accumulation_steps"] = 1;
   c["zero_optimization"] = {{"stage", o.stage}, {"stage3_param_persistence_threshold", 0}};
-  nlohmann::ordered_json t;
-  t["steps"] = o.steps;
-  t["seq_len"] = o.seq;
-  t["seed"] = 7;
-  t["threads"] = o.threads;
-  t["val_batches"] = 0;
+  nlohmann::ordered_json t = bench_tierzero_json(o, o.threads);
   t["tensor_parallel"] = m.tp;
   t["sequence_parallel"] = m.sp;
   t["activation_checkpointing"] = o.checkpointing;
-  t["model"] = {{"vocab_size", kVocab},
-                {"n_layer", o.layers},
-                {"n_head", o.heads},
-                {"n_embd", o.channels},
-                {"context_length", o.seq}};
   c["tierzero"] = t;
   return c.dump();
 }
@@ -197,12 +184,6 @@ Summary summarize(const std::vector<TpRun>& runs, int64_t warmup) {
   s.median_ms = median(all);
   s.bytes = runs.back().steps.back();
   return s;
-}
-
-// x rounded to `digits` decimals: the double nearest that decimal, so that the JSON is short.
-double round_to(double x, int digits) {
-  const double scale = std::pow(10.0, digits);
-  return std::round(x * scale) / scale;
 }
 
 nlohmann::ordered_json result(const char* bench, double value, const char* unit,
@@ -321,7 +302,7 @@ int bench_tp(const BenchTpOptions& o) {
                "(first %lld not timed), %lld runs per mode, alternating; global batch %zu "
                "sequences per step in every mode\n",
                static_cast<long long>(o.layers), static_cast<long long>(o.channels),
-               static_cast<long long>(o.heads), static_cast<long long>(kVocab),
+               static_cast<long long>(o.heads), static_cast<long long>(kBenchVocab),
                config.padded_vocab_size, static_cast<long long>(o.seq),
                static_cast<long long>(o.ranks), static_cast<long long>(o.threads),
                static_cast<long long>(o.stage), o.checkpointing ? ", activation checkpointing" : "",
