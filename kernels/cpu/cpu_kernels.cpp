@@ -110,6 +110,9 @@ class CpuKernels final : public Kernels {
 
   double sum_squares(const float* x, size_t n) override { return cpu::sum_squares(x, n); }
   void scale(float* x, size_t n, float s) override { cpu::scale(x, n, s); }
+  void transpose_blocks(float* out, const float* in, size_t X, size_t Y, size_t width) override {
+    cpu::transpose_blocks(out, in, X, Y, width);
+  }
   void convert_from_f32(void* dst, DType dst_type, const float* src, size_t n) override {
     tierzero::convert_from_f32(dst, dst_type, src, n);
   }

@@ -1,6 +1,9 @@
-// Element-wise CPU kernels: GELU, residual add, scale and the sum of squares (gradient norm).
+// Element-wise CPU kernels: GELU, residual add, scale, the sum of squares (gradient norm), and
+// the block transpose Ulysses packs its all-to-all with.
 // Each is one OpenMP-parallel, vectorised pass; they are memory-bound, so none makes a second pass
 // over its data.
+#include <cstring>
+
 #include "cpu/vec_math.hpp"
 #include "tierzero/kernels/cpu_ops.hpp"
 
@@ -79,6 +82,14 @@ double sum_squares(const float* x, size_t n) {  // x (n)
 void scale(float* x, size_t n, float s) {  // x (n)
 #pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+void transpose_blocks(float* out, const float* in, size_t X, size_t Y, size_t width) {
+  // out (Y, X, width), in (X, Y, width): whole rows move, so each is one memcpy.
+#pragma omp parallel for collapse(2) schedule(static)
+  for (size_t x = 0; x < X; ++x)
+    for (size_t y = 0; y < Y; ++y)
+      std::memcpy(out + (y * X + x) * width, in + (x * Y + y) * width, width * sizeof(float));
 }
 
 }  // namespace tierzero::kernels::cpu

@@ -159,6 +159,17 @@ __global__ void scale_kernel(float* x,  // (n)
   for (size_t i = global_thread_index(); i < n; i += grid_stride()) x[i] *= s;
 }
 
+// One element per thread (grid-stride): out (Y, X, width) from in (X, Y, width).
+__global__ void transpose_blocks_kernel(float* out, const float* in, size_t X, size_t Y,
+                                        size_t width) {
+  const size_t n = X * Y * width;
+  for (size_t i = global_thread_index(); i < n; i += grid_stride()) {
+    const size_t w = i % width, xy = i / width;
+    const size_t x = xy / Y, y = xy % Y;  // i indexes `in` at (x, y, w)
+    out[(y * X + x) * width + w] = in[i];
+  }
+}
+
 __global__ void add_bias_kernel(float* out,         // (N, OC)
                                 const float* bias,  // (OC)
                                 size_t n, size_t OC) {
@@ -346,6 +357,14 @@ void launch_residual_backward(cudaStream_t stream, float* da, float* db, const f
 void launch_scale(cudaStream_t stream, float* x, size_t n, float s) {
   if (n == 0) return;
   scale_kernel<<<grid_stride_blocks(n), kBlockSize, 0, stream>>>(x, n, s);
+  TZ_CUDA_CHECK_LAUNCH();
+}
+
+void launch_transpose_blocks(cudaStream_t stream, float* out, const float* in, size_t X, size_t Y,
+                             size_t width) {
+  const size_t n = X * Y * width;
+  if (n == 0) return;
+  transpose_blocks_kernel<<<grid_stride_blocks(n), kBlockSize, 0, stream>>>(out, in, X, Y, width);
   TZ_CUDA_CHECK_LAUNCH();
 }
 

@@ -26,6 +26,7 @@ struct TrainFlags {
   int64_t batches = -1;
   int64_t tensor_parallel = 0;  // 0: from the config
   bool sequence_parallel = false;
+  int64_t ulysses = 0;            // 0: from the config
   int64_t pipeline_parallel = 0;  // 0: from the config
   std::string pipeline_schedule;  // empty: from the config
   int64_t micro_batches = 0;      // gradient_accumulation_steps; 0: from the config
@@ -55,6 +56,10 @@ void add_common(CLI::App* sub, TrainFlags& f) {
       ->check(CLI::Range(1, 4096));
   sub->add_flag("--sequence-parallel", f.sequence_parallel,
                 "Megatron sequence parallelism over the tensor-parallel ranks");
+  sub->add_option("--ulysses", f.ulysses,
+                  "Ulysses sequence-parallel ranks (DeepSpeed-Ulysses): each holds a slice of "
+                  "every sequence, all-to-all around the attention; the world is dp x ulysses")
+      ->check(CLI::Range(1, 4096));
   sub->add_option("--pp", f.pipeline_parallel,
                   "pipeline stages: the blocks are cut into pp stages; the world is dp x tp x pp")
       ->check(CLI::Range(1, 4096));
@@ -90,6 +95,7 @@ train::TrainConfig resolve(const TrainFlags& f) {
   if (f.batches >= 0) c.val_batches = f.batches;
   if (f.tensor_parallel > 0) c.tensor_parallel = f.tensor_parallel;
   if (f.sequence_parallel) c.sequence_parallel = true;
+  if (f.ulysses > 0) c.ulysses_parallel = f.ulysses;
   if (f.pipeline_parallel > 0) c.pipeline_parallel = f.pipeline_parallel;
   if (!f.pipeline_schedule.empty()) c.pipeline_schedule = f.pipeline_schedule;
   if (f.micro_batches > 0) c.gradient_accumulation_steps = f.micro_batches;

@@ -9,9 +9,24 @@
 namespace tierzero::nn {
 
 ActivationDims ActivationDims::of(const GPTConfig& config, size_t B, size_t T, size_t tp,
-                                  bool sequence_parallel) {
+                                  bool sequence_parallel, size_t ulysses) {
   TZ_CHECK(B > 0 && T > 0, "empty batch", "");
   TZ_CHECK(tp >= 1, "tensor_parallel 0", "tensor_parallel is at least 1");
+  TZ_CHECK(ulysses >= 1, "ulysses_parallel 0", "ulysses_parallel is at least 1");
+  const std::string us = std::to_string(ulysses);
+  TZ_CHECK(ulysses == 1 || tp == 1,
+           "ulysses_parallel " + us + " with tensor_parallel " + std::to_string(tp) +
+               " is not supported: the Ulysses attention runs on whole layers",
+           "use either ulysses_parallel or tensor_parallel, not both");
+  TZ_CHECK(config.num_heads % ulysses == 0,
+           "ulysses_parallel " + us + " does not divide the model's " +
+               std::to_string(config.num_heads) +
+               " attention heads: each Ulysses rank attends over whole heads",
+           "choose a ulysses_parallel size that divides n_head");
+  TZ_CHECK(T % ulysses == 0,
+           "ulysses_parallel " + us + " does not divide seq_len " + std::to_string(T) +
+               ": each Ulysses rank holds an equal slice of every sequence",
+           "choose seq_len a multiple of ulysses_parallel");
   const std::string tps = std::to_string(tp);
   TZ_CHECK(config.num_heads % tp == 0,
            "tensor_parallel " + tps + " does not divide the model's " +
@@ -23,8 +38,10 @@ ActivationDims ActivationDims::of(const GPTConfig& config, size_t B, size_t T, s
            "choose a tensor-parallel size that divides the padded vocabulary (a multiple of 128)");
   ActivationDims d;
   d.B = B;
-  d.T = T;
-  d.tokens = B * T;
+  d.seq_len = T;
+  d.T = T / ulysses;
+  d.ulysses = ulysses;
+  d.tokens = B * d.T;
   d.tp = tp;
   d.sequence_parallel = sequence_parallel && tp > 1;
   if (d.sequence_parallel)
@@ -36,8 +53,8 @@ ActivationDims ActivationDims::of(const GPTConfig& config, size_t B, size_t T, s
              "tensor_parallel, or turn sequence_parallel off");
   d.stream_tokens = d.sequence_parallel ? d.tokens / tp : d.tokens;
   d.channels = config.channels;
-  d.local_heads = config.num_heads / tp;
-  d.local_channels = config.channels / tp;
+  d.local_heads = config.num_heads / (tp * ulysses);
+  d.local_channels = config.channels / (tp * ulysses);
   d.local_hidden = 4 * config.channels / tp;
   d.local_vocab = config.padded_vocab_size / tp;
   return d;

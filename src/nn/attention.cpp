@@ -38,6 +38,7 @@ void Attention::bind(const ParamLayout& layout) {
 
 void Attention::forward(const ModuleContext& ctx, const float* in, float* out,
                         const AttentionActs& a) const {
+  if (ctx.ulysses) return forward_ulysses(ctx, in, out, a);
   qkv_.forward(ctx, in, a.qkv);
   ctx.k.attention_forward(a.atty, a.att, a.qkv, ctx.mb.B(), ctx.mb.T(), channels_, heads_);
   proj_.forward(ctx, a.atty, out);
@@ -45,6 +46,7 @@ void Attention::forward(const ModuleContext& ctx, const float* in, float* out,
 
 void Attention::backward(const ModuleContext& ctx, const float* in, const AttentionActs& a,
                          const float* dout, float* din) const {
+  if (ctx.ulysses) return backward_ulysses(ctx, in, a, dout, din);
   const size_t B = ctx.mb.B(), T = ctx.mb.T();
   ctx.zero(ctx.scratch.datty(), B * T * channels_);
   proj_.backward(ctx, a.atty, dout, ctx.scratch.datty());
@@ -52,6 +54,40 @@ void Attention::backward(const ModuleContext& ctx, const float* in, const Attent
   ctx.k.attention_backward(ctx.scratch.dqkv(), ctx.scratch.datt(), ctx.scratch.datty(), a.qkv,
                            a.att, B, T, channels_, heads_);
   qkv_.backward(ctx, in, ctx.scratch.dqkv(), din);
+}
+
+// The projections see (B, T, .) rows of this rank's slice with all heads; the kernel sees the
+// whole sequence Ts with this rank's NH / ulysses heads.
+void Attention::forward_ulysses(const ModuleContext& ctx, const float* in, float* out,
+                                const AttentionActs& a) const {
+  const ActivationDims& d = ctx.mb.dims();
+  const UlyssesBuffers buf = ctx.scratch.ulysses();
+  UlyssesGroup& u = *ctx.ulysses;
+  float* local_qkv = buf.recv;  // (B, T, 3C), consumed by the re-shard before it reuses recv
+  qkv_.forward(ctx, in, local_qkv);
+  u.to_heads(ctx.stream, local_qkv, a.qkv, buf, d.B, d.T, 3, channels_);  // (B, Ts, 3Cl)
+  float* heads_out = buf.recv;                                            // (B, Ts, Cl)
+  ctx.k.attention_forward(heads_out, a.att, a.qkv, d.B, d.seq_len, channels_ / u.size(),
+                          heads_ / u.size());
+  u.to_sequence(ctx.stream, heads_out, a.atty, buf, d.B, d.T, 1, channels_);  // (B, T, C)
+  proj_.forward(ctx, a.atty, out);
+}
+
+void Attention::backward_ulysses(const ModuleContext& ctx, const float* in, const AttentionActs& a,
+                                 const float* dout, float* din) const {
+  const ActivationDims& d = ctx.mb.dims();
+  const UlyssesBuffers buf = ctx.scratch.ulysses();
+  UlyssesGroup& u = *ctx.ulysses;
+  float* datty = ctx.scratch.datty();  // (B, T, C), then in place (B, Ts, Cl)
+  ctx.zero(datty, d.tokens * channels_);
+  proj_.backward(ctx, a.atty, dout, datty);
+  u.to_heads(ctx.stream, datty, datty, buf, d.B, d.T, 1, channels_);
+  float* dqkv = ctx.scratch.dqkv();  // (B, Ts, 3Cl), then in place (B, T, 3C)
+  ctx.zero(dqkv, d.tokens * 3 * channels_);
+  ctx.k.attention_backward(dqkv, ctx.scratch.datt(), datty, a.qkv, a.att, d.B, d.seq_len,
+                           channels_ / u.size(), heads_ / u.size());
+  u.to_sequence(ctx.stream, dqkv, dqkv, buf, d.B, d.T, 3, channels_);
+  qkv_.backward(ctx, in, dqkv, din);
 }
 
 }  // namespace tierzero::nn

@@ -1,10 +1,18 @@
-// Embedding: wte vocab-parallel, wpe replicated; the encoder kernels.
+// Embedding: wte vocab-parallel, wpe replicated; the encoder kernels. A Ulysses rank's tokens are
+// positions rank T ... rank T + T - 1 of their sequences: it reads (and accumulates into) those
+// rows of wpe.
 #include "tierzero/nn/embedding.hpp"
 
 #include "tierzero/nn/micro_batch.hpp"
 #include "tierzero/nn/model_scratch.hpp"
 
 namespace tierzero::nn {
+
+namespace {
+size_t first_position(const ModuleContext& ctx) {
+  return ctx.ulysses ? ctx.ulysses->rank() * ctx.mb.T() : 0;
+}
+}  // namespace
 
 Embedding::Embedding(const GPTConfig& config, size_t index)
     : Module("embeddings", "embeddings", index),
@@ -32,8 +40,9 @@ void Embedding::bind(const ParamLayout& layout) {
 
 void Embedding::forward(ModuleContext& ctx, const float*, float* out) {
   if (ctx.tp == nullptr) {
-    ctx.k.encoder_forward(out, ctx.mb.tokens(), wte_.in(ctx.params), wpe_.in(ctx.params),
-                          ctx.mb.B(), ctx.mb.T(), channels_);
+    const float* wpe = wpe_.in(ctx.params) + first_position(ctx) * channels_;  // (T, C) rows
+    ctx.k.encoder_forward(out, ctx.mb.tokens(), wte_.in(ctx.params), wpe, ctx.mb.B(), ctx.mb.T(),
+                          channels_);
     return;
   }
   // Partial sums over all B*T tokens, then summed over the group into this rank's rows.
@@ -50,8 +59,9 @@ void Embedding::forward(ModuleContext& ctx, const float*, float* out) {
 
 void Embedding::backward(ModuleContext& ctx, const float* dout, float*) {
   if (ctx.tp == nullptr) {
-    ctx.k.encoder_backward(wte_.in(ctx.grads), wpe_.in(ctx.grads), dout, ctx.mb.tokens(),
-                           ctx.mb.B(), ctx.mb.T(), channels_);
+    float* dwpe = wpe_.in(ctx.grads) + first_position(ctx) * channels_;  // (T, C) rows
+    ctx.k.encoder_backward(wte_.in(ctx.grads), dwpe, dout, ctx.mb.tokens(), ctx.mb.B(), ctx.mb.T(),
+                           channels_);
     return;
   }
   // Every rank scatters the whole dout: into its own rows of wte, and all of wpe (a replica,

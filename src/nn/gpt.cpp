@@ -6,6 +6,7 @@
 // ZeRO store traces and prefetches along, so their order is part of the contract.
 #include "tierzero/nn/gpt.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -121,10 +122,15 @@ GPT::GPT(const GPTConfig& config, DeviceAllocator& allocator, const ModelParalle
       device_(allocator.device()),
       k_(device_.kernels()),
       scratch_(std::make_shared<ModelScratch>()) {
-  (void)ActivationDims::of(config_, 1, 1, layout_.tp().size);  // heads and vocabulary divide
+  const size_t u = parallel.ulysses ? static_cast<size_t>(parallel.ulysses->size()) : 1;
+  (void)ActivationDims::of(config_, 1, u, layout_.tp().size, false, u);  // heads, vocabulary
+  TZ_CHECK(u == 1 || stage_.stages == 1,
+           "ulysses_parallel " + std::to_string(u) + " with pipeline_parallel is not supported",
+           "use ulysses_parallel without pipeline_parallel");
   if (layout_.tp().size > 1)
     tp_ = std::make_unique<TensorParallelGroup>(*parallel.tensor_parallel, device_,
                                                 parallel.sequence_parallel);
+  if (u > 1) ulysses_ = std::make_unique<UlyssesGroup>(*parallel.ulysses, device_);
   for (auto& m : modules_) m->bind(layout_);
   for (size_t i = 0; i < modules_.size(); ++i) {
     bool earlier_user = false;
@@ -140,8 +146,9 @@ GPT::GPT(const GPTConfig& config, DeviceAllocator& allocator, const ModelParalle
 }
 
 size_t GPT::micro_batch_bytes_for(const GPTConfig& config, size_t B, size_t T, bool checkpointing,
-                                  size_t tp, bool sequence_parallel) {
-  return MicroBatch::bytes_for(config, ActivationDims::of(config, B, T, tp, sequence_parallel),
+                                  size_t tp, bool sequence_parallel, size_t ulysses) {
+  return MicroBatch::bytes_for(config,
+                               ActivationDims::of(config, B, T, tp, sequence_parallel, ulysses),
                                PipelineStage::whole(config), checkpointing);
 }
 
@@ -151,19 +158,19 @@ size_t GPT::micro_batch_bytes_for(const GPTConfig& config, const ActivationDims&
 }
 
 size_t GPT::scratch_bytes_for(const GPTConfig& config, size_t B, size_t T, bool checkpointing,
-                              size_t tp, bool sequence_parallel) {
-  return ModelScratch::bytes_for(ActivationDims::of(config, B, T, tp, sequence_parallel),
+                              size_t tp, bool sequence_parallel, size_t ulysses) {
+  return ModelScratch::bytes_for(ActivationDims::of(config, B, T, tp, sequence_parallel, ulysses),
                                  checkpointing);
 }
 
 size_t GPT::activation_bytes_for(const GPTConfig& config, size_t B, size_t T, bool checkpointing,
-                                 size_t tp, bool sequence_parallel) {
-  return micro_batch_bytes_for(config, B, T, checkpointing, tp, sequence_parallel) +
-         scratch_bytes_for(config, B, T, checkpointing, tp, sequence_parallel);
+                                 size_t tp, bool sequence_parallel, size_t ulysses) {
+  return micro_batch_bytes_for(config, B, T, checkpointing, tp, sequence_parallel, ulysses) +
+         scratch_bytes_for(config, B, T, checkpointing, tp, sequence_parallel, ulysses);
 }
 
 ActivationDims GPT::dims(size_t B, size_t T) const {
-  return ActivationDims::of(config_, B, T, layout_.tp().size, sequence_parallel());
+  return ActivationDims::of(config_, B, T, layout_.tp().size, sequence_parallel(), ulysses());
 }
 
 TensorParallelTraffic GPT::tensor_parallel_traffic() const {
@@ -172,6 +179,14 @@ TensorParallelTraffic GPT::tensor_parallel_traffic() const {
 
 void GPT::reset_tensor_parallel_traffic() {
   if (tp_) tp_->reset_traffic();
+}
+
+UlyssesTraffic GPT::ulysses_traffic() const {
+  return ulysses_ ? ulysses_->traffic() : UlyssesTraffic{};
+}
+
+void GPT::reset_ulysses_traffic() {
+  if (ulysses_) ulysses_->reset_traffic();
 }
 
 void GPT::share_scratch(GPT& with) {
@@ -191,7 +206,7 @@ MicroBatch GPT::make_micro_batch(size_t B, size_t T) {
 
 void GPT::check(const MicroBatch& mb) const {
   TZ_CHECK(mb.inputs_.size() == num_modules_ && mb.config_.str() == config_.str() &&
-               mb.dims() == dims(mb.B(), mb.T()) && mb.stage().stage == stage_.stage &&
+               mb.dims() == dims(mb.B(), mb.dims().seq_len) && mb.stage().stage == stage_.stage &&
                mb.stage().first_block == stage_.first_block &&
                mb.stage().num_blocks == stage_.num_blocks,
            "micro-batch was made for another model (" + mb.config_.str() + ")",
@@ -211,7 +226,7 @@ MicroBatch& GPT::cached(size_t B, size_t T) {
   TZ_CHECK(stage_.stages == 1,
            "evaluate and forward_backward run the whole model, not pipeline " + stage_.str(),
            "drive a pipeline stage through forward/backward with micro-batches");
-  if (cached_ && cached_->B() == B && cached_->T() == T &&
+  if (cached_ && cached_->B() == B && cached_->dims().seq_len == T &&
       scratch_->fits(cached_->dims(), checkpointing_))
     return *cached_;
   check_shape(config_, B, T);
@@ -227,14 +242,15 @@ void GPT::set_activation_checkpointing(bool on) {
   if (on == checkpointing_) return;
   checkpointing_ = on;
   if (!cached_) return;  // nothing allocated yet: the first batch allocates in this mode
-  const size_t B = cached_->B(), T = cached_->T();
+  const size_t B = cached_->B(), T = cached_->dims().seq_len;
   cached_.reset();
   cached(B, T);
 }
 
 ModuleContext GPT::context(MicroBatch& mb) {
-  return ModuleContext{k_,      device_, device_.default_stream(), mb, *scratch_, tp_.get(),
-                       nullptr, nullptr};
+  return ModuleContext{k_,      device_,   device_.default_stream(),
+                       mb,      *scratch_, tp_.get(),
+                       nullptr, nullptr,   ulysses_.get()};
 }
 
 void GPT::cross_entropy(MicroBatch& mb, const float* dloss) {
@@ -282,15 +298,24 @@ float* GPT::output_grad_of(MicroBatch& mb, size_t i) const {
 void GPT::forward(MicroBatch& mb, ParamProvider& params, const int32_t* tokens,
                   const int32_t* targets) {
   check(mb);
-  const size_t B = mb.B(), T = mb.T();
-  check_tokens(config_, tokens, targets, B, T);
+  const size_t B = mb.B(), Ts = mb.dims().seq_len;
+  check_tokens(config_, tokens, targets, B, Ts);
   ensure_scratch(mb.dims());
   Stream& s = device_.default_stream();
-  device_.copy(mb.buffers_.tokens.data(), tokens, B * T * sizeof(int32_t), CopyKind::host_to_device,
-               s);
+  const size_t n = mb.B() * mb.T();
+  if (ulysses_) {  // this rank's slice of each sequence, through the micro-batch's host rows
+    const size_t T = mb.T(), first = ulysses_->rank() * T;
+    for (size_t b = 0; b < B; ++b) {
+      std::copy_n(tokens + b * Ts + first, T, mb.host_slice_.begin() + b * T);
+      if (targets) std::copy_n(targets + b * Ts + first, T, mb.host_slice_.begin() + n + b * T);
+    }
+    tokens = mb.host_slice_.data();                           // (B, T)
+    targets = targets ? mb.host_slice_.data() + n : nullptr;  // (B, T)
+  }
+  device_.copy(mb.buffers_.tokens.data(), tokens, n * sizeof(int32_t), CopyKind::host_to_device, s);
   if (targets)
-    device_.copy(mb.buffers_.targets.data(), targets, B * T * sizeof(int32_t),
-                 CopyKind::host_to_device, s);
+    device_.copy(mb.buffers_.targets.data(), targets, n * sizeof(int32_t), CopyKind::host_to_device,
+                 s);
   mb.has_targets_ = targets != nullptr;
   mb.losses_ready_ = false;
   mb.forwarded_ = false;

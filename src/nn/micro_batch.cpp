@@ -40,10 +40,11 @@ MicroBatch::MicroBatch(const GPTConfig& config, size_t num_modules, const Activa
       stage_(stage),
       checkpointing_(checkpointing),
       inputs_(num_modules, nullptr),
-      host_losses_(d.tokens) {
+      host_losses_(d.tokens),
+      host_slice_(d.ulysses > 1 ? 2 * d.tokens : 0) {
   TZ_CHECK(d.B > 0 && d.T > 0, "empty batch", "");
-  TZ_CHECK(d.T <= config.max_seq_len,
-           "sequence length " + std::to_string(d.T) + " exceeds the model's context length " +
+  TZ_CHECK(d.seq_len <= config.max_seq_len,
+           "sequence length " + std::to_string(d.seq_len) + " exceeds the model's context length " +
                std::to_string(config.max_seq_len),
            "lower seq_len or use a model with a longer context");
   bytes_ = allocate_buffers(

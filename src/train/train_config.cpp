@@ -197,6 +197,7 @@ void read_tierzero(ConfigReader r, TrainConfig& c) {
   c.blocks_per_unit = r.get_int("blocks_per_unit", c.blocks_per_unit, 1, 1 << 20);
   c.tensor_parallel = r.get_int("tensor_parallel", c.tensor_parallel, 1, 4096);
   c.sequence_parallel = r.get_bool("sequence_parallel", c.sequence_parallel);
+  c.ulysses_parallel = r.get_int("ulysses_parallel", c.ulysses_parallel, 1, 4096);
   c.pipeline_parallel = r.get_int("pipeline_parallel", c.pipeline_parallel, 1, 4096);
   c.pipeline_schedule =
       r.get_string("pipeline_schedule", c.pipeline_schedule, {"gpipe", "1f1b", "interleaved"});

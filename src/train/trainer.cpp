@@ -66,11 +66,21 @@ std::vector<nn::PipelineStage> check_parallel(const TrainConfig& c, const nn::GP
   const auto tp = static_cast<size_t>(c.tensor_parallel);
   const auto pp = static_cast<size_t>(c.pipeline_parallel);
   const auto v = static_cast<size_t>(c.pipeline_virtual_stages);
+  const auto u = static_cast<size_t>(c.ulysses_parallel);
   TZ_CHECK(static_cast<size_t>(world_size) % (tp * pp) == 0,
            "tierzero.tensor_parallel " + std::to_string(tp) + " x pipeline_parallel " +
                std::to_string(pp) + " does not divide the " + std::to_string(world_size) +
                " rank(s) of the job",
            "launch dp x tensor_parallel x pipeline_parallel ranks (mpiexec -n), or change them");
+  TZ_CHECK(u == 1 || (tp == 1 && pp == 1),
+           "tierzero.ulysses_parallel " + std::to_string(u) + " with tensor_parallel " +
+               std::to_string(tp) + " and pipeline_parallel " + std::to_string(pp) +
+               " is not supported: Ulysses combines with data parallelism and ZeRO only",
+           "set tensor_parallel and pipeline_parallel to 1, or ulysses_parallel to 1");
+  TZ_CHECK(static_cast<size_t>(world_size) % u == 0,
+           "tierzero.ulysses_parallel " + std::to_string(u) + " does not divide the " +
+               std::to_string(world_size) + " rank(s) of the job",
+           "launch dp x ulysses_parallel ranks (mpiexec -n), or change ulysses_parallel");
   std::vector<size_t> blocks;
   for (int64_t b : c.pipeline_stages) blocks.push_back(static_cast<size_t>(b));
   const bool interleaved = c.pipeline_schedule == "interleaved";
@@ -115,7 +125,7 @@ std::vector<nn::PipelineStage> check_parallel(const TrainConfig& c, const nn::GP
   // Names the tensor or the extent that does not split.
   (void)nn::ParamLayout(model, nn::TensorParallel{tp, 0});
   (void)nn::ActivationDims::of(model, static_cast<size_t>(c.micro_batch_size),
-                               static_cast<size_t>(c.seq_len), tp, c.sequence_parallel);
+                               static_cast<size_t>(c.seq_len), tp, c.sequence_parallel, u);
   if (c.sequence_parallel && tp == 1)
     log::warn(
         "tierzero.sequence_parallel has no effect without tensor parallelism "
@@ -206,8 +216,9 @@ struct Trainer::State {
   std::unique_ptr<comm::MpiSession> session;  // the ZeRO path only
   int rank = 0;
   int world_size = 1;
-  // This rank's data-parallel replica and their count (world = dp x tensor_parallel): ranks of
-  // one tensor-parallel group read the same batches.
+  // This rank's data-parallel replica and their count (world = dp x tensor_parallel x
+  // pipeline_parallel x ulysses_parallel): ranks of one tensor-parallel, pipeline or Ulysses
+  // group read the same batches (a Ulysses rank takes its slice of each sequence).
   int dp_rank = 0;
   int dp_size = 1;
   std::unique_ptr<Device> device;
@@ -218,6 +229,7 @@ struct Trainer::State {
   std::unique_ptr<comm::ProcessMesh> mesh;
   std::unique_ptr<comm::Communicator> partition_nccl;
   std::unique_ptr<comm::Communicator> tensor_parallel_nccl;
+  std::unique_ptr<comm::Communicator> ulysses_nccl;
   // Pipeline parallelism: the stages, the pipeline group (NCCL on CUDA) and the group the first
   // and last stage share the tied embeddings over (null on the other stages).
   std::vector<nn::PipelineStage> stages;
@@ -257,7 +269,8 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)), state_(new St
   // The whole world is the data-parallel (partition) group for now.
   // 16-bit working parameters live in the store (the reference path is fp32 only).
   if (config_.zero.stage > 0 || comm::launched_by_mpi() || config_.bf16 || config_.fp16 ||
-      config_.tensor_parallel > 1 || config_.pipeline_parallel > 1) {
+      config_.tensor_parallel > 1 || config_.pipeline_parallel > 1 ||
+      config_.ulysses_parallel > 1) {
     s.session = std::make_unique<comm::MpiSession>(nullptr, nullptr);
     s.rank = s.session->rank();
     s.world_size = s.session->size();
@@ -294,7 +307,8 @@ void Trainer::build() {
   comm::MeshShape shape;
   shape.tp = static_cast<int>(config_.tensor_parallel);
   shape.pp = static_cast<int>(config_.pipeline_parallel);
-  shape.dp = s.world_size / (shape.tp * shape.pp);
+  shape.sp = static_cast<int>(config_.ulysses_parallel);
+  shape.dp = s.world_size / (shape.tp * shape.pp * shape.sp);
   const comm::MeshCoord coords = comm::MeshLayout(shape).coords(s.rank);
   s.dp_rank = coords[static_cast<size_t>(comm::MeshDim::dp)];
   s.dp_size = shape.dp;
@@ -346,6 +360,14 @@ void Trainer::build() {
       s.tensor_parallel_nccl =
           comm::make_nccl_communicator(s.mesh->group(comm::MeshDim::tp), *s.device);
       parallel.tensor_parallel = s.tensor_parallel_nccl.get();
+    }
+    // Ulysses' all-to-alls, over the ranks that share a data-parallel replica's sequences.
+    if (shape.sp > 1) {
+      parallel.ulysses = &s.mesh->group(comm::MeshDim::sp);
+      if (cuda) {
+        s.ulysses_nccl = comm::make_nccl_communicator(s.mesh->group(comm::MeshDim::sp), *s.device);
+        parallel.ulysses = s.ulysses_nccl.get();
+      }
     }
     TZ_CHECK(!cuda || chunk_stages.size() == 1,
              "pipeline_schedule interleaved on CUDA is not supported yet: NCCL matches "
@@ -514,7 +536,8 @@ std::unique_ptr<profile::ProfileRecorder> make_recorder(
   profile::WorldLayout world;
   world.tp = static_cast<int>(tp);
   world.pp = static_cast<int>(pp);
-  world.dp = ranks / (world.tp * world.pp);
+  world.sp = static_cast<int>(model.ulysses());
+  world.dp = ranks / (world.tp * world.pp * world.sp);
   const auto B = static_cast<size_t>(c.micro_batch_size), T = static_cast<size_t>(c.seq_len);
   // Under pipeline parallelism the schedule's micro-batches in flight, each the stage's blocks.
   const size_t activations =
@@ -524,7 +547,7 @@ std::unique_ptr<profile::ProfileRecorder> make_recorder(
                 nn::pipeline_schedule_from_name(c.pipeline_schedule),
                 static_cast<size_t>(c.gradient_accumulation_steps), c.activation_checkpointing)
           : nn::GPT::activation_bytes_for(model.config(), B, T, c.activation_checkpointing, tp,
-                                          model.sequence_parallel());
+                                          model.sequence_parallel(), model.ulysses());
   const profile::Estimate e = profile::estimate(estimate_input_from(
       c, units_from_layout(layout, static_cast<size_t>(c.blocks_per_unit)), world, activations));
   profile::TierCategoryBytes predicted{};
@@ -579,27 +602,28 @@ double validate(nn::GPT& model, nn::ParamProvider& params, zero::PartitionStore*
   return static_cast<double>(totals[0]) / static_cast<double>(totals[1]);
 }
 
-// This rank's tracked bytes per tier and category (see Trainer::run); `pipeline`: a JSON object
-// describing the rank's pipeline stage and its activation bound, or empty.
-void write_memory_json(const std::string& path, int rank, int ranks, const std::string& pipeline) {
+// This rank's tracked bytes per tier and category (see Trainer::run), then `sections` (an
+// object: the pipeline's or Ulysses' description of what the rank's activations should be).
+void write_memory_json(const std::string& path, int rank, int ranks,
+                       const nlohmann::ordered_json& sections) {
   const std::string file = rank == 0 ? path : path + ".rank" + std::to_string(rank);
   const MemoryTracker& t = MemoryTracker::global();
-  std::string json = "{\"rank\": " + std::to_string(rank) +
-                     ", \"ranks\": " + std::to_string(ranks) + ", \"tiers\": {";
+  nlohmann::ordered_json j;
+  j["rank"] = rank;
+  j["ranks"] = ranks;
+  nlohmann::ordered_json tiers = nlohmann::ordered_json::object();
   for (size_t ti = 0; ti < kNumTiers; ++ti) {
     const auto tier = static_cast<Tier>(ti);
-    json += std::string(ti ? ", " : "") + "\"" + tier_name(tier) + "\": {";
+    nlohmann::ordered_json cats = nlohmann::ordered_json::object();
     for (size_t c = 0; c < kNumCategories; ++c) {
       const auto cat = static_cast<Category>(c);
-      json += std::string(c ? ", " : "") + "\"" + category_name(cat) +
-              "\": {\"current\": " + std::to_string(t.current(tier, cat)) +
-              ", \"peak\": " + std::to_string(t.peak(tier, cat)) + "}";
+      cats[category_name(cat)] = {{"current", t.current(tier, cat)}, {"peak", t.peak(tier, cat)}};
     }
-    json += "}";
+    tiers[tier_name(tier)] = cats;
   }
-  json += "}";
-  if (!pipeline.empty()) json += ", \"pipeline\": " + pipeline;
-  json += "}\n";
+  j["tiers"] = tiers;
+  for (const auto& [key, value] : sections.items()) j[key] = value;
+  const std::string json = j.dump() + "\n";
   std::FILE* f = std::fopen(file.c_str(), "w");
   TZ_CHECK(f != nullptr, "cannot open the memory file '" + file + "': " + std::strerror(errno),
            "check that the directory exists and is writable");
@@ -607,6 +631,24 @@ void write_memory_json(const std::string& path, int rank, int ranks, const std::
   TZ_CHECK(std::fclose(f) == 0 && ok,
            "writing the memory file '" + file + "' failed: " + std::strerror(errno),
            "check the free space of its file system");
+}
+
+// The --memory-json section of a Ulysses rank: its slice of the sequence, and its activation
+// bytes by the model's own count beside those of the same micro-batch on one rank (the tests
+// check the tracker's peak against the first and print the ratio to the second).
+nlohmann::ordered_json ulysses_memory_json(const nn::GPT& model, const TrainConfig& c, size_t B,
+                                           size_t T) {
+  const bool ckpt = c.activation_checkpointing;
+  const nn::ActivationDims d = model.dims(B, T);
+  nlohmann::ordered_json j;
+  j["ulysses"] = model.ulysses();
+  j["seq_len"] = T;
+  j["positions"] = d.T;
+  j["local_heads"] = d.local_heads;
+  j["activation_bytes"] =
+      nn::GPT::activation_bytes_for(model.config(), B, T, ckpt, 1, false, model.ulysses());
+  j["one_rank_activation_bytes"] = nn::GPT::activation_bytes_for(model.config(), B, T, ckpt);
+  return j;
 }
 
 // The --memory-json section of a pipeline rank: its stage, and what its activations should be:
@@ -768,6 +810,9 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
                    s.model->tensor_parallel(),
                    s.model->sequence_parallel() ? " with sequence parallelism" : "",
                    s.model->layout().parameter_count());
+    if (s.model->ulysses() > 1)
+      std::fprintf(out, ", dp %d x Ulysses %zu (%zu of each sequence's %zu positions per rank)",
+                   s.dp_size, s.model->ulysses(), T / s.model->ulysses(), T);
     if (config_.pipeline_parallel > 1) {
       std::fprintf(out, ", pipeline-parallel %lld (%s",
                    static_cast<long long>(config_.pipeline_parallel),
@@ -815,7 +860,10 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
   for (int64_t step = 0; step < config_.steps; ++step) {
     Timer timer;
     if (recorder) recorder->begin_step(step + 1);
-    for (nn::GPT* m : s.chunk_models()) m->reset_tensor_parallel_traffic();
+    for (nn::GPT* m : s.chunk_models()) {
+      m->reset_tensor_parallel_traffic();
+      m->reset_ulysses_traffic();
+    }
     if (s.store)
       s.store->zero_grads();
     else
@@ -926,11 +974,13 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
                    "\"ms\": %.3f, \"tokens_per_s\": %.1f, \"prefetch_hits\": %zu, "
                    "\"on_demand_fetches\": %zu, \"stall_ms\": %.3f, \"nvme_reads\": %zu, "
                    "\"handoffs\": %zu, \"tp_all_reduce_bytes\": %zu, "
-                   "\"tp_all_gather_bytes\": %zu, \"tp_reduce_scatter_bytes\": %zu",
+                   "\"tp_all_gather_bytes\": %zu, \"tp_reduce_scatter_bytes\": %zu, "
+                   "\"ulysses_all_to_all_bytes\": %zu, \"ulysses_calls\": %zu",
                    static_cast<long long>(r.step), r.loss, r.lr, r.grad_norm, r.seconds * 1e3,
                    r.tokens_per_second, r.prefetch_hits, r.on_demand_fetches, r.stall_s * 1e3,
                    r.nvme_reads, r.handoffs, tp.all_reduce_bytes, tp.all_gather_bytes,
-                   tp.reduce_scatter_bytes);
+                   tp.reduce_scatter_bytes, s.model->ulysses_traffic().all_to_all_bytes,
+                   s.model->ulysses_traffic().calls);
       if (pipe) {
         // Stage 0's times (this rank's) and the bubble averaged over the stages.
         const PipelineExecutor::StepTiming& t = pipe->last_step();
@@ -986,9 +1036,10 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
     if (out) std::fprintf(out, "saved checkpoint '%s'\n", config_.save_checkpoint.c_str());
   }
   if (!memory_json_path.empty()) {
-    const std::string pipeline =
-        pipe ? pipeline_memory_json(*pipe, s.chunk_models(), config_, B, T).dump() : "";
-    write_memory_json(memory_json_path, s.rank, s.world_size, pipeline);
+    nlohmann::ordered_json sections = nlohmann::ordered_json::object();
+    if (pipe) sections["pipeline"] = pipeline_memory_json(*pipe, s.chunk_models(), config_, B, T);
+    if (s.model->ulysses() > 1) sections["ulysses"] = ulysses_memory_json(*s.model, config_, B, T);
+    write_memory_json(memory_json_path, s.rank, s.world_size, sections);
   }
   if (recorder) {
     const std::string file =

@@ -1,5 +1,6 @@
-// Element-wise kernels (GELU, residual, scale, sum of squares) against the double reference, on
-// every backend. GELU inputs include the far tails, where 1 +- tanh cancels in naive fp32.
+// Element-wise kernels (GELU, residual, scale, sum of squares, block transpose) against the double
+// reference, on every backend. GELU inputs include the far tails, where 1 +- tanh cancels in naive
+// fp32.
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -91,6 +92,32 @@ TEST_P(ElementwiseTest, ScaleMatchesReference) {
     std::vector<double> ref(n);
     for (size_t i = 0; i < n; ++i) ref[i] = static_cast<double>(x[i]) * static_cast<double>(s);
     expect_close("scale x n" + std::to_string(n), d_x->download(), ref, 1e-6);
+  }
+}
+
+TEST_P(ElementwiseTest, TransposeBlocksSwapsOuterAxes) {
+  // Ulysses' shapes: (B*T_local*3, sp, C/sp) rows and (sp, B, T_local*C) blocks, plus 1-extents.
+  struct Shape {
+    size_t X, Y, width;
+  };
+  for (const Shape& sh : {Shape{2 * 8 * 3, 4, 16}, Shape{4, 2, 8 * 64}, Shape{1, 5, 3},
+                          Shape{7, 1, 1}, Shape{33, 17, 5}}) {
+    const std::vector<float> in = random_normal(sh.X * sh.Y * sh.width, 1400);  // (X, Y, width)
+    auto d_in = to_device(in);
+    auto d_out = to_device(std::vector<float>(in.size(), -1.0f));  // (Y, X, width)
+    kernels().transpose_blocks(d_out->get(), d_in->get(), sh.X, sh.Y, sh.width);
+    const std::vector<float> out = d_out->download();
+    size_t wrong = 0;
+    for (size_t x = 0; x < sh.X; ++x)
+      for (size_t y = 0; y < sh.Y; ++y)
+        for (size_t w = 0; w < sh.width; ++w)
+          wrong += out[(y * sh.X + x) * sh.width + w] != in[(x * sh.Y + y) * sh.width + w];
+    std::printf("transpose_blocks %zux%zux%zu: %zu wrong\n", sh.X, sh.Y, sh.width, wrong);
+    EXPECT_EQ(wrong, 0u);  // a copy: bit for bit
+    // Transposing back restores the input.
+    auto d_back = to_device(std::vector<float>(in.size(), -1.0f));
+    kernels().transpose_blocks(d_back->get(), d_out->get(), sh.Y, sh.X, sh.width);
+    EXPECT_EQ(d_back->download(), in);
   }
 }
 

@@ -1,6 +1,6 @@
 #!/bin/sh
-# Bad tensor- and pipeline-parallel settings are a clear error before any rank allocates (issues
-# 14, 15): each case
+# Bad tensor-, pipeline- and Ulysses-parallel settings are a clear error before any rank allocates
+# (issues 14, 15, 16): each case
 # must exit non-zero within the time limit, print the expected message, and print no step (the
 # trainer checks the split right after reading the config, before data, device and model).
 # usage: run_tp_errors.sh <tierzero> <mpiexec command...>
@@ -53,5 +53,12 @@ expect pp_virtual_1f1b 2  "pipeline_virtual_stages 2 needs pipeline_schedule int
 expect pp_virtual_blocks 2 "= 6 virtual stages exceed the model's 4 transformer blocks" 1 false 2 16 4 257 4 ', "pipeline_parallel": 2, "pipeline_schedule": "interleaved", "pipeline_virtual_stages": 3'
 expect pp_interleaved_m 2 "gradient_accumulation_steps 3 is not a multiple" 1 false 2 16 4 257 4 ', "pipeline_parallel": 2, "pipeline_schedule": "interleaved", "pipeline_virtual_stages": 2' ', "gradient_accumulation_steps": 3'
 expect pp_schedule  2     "pipeline_schedule" 1 false 2 16 4 257 2 ', "pipeline_parallel": 2, "pipeline_schedule": "zigzag"'
+# Ulysses: the heads, the sequence, the world, and the combinations not built.
+expect ulysses_heads 3    "ulysses_parallel 3 does not divide the model's 4 attention heads" 1 false 2 12 4 257 1 ', "ulysses_parallel": 3'
+expect ulysses_seq  2     "ulysses_parallel 2 does not divide seq_len 15" 1 false 2 15 4 257 1 ', "ulysses_parallel": 2'
+expect ulysses_world 3    "ulysses_parallel 2 does not divide the 3 rank(s)" 1 false 2 16 4 257 1 ', "ulysses_parallel": 2'
+expect ulysses_one_rank 1 "ulysses_parallel 2 does not divide the 1 rank(s)" 1 false 2 16 4 257 1 ', "ulysses_parallel": 2'
+expect ulysses_tp   4     "ulysses_parallel 2 with tensor_parallel 2" 2 false 2 16 4 257 1 ', "ulysses_parallel": 2'
+expect ulysses_pp   4     "ulysses_parallel 2 with tensor_parallel 1 and pipeline_parallel 2" 1 false 2 16 4 257 2 ', "ulysses_parallel": 2, "pipeline_parallel": 2'
 [ $fail -eq 0 ] && echo "run_tp_errors: OK"
 exit $fail

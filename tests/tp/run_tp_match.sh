@@ -27,8 +27,8 @@ trap 'rm -rf "$dir"' EXIT
 . "$(dirname "$0")/../test_device_args.sh"
 pp=${TZ_PP:-1}; schedule=${TZ_SCHEDULE:-1f1b}; micro=${TZ_MICRO_BATCHES:-1}
 virtual=${TZ_VIRTUAL_STAGES:-1}; ahead=${TZ_RECEIVE_AHEAD:-false}
-layers=${TZ_LAYERS:-2}
-dp=$((ranks / (tp * pp)))
+layers=${TZ_LAYERS:-2}; ulysses=${TZ_ULYSSES:-1}
+dp=$((ranks / (tp * pp * ulysses)))
 ref_batch=$((2 * dp))
 
 nvme() { echo "{\"device\": \"nvme\", \"nvme_path\": \"$dir\", \"buffer_size\": 30000}"; }
@@ -43,7 +43,7 @@ case "$variant" in
   *) echo "unknown variant $variant"; exit 2 ;;
 esac
 
-# write_config <file> <stage> <micro_batch> <offload> <checkpointing> <tp> <sp> <pp> <virtual>:
+# write_config <file> <stage> <micro_batch> <offload> <checkpointing> <tp> <sp> <pp> <virtual> <ulysses>:
 # persistence threshold 0 so that stage 3 really gathers and releases every unit; 4 heads so tp 2
 # and 4 split.
 write_config() {
@@ -55,12 +55,13 @@ write_config() {
               "activation_checkpointing": $5, "tensor_parallel": $6, "sequence_parallel": $7,
               "pipeline_parallel": $8, "pipeline_schedule": "$schedule",
               "pipeline_virtual_stages": $9, "pipeline_receive_ahead": $ahead,
+              "ulysses_parallel": ${10},
               "model": {"vocab_size": 257, "n_layer": $layers, "n_head": 4, "n_embd": 64,
                         "context_length": 16}}}
 JSON
 }
-write_config "$dir/ref.json" 0 "$ref_batch" "" false 1 false 1 1
-write_config "$dir/tp.json" "$stage" 2 "$offload" "$ckpt" "$tp" "$sp" "$pp" "$virtual"
+write_config "$dir/ref.json" 0 "$ref_batch" "" false 1 false 1 1 1
+write_config "$dir/tp.json" "$stage" 2 "$offload" "$ckpt" "$tp" "$sp" "$pp" "$virtual" "$ulysses"
 echo "variant $variant: $(cat "$dir/tp.json")"
 
 echo "reference: one rank, stage 0, micro-batch $ref_batch ${device_args}"
@@ -74,7 +75,7 @@ if ! timeout -k 5 180 "$tierzero" train --config "$dir/ref.json" --metrics "$dir
   exit 1
 fi
 cat "$dir/ref.out"
-echo "parallel: $* -n $ranks, dp $dp x tp $tp x pp $pp ($schedule, $micro micro-batches), sequence parallel $sp, stage $stage"
+echo "parallel: $* -n $ranks, dp $dp x tp $tp x pp $pp ($schedule, $micro micro-batches) x ulysses $ulysses, sequence parallel $sp, stage $stage"
 profile_args=""
 [ "$pp" -gt 1 ] && profile_args="--profile $dir/tp.prof.json"
 timeout -k 5 300 "$@" -n "$ranks" "$tierzero" train --config "$dir/tp.json" \
@@ -101,6 +102,10 @@ if [ "$stage" -eq 0 ]; then
   "$check" param-ratio "$dir/ref.mem.json" "$dir/tp.mem.json" "$ratio" || fail=1
 else
   "$check" param-ratio "$dir/ref.mem.json" "$dir/tp.mem.json" 1e9 || fail=1
+fi
+if [ "$ulysses" -gt 1 ]; then
+  "$check" ulysses-activations "$dir/ref.mem.json" "$dir/tp.mem.json" "$ranks" \
+    "${TZ_ULYSSES_ACTIVATION_RATIO:-1}" || fail=1
 fi
 if [ "$pp" -gt 1 ]; then
   "$check" pipeline-activations "$dir/tp.mem.json" "$ranks" || fail=1

@@ -8,12 +8,17 @@
 //     pipeline schedule's bound and its measured activation peak is exactly what they hold.
 //   pipeline-profile <memory json> <profile json> <ranks>: every rank's profile shows its
 //     stage's forwards, backwards and receive waits in every step.
+//   ulysses-activations <reference memory json> <memory json> <ranks> <max ratio>: every Ulysses
+//     rank's measured activation peak is exactly the model's count for its slice, and at most
+//     max ratio of one rank's for the same micro-batch; with the reference at that micro-batch
+//     (its peak equal to the one-rank count), the ratio is measured against measured.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -202,6 +207,43 @@ int pipeline_profile(const char* memory_path, const char* profile_path, int rank
   return bad;
 }
 
+nlohmann::json read_json(const std::string& file) {
+  std::ifstream in(file);
+  if (!in) throw std::runtime_error("cannot read " + file);
+  return nlohmann::json::parse(in);
+}
+
+double activation_peak(const nlohmann::json& j) {
+  return j.at("tiers").at("device").at("activation").at("peak").get<double>();
+}
+
+int ulysses_activations(const char* ref_path, const char* path, int ranks, double max_ratio) {
+  const double ref = activation_peak(read_json(ref_path));
+  int bad = 0;
+  for (int r = 0; r < ranks; ++r) {
+    const nlohmann::json j =
+        read_json(r == 0 ? std::string(path) : std::string(path) + ".rank" + std::to_string(r));
+    const nlohmann::json& u = j.at("ulysses");
+    const double measured = activation_peak(j);
+    const auto expected = u.at("activation_bytes").get<double>();
+    const auto one_rank = u.at("one_rank_activation_bytes").get<double>();
+    const auto ulysses = u.at("ulysses").get<double>();
+    // The reference ran this micro-batch on one rank when its peak is the one-rank count.
+    const bool measured_base = ref == one_rank;
+    const double ratio = measured / (measured_base ? ref : one_rank);
+    const bool ok = measured == expected && ratio <= max_ratio;
+    std::printf(
+        "rank %d: ulysses %.0f, %s positions of %s, activation peak measured %.0f, expected %.0f; "
+        "one rank %.0f (%s): ratio %.4f, 1/ulysses %.4f, at most %.4f %s\n",
+        r, ulysses, u.at("positions").dump().c_str(), u.at("seq_len").dump().c_str(), measured,
+        expected, measured_base ? ref : one_rank,
+        measured_base ? "measured by the reference run" : "the model's count", ratio, 1.0 / ulysses,
+        max_ratio, ok ? "OK" : "FAIL");
+    if (!ok) bad = 1;
+  }
+  return bad;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -213,10 +255,18 @@ int main(int argc, char** argv) {
     return pipeline_activations(argv[2], std::stoi(argv[3]));
   if (what == "pipeline-profile" && argc == 5)
     return pipeline_profile(argv[2], argv[3], std::stoi(argv[4]));
+  if (what == "ulysses-activations" && argc == 6) try {
+      return ulysses_activations(argv[2], argv[3], std::stoi(argv[4]), std::stod(argv[5]));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ulysses-activations: %s\n", e.what());
+      return 2;
+    }
   std::fprintf(stderr,
                "usage: tp_match_check checkpoints <ref> <candidate> <atol> <rtol>\n"
                "       tp_match_check param-ratio <ref.json> <candidate.json> <max ratio>\n"
                "       tp_match_check pipeline-activations <memory.json> <ranks>\n"
-               "       tp_match_check pipeline-profile <memory.json> <profile.json> <ranks>\n");
+               "       tp_match_check pipeline-profile <memory.json> <profile.json> <ranks>\n"
+               "       tp_match_check ulysses-activations <ref.json> <memory.json> <ranks> "
+               "<max ratio>\n");
   return 2;
 }

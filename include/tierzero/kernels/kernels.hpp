@@ -180,6 +180,11 @@ class Kernels {
   virtual double sum_squares(const float* x, size_t n) = 0;  // x (n)
   // x *= s
   virtual void scale(float* x, size_t n, float s) = 0;  // x (n)
+  // out[y][x][:] = in[x][y][:]: swaps the two outer axes of rows of `width` floats. Ulysses'
+  // re-sharding between sequence slices and head groups is this around an all-to-all.
+  virtual void transpose_blocks(float* out,       // (Y, X, width)
+                                const float* in,  // (X, Y, width)
+                                size_t X, size_t Y, size_t width) = 0;
 
   // 16-bit working parameters: fp32 rounded to dst_type (nearest, ties to even; NaN stays NaN)
   // and widened back, with the same bits on every backend (core/dtype_bits.hpp). fp32 is a copy.

@@ -3,7 +3,9 @@
 // hidden features and the vocabulary over the tp ranks, and its sequence parallelism also cuts the
 // residual stream and the layernorm regions along the tokens. Every activation holder (the
 // micro-batch, the model's scratch, a block's saved internals) sizes its buffers from these, so
-// the estimator's byte count is the real per-rank one.
+// the estimator's byte count is the real per-rank one. Ulysses sequence parallelism cuts every
+// sequence into `ulysses` slices, one per rank, so every per-token buffer holds T / ulysses rows;
+// only the attention's insides hold the whole sequence, for NH / ulysses heads.
 #pragma once
 
 #include <cstddef>
@@ -13,23 +15,32 @@
 namespace tierzero::nn {
 
 struct ActivationDims {
-  size_t B = 0, T = 0;
-  size_t tokens = 0;  // B * T: rows of the attention and MLP insides and of the logits
+  size_t B = 0;
+  size_t T = 0;        // this rank's positions of each sequence: seq_len / ulysses
+  size_t seq_len = 0;  // the whole sequence, as the attention kernel sees it
+  size_t tokens = 0;   // B * T: rows of the MLP insides, of the logits and of the projections
   // Rows of the residual stream and the layernorm regions: tokens / tp with sequence
   // parallelism (this rank's contiguous run of the flattened B * T tokens), else tokens.
   size_t stream_tokens = 0;
   size_t channels = 0;        // C, the residual stream's width
-  size_t local_channels = 0;  // C / tp: the channels of this rank's attention heads
-  size_t local_heads = 0;     // NH / tp
+  size_t local_channels = 0;  // C / (tp ulysses): the channels of this rank's attention heads
+  size_t local_heads = 0;     // NH / (tp ulysses)
   size_t local_hidden = 0;    // 4C / tp: this rank's MLP hidden features
   size_t local_vocab = 0;     // Vp / tp: this rank's logit columns
   size_t tp = 1;
   bool sequence_parallel = false;  // only ever true with tp > 1
+  size_t ulysses = 1;              // Ulysses sequence-parallel ranks
 
-  // Throws Error naming what does not divide: the heads or the padded vocabulary by tp, or with
-  // sequence parallelism the B * T tokens by tp. sequence_parallel with tp 1 is no split.
+  // Rows of the attention's insides (qkv, the heads' outputs and their gradients): the whole
+  // sequence of each of the B rows; equal to `tokens` without Ulysses.
+  size_t attention_tokens() const { return B * seq_len; }
+
+  // T is the whole sequence. Throws Error naming what does not divide: the heads or the padded
+  // vocabulary by tp, with sequence parallelism the B * T tokens by tp, under Ulysses the heads
+  // or the sequence by ulysses. sequence_parallel with tp 1 is no split. Ulysses with tp > 1 is
+  // refused (not built).
   static ActivationDims of(const GPTConfig& config, size_t B, size_t T, size_t tp = 1,
-                           bool sequence_parallel = false);
+                           bool sequence_parallel = false, size_t ulysses = 1);
   bool operator==(const ActivationDims&) const = default;
 };
 

@@ -1,6 +1,8 @@
 // Attention: causal multi-head self-attention as Megatron splits it — the fused QKV projection
 // column-parallel (each of q, k, v cut into whole heads), the attention kernel on the local
-// heads, and the output projection row-parallel.
+// heads, and the output projection row-parallel. Under Ulysses (ctx.ulysses) the projections run
+// on this rank's slice of the sequence with all heads, and the attention kernel on the whole
+// sequence with this rank's heads, an all-to-all on either side (UlyssesGroup).
 #pragma once
 
 #include <cstddef>
@@ -11,7 +13,10 @@
 
 namespace tierzero::nn {
 
-// What the attention keeps from its forward for its backward.
+// What the attention keeps from its forward for its backward. Under Ulysses (slice of T = Ts /
+// ulysses positions, Cl = C / ulysses, NHl = NH / ulysses): qkv (B, Ts, 3Cl) this rank's heads
+// over the whole sequence, as the kernel read it; atty (B, T, C) all heads' outputs of the slice,
+// as the projection read it (the same count as (B, Ts, Cl)); att (B, NHl, Ts, Ts).
 struct AttentionActs {
   float* qkv;   // (B, T, 3C)
   float* atty;  // (B, T, C) the heads' outputs, before the projection
@@ -33,6 +38,11 @@ class Attention {
                 const float* dout, float* din) const;
 
  private:
+  void forward_ulysses(const ModuleContext& ctx, const float* in, float* out,
+                       const AttentionActs& acts) const;
+  void backward_ulysses(const ModuleContext& ctx, const float* in, const AttentionActs& acts,
+                        const float* dout, float* din) const;
+
   size_t head_size_;
   size_t channels_, heads_;  // local: set by bind
   Linear qkv_, proj_;

@@ -19,11 +19,12 @@ namespace tierzero::nn {
 
 // One block's saved internals (views into a BlockActivations slot). S: the stream's rows
 // (dims.stream_tokens; B*T unless sequence parallel); Cl, NHl, Hl: this rank's attention
-// channels, heads and MLP hidden features (C, NH, 4C over tp).
+// channels, heads and MLP hidden features (C, NH, 4C over tp, or C and NH over ulysses); Ts: the
+// whole sequence (dims.seq_len; T without Ulysses).
 struct BlockActs {
   float* ln1;                // (S, C)
   LayerNormStats ln1_stats;  // mean, rstd (S)
-  AttentionActs attn;        // qkv (B, T, 3Cl), atty (B, T, Cl), att (B, NHl, T, T)
+  AttentionActs attn;        // qkv (B, Ts, 3Cl), atty (B, Ts, Cl), att (B, NHl, Ts, Ts)
   float* residual2;          // (S, C) the stream between the attention and the MLP branch
   float* ln2;                // (S, C)
   LayerNormStats ln2_stats;  // mean, rstd (S)
@@ -34,9 +35,9 @@ struct BlockActivations {  // n blocks of one micro-batch's dims; see visit
   DeviceBuffer ln1;        // (n, S, C)
   DeviceBuffer ln1_mean;   // (n, S)
   DeviceBuffer ln1_rstd;   // (n, S)
-  DeviceBuffer qkv;        // (n, B, T, 3Cl)
-  DeviceBuffer atty;       // (n, B, T, Cl)
-  DeviceBuffer att;        // (n, B, NHl, T, T)
+  DeviceBuffer qkv;        // (n, B, Ts, 3Cl)
+  DeviceBuffer atty;       // (n, B, Ts, Cl)
+  DeviceBuffer att;        // (n, B, NHl, Ts, Ts)
   DeviceBuffer residual2;  // (n, S, C)
   DeviceBuffer ln2;        // (n, S, C)
   DeviceBuffer ln2_mean;   // (n, S)

@@ -12,6 +12,12 @@
 // sequence parallelism the residual stream and layernorms hold only this rank's run of the
 // micro-batch's tokens, and the collectives become all-gathers and reduce-scatters.
 //
+// Ulysses sequence parallelism: given a Ulysses group of u ranks, the model runs every sequence's
+// slice of T / u positions (the caller still hands it whole sequences: it takes its slice), and
+// the attention re-shards to whole sequences of NH / u heads around the kernel (UlyssesGroup).
+// Its loss and gradients are those of its slice's tokens; the mean over the group's ranks is the
+// whole sequence's (the ranks hold equal token counts).
+//
 // Two ways in: the context API (make_micro_batch, forward, backward, loss), where the caller
 // owns the micro-batches, and the one-micro-batch facade (evaluate, forward_backward), which runs
 // the context API on one cached MicroBatch.
@@ -33,6 +39,7 @@
 #include "tierzero/nn/param_provider.hpp"
 #include "tierzero/nn/pipeline_stage.hpp"
 #include "tierzero/nn/tensor_parallel_group.hpp"
+#include "tierzero/nn/ulysses_group.hpp"
 
 namespace tierzero::nn {
 
@@ -68,12 +75,16 @@ struct ModelParallel {
   bool sequence_parallel = false;
   // The pipeline stage this rank runs (partition_pipeline); stages 1: the whole model.
   PipelineStage pipeline;
+  // The Ulysses sequence-parallel ranks (this rank's slice of each sequence is its rank in the
+  // group); null or a group of one: none. On device buffers, as tensor_parallel.
+  comm::Communicator* ulysses = nullptr;
 };
 
 class GPT {
  public:
   // Throws Error (before allocating) when the tensor-parallel size does not divide the heads,
-  // the channels or the padded vocabulary.
+  // the channels or the padded vocabulary, or the Ulysses size the heads (or tp and Ulysses are
+  // both on, or Ulysses with a pipeline).
   GPT(const GPTConfig& config, DeviceAllocator& allocator, const ModelParallel& parallel = {});
 
   const GPTConfig& config() const { return config_; }
@@ -83,17 +94,23 @@ class GPT {
   const PipelineStage& stage() const { return stage_; }
   size_t tensor_parallel() const { return layout_.tp().size; }
   bool sequence_parallel() const { return tp_ && tp_->sequence_parallel(); }
-  // This rank's activation extents for a (B, T) micro-batch (throws as ActivationDims::of).
+  size_t ulysses() const { return ulysses_ ? ulysses_->size() : 1; }
+  // This rank's activation extents for a micro-batch of B whole sequences of T (throws as
+  // ActivationDims::of).
   ActivationDims dims(size_t B, size_t T) const;
   // Bytes the tensor-parallel collectives moved since the last reset (all zero at tp 1).
   TensorParallelTraffic tensor_parallel_traffic() const;
   void reset_tensor_parallel_traffic();
+  // Bytes the Ulysses all-to-alls moved since the last reset (zero without Ulysses).
+  UlyssesTraffic ulysses_traffic() const;
+  void reset_ulysses_traffic();
   // The top-level modules in forward order; module i's parameters are layout unit
   // modules()[i]->unit(). A pipeline stage runs a contiguous range of them.
   const ModuleList& modules() const { return modules_; }
 
   // ---- the context API: one MicroBatch per micro-batch in flight ----
-  // Activations for one (B, T) micro-batch in the current checkpointing mode.
+  // Activations for one micro-batch of B sequences of T (whole sequences: under Ulysses it holds
+  // this rank's slice of T / ulysses positions of each) in the current checkpointing mode.
   MicroBatch make_micro_batch(size_t B, size_t T);
   // Loads tokens and targets (host (B, T) arrays; targets may be null: logits only) into mb and
   // runs the forward up to the logits. A pipeline stage runs its modules only: after the first,
@@ -145,18 +162,20 @@ class GPT {
   // buffers, which is what the MemoryTracker records (Category::activation) when the allocator
   // serves them fresh rather than from its cache. k micro-batches in flight take
   // scratch_bytes_for + k * micro_batch_bytes_for.
-  // tp, sequence_parallel: the per-rank count under tensor (and sequence) parallelism.
+  // tp, sequence_parallel, ulysses: the per-rank count under tensor (and sequence) parallelism
+  // or Ulysses (T is then still the whole sequence).
   static size_t activation_bytes_for(const GPTConfig& config, size_t B, size_t T,
                                      bool checkpointing, size_t tp = 1,
-                                     bool sequence_parallel = false);
+                                     bool sequence_parallel = false, size_t ulysses = 1);
   static size_t micro_batch_bytes_for(const GPTConfig& config, size_t B, size_t T,
                                       bool checkpointing, size_t tp = 1,
-                                      bool sequence_parallel = false);
+                                      bool sequence_parallel = false, size_t ulysses = 1);
   // One micro-batch of a pipeline stage (its blocks; the logits on the last stage only).
   static size_t micro_batch_bytes_for(const GPTConfig& config, const ActivationDims& dims,
                                       const PipelineStage& stage, bool checkpointing);
   static size_t scratch_bytes_for(const GPTConfig& config, size_t B, size_t T, bool checkpointing,
-                                  size_t tp = 1, bool sequence_parallel = false);
+                                  size_t tp = 1, bool sequence_parallel = false,
+                                  size_t ulysses = 1);
 
  private:
   void check(const MicroBatch& mb) const;  // made by this model, in the current mode
@@ -177,6 +196,7 @@ class GPT {
   ModuleList modules_;  // this stage's, in forward order
   ParamLayout layout_;
   std::unique_ptr<TensorParallelGroup> tp_;  // null at tp 1
+  std::unique_ptr<UlyssesGroup> ulysses_;    // null at ulysses 1
   std::vector<char> finishes_unit_;  // per module: last of its unit in the backward (grads_done)
   DeviceAllocator& allocator_;
   Device& device_;

@@ -32,7 +32,7 @@ class MicroBatch {
   MicroBatch& operator=(MicroBatch&&) = default;
 
   size_t B() const { return dims_.B; }
-  size_t T() const { return dims_.T; }
+  size_t T() const { return dims_.T; }  // this rank's positions of each sequence (Ulysses: a slice)
   const ActivationDims& dims() const { return dims_; }
   bool checkpointing() const { return checkpointing_; }
   bool has_targets() const { return has_targets_; }
@@ -98,6 +98,9 @@ class MicroBatch {
   bool forwarded_ = false;          // the logits are this batch's (no backward since)
   bool losses_ready_ = false;       // losses hold this batch's (xent forward or backward ran)
   std::vector<float> host_losses_;  // (B, T) host
+  // Ulysses: this rank's slice of each sequence's tokens, then of its targets, staged on the
+  // host (they outlive the asynchronous copy to the device); empty without Ulysses.
+  std::vector<int32_t> host_slice_;  // (2, B, T)
 };
 
 }  // namespace tierzero::nn

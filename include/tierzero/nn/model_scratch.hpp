@@ -4,7 +4,9 @@
 // one block's internals that each forward and recompute rebuilds. Under tensor parallelism it
 // also holds what the collectives between modules need: the cross-entropy's per-rank partials,
 // and with sequence parallelism the all-gathered inputs and gradients of the tensor-parallel
-// regions and the reduce-scattered outputs leaving them.
+// regions and the reduce-scattered outputs leaving them. Under Ulysses the attention's gradients
+// span the whole sequence for the rank's heads, and the all-to-alls pack through the MLP's
+// gradient buffers (free while the attention runs), so Ulysses adds no scratch.
 #pragma once
 
 #include <cstddef>
@@ -13,6 +15,7 @@
 #include "tierzero/nn/activation_buffers.hpp"
 #include "tierzero/nn/activation_dims.hpp"
 #include "tierzero/nn/block_activations.hpp"
+#include "tierzero/nn/ulysses_group.hpp"
 
 namespace tierzero::nn {
 
@@ -27,12 +30,13 @@ class ModelScratch {
   size_t bytes() const { return bytes_; }  // as the MemoryTracker counts them
   static size_t bytes_for(const ActivationDims& d, bool checkpointing);
 
-  // BT: all B*T tokens; S: the stream's rows; Cl, NHl, Hl: this rank's part (see BlockActs).
+  // BT: all B*T tokens; S: the stream's rows; Cl, NHl, Hl: this rank's part (see BlockActs);
+  // AT, Ts: the attention's rows and sequence (B*T and T without Ulysses).
   float* proj() const { return buffers_.proj.f32(); }            // (BT, C)
   float* dln() const { return buffers_.dln.f32(); }              // (BT, C)
-  float* dqkv() const { return buffers_.dqkv.f32(); }            // (BT, 3Cl)
-  float* datty() const { return buffers_.datty.f32(); }          // (BT, Cl)
-  float* datt() const { return buffers_.datt.f32(); }            // (B, NHl, T, T)
+  float* dqkv() const { return buffers_.dqkv.f32(); }            // (AT, 3Cl)
+  float* datty() const { return buffers_.datty.f32(); }          // (AT, Cl)
+  float* datt() const { return buffers_.datt.f32(); }            // (B, NHl, Ts, Ts)
   float* dfch() const { return buffers_.dfch.f32(); }            // (BT, Hl)
   float* dfch_gelu() const { return buffers_.dfch_gelu.f32(); }  // (BT, Hl)
   BlockActs block() const;  // the checkpointing mode's one block of internals
@@ -44,15 +48,18 @@ class ModelScratch {
   float* gathered_grad() const { return buffers_.gathered_grad.f32(); }  // (BT, C)
   float* reduced() const { return buffers_.reduced.f32(); }              // (S, C)
   float* norm_grads() const { return buffers_.norm_grads.f32(); }        // (2, C)
+  // Ulysses' packing buffers, each at least (BT, 3C): dfch and dfch_gelu ((BT, 4C) at tp 1,
+  // which Ulysses needs), unused outside the MLP's backward.
+  UlyssesBuffers ulysses() const { return {dfch(), dfch_gelu()}; }
 
  private:
   struct Buffers {
     BlockActivations block;      // 1 block's internals when checkpointing, else empty
     DeviceBuffer proj;           // (BT, C) attproj / fcproj output before the residual add
     DeviceBuffer dln;            // (BT, C) gradient of a layernorm output
-    DeviceBuffer dqkv;           // (BT, 3Cl)
-    DeviceBuffer datty;          // (BT, Cl)
-    DeviceBuffer datt;           // (B, NHl, T, T) the attention backward's scratch
+    DeviceBuffer dqkv;           // (AT, 3Cl)
+    DeviceBuffer datty;          // (AT, Cl)
+    DeviceBuffer datt;           // (B, NHl, Ts, Ts) the attention backward's scratch
     DeviceBuffer dfch;           // (BT, Hl)
     DeviceBuffer dfch_gelu;      // (BT, Hl)
     DeviceBuffer xent_partials;  // (BT, 3) this rank's max, sum of exps, target logit

@@ -14,6 +14,7 @@
 #include "tierzero/nn/param_layout.hpp"
 #include "tierzero/nn/tensor_meta.hpp"
 #include "tierzero/nn/tensor_parallel_group.hpp"
+#include "tierzero/nn/ulysses_group.hpp"
 
 namespace tierzero::nn {
 
@@ -21,7 +22,7 @@ class MicroBatch;
 class ModelScratch;
 
 // One module call: the kernels and stream it issues on, the micro-batch it runs for, the model's
-// scratch, the tensor-parallel group, and its unit's parameters (and, in the backward,
+// scratch, the tensor-parallel or Ulysses group, and its unit's parameters (and, in the backward,
 // gradients) as the ParamProvider handed them out. Sub-modules of a unit get the same context.
 struct ModuleContext {
   kernels::Kernels& k;
@@ -32,6 +33,7 @@ struct ModuleContext {
   TensorParallelGroup* tp = nullptr;  // null on one tensor-parallel rank
   const float* params = nullptr;      // (units[unit].numel) the unit as acquired
   float* grads = nullptr;             // (units[unit].numel) its gradients; backward only
+  UlyssesGroup* ulysses = nullptr;    // null on one Ulysses rank
 
   void zero(float* p, size_t n) const;  // p (n): what a backward accumulates into starts at 0
   bool sequence_parallel() const { return tp != nullptr && tp->sequence_parallel(); }

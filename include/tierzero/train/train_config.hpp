@@ -149,6 +149,11 @@ struct TrainConfig {
   // Megatron sequence parallelism on top of it: the residual stream and layernorms hold only a
   // rank's share of the micro-batch's tokens (all-gather / reduce-scatter instead of all-reduce).
   bool sequence_parallel = false;
+  // DeepSpeed-Ulysses sequence parallelism: ranks that each hold a slice of every sequence, with
+  // an all-to-all around each attention (whole sequences of n_head / ulysses_parallel heads).
+  // The world is dp x ulysses_parallel (ZeRO partitions over both); not with tensor_parallel or
+  // pipeline_parallel. 1: none.
+  int64_t ulysses_parallel = 1;
   // Pipeline parallelism: stages the blocks are cut into (the world is dp x tensor_parallel x
   // pipeline_parallel; a stage's ranks are farthest apart in the mesh). 1: none.
   int64_t pipeline_parallel = 1;

@@ -1,0 +1,51 @@
+// UlyssesGroup: the block transposes around each all-to-all, and their analytic volume.
+#include "tierzero/nn/ulysses_group.hpp"
+
+namespace tierzero::nn {
+
+UlyssesTraffic expected_ulysses_traffic(size_t num_layers, const ActivationDims& d,
+                                        bool checkpointing) {
+  UlyssesTraffic t;
+  if (d.ulysses == 1) return t;
+  // Per block: qkv (3 C) and the heads' output (C) forward, their gradients backward.
+  const size_t per_pass = (3 + 1) * d.tokens * d.channels * sizeof(float);
+  const size_t passes = 2 + (checkpointing ? 1 : 0);  // forward, backward, recompute
+  t.all_to_all_bytes = num_layers * passes * per_pass;
+  t.calls = num_layers * passes * 2;
+  return t;
+}
+
+UlyssesGroup::UlyssesGroup(comm::Communicator& group, Device& device)
+    : group_(group), k_(device.kernels()) {}
+
+void UlyssesGroup::exchange(Stream& stream, const float* send, float* recv, size_t n) {
+  // The packing kernel wrote `send` on the model's stream; the all-to-all takes no event, so the
+  // stream is drained first. Its blocking form returns once recv holds every rank's block.
+  stream.synchronize();
+  group_.all_to_all(send, recv, n, DType::f32);
+  traffic_.all_to_all_bytes += n * size() * sizeof(float);
+  ++traffic_.calls;
+}
+
+void UlyssesGroup::to_heads(Stream& stream, const float* in, float* out, const UlyssesBuffers& buf,
+                            size_t B, size_t T, size_t parts, size_t C) {
+  const size_t p = size(), Cl = C / p, n = B * T * parts * Cl;
+  // in (B T parts, p, Cl) -> send (p, B T parts, Cl): block j holds rank j's heads.
+  k_.transpose_blocks(buf.send, in, B * T * parts, p, Cl);
+  exchange(stream, buf.send, buf.recv, n);
+  // recv (p, B, T parts Cl): block i is slice i of the sequence -> out (B, p, T parts Cl).
+  k_.transpose_blocks(out, buf.recv, p, B, T * parts * Cl);
+}
+
+void UlyssesGroup::to_sequence(Stream& stream, const float* in, float* out,
+                               const UlyssesBuffers& buf, size_t B, size_t T, size_t parts,
+                               size_t C) {
+  const size_t p = size(), Cl = C / p, n = B * T * parts * Cl;
+  // in (B, p, T parts Cl) -> send (p, B, T parts Cl): block j holds slice j of the sequence.
+  k_.transpose_blocks(buf.send, in, B, p, T * parts * Cl);
+  exchange(stream, buf.send, buf.recv, n);
+  // recv (p, B T parts, Cl): block i is rank i's heads -> out (B T parts, p, Cl).
+  k_.transpose_blocks(out, buf.recv, p, B * T * parts, Cl);
+}
+
+}  // namespace tierzero::nn
