@@ -39,6 +39,8 @@ bool usable_disk_dir(const std::string& dir) {
   return static_cast<long>(fs.f_type) != kTmpfsMagic && access(dir.c_str(), W_OK) == 0;
 }
 
+}  // namespace
+
 std::string file_tail(const std::string& path, size_t max_lines) {
   std::ifstream in(path);
   std::vector<std::string> lines;
@@ -51,8 +53,6 @@ std::string file_tail(const std::string& path, size_t max_lines) {
   for (const auto& l : lines) s += "    | " + l + "\n";
   return s;
 }
-
-}  // namespace
 
 void add_train_run_options(CLI::App& c, TrainRunOptions& o, const char* batch_help,
                            const char* repeats_help) {
@@ -109,6 +109,29 @@ nlohmann::ordered_json bench_tierzero_json(const TrainRunOptions& o, int64_t thr
                 {"n_embd", o.channels},
                 {"context_length", o.seq}};
   return t;
+}
+
+CLI::Option* add_ranged_option(CLI::App& c, const std::string& name, int64_t& value,
+                               const std::string& help, int64_t lo, int64_t hi) {
+  return c.add_option(name, value, help)->check(CLI::Range(lo, hi))->capture_default_str();
+}
+
+nlohmann::ordered_json bench_result(const std::string& bench, double value, const std::string& unit,
+                                    const std::string& baseline, double baseline_value,
+                                    double ratio) {
+  nlohmann::ordered_json j;
+  j["bench"] = bench;
+  j["value"] = value;
+  j["unit"] = unit;
+  j["baseline"] = baseline;
+  j["baseline_value"] = baseline_value;
+  j["ratio"] = round_to(ratio, 4);
+  return j;
+}
+
+void print_result(const nlohmann::ordered_json& j) {
+  std::printf("%s\n", j.dump().c_str());
+  std::fflush(stdout);
 }
 
 double round_to(double x, int digits) {
@@ -202,8 +225,8 @@ std::vector<std::string> child_environment(int64_t threads) {
   return env;
 }
 
-double run_child(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                 const std::string& log, int64_t timeout_s) {
+ChildOutcome spawn_child(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                         const std::string& log, int64_t timeout_s) {
   posix_spawn_file_actions_t actions;
   posix_spawnattr_t attr;
   int rc = posix_spawn_file_actions_init(&actions);
@@ -264,19 +287,27 @@ double run_child(const std::vector<std::string>& argv, const std::vector<std::st
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  const double seconds = wall.seconds();
-  if (timed_out || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::string why = timed_out ? "ran past " + std::to_string(timeout_s) + " s and was killed"
-                      : WIFEXITED(status)
-                          ? "exited with status " + std::to_string(WEXITSTATUS(status))
-                          : "was killed by signal " + std::to_string(WTERMSIG(status));
+  ChildOutcome out;
+  out.seconds = wall.seconds();
+  out.ok = !timed_out && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (!out.ok)
+    out.why = timed_out           ? "ran past " + std::to_string(timeout_s) + " s and was killed"
+              : WIFEXITED(status) ? "exited with status " + std::to_string(WEXITSTATUS(status))
+                                  : "was killed by signal " + std::to_string(WTERMSIG(status));
+  return out;
+}
+
+double run_child(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                 const std::string& log, int64_t timeout_s) {
+  const ChildOutcome r = spawn_child(argv, env, log, timeout_s);
+  if (!r.ok) {
     std::fprintf(stderr, "  run failed: %s\n  %s; last lines of its output:\n%s",
-                 join(argv).c_str(), why.c_str(), file_tail(log, 20).c_str());
+                 join(argv).c_str(), r.why.c_str(), file_tail(log, 20).c_str());
     std::fflush(stderr);
-    TZ_THROW("a benchmark run " + why + ": " + join(argv),
+    TZ_THROW("a benchmark run " + r.why + ": " + join(argv),
              "its output is shown above; run the command by hand to reproduce");
   }
-  return seconds;
+  return r.seconds;
 }
 
 std::vector<std::string> train_argv(const std::string& exe, const std::string& mpiexec, int ranks,
@@ -320,6 +351,8 @@ std::vector<StepMetrics> read_metrics(const std::string& path, int64_t steps) {
       m.pp_bubble = j.value("pp_bubble", -1.0);
       m.pp_step_ms = j.value("pp_step_ms", 0.0);
       m.pp_compute_ms = j.value("pp_compute_ms", 0.0);
+      m.ulysses_all_to_all_bytes = j.value("ulysses_all_to_all_bytes", size_t{0});
+      m.ulysses_calls = j.value("ulysses_calls", size_t{0});
       out.push_back(m);
     } catch (const nlohmann::json::exception& e) {
       TZ_THROW("bad line in the metrics file " + path + ": " + e.what(), "line: " + line);

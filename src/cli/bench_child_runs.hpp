@@ -35,6 +35,10 @@ struct TrainRunOptions {
 void add_train_run_options(CLI::App& c, TrainRunOptions& o, const char* batch_help,
                            const char* repeats_help);
 
+// An integer option of `c` checked to lie in [lo, hi], its default shown in --help.
+CLI::Option* add_ranged_option(CLI::App& c, const std::string& name, int64_t& value,
+                               const std::string& help, int64_t lo, int64_t hi);
+
 // Throws Error unless steps > warmup >= 0 and heads divides channels.
 void validate_train_run_options(const TrainRunOptions& o);
 
@@ -47,6 +51,13 @@ constexpr int64_t kBenchVocab = 257;
 nlohmann::ordered_json bench_tierzero_json(const TrainRunOptions& o, int64_t threads);
 // x rounded to `digits` decimals: the double nearest that decimal, so that the JSON is short.
 double round_to(double x, int digits);
+// The fields every benchmark result line starts with (ratio rounded to 4 decimals); each
+// benchmark appends its own.
+nlohmann::ordered_json bench_result(const std::string& bench, double value, const std::string& unit,
+                                    const std::string& baseline, double baseline_value,
+                                    double ratio);
+// One result line on stdout, flushed.
+void print_result(const nlohmann::ordered_json& j);
 
 double median(std::vector<double> v);  // 0 for an empty v
 double mean(const std::vector<double>& v);
@@ -77,12 +88,25 @@ std::string find_mpiexec(const std::string& given);  // `given`, or mpiexec on P
 // root on one oversubscribed machine with shared memory, and the run's thread count.
 std::vector<std::string> child_environment(int64_t threads);
 
+// How a child run ended: ok (exit status 0), else why not ("exited with status 1", "ran past
+// 600 s and was killed", ...); its wall time in seconds.
+struct ChildOutcome {
+  bool ok = false;
+  std::string why;
+  double seconds = 0.0;
+};
+
 // Runs argv (argv[0] a path) with stdin from /dev/null and stdout + stderr into `log`, and waits
-// at most timeout_s. It stays in our process group, so Ctrl-C reaches it (and mpiexec's ranks).
-// Throws Error (after printing the log's tail) unless it exits with status 0. Returns the wall time
-// in seconds.
+// at most timeout_s (then SIGTERM, SIGKILL 5 s later). It stays in our process group, so Ctrl-C
+// reaches it (and mpiexec's ranks). Throws Error only when it cannot be started.
+ChildOutcome spawn_child(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                         const std::string& log, int64_t timeout_s);
+// spawn_child that must succeed: throws Error (after printing the log's tail) unless the run
+// exits with status 0. Returns the wall time in seconds.
 double run_child(const std::vector<std::string>& argv, const std::vector<std::string>& env,
                  const std::string& log, int64_t timeout_s);
+// The last `lines` lines of a file (a failed run's log).
+std::string file_tail(const std::string& path, size_t lines);
 
 // The argv of one `tierzero train` run of `exe` with `config`, `steps` and `threads`, writing
 // base.metrics.jsonl and base.memory.json; under `mpiexec -n ranks --oversubscribe --bind-to none`
@@ -109,6 +133,9 @@ struct StepMetrics {
   double pp_bubble = -1.0;
   double pp_step_ms = 0.0;
   double pp_compute_ms = 0.0;
+  // Ulysses: the all-to-alls' payload bytes and calls of the step (0 without Ulysses).
+  size_t ulysses_all_to_all_bytes = 0;
+  size_t ulysses_calls = 0;
 };
 
 // The steps of a --metrics file; throws Error unless it has exactly `steps` well-formed lines.

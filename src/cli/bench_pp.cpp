@@ -145,14 +145,11 @@ int bench_pp(const BenchPpOptions& o) {
                  "compute of %.1f ms in the pipeline, step %.1f ms)\n",
                  m.schedule.c_str(), static_cast<long long>(m.micro_batches), s.bubble, m.analytic,
                  s.bubble / m.analytic, s.compute_ms, s.pipe_ms, s.step_ms);
-    nlohmann::ordered_json j;
-    j["bench"] = "pp." + m.schedule + ".m" + std::to_string(m.micro_batches) + ".bubble";
-    j["value"] = round_to(s.bubble, 4);
-    j["unit"] = "fraction of the step";
-    j["baseline"] =
-        m.schedule == "interleaved" ? "analytic (p-1)/(v*m+p-1)" : "analytic (p-1)/(m+p-1)";
-    j["baseline_value"] = round_to(m.analytic, 4);
-    j["ratio"] = round_to(s.bubble / m.analytic, 4);
+    nlohmann::ordered_json j = bench_result(
+        "pp." + m.schedule + ".m" + std::to_string(m.micro_batches) + ".bubble",
+        round_to(s.bubble, 4), "fraction of the step",
+        m.schedule == "interleaved" ? "analytic (p-1)/(v*m+p-1)" : "analytic (p-1)/(m+p-1)",
+        round_to(m.analytic, 4), s.bubble / m.analytic);
     std::vector<double> run_bubbles;
     for (double x : s.runs) run_bubbles.push_back(round_to(x, 4));
     j["run_bubbles"] = run_bubbles;
@@ -173,9 +170,8 @@ int bench_pp(const BenchPpOptions& o) {
     j["warmup"] = o.warmup;
     j["repeats"] = o.repeats;
     j["receive_ahead"] = o.receive_ahead;
-    std::printf("%s\n", j.dump().c_str());
+    print_result(j);
   }
-  std::fflush(stdout);
   return 0;
 }
 
@@ -185,9 +181,7 @@ std::function<int()> add_bench_pp_command(CLI::App& bench) {
       "pp", "`tierzero train` pipelines: measured bubble vs. (p-1)/(m+p-1), per schedule and m");
   add_train_run_options(*c, *o, "micro-batch (sequences per micro-batch)",
                         "runs of each mode, alternating (default 2)");
-  c->add_option("--pp", o->pp, "pipeline stages (one rank each)")
-      ->check(CLI::Range(int64_t{2}, int64_t{1024}))
-      ->capture_default_str();
+  add_ranged_option(*c, "--pp", o->pp, "pipeline stages (one rank each)", 2, 1024);
   c->add_option("--micro-batches", o->micro_batches, "micro-batches per step, one mode each")
       ->delimiter(',')
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
@@ -203,9 +197,7 @@ std::function<int()> add_bench_pp_command(CLI::App& bench) {
       ->capture_default_str();
   c->add_flag("--receive-ahead", o->receive_ahead,
               "post each stage's receives ahead of the action in front (pipeline_receive_ahead)");
-  c->add_option("--threads", o->threads, "OpenMP threads per rank")
-      ->check(CLI::Range(int64_t{1}, int64_t{1024}))
-      ->capture_default_str();
+  add_ranged_option(*c, "--threads", o->threads, "OpenMP threads per rank", 1, 1024);
   return [o, c] { return c->parsed() ? bench_pp(*o) : -1; };
 }
 

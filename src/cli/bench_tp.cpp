@@ -189,13 +189,7 @@ Summary summarize(const std::vector<TpRun>& runs, int64_t warmup) {
 nlohmann::ordered_json result(const char* bench, double value, const char* unit,
                               const char* baseline, double baseline_value, double ratio,
                               const BenchTpOptions& o) {
-  nlohmann::ordered_json j;
-  j["bench"] = bench;
-  j["value"] = value;
-  j["unit"] = unit;
-  j["baseline"] = baseline;
-  j["baseline_value"] = baseline_value;
-  j["ratio"] = round_to(ratio, 4);
+  nlohmann::ordered_json j = bench_result(bench, value, unit, baseline, baseline_value, ratio);
   j["ranks"] = o.ranks;
   j["tp"] = o.tp;
   j["dp"] = o.ranks / o.tp;
@@ -212,11 +206,6 @@ nlohmann::ordered_json result(const char* bench, double value, const char* unit,
   j["warmup"] = o.warmup;
   j["repeats"] = o.repeats;
   return j;
-}
-
-void print_result(const nlohmann::ordered_json& j) {
-  std::printf("%s\n", j.dump().c_str());
-  std::fflush(stdout);
 }
 
 void print_bytes_rows(const TpMode& m, const Summary& s) {
@@ -379,18 +368,11 @@ std::function<int()> add_bench_tp_command(CLI::App& bench) {
   add_train_run_options(
       *c, *o, "micro-batch per tensor-parallel replica (the dp-only run: batch / tp per rank)",
       "runs of each mode, alternating (default 2)");
-  c->add_option("--ranks", o->ranks, "MPI ranks of every run")
-      ->check(CLI::Range(int64_t{2}, int64_t{1024}))
-      ->capture_default_str();
-  c->add_option("--tp", o->tp, "tensor-parallel size of the tp runs (dp = ranks / tp)")
-      ->check(CLI::Range(int64_t{2}, int64_t{1024}))
-      ->capture_default_str();
-  c->add_option("--stage", o->stage, "ZeRO stage of every run")
-      ->check(CLI::Range(int64_t{0}, int64_t{3}))
-      ->capture_default_str();
-  c->add_option("--threads", o->threads, "OpenMP threads per rank")
-      ->check(CLI::Range(int64_t{1}, int64_t{1024}))
-      ->capture_default_str();
+  add_ranged_option(*c, "--ranks", o->ranks, "MPI ranks of every run", 2, 1024);
+  add_ranged_option(*c, "--tp", o->tp, "tensor-parallel size of the tp runs (dp = ranks / tp)", 2,
+                    1024);
+  add_ranged_option(*c, "--stage", o->stage, "ZeRO stage of every run", 0, 3);
+  add_ranged_option(*c, "--threads", o->threads, "OpenMP threads per rank", 1, 1024);
   c->add_flag("--activation-checkpointing", o->checkpointing,
               "run every mode with activation checkpointing");
   return [o, c] { return c->parsed() ? bench_tp(*o) : -1; };

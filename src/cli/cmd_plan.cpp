@@ -73,6 +73,7 @@ nlohmann::json config_json(const PlanFlags& f, const nn::GPTConfig& m, size_t se
                    {"tensor_parallel", f.world.tp > 0 ? f.world.tp : 1},
                    {"sequence_parallel", f.world.sequence_parallel},
                    {"pipeline_parallel", f.world.pp > 0 ? f.world.pp : 1},
+                   {"ulysses_parallel", f.world.sp > 0 ? f.world.sp : 1},
                    {"device_memory_budget_gb", static_cast<double>(f.device_mem) / 1073741824.0}};
   return j;
 }
@@ -123,6 +124,9 @@ int run_plan(const PlanFlags& f) {
   };
   req.tensor_parallel_wire_bytes = [&](size_t b, bool ckpt) {
     return tensor_parallel_wire_bytes(model, b, seq, ckpt, world, f.world.sequence_parallel);
+  };
+  req.ulysses_wire_bytes = [&](size_t b, bool ckpt) {
+    return ulysses_wire_bytes(model, b, seq, ckpt, world);
   };
   if (!f.calibration.empty()) {
     req.rates = profile::load_calibration(f.calibration);
@@ -181,6 +185,9 @@ int run_plan(const PlanFlags& f) {
   if (world.tp > 1)
     std::printf("    + tensor-parallel collectives %.1f ms (on the critical path)\n",
                 b.time.tensor_parallel_s * 1e3);
+  if (world.sp > 1)
+    std::printf("    + Ulysses all-to-alls %.1f ms (on the critical path)\n",
+                b.time.ulysses_s * 1e3);
   if (world.pp > 1)
     std::printf("    + pipeline bubble %.1f ms ((pp - 1) / m of the compute, 1F1B)\n",
                 b.time.pipeline_bubble_s * 1e3);

@@ -11,6 +11,7 @@
 #include "tierzero/nn/pipeline_schedule.hpp"
 #include "tierzero/nn/pipeline_stage.hpp"
 #include "tierzero/nn/tensor_parallel_group.hpp"
+#include "tierzero/nn/ulysses_group.hpp"
 #include "tierzero/offload/host_pool.hpp"
 #include "tierzero/train/config_bridges.hpp"
 #include "tierzero/train/pipeline_executor.hpp"
@@ -40,7 +41,10 @@ void add_world_options(CLI::App& app, WorldFlags& f) {
                "Megatron sequence parallelism over the tensor-parallel ranks");
   app.add_option("--pp", f.pp, "pipeline stages (default: the config's, else 1)")
       ->check(CLI::Range(1, 4096));
-  app.add_option("--sp", f.sp, "sequence-parallel ranks")->check(CLI::Range(1, 4096));
+  app.add_option("--sp,--ulysses", f.sp,
+                 "Ulysses sequence-parallel ranks: each holds seq_len / sp positions of every "
+                 "sequence (default: the config's tierzero.ulysses_parallel, else 1)")
+      ->check(CLI::Range(1, 4096));
 }
 
 nn::GPTConfig resolve_model(const ModelFlags& f, const train::TrainConfig* config) {
@@ -65,8 +69,9 @@ profile::WorldLayout resolve_world(const WorldFlags& f, const train::TrainConfig
   const int64_t pp = f.pp > 0 ? f.pp : config ? config->pipeline_parallel : 1;
   w.tp = static_cast<int>(tp);
   w.pp = static_cast<int>(pp);
-  w.sp = static_cast<int>(f.sp);
-  const int64_t model_parallel = tp * pp * f.sp;
+  const int64_t sp = f.sp > 0 ? f.sp : config ? config->ulysses_parallel : 1;
+  w.sp = static_cast<int>(sp);
+  const int64_t model_parallel = tp * pp * sp;
   if (f.dp > 0) {
     w.dp = static_cast<int>(f.dp);
     TZ_CHECK(f.ranks == 0 || f.ranks == f.dp * model_parallel,
@@ -129,12 +134,11 @@ size_t activation_bytes(const nn::GPTConfig& config, size_t B, size_t T, bool ch
                         const PipelineFlags& pipeline) {
   const auto pp = static_cast<size_t>(world.pp), sp = static_cast<size_t>(world.sp);
   const auto tp = static_cast<size_t>(world.tp);
-  const size_t local_T = (T + sp - 1) / sp;
   if (pp == 1)
-    return nn::GPT::activation_bytes_for(config, B, local_T, checkpointing, tp, sequence_parallel);
+    return nn::GPT::activation_bytes_for(config, B, T, checkpointing, tp, sequence_parallel, sp);
   // Each rank holds its chunks' activations for as many micro-batches as the schedule keeps in
   // flight there; the largest is the rank that must fit.
-  const nn::ActivationDims dims = nn::ActivationDims::of(config, B, local_T, tp, sequence_parallel);
+  const nn::ActivationDims dims = nn::ActivationDims::of(config, B, T, tp, sequence_parallel, sp);
   const nn::PipelineSchedule schedule = nn::pipeline_schedule_from_name(pipeline.schedule);
   const size_t m = pipeline.micro_batches > 0 ? pipeline.micro_batches : pp;
   size_t worst = 0;
@@ -150,14 +154,26 @@ double tensor_parallel_wire_bytes(const nn::GPTConfig& config, size_t B, size_t 
                                   bool sequence_parallel) {
   const auto tp = static_cast<size_t>(world.tp);
   if (tp == 1) return 0.0;
-  const auto pp = static_cast<size_t>(world.pp), sp = static_cast<size_t>(world.sp);
+  const auto pp = static_cast<size_t>(world.pp);
   const size_t layers = (config.num_layers + pp - 1) / pp;
   const nn::TensorParallelTraffic t = nn::expected_tensor_parallel_traffic(
-      layers, nn::ActivationDims::of(config, B, (T + sp - 1) / sp, tp, sequence_parallel),
-      checkpointing);
+      layers, nn::ActivationDims::of(config, B, T, tp, sequence_parallel), checkpointing);
   const double ring = static_cast<double>(tp - 1) / static_cast<double>(tp);
   return ring * (2.0 * static_cast<double>(t.all_reduce_bytes) +
                  static_cast<double>(t.all_gather_bytes + t.reduce_scatter_bytes));
+}
+
+double ulysses_wire_bytes(const nn::GPTConfig& config, size_t B, size_t T, bool checkpointing,
+                          const profile::WorldLayout& world) {
+  const auto sp = static_cast<size_t>(world.sp);
+  if (sp == 1) return 0.0;
+  const nn::UlyssesTraffic t = nn::expected_ulysses_traffic(
+      config.num_layers,
+      nn::ActivationDims::of(config, B, T, static_cast<size_t>(world.tp), false, sp),
+      checkpointing);
+  // Each all-to-all keeps one of its sp blocks on the rank.
+  return static_cast<double>(t.all_to_all_bytes) * static_cast<double>(sp - 1) /
+         static_cast<double>(sp);
 }
 
 void add_run_options(CLI::App& app, RunFlags& f) {

@@ -24,11 +24,11 @@ struct ModelFlags {
 };
 
 struct WorldFlags {
-  int64_t ranks = 0;  // 0: dp * tp * pp * sp
-  int64_t dp = 0;     // 0: ranks / (tp * pp * sp)
-  int64_t tp = 0;     // 0: the config's tierzero.tensor_parallel, else 1
-  int64_t pp = 0;     // 0: the config's tierzero.pipeline_parallel, else 1
-  int64_t sp = 1;
+  int64_t ranks = 0;               // 0: dp * tp * pp * sp
+  int64_t dp = 0;                  // 0: ranks / (tp * pp * sp)
+  int64_t tp = 0;                  // 0: the config's tierzero.tensor_parallel, else 1
+  int64_t pp = 0;                  // 0: the config's tierzero.pipeline_parallel, else 1
+  int64_t sp = 0;                  // Ulysses; 0: the config's tierzero.ulysses_parallel, else 1
   bool sequence_parallel = false;  // Megatron's, over the tp ranks (or the config's)
 };
 
@@ -63,7 +63,8 @@ std::vector<zero::UnitSpec> model_units(const nn::GPTConfig& config, size_t bloc
                                         size_t tp = 1, size_t pp = 1,
                                         const PipelineFlags& pipeline = {});
 
-// Device activation bytes per rank for micro-batch B and sequence T: T / sp tokens per sequence,
+// Device activation bytes per rank for micro-batch B and sequence T: T / sp tokens per sequence
+// (Ulysses: the attention's insides whole sequences of NH / sp heads),
 // the tensor-parallel rank's extents (heads, MLP features and vocabulary over tp; with Megatron
 // sequence parallelism the residual stream too) and, with pp > 1, each of the rank's chunks'
 // blocks times the micro-batches its schedule keeps in flight there, plus each chunk's scratch
@@ -78,6 +79,11 @@ size_t activation_bytes(const nn::GPTConfig& config, size_t B, size_t T, bool ch
 double tensor_parallel_wire_bytes(const nn::GPTConfig& config, size_t B, size_t T,
                                   bool checkpointing, const profile::WorldLayout& world,
                                   bool sequence_parallel);
+
+// Bytes one rank sends in its Ulysses all-to-alls per training micro-batch: the analytic payload
+// (nn::expected_ulysses_traffic) less the block each all-to-all keeps, (sp - 1) / sp of it.
+double ulysses_wire_bytes(const nn::GPTConfig& config, size_t B, size_t T, bool checkpointing,
+                          const profile::WorldLayout& world);
 
 // The run settings both commands take, on top of a TrainConfig (--config, or the defaults).
 struct RunFlags {

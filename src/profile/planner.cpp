@@ -105,8 +105,11 @@ StepTime predict_step_time(const PlanRequest& req, const Candidate& c) {
   if (req.tensor_parallel_wire_bytes && w.tp > 1)
     t.tensor_parallel_s =
         micro * req.tensor_parallel_wire_bytes(c.micro_batch, c.checkpointing) / comm_bps;
+  if (req.ulysses_wire_bytes && w.sp > 1)
+    t.ulysses_s = micro * req.ulysses_wire_bytes(c.micro_batch, c.checkpointing) / comm_bps;
   if (w.pp > 1) t.pipeline_bubble_s = t.compute_s * static_cast<double>(w.pp - 1) / micro;
-  t.total_s = t.compute_s + t.exposed_s + t.optimizer_s + t.tensor_parallel_s + t.pipeline_bubble_s;
+  t.total_s = t.compute_s + t.exposed_s + t.optimizer_s + t.tensor_parallel_s + t.ulysses_s +
+              t.pipeline_bubble_s;
   const double step_tokens =
       micro * static_cast<double>(c.micro_batch * req.seq_len) * w.dp;  // all ranks
   t.per_token_s = t.total_s / step_tokens;

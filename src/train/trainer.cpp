@@ -622,6 +622,11 @@ void write_memory_json(const std::string& path, int rank, int ranks,
     tiers[tier_name(tier)] = cats;
   }
   j["tiers"] = tiers;
+  // Each tier's peak of the sum over categories (not the sum of their peaks): what a budget limits.
+  nlohmann::ordered_json tier_peaks = nlohmann::ordered_json::object();
+  for (size_t ti = 0; ti < kNumTiers; ++ti)
+    tier_peaks[tier_name(static_cast<Tier>(ti))] = t.peak(static_cast<Tier>(ti));
+  j["tier_peaks"] = tier_peaks;
   for (const auto& [key, value] : sections.items()) j[key] = value;
   const std::string json = j.dump() + "\n";
   std::FILE* f = std::fopen(file.c_str(), "w");

@@ -17,6 +17,7 @@
 
 using namespace tierzero;
 using nn::ParamKind;
+using tierzero::testing::error_of;
 using tierzero::testing::tiny_config;
 
 namespace {
@@ -78,15 +79,6 @@ OldLayout old_layout(const nn::GPTConfig& c) {
   add(ParamKind::lnfb, -1, {C}, false);
   end_unit();
   return o;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

@@ -1,8 +1,12 @@
 // A tiny GPT-2 on the CPU device with random tokens: the fixture the nn tests share.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
+
+#include "tierzero/core/error.hpp"
 
 #include "tierzero/core/random.hpp"
 #include "tierzero/device/device_allocator.hpp"
@@ -19,6 +23,16 @@ inline nn::GPTConfig tiny_config(size_t V, size_t Vp, size_t maxT, size_t L, siz
   cfg.num_heads = NH;
   cfg.channels = C;
   return cfg;
+}
+
+// The message of the Error fn throws, or "" when it throws none.
+inline std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 struct TinyGpt {

@@ -98,6 +98,26 @@ TEST(Planner, TensorParallelCollectivesAreOnTheCriticalPath) {
   EXPECT_EQ(predict_step_time(req, c).tensor_parallel_s, 0.0);
 }
 
+TEST(Planner, UlyssesAllToAllsAreOnTheCriticalPath) {
+  PlanRequest req = gpt2_request(80 * GiB, 64 * GiB, 0);
+  req.rates.gemm_gflops = 1000.0;
+  req.rates.comm_gbps = 10.0;
+  req.base.world.sp = 4;
+  req.ulysses_wire_bytes = [](size_t b, bool ckpt) {
+    return static_cast<double>(b) * (ckpt ? 1.5e8 : 1e8);
+  };
+  Candidate c;
+  c.micro_batch = 2;
+  c.accumulation = 3;
+  c.estimate = estimate(req.base);
+  const StepTime t = predict_step_time(req, c);
+  std::printf("Ulysses all-to-alls %.3f s of a %.3f s step\n", t.ulysses_s, t.total_s);
+  EXPECT_NEAR(t.ulysses_s, 3 * 2 * 1e8 / 10e9, 1e-12);  // three micro-steps
+  EXPECT_NEAR(t.total_s, t.compute_s + t.exposed_s + t.optimizer_s + t.ulysses_s, 1e-12);
+  req.base.world.sp = 1;  // no Ulysses: the callback is not asked
+  EXPECT_EQ(predict_step_time(req, c).ulysses_s, 0.0);
+}
+
 TEST(Planner, PipelineBubbleIsPpMinusOneOverMOfTheCompute) {
   PlanRequest req = gpt2_request(80 * GiB, 64 * GiB, 0);
   Candidate c;

@@ -30,13 +30,13 @@ cat "$dir/mem.json"
 # "tier": {"param": {"current": c, "peak": p}, ...}: the peak of one tier's categories summed is
 # at most the sum of their peaks, so the sum bounds the tier's peak from above.
 awk -v budget=$((budget_mib * 1048576)) '
-  { s = $0
-    while (match(s, /"(device|host|nvme)": \{/)) {
-      tier = substr(s, RSTART + 1, RLENGTH - 5); s = substr(s, RSTART + RLENGTH)
+  { s = $0; gsub(/[ \t]/, "", s)  # compact, for any spacing of the JSON
+    while (match(s, /"(device|host|nvme)":\{/)) {
+      tier = substr(s, RSTART + 1, RLENGTH - 4); s = substr(s, RSTART + RLENGTH)
       block = s; sub(/\}\}.*/, "", block)
-      n = split(block, parts, /"[a-z]+": \{"current": /)
+      n = split(block, parts, /"[a-z]+":\{"current":/)
       for (i = 2; i <= n; i++) { split(parts[i], v, /[,}]/); cur = v[1];
-        match(parts[i], /"peak": [0-9]+/); pk = substr(parts[i], RSTART + 8, RLENGTH - 8)
+        match(parts[i], /"peak":[0-9]+/); pk = substr(parts[i], RSTART + 7, RLENGTH - 7)
         peak_sum[tier] += pk; if (i <= 4) state[tier] += cur } } }
   END {
     printf "device peak (sum of category peaks) %d bytes, budget %d\n", peak_sum["device"], budget

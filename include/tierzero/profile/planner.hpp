@@ -28,6 +28,8 @@ struct PlanRequest {
   // Bytes one rank sends over the wire in its tensor-parallel collectives per micro-step (ring
   // algorithms; the model's analytic volume); optional, none without tensor parallelism.
   std::function<double(size_t micro_batch, bool checkpointing)> tensor_parallel_wire_bytes;
+  // The same for the Ulysses all-to-alls; optional, none without Ulysses (world.sp 1).
+  std::function<double(size_t micro_batch, bool checkpointing)> ulysses_wire_bytes;
   Rates rates;
 };
 
@@ -40,10 +42,13 @@ struct StepTime {
   // Tensor-parallel collectives, all micro-steps: on the critical path (each layer waits for
   // its all-reduce or reduce-scatter), so not overlapped.
   double tensor_parallel_s = 0;
+  // Ulysses' all-to-alls, all micro-steps: each attention waits for them, so not overlapped.
+  double ulysses_s = 0;
   // Pipeline parallelism (pp > 1, the 1F1B / GPipe order the plan's config runs): the stages
   // idle while the pipeline fills and drains, (pp - 1) of its m micro-steps' compute.
   double pipeline_bubble_s = 0;
-  double total_s = 0;      // compute_s + exposed_s + optimizer_s + tensor_parallel_s + bubble
+  double total_s =
+      0;  // compute_s + exposed_s + optimizer_s + tensor_parallel_s + ulysses_s + bubble
   double per_token_s = 0;  // total_s / tokens per step (all ranks)
 };
 
