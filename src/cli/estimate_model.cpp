@@ -70,6 +70,11 @@ profile::WorldLayout resolve_world(const WorldFlags& f, const train::TrainConfig
   w.tp = static_cast<int>(tp);
   w.pp = static_cast<int>(pp);
   const int64_t sp = f.sp > 0 ? f.sp : config ? config->ulysses_parallel : 1;
+  // As the trainer (and nn::ActivationDims, for tp): Ulysses runs beside dp and ZeRO only.
+  TZ_CHECK(sp == 1 || pp == 1,
+           "Ulysses (--sp " + std::to_string(sp) + ") with pipeline parallelism (--pp " +
+               std::to_string(pp) + ") is not supported",
+           "estimate Ulysses without --pp, or pipeline parallelism without --sp");
   w.sp = static_cast<int>(sp);
   const int64_t model_parallel = tp * pp * sp;
   if (f.dp > 0) {

@@ -1,6 +1,10 @@
 // UlyssesGroup: the block transposes around each all-to-all, and their analytic volume.
 #include "tierzero/nn/ulysses_group.hpp"
 
+#include <string>
+
+#include "tierzero/core/error.hpp"
+
 namespace tierzero::nn {
 
 UlyssesTraffic expected_ulysses_traffic(size_t num_layers, const ActivationDims& d,
@@ -18,6 +22,15 @@ UlyssesTraffic expected_ulysses_traffic(size_t num_layers, const ActivationDims&
 UlyssesGroup::UlyssesGroup(comm::Communicator& group, Device& device)
     : group_(group), k_(device.kernels()) {}
 
+namespace {
+void check_fits(const UlyssesBuffers& buf, size_t n) {
+  TZ_CHECK(n <= buf.floats,
+           "Ulysses re-shard of " + std::to_string(n) + " floats per rank exceeds its " +
+               std::to_string(buf.floats) + "-float packing buffers",
+           "internal error: the model's scratch is sized for another shape");
+}
+}  // namespace
+
 void UlyssesGroup::exchange(Stream& stream, const float* send, float* recv, size_t n) {
   // The packing kernel wrote `send` on the model's stream; the all-to-all takes no event, so the
   // stream is drained first. Its blocking form returns once recv holds every rank's block.
@@ -30,6 +43,7 @@ void UlyssesGroup::exchange(Stream& stream, const float* send, float* recv, size
 void UlyssesGroup::to_heads(Stream& stream, const float* in, float* out, const UlyssesBuffers& buf,
                             size_t B, size_t T, size_t parts, size_t C) {
   const size_t p = size(), Cl = C / p, n = B * T * parts * Cl;
+  check_fits(buf, n * p);
   // in (B T parts, p, Cl) -> send (p, B T parts, Cl): block j holds rank j's heads.
   k_.transpose_blocks(buf.send, in, B * T * parts, p, Cl);
   exchange(stream, buf.send, buf.recv, n);
@@ -41,6 +55,7 @@ void UlyssesGroup::to_sequence(Stream& stream, const float* in, float* out,
                                const UlyssesBuffers& buf, size_t B, size_t T, size_t parts,
                                size_t C) {
   const size_t p = size(), Cl = C / p, n = B * T * parts * Cl;
+  check_fits(buf, n * p);
   // in (B, p, T parts Cl) -> send (p, B, T parts Cl): block j holds slice j of the sequence.
   k_.transpose_blocks(buf.send, in, B, p, T * parts * Cl);
   exchange(stream, buf.send, buf.recv, n);

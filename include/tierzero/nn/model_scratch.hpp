@@ -50,7 +50,9 @@ class ModelScratch {
   float* norm_grads() const { return buffers_.norm_grads.f32(); }        // (2, C)
   // Ulysses' packing buffers, each at least (BT, 3C): dfch and dfch_gelu ((BT, 4C) at tp 1,
   // which Ulysses needs), unused outside the MLP's backward.
-  UlyssesBuffers ulysses() const { return {dfch(), dfch_gelu()}; }
+  UlyssesBuffers ulysses() const {
+    return {dfch(), dfch_gelu(), buffers_.dfch.bytes() / sizeof(float)};
+  }
 
  private:
   struct Buffers {

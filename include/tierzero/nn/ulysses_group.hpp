@@ -33,10 +33,12 @@ struct UlyssesTraffic {
 UlyssesTraffic expected_ulysses_traffic(size_t num_layers, const ActivationDims& dims,
                                         bool checkpointing);
 
-// Scratch the re-sharding packs through: each (B, T, 3 C), this rank's slice at its widest.
+// Scratch the re-sharding packs through: each at least (B, T, 3 C), this rank's slice at its
+// widest; `floats` is what each holds (checked on every re-shard).
 struct UlyssesBuffers {
   float* send;
   float* recv;
+  size_t floats;
 };
 
 class UlyssesGroup {
