@@ -26,11 +26,13 @@ struct TrainFlags {
   int64_t batches = -1;
   int64_t tensor_parallel = 0;  // 0: from the config
   bool sequence_parallel = false;
-  int64_t ulysses = 0;            // 0: from the config
-  int64_t pipeline_parallel = 0;  // 0: from the config
-  std::string pipeline_schedule;  // empty: from the config
-  int64_t micro_batches = 0;      // gradient_accumulation_steps; 0: from the config
-  int64_t virtual_stages = 0;     // pipeline_virtual_stages; 0: from the config
+  int64_t ulysses = 0;  // 0: from the config
+  std::string save_dir, resume;
+  int64_t save_every = -1, keep_last = -1;  // -1: from the config
+  int64_t pipeline_parallel = 0;            // 0: from the config
+  std::string pipeline_schedule;            // empty: from the config
+  int64_t micro_batches = 0;                // gradient_accumulation_steps; 0: from the config
+  int64_t virtual_stages = 0;               // pipeline_virtual_stages; 0: from the config
   std::vector<int64_t> pipeline_stages;
 };
 
@@ -56,6 +58,15 @@ void add_common(CLI::App* sub, TrainFlags& f) {
       ->check(CLI::Range(1, 4096));
   sub->add_flag("--sequence-parallel", f.sequence_parallel,
                 "Megatron sequence parallelism over the tensor-parallel ranks");
+  sub->add_option("--save-dir", f.save_dir,
+                  "write training checkpoints (every rank its shards) under this directory");
+  sub->add_option("--save-every", f.save_every,
+                  "steps between checkpoints (0: only at the end and on SIGTERM/SIGINT)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  sub->add_option("--keep-last", f.keep_last, "checkpoints kept in --save-dir (0: all)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  sub->add_option("--resume", f.resume,
+                  "resume from a checkpoint: a step directory, or a --save-dir (its latest)");
   sub->add_option("--ulysses", f.ulysses,
                   "Ulysses sequence-parallel ranks (DeepSpeed-Ulysses): each holds a slice of "
                   "every sequence, all-to-all around the attention; the world is dp x ulysses")
@@ -96,6 +107,10 @@ train::TrainConfig resolve(const TrainFlags& f) {
   if (f.tensor_parallel > 0) c.tensor_parallel = f.tensor_parallel;
   if (f.sequence_parallel) c.sequence_parallel = true;
   if (f.ulysses > 0) c.ulysses_parallel = f.ulysses;
+  if (!f.save_dir.empty()) c.checkpoint.save_dir = f.save_dir;
+  if (f.save_every >= 0) c.checkpoint.save_every = f.save_every;
+  if (f.keep_last >= 0) c.checkpoint.keep_last = f.keep_last;
+  if (!f.resume.empty()) c.checkpoint.resume = f.resume;
   if (f.pipeline_parallel > 0) c.pipeline_parallel = f.pipeline_parallel;
   if (!f.pipeline_schedule.empty()) c.pipeline_schedule = f.pipeline_schedule;
   if (f.micro_batches > 0) c.gradient_accumulation_steps = f.micro_batches;

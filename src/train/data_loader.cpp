@@ -59,4 +59,14 @@ void DataLoader::next_batch(int32_t* inputs, int32_t* targets) {
   position_ += n * world_;
 }
 
+void DataLoader::seek(const Position& p) {
+  TZ_CHECK(p.shard < shards_.size() && p.position < shards_[p.shard]->size(),
+           "data position (shard " + std::to_string(p.shard) + ", token " +
+               std::to_string(p.position) + ") is outside this run's " +
+               std::to_string(shards_.size()) + " data shard(s)",
+           "resume with the data the checkpoint was trained on");
+  shard_ = p.shard;
+  position_ = p.position;
+}
+
 }  // namespace tierzero::train

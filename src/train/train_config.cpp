@@ -175,8 +175,17 @@ void read_model(ConfigReader r, ModelShape& m) {
   r.finish();
 }
 
+void read_checkpoint(ConfigReader r, TrainConfig::CheckpointConfig& c) {
+  c.save_dir = r.get_string("save_dir", c.save_dir);
+  c.save_every = r.get_int("save_every", c.save_every, 0, kMaxInt);
+  c.keep_last = r.get_int("keep_last", c.keep_last, 0, kMaxInt);
+  c.resume = r.get_string("resume", c.resume);
+  r.finish();
+}
+
 void read_tierzero(ConfigReader r, TrainConfig& c) {
   read_model(r.child("model"), c.model);
+  read_checkpoint(r.child("checkpoint"), c.checkpoint);
   c.seq_len = r.get_int("seq_len", c.seq_len, 1, 1 << 20);
   c.steps = r.get_int("steps", c.steps, 0, kMaxInt);
   c.seed = static_cast<uint64_t>(r.get_int("seed", static_cast<int64_t>(c.seed), 0, kMaxInt));

@@ -41,6 +41,7 @@
 #include "tierzero/train/progress.hpp"
 #include "tierzero/train/store_provider.hpp"
 #include "tierzero/train/synthetic_corpus.hpp"
+#include "tierzero/train/training_checkpoint.hpp"
 
 namespace tierzero::train {
 
@@ -763,6 +764,110 @@ void Trainer::save_parallel_checkpoint(const std::vector<float>& host) {
   save_checkpoint(config_.save_checkpoint, s.model_config, full_layout, full.data());
 }
 
+nlohmann::ordered_json Trainer::checkpoint_identity() const {
+  const State& s = *state_;
+  nlohmann::ordered_json id;
+  id["model"] = s.model_config.str();
+  id["ranks"] = s.world_size;
+  id["mesh"] = s.mesh ? s.mesh->layout().shape().str() : std::string("one rank");
+  id["zero_stage"] = s.store ? s.store->stage() : 0;
+  id["placement"] = describe_placement(config_);
+  id["precision"] = config_.bf16 ? "bf16" : config_.fp16 ? "fp16" : "fp32";
+  id["blocks_per_unit"] = config_.blocks_per_unit;
+  id["micro_batch"] = config_.micro_batch_size;
+  id["seq_len"] = config_.seq_len;
+  id["gradient_accumulation_steps"] = config_.gradient_accumulation_steps;
+  id["parameters"] = nn::ParamLayout(s.model_config).parameter_count();  // the whole model's
+  return id;
+}
+
+namespace {
+
+// The reference path's state: its parameters and AdamW's moments (device, total_numel fp32 each).
+struct ReferenceBlock {
+  const char* name;
+  float* device;
+};
+
+std::vector<ReferenceBlock> reference_blocks(nn::LocalParams& params, AdamWOptimizer* optimizer) {
+  std::vector<ReferenceBlock> blocks = {{"params", params.params()}};
+  if (optimizer) {
+    blocks.push_back({"adam_m", optimizer->m()});
+    blocks.push_back({"adam_v", optimizer->v()});
+  }
+  return blocks;
+}
+
+}  // namespace
+
+std::string Trainer::save_training_checkpoint(int64_t steps_done, const LossScaler& scaler) {
+  State& s = *state_;
+  comm::Communicator* group = s.session && s.world_size > 1 ? &s.session->world() : nullptr;
+  CheckpointWriter writer(config_.checkpoint.save_dir, steps_done, s.rank, group);
+  ResumePoint point;
+  point.step = steps_done;
+  point.scaler = scaler.state();
+  point.data = s.train_loader->position();
+  if (s.store) {
+    const zero::PartitionPlan& plan = s.store->plan();
+    s.store->save_state([&](const zero::PartitionStore::StateBlock& b, const void* data) {
+      nlohmann::ordered_json meta;
+      meta["unit"] = plan.units()[b.unit].name;
+      meta["kind"] = zero::state_buffer_name(b.kind);
+      meta["dtype"] = b.elem_bytes == 4 ? "f32" : config_.bf16 ? "bf16" : "f16";
+      meta["tier"] = tier_name(b.tier);
+      meta["begin"] = b.begin;  // global range [begin, begin + elems) in the unit
+      meta["elems"] = b.elems;
+      writer.add_block(plan.units()[b.unit].name + "." + zero::state_buffer_name(b.kind), meta,
+                       data, b.bytes());
+    });
+    point.steps_taken = s.store->steps_taken();
+  } else {
+    const size_t n = s.layout().total_numel();
+    std::vector<float> host(n);  // (total_numel) fp32, one block at a time
+    for (const ReferenceBlock& b : reference_blocks(*s.params, s.optimizer.get())) {
+      s.device->copy(host.data(), b.device, n * sizeof(float), CopyKind::device_to_host,
+                     s.device->default_stream());
+      s.device->default_stream().synchronize();
+      nlohmann::ordered_json meta = {
+          {"dtype", "f32"}, {"tier", "device"}, {"begin", 0}, {"elems", n}};
+      writer.add_block(b.name, meta, host.data(), n * sizeof(float));
+    }
+    point.steps_taken = s.optimizer ? s.optimizer->steps_taken() : 0;
+  }
+  return writer.commit(checkpoint_identity(), point,
+                       static_cast<size_t>(config_.checkpoint.keep_last));
+}
+
+int64_t Trainer::resume_training(LossScaler& scaler) {
+  State& s = *state_;
+  CheckpointReader reader(config_.checkpoint.resume, s.rank, checkpoint_identity());
+  if (s.store) {
+    const zero::PartitionPlan& plan = s.store->plan();
+    s.store->load_state(
+        [&](const zero::PartitionStore::StateBlock& b, void* data) {
+          reader.read_block(plan.units()[b.unit].name + "." + zero::state_buffer_name(b.kind), data,
+                            b.bytes());
+        },
+        reader.point().steps_taken);
+  } else {
+    const size_t n = s.layout().total_numel();
+    std::vector<float> host(n);  // (total_numel) fp32
+    TZ_CHECK(s.optimizer != nullptr || config_.steps == 0, "no optimizer to resume", "");
+    for (const ReferenceBlock& b : reference_blocks(*s.params, s.optimizer.get())) {
+      reader.read_block(b.name, host.data(), n * sizeof(float));
+      s.device->copy(b.device, host.data(), n * sizeof(float), CopyKind::host_to_device,
+                     s.device->default_stream());
+      s.device->default_stream().synchronize();
+    }
+    if (s.optimizer) s.optimizer->set_steps_taken(reader.point().steps_taken);
+  }
+  reader.finish();
+  scaler.restore(reader.point().scaler);
+  s.train_loader->seek(reader.point().data);
+  return reader.point().step;
+}
+
 TrainResult Trainer::run(std::FILE* out, const std::string& metrics_path,
                          const std::string& memory_json_path) {
   // Under mpiexec a rank that throws must not leave the others waiting in a collective until
@@ -861,8 +966,19 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
   double pipeline_span_s = 0.0;  // the last step's pipeline, start to the last stage's end
 
   LossScaler scaler(config_.fp16_scaling, config_.fp16);
+  const int64_t first_step = config_.checkpoint.resume.empty() ? 0 : resume_training(scaler);
+  if (out && first_step > 0)
+    std::fprintf(out, "resumed after step %lld from '%s'\n", static_cast<long long>(first_step),
+                 config_.checkpoint.resume.c_str());
+  // SIGTERM / SIGINT with a checkpoint directory: finish the step, save, stop (exit 0).
+  const bool checkpointing = !config_.checkpoint.save_dir.empty();
+  const StopSignals stop_signals(checkpointing);
+  // Steps done at the last checkpoint written (or resumed from: not written again).
+  int64_t saved_at = config_.checkpoint.resume.empty() ? -1 : first_step;
+  int64_t steps_done = first_step;
+  bool stopped = false;                     // by a stop signal
   std::vector<int32_t> x(B * T), y(B * T);  // (B, T) inputs and targets
-  for (int64_t step = 0; step < config_.steps; ++step) {
+  for (int64_t step = first_step; step < config_.steps; ++step) {
     Timer timer;
     if (recorder) recorder->begin_step(step + 1);
     for (nn::GPT* m : s.chunk_models()) {
@@ -1006,8 +1122,32 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
       if (out)
         std::fprintf(out, "val loss %.4f at step %lld\n", v, static_cast<long long>(step + 1));
     }
+    steps_done = step + 1;
+    if (checkpointing) {
+      // Every rank stops after the same step: a signal on any rank stops all.
+      float stop = StopSignals::requested() ? 1.0f : 0.0f;
+      if (group) group_sum(*group, &stop, 1);
+      const int64_t every = config_.checkpoint.save_every;
+      if (stop > 0.0f || (every > 0 && steps_done % every == 0)) {
+        const std::string where = save_training_checkpoint(steps_done, scaler);
+        saved_at = steps_done;
+        if (out) std::fprintf(out, "saved training checkpoint '%s'\n", where.c_str());
+      }
+      if (stop > 0.0f) {
+        stopped = true;
+        if (out)
+          std::fprintf(out,
+                       "stopping after step %lld on a stop signal (the checkpoint resumes it)\n",
+                       static_cast<long long>(steps_done));
+        break;
+      }
+    }
   }
-  if (s.val_loader && config_.val_batches > 0) {
+  if (checkpointing && saved_at != steps_done) {
+    const std::string where = save_training_checkpoint(steps_done, scaler);
+    if (out) std::fprintf(out, "saved training checkpoint '%s'\n", where.c_str());
+  }
+  if (s.val_loader && config_.val_batches > 0 && !stopped) {
     result.val_loss =
         validate(*s.model, params, s.store.get(), pipe.get(), *s.val_loader,
                  static_cast<size_t>(config_.val_batches), B, T, s.dp_rank, s.dp_size, group);

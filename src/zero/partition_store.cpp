@@ -258,4 +258,56 @@ void PartitionStore::read_unit(size_t unit, float* host_values) {
     fetcher_->read(unit, host_values);
 }
 
+std::vector<PartitionStore::StateBlock> PartitionStore::state_blocks() const {
+  // The working parameters, then the optimizer's states; a master that is the parameter shard
+  // itself has no slot of its own.
+  constexpr StateBuffer kinds[] = {StateBuffer::params_full, StateBuffer::param_shard,
+                                   StateBuffer::master, StateBuffer::adam_m, StateBuffer::adam_v};
+  const StateArenas& arenas = storage_->arenas();
+  std::vector<StateBlock> blocks;
+  for (size_t u = 0; u < plan_.num_units(); ++u)
+    for (StateBuffer kind : kinds) {
+      if (!arenas.has(kind, u)) continue;
+      StateBlock b;
+      b.unit = u;
+      b.kind = kind;
+      b.tier = arenas.slot(kind, u).tier;
+      b.elems = arenas.slot(kind, u).elems;
+      b.elem_bytes = arenas.elem_bytes(kind);
+      b.begin = kind == StateBuffer::params_full ? 0 : plan_.partition(u).shard_begin(plan_.rank());
+      blocks.push_back(b);
+    }
+  return blocks;
+}
+
+void PartitionStore::save_state(
+    const std::function<void(const StateBlock&, const void* data)>& sink) {
+  background_->join();  // every update published (and written to NVMe)
+  std::vector<std::byte> host;
+  for (const StateBlock& b : state_blocks()) {
+    host.resize(b.bytes());  // (elems x elem_bytes)
+    storage_->read_slot(b.kind, b.unit, host.data());
+    sink(b, host.data());
+  }
+}
+
+void PartitionStore::load_state(const std::function<void(const StateBlock&, void* data)>& source,
+                                int64_t steps_taken) {
+  background_->join();
+  nvme_->discard_staged_reads();  // they may hold the old master values
+  std::vector<std::byte> host;
+  for (const StateBlock& b : state_blocks()) {
+    TZ_CHECK(fetcher_->references(b.unit) == 0,
+             "PartitionStore::load_state: unit " + plan_.units()[b.unit].name + " is acquired",
+             "load a checkpoint before training or between steps");
+    host.resize(b.bytes());  // (elems x elem_bytes)
+    source(b, host.data());
+    // The gathered copy is stale, and a read-ahead of these extents must not race the write.
+    if (b.kind == StateBuffer::param_shard) fetcher_->drop(b.unit);
+    storage_->write_slot(b.kind, b.unit, host.data());
+  }
+  TZ_CHECK(steps_taken >= 0, "negative optimizer step count in a checkpoint", "");
+  t_ = steps_taken;
+}
+
 }  // namespace tierzero::zero

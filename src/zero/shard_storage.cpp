@@ -107,6 +107,38 @@ void ShardStorage::write_shard(StateBuffer kind, size_t unit, const float* host_
   }
 }
 
+void ShardStorage::read_slot(StateBuffer kind, size_t unit, void* host) {
+  const StateArenas::Slot& slot = arenas_->slot(kind, unit);
+  const size_t bytes = slot.elems * arenas_->elem_bytes(kind);
+  if (bytes == 0) return;
+  if (slot.tier == Tier::nvme) {
+    auto reads = arenas_->read(kind, unit, 0, slot.elems, host);
+    wait_io(reads);
+  } else if (slot.tier == Tier::host) {
+    std::memcpy(host, arenas_->raw(kind, unit), bytes);
+  } else {
+    device_.copy(host, arenas_->raw(kind, unit), bytes, CopyKind::device_to_host,
+                 device_.default_stream());
+    device_.default_stream().synchronize();
+  }
+}
+
+void ShardStorage::write_slot(StateBuffer kind, size_t unit, const void* host) {
+  const StateArenas::Slot& slot = arenas_->slot(kind, unit);
+  const size_t bytes = slot.elems * arenas_->elem_bytes(kind);
+  if (bytes == 0) return;
+  if (slot.tier == Tier::nvme) {
+    auto writes = arenas_->write(kind, unit, 0, slot.elems, host);
+    wait_io(writes);
+  } else if (slot.tier == Tier::host) {
+    std::memcpy(arenas_->raw(kind, unit), host, bytes);
+  } else {
+    device_.copy(arenas_->raw(kind, unit), host, bytes, CopyKind::host_to_device,
+                 device_.default_stream());
+    device_.default_stream().synchronize();
+  }
+}
+
 void ShardStorage::load_full_params(size_t unit, const float* host_values) {
   const size_t numel = plan_.units()[unit].numel;
   std::vector<uint16_t> bits;  // (numel) working type, 16-bit types only

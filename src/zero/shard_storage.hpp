@@ -67,6 +67,10 @@ class ShardStorage {
   // Writes this rank's shard (shard_numel fp32, host memory) of a shard-shaped kind (param_shard,
   // master) wherever it lives, rounded to the kind's element type. Waits until it has landed.
   void write_shard(StateBuffer kind, size_t unit, const float* host_shard);
+  // The unit's whole slot of `kind` (arenas().slot: elems x elem_bytes bytes, its stored type)
+  // copied to / from host memory, wherever it lives; waits until done.
+  void read_slot(StateBuffer kind, size_t unit, void* host);
+  void write_slot(StateBuffer kind, size_t unit, const void* host);
   // Below stage 3: sets / reads the unit's full parameters (host fp32, units[unit].numel).
   void load_full_params(size_t unit, const float* host_values);
   void read_full_params(size_t unit, float* host_values);

@@ -25,6 +25,10 @@ class AdamWOptimizer {
   // One update of every parameter with learning rate `lr`; gradients are left as they are.
   StepStats step(nn::LocalParams& params, double lr, double gradient_clipping);
   int64_t steps_taken() const { return t_; }
+  // Checkpointing: the moments (device, total_numel fp32 each) and the step count.
+  float* m() { return m_.f32(); }
+  float* v() { return v_.f32(); }
+  void set_steps_taken(int64_t t) { t_ = t; }
 
  private:
   OptimizerConfig c_;

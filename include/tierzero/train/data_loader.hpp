@@ -21,6 +21,14 @@ class DataLoader {
   void next_batch(int32_t* inputs, int32_t* targets);
   void reset();  // back to the first batch
   size_t batches_per_epoch() const;
+  // Where the next batch comes from (a checkpoint saves it; resuming continues from it).
+  struct Position {
+    size_t shard = 0;
+    size_t position = 0;  // token offset in the shard
+  };
+  Position position() const { return {shard_, position_}; }
+  // Throws Error when the position is outside the shards (a checkpoint of other data).
+  void seek(const Position& p);
 
  private:
   std::vector<std::unique_ptr<TokenShard>> shards_;

@@ -21,6 +21,20 @@ class LossScaler {
   void update(bool overflow);
   int64_t skipped_steps() const { return skipped_; }
   bool dynamic() const { return dynamic_; }
+  // Everything update() changes (a checkpoint saves it; resuming restores it).
+  struct State {
+    double scale = 1.0;
+    int64_t good_steps = 0;
+    int64_t hysteresis_left = 0;
+    int64_t skipped = 0;
+  };
+  State state() const { return {scale_, good_steps_, hysteresis_left_, skipped_}; }
+  void restore(const State& s) {
+    scale_ = s.scale;
+    good_steps_ = s.good_steps;
+    hysteresis_left_ = s.hysteresis_left;
+    skipped_ = s.skipped;
+  }
 
  private:
   LossScaleConfig config_;

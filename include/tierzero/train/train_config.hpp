@@ -132,6 +132,14 @@ struct TrainConfig {
   int64_t val_batches = 8;
   std::string load_checkpoint;  // llm.c model checkpoint to start from
   std::string save_checkpoint;  // written at the end of the run
+  // Training checkpoints (tierzero.checkpoint; train --save-dir/--save-every/--keep-last/
+  // --resume): the whole training state, every rank its own shards (training_checkpoint.hpp).
+  struct CheckpointConfig {
+    std::string save_dir;    // empty: none written
+    int64_t save_every = 0;  // steps between checkpoints (0: only at the end, and on SIGTERM)
+    int64_t keep_last = 0;   // step directories kept (0: all)
+    std::string resume;      // a checkpoint directory (or its parent with `latest`) to resume
+  } checkpoint;
   std::string log_level = "info";
   double device_memory_budget_gb = 0.0;  // 0: the device's total memory
   // Pinned host memory the partition store may hold for offloaded state and staging;

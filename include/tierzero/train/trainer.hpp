@@ -6,9 +6,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "tierzero/train/loss_scaler.hpp"
 #include "tierzero/train/train_config.hpp"
 
 namespace tierzero::train {
@@ -64,6 +66,11 @@ class Trainer {
   void save_parallel_checkpoint(const std::vector<float>& host);
   TrainResult run_loop(std::FILE* out, const std::string& metrics_path,
                        const std::string& memory_json_path);
+  // Training checkpoints (training_checkpoint.hpp): what must match to resume, writing one after
+  // `steps_done` steps (collective), and restoring one; resume returns the steps done.
+  nlohmann::ordered_json checkpoint_identity() const;
+  std::string save_training_checkpoint(int64_t steps_done, const LossScaler& scaler);
+  int64_t resume_training(LossScaler& scaler);
   struct State;
   TrainConfig config_;
   std::string profile_path_;

@@ -32,7 +32,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tierzero/comm/communicator.hpp"
@@ -110,6 +112,31 @@ class PartitionStore {
   // collective at stage 3 (it gathers).
   void load_unit(size_t unit, const float* host_values);
   void read_unit(size_t unit, float* host_values);
+
+  // ---- checkpointing: this rank's training state as named blocks, streamed one at a time
+  // One block of state this rank keeps between steps: per unit its working parameters (all of
+  // them below stage 3, its shard at stage 3) and, where they are separate, its fp32 master, Adam
+  // m and v shards. begin: the block's first element within the unit's (padded) extent.
+  struct StateBlock {
+    size_t unit = 0;
+    StateBuffer kind = StateBuffer::param_shard;
+    Tier tier = Tier::device;
+    size_t begin = 0;
+    size_t elems = 0;
+    size_t elem_bytes = 4;  // the working type's for working parameters, else 4
+    size_t bytes() const { return elems * elem_bytes; }
+  };
+  // The blocks, in unit and kind order (the same on every call for this store's layout).
+  std::vector<StateBlock> state_blocks() const;
+  // Reads each block from wherever it lives (device, pinned host, NVMe) into one host buffer of
+  // its size and hands it to `sink`; host memory holds one block at a time. Waits for the
+  // optimizer's background work first. Not collective.
+  void save_state(const std::function<void(const StateBlock&, const void* data)>& sink);
+  // The reverse: `source` fills each block's host buffer (exactly bytes()), which is written
+  // where the block lives; then the step count is set (AdamW's bias correction continues from
+  // it). Before training or between steps; not collective.
+  void load_state(const std::function<void(const StateBlock&, void* data)>& source,
+                  int64_t steps_taken);
 
   int stage() const { return config_.stage; }
   const PartitionPlan& plan() const { return plan_; }

@@ -1,0 +1,113 @@
+// Training checkpoints: the whole training state, written by every rank for its own shards, so
+// a run resumes exactly where it stopped. A checkpoint is a directory DIR/step-<N> holding
+//   rank-<r>.bin   the rank's state blocks back to back, each streamed from whatever tier holds
+//                  it (working parameters, fp32 masters, Adam m and v), one block in host memory
+//                  at a time;
+//   rank-<r>.json  the rank's manifest: every block's name, dtype, tier, global range in its unit,
+//                  file offset, bytes and CRC32C, and the rank's data position;
+//   manifest.json  written last by rank 0: the run's identity (model, world, stage, placement,
+//                  precision), the step, the optimizer's step count and the loss scaler.
+// It is written as DIR/step-<N>.tmp, every file fsynced, renamed to DIR/step-<N> by rank 0 once all
+// ranks are done, the directory fsynced, and DIR/latest (the step directory's name) replaced
+// atomically: a failure at any point leaves the previous checkpoint as it was. `keep_last` rotates
+// the oldest out after a successful save. Reading checks the identity, sizes and CRCs and names the
+// file and the field or block that is wrong.
+#pragma once
+
+#include <signal.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tierzero/comm/communicator.hpp"
+#include "tierzero/train/data_loader.hpp"
+#include "tierzero/train/loss_scaler.hpp"
+
+namespace tierzero::train {
+
+// What the trainer restores besides the blocks.
+struct ResumePoint {
+  int64_t step = 0;         // optimizer steps done: the run continues with step + 1
+  int64_t steps_taken = 0;  // the optimizer's count (fp16 steps skipped on overflow excluded)
+  LossScaler::State scaler;
+  DataLoader::Position data;  // this rank's next training batch
+};
+
+// One rank's side of writing a checkpoint.
+class CheckpointWriter {
+ public:
+  // Opens DIR/step-<step>.tmp/rank-<rank>.bin (rank 0 creates the directory first; `group`
+  // orders that, null on one rank). Throws Error naming the path when it cannot.
+  CheckpointWriter(const std::string& dir, int64_t step, int rank, comm::Communicator* group);
+  ~CheckpointWriter();  // an unfinished writer closes its file (the .tmp directory stays invalid)
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  // Appends one block; `meta` (dtype, tier, unit, range, ...) goes into the rank's manifest with
+  // the block's offset, bytes and CRC32C. Names must be unique within a rank.
+  void add_block(const std::string& name, nlohmann::ordered_json meta, const void* data,
+                 size_t bytes);
+  // Collective over `group`: fsyncs the rank's files, and rank 0 writes manifest.json with
+  // `identity` and `point`, renames the directory into place, updates DIR/latest and removes the
+  // oldest step directories beyond keep_last (0: keep all). Returns the step directory.
+  std::string commit(const nlohmann::ordered_json& identity, const ResumePoint& point,
+                     size_t keep_last);
+
+ private:
+  std::string dir_, tmp_dir_, final_dir_;
+  int rank_;
+  comm::Communicator* group_;
+  std::FILE* file_ = nullptr;
+  size_t offset_ = 0;
+  nlohmann::ordered_json blocks_ = nlohmann::ordered_json::array();
+};
+
+// One rank's side of resuming.
+class CheckpointReader {
+ public:
+  // `path`: a step directory, or a directory with `latest`. Reads manifest.json and this rank's
+  // manifest; throws Error (naming the file and what differs) unless the identity equals
+  // `identity` field for field and the rank's files are whole.
+  CheckpointReader(const std::string& path, int rank, const nlohmann::ordered_json& identity);
+  const std::string& directory() const { return dir_; }
+  const ResumePoint& point() const { return point_; }
+  // Reads the next block, which must be `name` of `bytes` bytes, and checks its CRC32C.
+  void read_block(const std::string& name, void* data, size_t bytes);
+  // Every block was read (Error naming the first one left otherwise).
+  void finish() const;
+
+ private:
+  std::string dir_, bin_path_;
+  nlohmann::json blocks_;
+  size_t next_ = 0;
+  ResumePoint point_;
+  std::FILE* file_ = nullptr;
+
+ public:
+  ~CheckpointReader();
+  CheckpointReader(const CheckpointReader&) = delete;
+  CheckpointReader& operator=(const CheckpointReader&) = delete;
+};
+
+// Preemption: while one lives (and `install` was true), SIGTERM and SIGINT only set a flag that
+// the training loop reads after each step (it then saves and stops); the previous handlers come
+// back when it goes.
+class StopSignals {
+ public:
+  explicit StopSignals(bool install);
+  ~StopSignals();
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+  static bool requested();  // a signal arrived since install
+  static int signal();      // which (0: none)
+
+ private:
+  bool installed_ = false;
+  struct sigaction* old_ = nullptr;  // (2) SIGTERM's and SIGINT's
+};
+
+}  // namespace tierzero::train

@@ -1,0 +1,326 @@
+// Training checkpoints: the step directory's files, written durably and atomically, and read back
+// with every size, CRC and identity field checked.
+#include "tierzero/train/training_checkpoint.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <csignal>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tierzero/core/error.hpp"
+#include "tierzero/offload/crc32c.hpp"
+
+namespace tierzero::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kFormat = "tierzero-checkpoint";
+constexpr int kVersion = 1;
+
+std::string step_name(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
+  return name;
+}
+
+std::string rank_name(int rank, const char* ext) {
+  char name[32];
+  std::snprintf(name, sizeof name, "rank-%05d.%s", rank, ext);
+  return name;
+}
+
+void fsync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
+  TZ_CHECK(fd >= 0, "cannot open '" + path + "' to sync it: " + std::strerror(errno),
+           "check the checkpoint directory's permissions");
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  TZ_CHECK(rc == 0, "fsync of '" + path + "' failed: " + std::strerror(err),
+           "check the free space and health of the checkpoint's file system");
+}
+
+// Writes `text` to path durably: a temporary file, fsync, rename over path, fsync of the directory.
+void write_file_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::FILE* f = std::fopen(tmp.c_str(), "wb");
+    TZ_CHECK(f != nullptr, "cannot create '" + tmp + "': " + std::strerror(errno),
+             "check that the checkpoint directory is writable");
+    const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() &&
+                    std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
+    const int err = errno;
+    TZ_CHECK(std::fclose(f) == 0 && ok, "writing '" + tmp + "' failed: " + std::strerror(err),
+             "check the free space of the checkpoint's file system");
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  TZ_CHECK(!ec, "cannot rename '" + tmp + "' to '" + path + "': " + ec.message(), "");
+  fsync_path(fs::path(path).parent_path().string(), true);
+}
+
+nlohmann::json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  TZ_CHECK(in.good(), "checkpoint file '" + path + "' is missing or unreadable",
+           "resume from a complete checkpoint directory (DIR/step-N, or DIR with a 'latest' file)");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    TZ_THROW("checkpoint file '" + path + "' is not valid JSON: " + e.what(),
+             "the file is damaged; resume from an older checkpoint");
+  }
+}
+
+// The step directories under dir, oldest first.
+std::vector<std::pair<int64_t, fs::path>> step_dirs(const std::string& dir) {
+  std::vector<std::pair<int64_t, fs::path>> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_directory() || name.rfind("step-", 0) != 0 || name.find('.') != std::string::npos)
+      continue;
+    try {
+      out.emplace_back(std::stoll(name.substr(5)), e.path());
+    } catch (const std::exception&) {  // not ours
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+CheckpointWriter::CheckpointWriter(const std::string& dir, int64_t step, int rank,
+                                   comm::Communicator* group)
+    : dir_(dir),
+      tmp_dir_(dir + "/" + step_name(step) + ".tmp"),
+      final_dir_(dir + "/" + step_name(step)),
+      rank_(rank),
+      group_(group) {
+  if (rank == 0) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    TZ_CHECK(!ec, "cannot create the checkpoint directory '" + dir + "': " + ec.message(),
+             "give --save-dir a writable path");
+    fs::remove_all(tmp_dir_, ec);  // a save that died before its rename
+    fs::create_directory(tmp_dir_, ec);
+    TZ_CHECK(!ec, "cannot create '" + tmp_dir_ + "': " + ec.message(),
+             "check that the checkpoint directory is writable");
+  }
+  if (group) group->barrier();
+  const std::string path = tmp_dir_ + "/" + rank_name(rank, "bin");
+  file_ = std::fopen(path.c_str(), "wb");
+  TZ_CHECK(file_ != nullptr, "cannot create '" + path + "': " + std::strerror(errno),
+           "check that the checkpoint directory is writable (on every node)");
+}
+
+CheckpointWriter::~CheckpointWriter() {
+  if (file_) std::fclose(file_);
+}
+
+void CheckpointWriter::add_block(const std::string& name, nlohmann::ordered_json meta,
+                                 const void* data, size_t bytes) {
+  TZ_CHECK(file_ != nullptr, "checkpoint block '" + name + "' after commit", "internal error");
+  const bool ok = bytes == 0 || std::fwrite(data, 1, bytes, file_) == bytes;
+  TZ_CHECK(ok,
+           "writing block '" + name + "' to '" + tmp_dir_ + "/" + rank_name(rank_, "bin") +
+               "' failed: " + std::strerror(errno),
+           "check the free space of the checkpoint's file system; the previous checkpoint is "
+           "untouched");
+  meta["name"] = name;
+  meta["offset"] = offset_;
+  meta["bytes"] = bytes;
+  meta["crc32c"] = offload::crc32c(data, bytes);
+  blocks_.push_back(std::move(meta));
+  offset_ += bytes;
+}
+
+std::string CheckpointWriter::commit(const nlohmann::ordered_json& identity,
+                                     const ResumePoint& point, size_t keep_last) {
+  const std::string bin = tmp_dir_ + "/" + rank_name(rank_, "bin");
+  const bool ok = std::fflush(file_) == 0 && ::fsync(::fileno(file_)) == 0;
+  const int err = errno;
+  const bool closed = std::fclose(file_) == 0;
+  file_ = nullptr;
+  TZ_CHECK(ok && closed, "writing '" + bin + "' failed: " + std::strerror(err),
+           "check the free space of the checkpoint's file system; the previous checkpoint is "
+           "untouched");
+  nlohmann::ordered_json mine;
+  mine["rank"] = rank_;
+  mine["file"] = rank_name(rank_, "bin");
+  mine["file_bytes"] = offset_;
+  mine["data"] = {{"shard", point.data.shard}, {"position", point.data.position}};
+  mine["blocks"] = blocks_;
+  write_file_atomic(tmp_dir_ + "/" + rank_name(rank_, "json"), mine.dump(1));
+  if (group_) group_->barrier();  // every rank's files are durable
+  if (rank_ == 0) {
+    nlohmann::ordered_json m;
+    m["format"] = kFormat;
+    m["version"] = kVersion;
+    m["step"] = point.step;
+    m["optimizer_steps"] = point.steps_taken;
+    m["loss_scaler"] = {{"scale", point.scaler.scale},
+                        {"good_steps", point.scaler.good_steps},
+                        {"hysteresis_left", point.scaler.hysteresis_left},
+                        {"skipped", point.scaler.skipped}};
+    m["identity"] = identity;
+    write_file_atomic(tmp_dir_ + "/manifest.json", m.dump(1));
+    std::error_code ec;
+    fs::remove_all(final_dir_, ec);  // a checkpoint of the same step from an earlier run
+    fs::rename(tmp_dir_, final_dir_, ec);
+    TZ_CHECK(!ec, "cannot rename '" + tmp_dir_ + "' to '" + final_dir_ + "': " + ec.message(),
+             "check the checkpoint directory; the previous checkpoint is untouched");
+    fsync_path(dir_, true);
+    write_file_atomic(dir_ + "/latest", fs::path(final_dir_).filename().string() + "\n");
+    if (keep_last > 0) {
+      auto all = step_dirs(dir_);
+      for (size_t i = 0; i + keep_last < all.size(); ++i) fs::remove_all(all[i].second, ec);
+    }
+  }
+  if (group_) group_->barrier();  // nobody resumes or saves again before the rename
+  return final_dir_;
+}
+
+CheckpointReader::CheckpointReader(const std::string& path, int rank,
+                                   const nlohmann::ordered_json& identity) {
+  dir_ = path;
+  if (!fs::exists(dir_ + "/manifest.json") && fs::exists(dir_ + "/latest")) {
+    std::ifstream in(dir_ + "/latest");
+    std::string name;
+    std::getline(in, name);
+    TZ_CHECK(!name.empty(), "'" + dir_ + "/latest' is empty", "resume from a step directory");
+    dir_ += "/" + name;
+  }
+  const std::string manifest_path = dir_ + "/manifest.json";
+  const nlohmann::json m = read_json_file(manifest_path);
+  try {
+    TZ_CHECK(m.at("format") == kFormat && m.at("version") == kVersion,
+             "'" + manifest_path + "' is not a version-" + std::to_string(kVersion) +
+                 " TierZero checkpoint manifest",
+             "resume from a directory written by train --save-dir");
+    const nlohmann::json& have = m.at("identity");
+    for (const auto& [key, want] : identity.items()) {
+      const bool same = have.contains(key) && have.at(key) == nlohmann::json(want);
+      TZ_CHECK(same,
+               "checkpoint '" + dir_ + "' was written with " + key + " = " +
+                   (have.contains(key) ? have.at(key).dump() : std::string("(none)")) +
+                   ", this run has " + nlohmann::json(want).dump(),
+               "resume with the model, world size, ZeRO stage, placement and precision the "
+               "checkpoint was written with (resharding is not supported yet)");
+    }
+    point_.step = m.at("step").get<int64_t>();
+    point_.steps_taken = m.at("optimizer_steps").get<int64_t>();
+    const nlohmann::json& s = m.at("loss_scaler");
+    point_.scaler.scale = s.at("scale").get<double>();
+    point_.scaler.good_steps = s.at("good_steps").get<int64_t>();
+    point_.scaler.hysteresis_left = s.at("hysteresis_left").get<int64_t>();
+    point_.scaler.skipped = s.at("skipped").get<int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    TZ_THROW("checkpoint manifest '" + manifest_path + "' lacks a field: " + e.what(),
+             "the file is damaged; resume from an older checkpoint");
+  }
+  const std::string rank_path = dir_ + "/" + rank_name(rank, "json");
+  const nlohmann::json r = read_json_file(rank_path);
+  try {
+    blocks_ = r.at("blocks");
+    point_.data.shard = r.at("data").at("shard").get<size_t>();
+    point_.data.position = r.at("data").at("position").get<size_t>();
+    bin_path_ = dir_ + "/" + r.at("file").get<std::string>();
+    const auto want = r.at("file_bytes").get<uintmax_t>();
+    std::error_code ec;
+    const uintmax_t have = fs::file_size(bin_path_, ec);
+    TZ_CHECK(!ec, "checkpoint shard '" + bin_path_ + "' is missing: " + ec.message(),
+             "resume from a complete checkpoint (every rank's rank-N.bin)");
+    TZ_CHECK(have == want,
+             "checkpoint shard '" + bin_path_ + "' has " + std::to_string(have) +
+                 " bytes, its manifest says " + std::to_string(want) + " (truncated or replaced)",
+             "the file is damaged; resume from an older checkpoint");
+  } catch (const nlohmann::json::exception& e) {
+    TZ_THROW("checkpoint manifest '" + rank_path + "' lacks a field: " + e.what(),
+             "the file is damaged; resume from an older checkpoint");
+  }
+  file_ = std::fopen(bin_path_.c_str(), "rb");
+  TZ_CHECK(file_ != nullptr, "cannot open '" + bin_path_ + "': " + std::strerror(errno), "");
+}
+
+CheckpointReader::~CheckpointReader() {
+  if (file_) std::fclose(file_);
+}
+
+void CheckpointReader::read_block(const std::string& name, void* data, size_t bytes) {
+  TZ_CHECK(next_ < blocks_.size(),
+           "checkpoint shard '" + bin_path_ + "' has no block '" + name + "' (it holds " +
+               std::to_string(blocks_.size()) + ")",
+           "resume with the layout the checkpoint was written with");
+  const nlohmann::json& b = blocks_[next_++];
+  const std::string have = b.value("name", std::string());
+  const size_t have_bytes = b.value("bytes", size_t{0});
+  TZ_CHECK(have == name && have_bytes == bytes,
+           "checkpoint shard '" + bin_path_ + "': expected block '" + name + "' of " +
+               std::to_string(bytes) + " bytes, found '" + have + "' of " +
+               std::to_string(have_bytes),
+           "resume with the layout the checkpoint was written with");
+  const auto offset = b.value("offset", size_t{0});
+  const bool ok = std::fseek(file_, static_cast<long>(offset), SEEK_SET) == 0 &&
+                  (bytes == 0 || std::fread(data, 1, bytes, file_) == bytes);
+  TZ_CHECK(ok, "reading block '" + name + "' of '" + bin_path_ + "' failed", "");
+  const uint32_t crc = offload::crc32c(data, bytes);
+  TZ_CHECK(crc == b.value("crc32c", uint32_t{0}),
+           "checkpoint shard '" + bin_path_ + "': block '" + name + "' (bytes " +
+               std::to_string(offset) + "-" + std::to_string(offset + bytes) +
+               ") fails its CRC32C check (the data is corrupt)",
+           "resume from an older checkpoint");
+}
+
+void CheckpointReader::finish() const {
+  TZ_CHECK(next_ == blocks_.size(),
+           "checkpoint shard '" + bin_path_ + "' holds " + std::to_string(blocks_.size()) +
+               " blocks, this run read " + std::to_string(next_),
+           "resume with the layout the checkpoint was written with");
+}
+
+namespace {
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void on_stop_signal(int sig) {
+  g_stop_signal = sig;
+}
+}  // namespace
+
+StopSignals::StopSignals(bool install) {
+  if (!install) return;
+  g_stop_signal = 0;
+  old_ = new struct sigaction[2];
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  TZ_CHECK(sigaction(SIGTERM, &sa, &old_[0]) == 0 && sigaction(SIGINT, &sa, &old_[1]) == 0,
+           std::string("cannot install the SIGTERM/SIGINT handlers: ") + std::strerror(errno), "");
+  installed_ = true;
+}
+
+StopSignals::~StopSignals() {
+  if (installed_) {
+    sigaction(SIGTERM, &old_[0], nullptr);
+    sigaction(SIGINT, &old_[1], nullptr);
+  }
+  delete[] old_;
+}
+
+bool StopSignals::requested() {
+  return g_stop_signal != 0;
+}
+
+int StopSignals::signal() {
+  return static_cast<int>(g_stop_signal);
+}
+
+}  // namespace tierzero::train
