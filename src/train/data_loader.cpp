@@ -59,6 +59,11 @@ void DataLoader::next_batch(int32_t* inputs, int32_t* targets) {
   position_ += n * world_;
 }
 
+void DataLoader::seek_from_first_rank(const Position& p) {
+  seek(p);
+  position_ += B_ * T_ * rank_;  // past the shard's end: next_batch moves to the next shard
+}
+
 void DataLoader::seek(const Position& p) {
   TZ_CHECK(p.shard < shards_.size() && p.position < shards_[p.shard]->size(),
            "data position (shard " + std::to_string(p.shard) + ", token " +

@@ -768,13 +768,21 @@ nlohmann::ordered_json Trainer::checkpoint_identity() const {
   const State& s = *state_;
   nlohmann::ordered_json id;
   id["model"] = s.model_config.str();
+  // The layout (may change on resume: checkpoint_layout_keys), then what may not.
+  const comm::MeshShape mesh = s.mesh ? s.mesh->layout().shape() : comm::MeshShape{};
   id["ranks"] = s.world_size;
-  id["mesh"] = s.mesh ? s.mesh->layout().shape().str() : std::string("one rank");
+  id["dp"] = mesh.dp;
+  id["sp"] = mesh.sp;
   id["zero_stage"] = s.store ? s.store->stage() : 0;
+  id["tp"] = mesh.tp;
+  id["pp"] = mesh.pp;
+  id["pipeline_virtual_stages"] = config_.pipeline_virtual_stages;
   id["placement"] = describe_placement(config_);
   id["precision"] = config_.bf16 ? "bf16" : config_.fp16 ? "fp16" : "fp32";
   id["blocks_per_unit"] = config_.blocks_per_unit;
   id["micro_batch"] = config_.micro_batch_size;
+  // Sequences per optimizer step: what must stay for the run to go on as it was.
+  id["global_batch"] = config_.micro_batch_size * config_.gradient_accumulation_steps * mesh.dp;
   id["seq_len"] = config_.seq_len;
   id["gradient_accumulation_steps"] = config_.gradient_accumulation_steps;
   id["parameters"] = nn::ParamLayout(s.model_config).parameter_count();  // the whole model's
@@ -783,19 +791,61 @@ nlohmann::ordered_json Trainer::checkpoint_identity() const {
 
 namespace {
 
-// The reference path's state: its parameters and AdamW's moments (device, total_numel fp32 each).
+// What a checkpoint may be resumed under when it differs: the data-parallel (and Ulysses) world,
+// the ZeRO stage, the placement, and the micro-batch (the global batch stays). The state is then
+// read by ranges (CheckpointRanges).
+const std::vector<std::string> kCheckpointLayoutKeys = {"ranks",      "dp",        "sp",
+                                                        "zero_stage", "placement", "micro_batch"};
+
+// The reference path's state per unit, named as the store names its blocks: the fp32 parameters
+// (which are the master) and AdamW's moments, each a slice of a device buffer (total_numel fp32).
 struct ReferenceBlock {
-  const char* name;
-  float* device;
+  std::string unit;
+  const char* kind;
+  float* device;  // (elems)
+  size_t elems;
 };
 
-std::vector<ReferenceBlock> reference_blocks(nn::LocalParams& params, AdamWOptimizer* optimizer) {
-  std::vector<ReferenceBlock> blocks = {{"params", params.params()}};
-  if (optimizer) {
-    blocks.push_back({"adam_m", optimizer->m()});
-    blocks.push_back({"adam_v", optimizer->v()});
+std::vector<ReferenceBlock> reference_blocks(const nn::ParamLayout& layout, size_t blocks_per_unit,
+                                             nn::LocalParams& params, AdamWOptimizer* optimizer) {
+  const UnitGrouping g = group_units(layout, blocks_per_unit);
+  std::vector<ReferenceBlock> blocks;
+  for (size_t u = 0; u < g.specs.size(); ++u) {
+    const size_t at = g.start[u], n = g.specs[u].numel;
+    blocks.push_back({g.specs[u].name, "params_full", params.params() + at, n});
+    if (optimizer) {
+      blocks.push_back({g.specs[u].name, "adam_m", optimizer->m() + at, n});
+      blocks.push_back({g.specs[u].name, "adam_v", optimizer->v() + at, n});
+    }
   }
   return blocks;
+}
+
+// A store block's kind as checkpoints name it (stable, unlike the report's display names).
+std::string checkpoint_kind(zero::StateBuffer b) {
+  switch (b) {
+    case zero::StateBuffer::params_full:
+      return "params_full";
+    case zero::StateBuffer::param_shard:
+      return "param_shard";
+    case zero::StateBuffer::master:
+      return "master";
+    case zero::StateBuffer::adam_m:
+      return "adam_m";
+    case zero::StateBuffer::adam_v:
+      return "adam_v";
+    default:
+      TZ_THROW(std::string("no checkpoint name for state ") + zero::state_buffer_name(b),
+               "internal error: gradients are not checkpointed");
+  }
+}
+
+// The checkpoint's kinds that hold a block kind's values, in order of preference: the fp32 master
+// is the working parameters themselves where no separate master was kept.
+std::vector<std::string> source_kinds(const std::string& kind) {
+  if (kind == "params_full" || kind == "param_shard") return {"params_full", "param_shard"};
+  if (kind == "master") return {"master", "params_full", "param_shard"};
+  return {kind};
 }
 
 }  // namespace
@@ -808,30 +858,35 @@ std::string Trainer::save_training_checkpoint(int64_t steps_done, const LossScal
   point.step = steps_done;
   point.scaler = scaler.state();
   point.data = s.train_loader->position();
+  const std::string working = config_.bf16 ? "bf16" : config_.fp16 ? "f16" : "f32";
+  const auto add = [&](const std::string& unit, const std::string& kind, size_t elem_bytes,
+                       const std::string& tier, size_t begin, size_t elems, const void* data) {
+    nlohmann::ordered_json meta;
+    meta["unit"] = unit;
+    meta["kind"] = kind;
+    meta["dtype"] = elem_bytes == 4 ? "f32" : working;
+    meta["tier"] = tier;
+    meta["begin"] = begin;  // global range [begin, begin + elems) in the unit
+    meta["elems"] = elems;
+    writer.add_block(unit + "." + kind, meta, data, elems * elem_bytes);
+  };
   if (s.store) {
     const zero::PartitionPlan& plan = s.store->plan();
     s.store->save_state([&](const zero::PartitionStore::StateBlock& b, const void* data) {
-      nlohmann::ordered_json meta;
-      meta["unit"] = plan.units()[b.unit].name;
-      meta["kind"] = zero::state_buffer_name(b.kind);
-      meta["dtype"] = b.elem_bytes == 4 ? "f32" : config_.bf16 ? "bf16" : "f16";
-      meta["tier"] = tier_name(b.tier);
-      meta["begin"] = b.begin;  // global range [begin, begin + elems) in the unit
-      meta["elems"] = b.elems;
-      writer.add_block(plan.units()[b.unit].name + "." + zero::state_buffer_name(b.kind), meta,
-                       data, b.bytes());
+      add(plan.units()[b.unit].name, checkpoint_kind(b.kind), b.elem_bytes, tier_name(b.tier),
+          b.begin, b.elems, data);
     });
     point.steps_taken = s.store->steps_taken();
   } else {
-    const size_t n = s.layout().total_numel();
-    std::vector<float> host(n);  // (total_numel) fp32, one block at a time
-    for (const ReferenceBlock& b : reference_blocks(*s.params, s.optimizer.get())) {
-      s.device->copy(host.data(), b.device, n * sizeof(float), CopyKind::device_to_host,
+    std::vector<float> host;  // (elems) fp32, one block at a time
+    for (const ReferenceBlock& b :
+         reference_blocks(s.layout(), static_cast<size_t>(config_.blocks_per_unit), *s.params,
+                          s.optimizer.get())) {
+      host.resize(b.elems);
+      s.device->copy(host.data(), b.device, b.elems * sizeof(float), CopyKind::device_to_host,
                      s.device->default_stream());
       s.device->default_stream().synchronize();
-      nlohmann::ordered_json meta = {
-          {"dtype", "f32"}, {"tier", "device"}, {"begin", 0}, {"elems", n}};
-      writer.add_block(b.name, meta, host.data(), n * sizeof(float));
+      add(b.unit, b.kind, sizeof(float), "device", 0, b.elems, host.data());
     }
     point.steps_taken = s.optimizer ? s.optimizer->steps_taken() : 0;
   }
@@ -841,30 +896,56 @@ std::string Trainer::save_training_checkpoint(int64_t steps_done, const LossScal
 
 int64_t Trainer::resume_training(LossScaler& scaler) {
   State& s = *state_;
-  CheckpointReader reader(config_.checkpoint.resume, s.rank, checkpoint_identity());
+  CheckpointReader reader(config_.checkpoint.resume, s.rank, checkpoint_identity(),
+                          kCheckpointLayoutKeys);
+  std::unique_ptr<CheckpointRanges> ranges;
+  if (!reader.same_layout()) {
+    ranges = std::make_unique<CheckpointRanges>(reader.directory());
+    log::info("resuming '" + reader.directory() +
+              "' in another data-parallel layout, stage or placement: its state is resharded");
+  }
+  const std::string working = config_.bf16 ? "bf16" : config_.fp16 ? "f16" : "f32";
+  // One block, either in order from this rank's file or by range from every rank's.
+  const auto read = [&](const std::string& unit, const std::string& kind, size_t elem_bytes,
+                        size_t begin, size_t elems, void* data) {
+    if (!ranges) return reader.read_block(unit + "." + kind, data, elems * elem_bytes);
+    TZ_CHECK(ranges->read(unit, source_kinds(kind), elem_bytes == 4 ? "f32" : working, begin, elems,
+                          data),
+             "checkpoint '" + reader.directory() + "' holds no " + kind + " state of unit " + unit,
+             "resume from a checkpoint of this model written with optimizer states");
+  };
   if (s.store) {
     const zero::PartitionPlan& plan = s.store->plan();
     s.store->load_state(
         [&](const zero::PartitionStore::StateBlock& b, void* data) {
-          reader.read_block(plan.units()[b.unit].name + "." + zero::state_buffer_name(b.kind), data,
-                            b.bytes());
+          read(plan.units()[b.unit].name, checkpoint_kind(b.kind), b.elem_bytes, b.begin, b.elems,
+               data);
         },
         reader.point().steps_taken);
   } else {
-    const size_t n = s.layout().total_numel();
-    std::vector<float> host(n);  // (total_numel) fp32
     TZ_CHECK(s.optimizer != nullptr || config_.steps == 0, "no optimizer to resume", "");
-    for (const ReferenceBlock& b : reference_blocks(*s.params, s.optimizer.get())) {
-      reader.read_block(b.name, host.data(), n * sizeof(float));
-      s.device->copy(b.device, host.data(), n * sizeof(float), CopyKind::host_to_device,
+    std::vector<float> host;  // (elems) fp32
+    for (const ReferenceBlock& b :
+         reference_blocks(s.layout(), static_cast<size_t>(config_.blocks_per_unit), *s.params,
+                          s.optimizer.get())) {
+      host.resize(b.elems);
+      read(b.unit, b.kind, sizeof(float), 0, b.elems, host.data());
+      s.device->copy(b.device, host.data(), b.elems * sizeof(float), CopyKind::host_to_device,
                      s.device->default_stream());
       s.device->default_stream().synchronize();
     }
     if (s.optimizer) s.optimizer->set_steps_taken(reader.point().steps_taken);
   }
-  reader.finish();
   scaler.restore(reader.point().scaler);
-  s.train_loader->seek(reader.point().data);
+  if (!ranges) {
+    reader.finish();
+    s.train_loader->seek(reader.point().data);
+  } else {
+    // Another data-parallel world reads other windows: this replica starts dp_rank windows past
+    // where the writer's first replica was (the runs differ from here on, as any change of the
+    // data-parallel size makes them).
+    s.train_loader->seek_from_first_rank(ranges->first_rank_data());
+  }
   return reader.point().step;
 }
 

@@ -191,7 +191,8 @@ std::string CheckpointWriter::commit(const nlohmann::ordered_json& identity,
 }
 
 CheckpointReader::CheckpointReader(const std::string& path, int rank,
-                                   const nlohmann::ordered_json& identity) {
+                                   const nlohmann::ordered_json& identity,
+                                   const std::vector<std::string>& layout_keys) {
   dir_ = path;
   if (!fs::exists(dir_ + "/manifest.json") && fs::exists(dir_ + "/latest")) {
     std::ifstream in(dir_ + "/latest");
@@ -210,12 +211,19 @@ CheckpointReader::CheckpointReader(const std::string& path, int rank,
     const nlohmann::json& have = m.at("identity");
     for (const auto& [key, want] : identity.items()) {
       const bool same = have.contains(key) && have.at(key) == nlohmann::json(want);
+      const bool layout =
+          std::find(layout_keys.begin(), layout_keys.end(), key) != layout_keys.end();
+      if (layout) {
+        same_layout_ = same_layout_ && same;
+        continue;
+      }
       TZ_CHECK(same,
                "checkpoint '" + dir_ + "' was written with " + key + " = " +
                    (have.contains(key) ? have.at(key).dump() : std::string("(none)")) +
                    ", this run has " + nlohmann::json(want).dump(),
-               "resume with the model, world size, ZeRO stage, placement and precision the "
-               "checkpoint was written with (resharding is not supported yet)");
+               "resume with the model, precision, batch shape and model-parallel sizes the "
+               "checkpoint was written with (the data-parallel world, the ZeRO stage and the "
+               "placement may change)");
     }
     point_.step = m.at("step").get<int64_t>();
     point_.steps_taken = m.at("optimizer_steps").get<int64_t>();
@@ -228,6 +236,7 @@ CheckpointReader::CheckpointReader(const std::string& path, int rank,
     TZ_THROW("checkpoint manifest '" + manifest_path + "' lacks a field: " + e.what(),
              "the file is damaged; resume from an older checkpoint");
   }
+  if (!same_layout_) return;  // read by ranges over every rank's files
   const std::string rank_path = dir_ + "/" + rank_name(rank, "json");
   const nlohmann::json r = read_json_file(rank_path);
   try {
@@ -286,6 +295,103 @@ void CheckpointReader::finish() const {
            "checkpoint shard '" + bin_path_ + "' holds " + std::to_string(blocks_.size()) +
                " blocks, this run read " + std::to_string(next_),
            "resume with the layout the checkpoint was written with");
+}
+
+CheckpointRanges::CheckpointRanges(const std::string& step_dir) {
+  std::vector<std::string> manifests;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(step_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("rank-", 0) == 0 && e.path().extension() == ".json")
+      manifests.push_back(e.path().string());
+  }
+  TZ_CHECK(!ec && !manifests.empty(), "checkpoint '" + step_dir + "' has no rank manifests",
+           "resume from a complete checkpoint directory");
+  std::sort(manifests.begin(), manifests.end());
+  for (const std::string& path : manifests) {
+    const nlohmann::json r = read_json_file(path);
+    try {
+      const std::string bin = step_dir + "/" + r.at("file").get<std::string>();
+      const auto want = r.at("file_bytes").get<uintmax_t>();
+      const uintmax_t have = fs::file_size(bin, ec);
+      TZ_CHECK(!ec, "checkpoint shard '" + bin + "' is missing: " + ec.message(),
+               "resume from a complete checkpoint (every rank's rank-N.bin)");
+      TZ_CHECK(have == want,
+               "checkpoint shard '" + bin + "' has " + std::to_string(have) +
+                   " bytes, its manifest says " + std::to_string(want) + " (truncated or replaced)",
+               "the file is damaged; resume from an older checkpoint");
+      if (r.at("rank").get<int>() == 0)
+        first_data_ = {r.at("data").at("shard").get<size_t>(),
+                       r.at("data").at("position").get<size_t>()};
+      for (const nlohmann::json& b : r.at("blocks")) {
+        if (!b.contains("unit")) continue;  // not a unit's state
+        Block blk;
+        blk.file = bin;
+        blk.unit = b.at("unit").get<std::string>();
+        blk.kind = b.at("kind").get<std::string>();
+        blk.dtype = b.at("dtype").get<std::string>();
+        blk.begin = b.at("begin").get<size_t>();
+        blk.elems = b.at("elems").get<size_t>();
+        blk.offset = b.at("offset").get<size_t>();
+        blk.bytes = b.at("bytes").get<size_t>();
+        blk.crc = b.at("crc32c").get<uint32_t>();
+        blocks_.push_back(std::move(blk));
+      }
+    } catch (const nlohmann::json::exception& e) {
+      TZ_THROW("checkpoint manifest '" + path + "' lacks a field: " + e.what(),
+               "the file is damaged; resume from an older checkpoint");
+    }
+  }
+}
+
+CheckpointRanges::~CheckpointRanges() = default;
+
+const std::vector<uint8_t>& CheckpointRanges::load(const Block& b) {
+  if (cached_ == &b) return cache_;
+  cached_ = nullptr;
+  cache_.resize(b.bytes);
+  std::FILE* f = std::fopen(b.file.c_str(), "rb");
+  TZ_CHECK(f != nullptr, "cannot open '" + b.file + "': " + std::strerror(errno), "");
+  const bool ok = std::fseek(f, static_cast<long>(b.offset), SEEK_SET) == 0 &&
+                  (b.bytes == 0 || std::fread(cache_.data(), 1, b.bytes, f) == b.bytes);
+  std::fclose(f);
+  TZ_CHECK(ok, "reading block '" + b.unit + "." + b.kind + "' of '" + b.file + "' failed", "");
+  TZ_CHECK(offload::crc32c(cache_.data(), b.bytes) == b.crc,
+           "checkpoint shard '" + b.file + "': block '" + b.unit + "." + b.kind + "' (bytes " +
+               std::to_string(b.offset) + "-" + std::to_string(b.offset + b.bytes) +
+               ") fails its CRC32C check (the data is corrupt)",
+           "resume from an older checkpoint");
+  cached_ = &b;
+  return cache_;
+}
+
+bool CheckpointRanges::read(const std::string& unit, const std::vector<std::string>& kinds,
+                            const std::string& dtype, size_t begin, size_t count, void* dst) {
+  for (const std::string& kind : kinds) {
+    std::vector<const Block*> found;
+    for (const Block& b : blocks_)
+      if (b.unit == unit && b.kind == kind && b.dtype == dtype) found.push_back(&b);
+    if (found.empty()) continue;
+    const size_t eb = found.front()->bytes / std::max<size_t>(found.front()->elems, 1);
+    auto* out = static_cast<uint8_t*>(dst);
+    std::memset(out, 0, count * eb);  // padding no block reaches
+    // Replicas (every rank's full parameters below stage 3) cover the same range: read one.
+    std::vector<char> filled(count, 0);  // (count)
+    for (const Block* b : found) {
+      const size_t lo = std::max(begin, b->begin),
+                   hi = std::min(begin + count, b->begin + b->elems);
+      if (lo >= hi || std::all_of(filled.begin() + static_cast<std::ptrdiff_t>(lo - begin),
+                                  filled.begin() + static_cast<std::ptrdiff_t>(hi - begin),
+                                  [](char c) { return c != 0; }))
+        continue;
+      const std::vector<uint8_t>& data = load(*b);
+      std::memcpy(out + (lo - begin) * eb, data.data() + (lo - b->begin) * eb, (hi - lo) * eb);
+      std::fill(filled.begin() + static_cast<std::ptrdiff_t>(lo - begin),
+                filled.begin() + static_cast<std::ptrdiff_t>(hi - begin), 1);
+    }
+    return true;
+  }
+  return false;
 }
 
 namespace {

@@ -2,7 +2,7 @@
 # Training checkpoints end to end with the real binary (issue 17). <mode> picks the run: ref (one
 # rank, the fp32 reference path), zero3_nvme (2 ranks, ZeRO-3, parameters and optimizer on NVMe),
 # bf16_zero2 (2 ranks), fp16_zero1 (one rank, dynamic loss scaling that changes scale within the
-# run), tp2, pp2 (1F1B, 2 micro-batches), ulysses2 (all 2 ranks, ZeRO-3).
+# run), tp2, pp2 (1F1B, 2 micro-batches), ulysses2 (all 2 ranks, ZeRO-3); reshard (below).
 #  1. A 10-step run saves a checkpoint every 5 steps (--save-dir, --save-every 5, --keep-last 2).
 #  2. A run resumed from the step-5 checkpoint must give bit-identical results: the same loss and
 #     gradient norm bits for steps 6-10, and a byte-identical final llm.c model file.
@@ -12,6 +12,10 @@
 #     leaves the previous checkpoint the one `latest` names, and resuming from it works.
 #  4. (ref and zero3_nvme) SIGTERM while training: the run finishes its step, saves, exits 0;
 #     resuming it to the end matches an uninterrupted run bit for bit.
+# reshard: a checkpoint resumed in another layout, the global batch kept (2 ranks x micro-batch 2
+# = 1 rank x 4): 2 ranks ZeRO-3 with NVMe -> 1 rank (the reference path), 1 rank -> 2 ranks
+# ZeRO-3 with NVMe, and 2 ranks ZeRO-3 -> ZeRO-0; steps 6-10 must match the uninterrupted run of
+# the writer within 1e-5 relative (the reductions' order differs, so not bitwise).
 # usage: run_resume.sh <tierzero> <mode> <mpiexec command...>
 tierzero=$1; mode=$2; shift 2
 dir=$(mktemp -d)
@@ -29,6 +33,7 @@ case "$mode" in
   tp2) args="--tp 2" ;;
   pp2) args="--pp 2 --micro-batches 2" ;;
   ulysses2) stage=3; args="--ulysses 2" ;;
+  reshard) ;;
   *) echo "unknown mode $mode"; exit 2 ;;
 esac
 # write_config <file> <steps> <n_embd>
@@ -47,10 +52,47 @@ train() {  # train <log> <command...>
 }
 launch() { if [ "$ranks" -gt 1 ]; then echo "$MPI -n $ranks"; fi; }
 MPI="$*"
-write_config "$dir/run.json" 10 64
 # the loss and gradient norm of steps <from>.. of a metrics file, as written (full precision)
 steps_from() { awk -v from="$1" -F', ' '{ split($1, s, ": "); if (s[2] + 0 >= from) print $1 ", " $2 ", " $4 }' "$2"; }
 
+if [ "$mode" = reshard ]; then
+  # close <what> <reference metrics> <candidate metrics>: steps 6-10 within 1e-5 relative
+  close() {
+    steps_from 6 "$2" | sed 's/[^0-9.e, -]//g' > "$dir/c.a"; steps_from 6 "$3" | sed 's/[^0-9.e, -]//g' > "$dir/c.b"
+    paste -d, "$dir/c.a" "$dir/c.b" | awk -F, -v what="$1" '
+      function abs(v) { return v < 0 ? -v : v }
+      { n++; for (i = 2; i <= 3; i++) { r = abs($i - $(i + 3)) / abs($i); if (r > m) m = r } }
+      END { printf "%s: steps 6-10 max rel err %.3g over %d steps (tolerance 1e-5)\n", what, m, n;
+            exit (n == 5 && m <= 1e-5) ? 0 : 1 }' || { echo "FAIL: $1"; fail=1; }
+  }
+  top=""
+  stage=3; extra=", \"offload_param\": $(nvme), \"offload_optimizer\": $(nvme)"
+  write_config "$dir/z3.json" 10 64
+  stage=0; extra=""
+  write_config "$dir/z0.json" 10 64
+  sed 's/"train_micro_batch_size_per_gpu": 2/"train_micro_batch_size_per_gpu": 4/' "$dir/z0.json" > "$dir/one.json"
+  timeout -k 5 180 $MPI -n 2 "$tierzero" train --config "$dir/z3.json" --save-dir "$dir/two" \
+    --save-every 5 --metrics "$dir/two.jsonl" > "$dir/two.out" 2>&1 || { cat "$dir/two.out"; exit 1; }
+  timeout -k 5 180 "$tierzero" train --config "$dir/one.json" --resume "$dir/two/step-00000005" \
+    --metrics "$dir/two_to_one.jsonl" > "$dir/t.out" 2>&1 || { cat "$dir/t.out"; exit 1; }
+  grep "resharded" "$dir/t.out"
+  close "2 ranks ZeRO-3 NVMe -> 1 rank" "$dir/two.jsonl" "$dir/two_to_one.jsonl"
+  timeout -k 5 180 $MPI -n 2 "$tierzero" train --config "$dir/z0.json" --resume "$dir/two/step-00000005" \
+    --metrics "$dir/z3_to_z0.jsonl" > "$dir/t.out" 2>&1 || { cat "$dir/t.out"; exit 1; }
+  close "2 ranks ZeRO-3 NVMe -> 2 ranks ZeRO-0" "$dir/two.jsonl" "$dir/z3_to_z0.jsonl"
+  timeout -k 5 180 "$tierzero" train --config "$dir/one.json" --save-dir "$dir/one" \
+    --save-every 5 --metrics "$dir/one.jsonl" > "$dir/one.out" 2>&1 || { cat "$dir/one.out"; exit 1; }
+  timeout -k 5 180 $MPI -n 2 "$tierzero" train --config "$dir/z3.json" --resume "$dir/one" \
+    --metrics "$dir/one_to_two.jsonl" > "$dir/t.out" 2>&1 || { cat "$dir/t.out"; exit 1; }
+  grep -q "resumed after step 10" "$dir/t.out" && echo "(latest is step 10: resumed at the end)"
+  timeout -k 5 180 $MPI -n 2 "$tierzero" train --config "$dir/z3.json" --resume "$dir/one/step-00000005" \
+    --metrics "$dir/one_to_two.jsonl" > "$dir/t.out" 2>&1 || { cat "$dir/t.out"; exit 1; }
+  close "1 rank -> 2 ranks ZeRO-3 NVMe" "$dir/one.jsonl" "$dir/one_to_two.jsonl"
+  [ $fail -eq 0 ] && echo "run_resume: OK"
+  exit $fail
+fi
+
+write_config "$dir/run.json" 10 64
 echo "== $mode: 10 steps, a checkpoint every 5 ($(launch) $args)"
 train "$dir/full.out" $(launch) "$tierzero" train --config "$dir/run.json" $args --save-dir "$dir/ck" \
   --save-every 5 --keep-last 2 --metrics "$dir/full.jsonl" --save "$dir/full.bin" || { cat "$dir/full.out"; exit 1; }

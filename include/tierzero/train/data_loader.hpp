@@ -29,6 +29,9 @@ class DataLoader {
   Position position() const { return {shard_, position_}; }
   // Throws Error when the position is outside the shards (a checkpoint of other data).
   void seek(const Position& p);
+  // Continues from where rank 0 of another data-parallel world was (`p`): this rank reads the
+  // windows after it, rank windows on, with its own stride (resuming in another layout).
+  void seek_from_first_rank(const Position& p);
 
  private:
   std::vector<std::unique_ptr<TokenShard>> shards_;

@@ -69,11 +69,16 @@ class CheckpointWriter {
 // One rank's side of resuming.
 class CheckpointReader {
  public:
-  // `path`: a step directory, or a directory with `latest`. Reads manifest.json and this rank's
-  // manifest; throws Error (naming the file and what differs) unless the identity equals
-  // `identity` field for field and the rank's files are whole.
-  CheckpointReader(const std::string& path, int rank, const nlohmann::ordered_json& identity);
+  // `path`: a step directory, or a directory with `latest`. Reads manifest.json; throws Error
+  // (naming the file and what differs) unless the identity equals `identity` in every field but
+  // those in `layout_keys` (the world's data-parallel shape, the ZeRO stage, the placement). When
+  // those are equal too it reads this rank's manifest and checks its files are whole (the blocks
+  // are then read in order with read_block); else same_layout() is false and the state is read
+  // by ranges across every rank's files (CheckpointRanges).
+  CheckpointReader(const std::string& path, int rank, const nlohmann::ordered_json& identity,
+                   const std::vector<std::string>& layout_keys = {});
   const std::string& directory() const { return dir_; }
+  bool same_layout() const { return same_layout_; }
   const ResumePoint& point() const { return point_; }
   // Reads the next block, which must be `name` of `bytes` bytes, and checks its CRC32C.
   void read_block(const std::string& name, void* data, size_t bytes);
@@ -82,6 +87,7 @@ class CheckpointReader {
 
  private:
   std::string dir_, bin_path_;
+  bool same_layout_ = true;
   nlohmann::json blocks_;
   size_t next_ = 0;
   ResumePoint point_;
@@ -91,6 +97,39 @@ class CheckpointReader {
   ~CheckpointReader();
   CheckpointReader(const CheckpointReader&) = delete;
   CheckpointReader& operator=(const CheckpointReader&) = delete;
+};
+
+// Every rank's blocks of a checkpoint, read by range: resuming into another world size, stage or
+// placement. A block holds elements [begin, begin + elems) of one unit's state of one kind; a
+// range is assembled from the blocks that overlap it, each read whole and CRC-checked (one block
+// in host memory at a time, the last one kept for the next range), zero where no block reaches
+// (shard padding).
+class CheckpointRanges {
+ public:
+  explicit CheckpointRanges(const std::string& step_dir);  // reads every rank-N.json
+  ~CheckpointRanges();
+  CheckpointRanges(const CheckpointRanges&) = delete;
+  CheckpointRanges& operator=(const CheckpointRanges&) = delete;
+  // Elements [begin, begin + count) of `unit`'s state into dst (count x the dtype's bytes), from
+  // the first of `kinds` that has blocks of `dtype` for the unit; false when none has.
+  bool read(const std::string& unit, const std::vector<std::string>& kinds,
+            const std::string& dtype, size_t begin, size_t count, void* dst);
+  // The data position of the writer's rank 0.
+  DataLoader::Position first_rank_data() const { return first_data_; }
+
+ private:
+  struct Block {
+    std::string file;  // rank-N.bin path
+    std::string unit, kind, dtype;
+    size_t begin = 0, elems = 0, offset = 0, bytes = 0;
+    uint32_t crc = 0;
+  };
+  const std::vector<uint8_t>& load(const Block& b);  // whole, CRC-checked
+
+  std::vector<Block> blocks_;
+  DataLoader::Position first_data_;
+  const Block* cached_ = nullptr;
+  std::vector<uint8_t> cache_;  // (cached_->bytes)
 };
 
 // Preemption: while one lives (and `install` was true), SIGTERM and SIGINT only set a flag that
