@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs what TierZero needs to build and test, from Debian packages only, skipping what is
-# already there (chromium renders the HTML report in its test; libpng decodes the screenshot).
+# Installs what TierZero needs to build and test, from Debian packages, skipping what is already
+# there (chromium renders the HTML report in its test; libpng decodes the screenshot), and the
+# Python `safetensors` package from PyPI for the test that reads an exported model back as a
+# Hugging Face user would (never a dependency of the library).
 # The CUDA toolkit is not installed here: when /usr/local/cuda/bin/nvcc exists the
 # CUDA backend is built too.
 set -euo pipefail
@@ -27,4 +29,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 else
   echo "setup: all packages present" >&2
+fi
+
+if ! command -v python3 >/dev/null; then
+  sudo_cmd=""
+  if [ "$(id -u)" -ne 0 ]; then sudo_cmd="sudo"; fi
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends \
+    python3 python3-pip >/dev/null
+fi
+if ! python3 -c "import safetensors, numpy" 2>/dev/null; then
+  echo "setup: installing the Python packages safetensors and numpy (the export test)" >&2
+  python3 -m pip install --quiet safetensors numpy 2>/dev/null ||
+    python3 -m pip install --quiet --break-system-packages safetensors numpy
 fi

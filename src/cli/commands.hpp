@@ -18,5 +18,6 @@ Command add_bench_command(CLI::App& app);
 Command add_estimate_command(CLI::App& app);
 Command add_plan_command(CLI::App& app);
 Command add_report_command(CLI::App& app);
+Command add_export_command(CLI::App& app);
 
 }  // namespace tierzero::cli

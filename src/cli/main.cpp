@@ -14,7 +14,7 @@ int main(int argc, char** argv) {
       tierzero::cli::add_train_command(app),        tierzero::cli::add_eval_command(app),
       tierzero::cli::add_prepare_data_command(app), tierzero::cli::add_bench_command(app),
       tierzero::cli::add_estimate_command(app),     tierzero::cli::add_plan_command(app),
-      tierzero::cli::add_report_command(app)};
+      tierzero::cli::add_report_command(app),       tierzero::cli::add_export_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -39,6 +39,7 @@
 #include "tierzero/train/pipeline_executor.hpp"
 #include "tierzero/train/profiling_provider.hpp"
 #include "tierzero/train/progress.hpp"
+#include "tierzero/train/safetensors_gpt2.hpp"
 #include "tierzero/train/store_provider.hpp"
 #include "tierzero/train/synthetic_corpus.hpp"
 #include "tierzero/train/training_checkpoint.hpp"
@@ -132,6 +133,14 @@ std::vector<nn::PipelineStage> check_parallel(const TrainConfig& c, const nn::GP
         "tierzero.sequence_parallel has no effect without tensor parallelism "
         "(tensor_parallel is 1)");
   return stages;
+}
+
+// The weights of an llm.c checkpoint or a safetensors file (by its name) into a host buffer.
+void load_model_file(const std::string& path, const nn::ParamLayout& layout, float* host) {
+  if (is_safetensors_path(path))
+    load_gpt2_safetensors(path, layout, host);
+  else
+    load_checkpoint(path, layout, host);
 }
 
 // The partition store's settings from the config: stage, stage-3 budgets, placements and the
@@ -296,7 +305,9 @@ void Trainer::build() {
 
   s.model_config = gpt_config_from(config_.model);
   if (!config_.load_checkpoint.empty()) {
-    s.model_config = read_checkpoint_config(config_.load_checkpoint);
+    s.model_config = is_safetensors_path(config_.load_checkpoint)
+                         ? read_gpt2_safetensors_config(config_.load_checkpoint)
+                         : read_checkpoint_config(config_.load_checkpoint);
     log::info("model shape from checkpoint '" + config_.load_checkpoint +
               "': " + s.model_config.str());
   }
@@ -416,11 +427,11 @@ void Trainer::build() {
   if (config_.load_checkpoint.empty()) {
     nn::init_gpt2_params(layout, s.model_config, config_.seed, host.data());
   } else if (layout.tp().size == 1 && stage.stages == 1) {
-    load_checkpoint(config_.load_checkpoint, layout, host.data());
+    load_model_file(config_.load_checkpoint, layout, host.data());
   } else {
     const nn::ParamLayout full_layout(s.model_config);
     std::vector<float> full(full_layout.total_numel());  // (whole model) fp32
-    load_checkpoint(config_.load_checkpoint, full_layout, full.data());
+    load_model_file(config_.load_checkpoint, full_layout, full.data());
     nn::scatter_full_params(full_layout, full.data(), layout, host.data());
   }
   for (nn::GPT* m : s.chunk_models())
@@ -768,6 +779,13 @@ nlohmann::ordered_json Trainer::checkpoint_identity() const {
   const State& s = *state_;
   nlohmann::ordered_json id;
   id["model"] = s.model_config.str();
+  const nn::GPTConfig& mc = s.model_config;
+  id["model_shape"] = {{"max_seq_len", mc.max_seq_len},
+                       {"vocab_size", mc.vocab_size},
+                       {"padded_vocab_size", mc.padded_vocab_size},
+                       {"num_layers", mc.num_layers},
+                       {"num_heads", mc.num_heads},
+                       {"channels", mc.channels}};
   // The layout (may change on resume: checkpoint_layout_keys), then what may not.
   const comm::MeshShape mesh = s.mesh ? s.mesh->layout().shape() : comm::MeshShape{};
   id["ranks"] = s.world_size;

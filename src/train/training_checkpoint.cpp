@@ -80,6 +80,18 @@ nlohmann::json read_json_file(const std::string& path) {
   }
 }
 
+// A rank's shard file exists and has the size its manifest gives.
+void check_shard_file(const std::string& bin, uintmax_t want) {
+  std::error_code ec;
+  const uintmax_t have = fs::file_size(bin, ec);
+  TZ_CHECK(!ec, "checkpoint shard '" + bin + "' is missing: " + ec.message(),
+           "resume from a complete checkpoint (every rank's rank-N.bin)");
+  TZ_CHECK(have == want,
+           "checkpoint shard '" + bin + "' has " + std::to_string(have) +
+               " bytes, its manifest says " + std::to_string(want) + " (truncated or replaced)",
+           "the file is damaged; resume from an older checkpoint");
+}
+
 // The step directories under dir, oldest first.
 std::vector<std::pair<int64_t, fs::path>> step_dirs(const std::string& dir) {
   std::vector<std::pair<int64_t, fs::path>> out;
@@ -190,24 +202,32 @@ std::string CheckpointWriter::commit(const nlohmann::ordered_json& identity,
   return final_dir_;
 }
 
+std::string resolve_checkpoint_dir(const std::string& path) {
+  if (fs::exists(path + "/manifest.json") || !fs::exists(path + "/latest")) return path;
+  std::ifstream in(path + "/latest");
+  std::string name;
+  std::getline(in, name);
+  TZ_CHECK(!name.empty(), "'" + path + "/latest' is empty", "give a step directory");
+  return path + "/" + name;
+}
+
+nlohmann::json read_checkpoint_manifest(const std::string& step_dir) {
+  const std::string path = step_dir + "/manifest.json";
+  nlohmann::json m = read_json_file(path);
+  TZ_CHECK(m.value("format", std::string()) == kFormat && m.value("version", 0) == kVersion,
+           "'" + path + "' is not a version-" + std::to_string(kVersion) +
+               " TierZero checkpoint manifest",
+           "give a directory written by train --save-dir");
+  return m;
+}
+
 CheckpointReader::CheckpointReader(const std::string& path, int rank,
                                    const nlohmann::ordered_json& identity,
                                    const std::vector<std::string>& layout_keys) {
-  dir_ = path;
-  if (!fs::exists(dir_ + "/manifest.json") && fs::exists(dir_ + "/latest")) {
-    std::ifstream in(dir_ + "/latest");
-    std::string name;
-    std::getline(in, name);
-    TZ_CHECK(!name.empty(), "'" + dir_ + "/latest' is empty", "resume from a step directory");
-    dir_ += "/" + name;
-  }
+  dir_ = resolve_checkpoint_dir(path);
   const std::string manifest_path = dir_ + "/manifest.json";
-  const nlohmann::json m = read_json_file(manifest_path);
+  const nlohmann::json m = read_checkpoint_manifest(dir_);
   try {
-    TZ_CHECK(m.at("format") == kFormat && m.at("version") == kVersion,
-             "'" + manifest_path + "' is not a version-" + std::to_string(kVersion) +
-                 " TierZero checkpoint manifest",
-             "resume from a directory written by train --save-dir");
     const nlohmann::json& have = m.at("identity");
     for (const auto& [key, want] : identity.items()) {
       const bool same = have.contains(key) && have.at(key) == nlohmann::json(want);
@@ -244,15 +264,7 @@ CheckpointReader::CheckpointReader(const std::string& path, int rank,
     point_.data.shard = r.at("data").at("shard").get<size_t>();
     point_.data.position = r.at("data").at("position").get<size_t>();
     bin_path_ = dir_ + "/" + r.at("file").get<std::string>();
-    const auto want = r.at("file_bytes").get<uintmax_t>();
-    std::error_code ec;
-    const uintmax_t have = fs::file_size(bin_path_, ec);
-    TZ_CHECK(!ec, "checkpoint shard '" + bin_path_ + "' is missing: " + ec.message(),
-             "resume from a complete checkpoint (every rank's rank-N.bin)");
-    TZ_CHECK(have == want,
-             "checkpoint shard '" + bin_path_ + "' has " + std::to_string(have) +
-                 " bytes, its manifest says " + std::to_string(want) + " (truncated or replaced)",
-             "the file is damaged; resume from an older checkpoint");
+    check_shard_file(bin_path_, r.at("file_bytes").get<uintmax_t>());
   } catch (const nlohmann::json::exception& e) {
     TZ_THROW("checkpoint manifest '" + rank_path + "' lacks a field: " + e.what(),
              "the file is damaged; resume from an older checkpoint");
@@ -312,14 +324,7 @@ CheckpointRanges::CheckpointRanges(const std::string& step_dir) {
     const nlohmann::json r = read_json_file(path);
     try {
       const std::string bin = step_dir + "/" + r.at("file").get<std::string>();
-      const auto want = r.at("file_bytes").get<uintmax_t>();
-      const uintmax_t have = fs::file_size(bin, ec);
-      TZ_CHECK(!ec, "checkpoint shard '" + bin + "' is missing: " + ec.message(),
-               "resume from a complete checkpoint (every rank's rank-N.bin)");
-      TZ_CHECK(have == want,
-               "checkpoint shard '" + bin + "' has " + std::to_string(have) +
-                   " bytes, its manifest says " + std::to_string(want) + " (truncated or replaced)",
-               "the file is damaged; resume from an older checkpoint");
+      check_shard_file(bin, r.at("file_bytes").get<uintmax_t>());
       if (r.at("rank").get<int>() == 0)
         first_data_ = {r.at("data").at("shard").get<size_t>(),
                        r.at("data").at("position").get<size_t>()};

@@ -37,6 +37,12 @@ struct ResumePoint {
   DataLoader::Position data;  // this rank's next training batch
 };
 
+// The step directory `path` names: itself when it holds manifest.json, else the one its `latest`
+// names. Throws Error naming the path when neither is there.
+std::string resolve_checkpoint_dir(const std::string& path);
+// A step directory's manifest.json, parsed and its format checked (Error naming the file).
+nlohmann::json read_checkpoint_manifest(const std::string& step_dir);
+
 // One rank's side of writing a checkpoint.
 class CheckpointWriter {
  public:

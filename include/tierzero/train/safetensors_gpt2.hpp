@@ -1,0 +1,49 @@
+// GPT-2 weights as safetensors files with Hugging Face's names (wte.weight, h.0.attn.c_attn.weight,
+// ..., ln_f.bias): what `tierzero export` writes from a training checkpoint and `--load
+// model.safetensors` reads. HF's Conv1D matrices are stored (in, out), llm.c's and ours (out, in),
+// so those four are transposed on the way; wte holds the real vocabulary's rows only (ours is
+// padded). Tensors are fp32 ("F32"). Writing streams one tensor at a time (host memory: the
+// largest tensor); the header's __metadata__ carries n_head and the padded vocabulary, which the
+// shapes do not tell (a file without them: n_head = n_embd / 64, as every GPT-2 size has).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tierzero/nn/gpt_config.hpp"
+#include "tierzero/nn/param_layout.hpp"
+
+namespace tierzero::train {
+
+// One HF tensor and the model tensor it comes from.
+struct Gpt2Tensor {
+  std::string name;           // e.g. "h.3.mlp.c_fc.weight"
+  nn::ParamKind kind;         // ours
+  int layer = -1;             // ours (-1: not per layer)
+  std::vector<size_t> shape;  // HF's
+  size_t rows = 0, cols = 0;  // ours, as the layout holds it (a vector: rows 1)
+  bool transpose = false;     // HF's is (cols, rows)
+  size_t kept_rows = 0;       // rows of ours written (wte: the real vocabulary)
+  size_t numel() const;       // HF's
+};
+
+// Every tensor of the model, in llm.c's order (the file's order).
+std::vector<Gpt2Tensor> gpt2_tensors(const nn::GPTConfig& config);
+
+// Writes `path` (atomically: a temporary file, fsync, rename). `fill(t, ours)` puts tensor t as
+// the model holds it (rows x cols fp32) into `ours`. Throws Error naming the file on failure.
+void write_gpt2_safetensors(const std::string& path, const nn::GPTConfig& config,
+                            const std::function<void(const Gpt2Tensor& t, float* ours)>& fill);
+
+// A safetensors file's model shape (throws Error naming the file and the tensor that is missing
+// or mis-shaped).
+nn::GPTConfig read_gpt2_safetensors_config(const std::string& path);
+// Loads its weights into a host buffer laid out by `layout` (built from that config, tp 1).
+void load_gpt2_safetensors(const std::string& path, const nn::ParamLayout& layout,
+                           float* host_params);  // (layout.total_numel())
+// Whether `path` looks like a safetensors file (by its name's extension).
+bool is_safetensors_path(const std::string& path);
+
+}  // namespace tierzero::train

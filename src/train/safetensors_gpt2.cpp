@@ -1,0 +1,278 @@
+// GPT-2 safetensors: the HF name table, a streamed writer and a checked reader.
+#include "tierzero/train/safetensors_gpt2.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tierzero/core/error.hpp"
+
+namespace tierzero::train {
+
+namespace {
+
+struct KindName {
+  nn::ParamKind kind;
+  const char* name;  // after "h.<l>." for per-layer kinds
+  bool transpose;
+};
+
+// llm.c's order: the file's order too.
+constexpr KindName kNames[] = {
+    {nn::ParamKind::wte, "wte.weight", false},
+    {nn::ParamKind::wpe, "wpe.weight", false},
+    {nn::ParamKind::ln1w, "ln_1.weight", false},
+    {nn::ParamKind::ln1b, "ln_1.bias", false},
+    {nn::ParamKind::qkvw, "attn.c_attn.weight", true},
+    {nn::ParamKind::qkvb, "attn.c_attn.bias", false},
+    {nn::ParamKind::attprojw, "attn.c_proj.weight", true},
+    {nn::ParamKind::attprojb, "attn.c_proj.bias", false},
+    {nn::ParamKind::ln2w, "ln_2.weight", false},
+    {nn::ParamKind::ln2b, "ln_2.bias", false},
+    {nn::ParamKind::fcw, "mlp.c_fc.weight", true},
+    {nn::ParamKind::fcb, "mlp.c_fc.bias", false},
+    {nn::ParamKind::fcprojw, "mlp.c_proj.weight", true},
+    {nn::ParamKind::fcprojb, "mlp.c_proj.bias", false},
+    {nn::ParamKind::lnfw, "ln_f.weight", false},
+    {nn::ParamKind::lnfb, "ln_f.bias", false},
+};
+
+bool per_layer(nn::ParamKind k) {
+  return !(k == nn::ParamKind::wte || k == nn::ParamKind::wpe || k == nn::ParamKind::lnfw ||
+           k == nn::ParamKind::lnfb);
+}
+
+// Ours (rows, cols) of a kind.
+std::pair<size_t, size_t> our_shape(const nn::GPTConfig& c, nn::ParamKind k) {
+  const size_t C = c.channels;
+  switch (k) {
+    case nn::ParamKind::wte:
+      return {c.padded_vocab_size, C};
+    case nn::ParamKind::wpe:
+      return {c.max_seq_len, C};
+    case nn::ParamKind::qkvw:
+      return {3 * C, C};
+    case nn::ParamKind::qkvb:
+      return {1, 3 * C};
+    case nn::ParamKind::attprojw:
+      return {C, C};
+    case nn::ParamKind::fcw:
+      return {4 * C, C};
+    case nn::ParamKind::fcb:
+      return {1, 4 * C};
+    case nn::ParamKind::fcprojw:
+      return {C, 4 * C};
+    default:  // layernorm gains and biases, the projections' biases
+      return {1, C};
+  }
+}
+
+// Ours (rows x cols, the first kept_rows rows) into HF's layout.
+void to_hf(const Gpt2Tensor& t, const float* ours, float* hf) {
+  if (!t.transpose) {
+    std::memcpy(hf, ours, t.numel() * sizeof(float));
+    return;
+  }
+  for (size_t r = 0; r < t.rows; ++r)
+    for (size_t c = 0; c < t.cols; ++c) hf[c * t.rows + r] = ours[r * t.cols + c];
+}
+
+void from_hf(const Gpt2Tensor& t, const float* hf, float* ours) {
+  if (!t.transpose) {
+    std::memcpy(ours, hf, t.numel() * sizeof(float));
+    return;
+  }
+  for (size_t r = 0; r < t.rows; ++r)
+    for (size_t c = 0; c < t.cols; ++c) ours[r * t.cols + c] = hf[c * t.rows + r];
+}
+
+struct Header {
+  nlohmann::json json;
+  uint64_t data_start = 0;  // bytes from the file's start
+};
+
+Header read_header(const std::string& path, std::ifstream& in) {
+  TZ_CHECK(in.good(), "cannot open safetensors file '" + path + "'",
+           "check the path given to --load");
+  uint8_t len_bytes[8] = {};
+  in.read(reinterpret_cast<char*>(len_bytes), 8);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | len_bytes[i];  // little-endian
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  TZ_CHECK(in.good() && !ec && n > 0 && 8 + n <= size,
+           "'" + path + "' is not a safetensors file (header length " + std::to_string(n) +
+               " in a file of " + std::to_string(size) + " bytes)",
+           "give --load an llm.c checkpoint or a safetensors file");
+  std::string text(n, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(n));
+  Header h;
+  try {
+    h.json = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    TZ_THROW("the header of safetensors file '" + path + "' is not JSON: " + e.what(),
+             "the file is damaged");
+  }
+  h.data_start = 8 + n;
+  return h;
+}
+
+// The header's entry of tensor `name`: F32 and HF's shape, or an Error naming both.
+std::pair<uint64_t, uint64_t> entry(const std::string& path, const Header& h, const Gpt2Tensor& t) {
+  TZ_CHECK(h.json.contains(t.name),
+           "safetensors file '" + path + "' has no tensor '" + t.name + "'",
+           "give a GPT-2 checkpoint with Hugging Face's names (as tierzero export writes)");
+  const nlohmann::json& e = h.json.at(t.name);
+  const std::vector<size_t> shape = e.at("shape").get<std::vector<size_t>>();
+  TZ_CHECK(e.at("dtype") == "F32" && shape == t.shape,
+           "tensor '" + t.name + "' of '" + path + "' is " + e.at("dtype").dump() + " " +
+               nlohmann::json(shape).dump() + ", expected F32 " + nlohmann::json(t.shape).dump(),
+           "give a float32 GPT-2 checkpoint of one consistent shape");
+  const auto offsets = e.at("data_offsets").get<std::vector<uint64_t>>();
+  TZ_CHECK(offsets.size() == 2 && offsets[1] - offsets[0] == t.numel() * sizeof(float),
+           "tensor '" + t.name + "' of '" + path + "' has bad data_offsets", "the file is damaged");
+  return {offsets[0], offsets[1]};
+}
+
+}  // namespace
+
+size_t Gpt2Tensor::numel() const {
+  size_t n = 1;
+  for (size_t d : shape) n *= d;
+  return n;
+}
+
+std::vector<Gpt2Tensor> gpt2_tensors(const nn::GPTConfig& config) {
+  std::vector<Gpt2Tensor> out;
+  for (const KindName& k : kNames) {
+    const int layers = per_layer(k.kind) ? static_cast<int>(config.num_layers) : 1;
+    for (int l = 0; l < layers; ++l) {
+      Gpt2Tensor t;
+      t.kind = k.kind;
+      t.layer = per_layer(k.kind) ? l : -1;
+      t.name = per_layer(k.kind) ? "h." + std::to_string(l) + "." + k.name : k.name;
+      std::tie(t.rows, t.cols) = our_shape(config, k.kind);
+      t.kept_rows = k.kind == nn::ParamKind::wte ? config.vocab_size : t.rows;
+      t.transpose = k.transpose;
+      if (t.rows == 1)
+        t.shape = {t.cols};
+      else if (t.transpose)
+        t.shape = {t.cols, t.rows};
+      else
+        t.shape = {t.kept_rows, t.cols};
+      out.push_back(std::move(t));
+    }
+  }
+  return out;
+}
+
+void write_gpt2_safetensors(const std::string& path, const nn::GPTConfig& config,
+                            const std::function<void(const Gpt2Tensor& t, float* ours)>& fill) {
+  const std::vector<Gpt2Tensor> tensors = gpt2_tensors(config);
+  nlohmann::ordered_json header;
+  header["__metadata__"] = {{"format", "pt"},
+                            {"producer", "tierzero export"},
+                            {"n_head", std::to_string(config.num_heads)},
+                            {"padded_vocab_size", std::to_string(config.padded_vocab_size)}};
+  uint64_t at = 0;
+  for (const Gpt2Tensor& t : tensors) {
+    const uint64_t bytes = t.numel() * sizeof(float);
+    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {at, at + bytes}}};
+    at += bytes;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // the data 8-byte aligned
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  TZ_CHECK(f != nullptr, "cannot create '" + tmp + "': " + std::strerror(errno),
+           "check that the output directory exists and is writable");
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(text.size() >> (8 * i));
+  bool ok =
+      std::fwrite(len, 1, 8, f) == 8 && std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  std::vector<float> ours, hf;  // one tensor at a time
+  for (const Gpt2Tensor& t : tensors) {
+    if (!ok) break;
+    ours.assign(t.rows * t.cols, 0.0f);  // (rows, cols)
+    fill(t, ours.data());
+    hf.resize(t.numel());  // HF's shape
+    to_hf(t, ours.data(), hf.data());
+    ok = std::fwrite(hf.data(), sizeof(float), hf.size(), f) == hf.size();
+  }
+  ok = ok && std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
+  const int err = errno;
+  const bool closed = std::fclose(f) == 0;
+  if (!ok || !closed) {
+    std::remove(tmp.c_str());
+    TZ_THROW("writing '" + tmp + "' failed: " + std::strerror(err),
+             "check the free space of the output's file system");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  TZ_CHECK(!ec, "cannot rename '" + tmp + "' to '" + path + "': " + ec.message(), "");
+}
+
+nn::GPTConfig read_gpt2_safetensors_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  const Header h = read_header(path, in);
+  const auto shape_of = [&](const std::string& name) {
+    TZ_CHECK(h.json.contains(name), "safetensors file '" + path + "' has no tensor '" + name + "'",
+             "give a GPT-2 checkpoint with Hugging Face's names (as tierzero export writes)");
+    return h.json.at(name).at("shape").get<std::vector<size_t>>();
+  };
+  const std::vector<size_t> wte = shape_of("wte.weight"), wpe = shape_of("wpe.weight");
+  TZ_CHECK(wte.size() == 2 && wpe.size() == 2 && wte[1] == wpe[1],
+           "wte.weight and wpe.weight of '" + path + "' are not (V, C) and (T, C)", "");
+  nn::GPTConfig c;
+  c.vocab_size = wte[0];
+  c.channels = wte[1];
+  c.max_seq_len = wpe[0];
+  size_t layers = 0;
+  while (h.json.contains("h." + std::to_string(layers) + ".ln_1.weight")) ++layers;
+  c.num_layers = layers;
+  const nlohmann::json meta = h.json.value("__metadata__", nlohmann::json::object());
+  try {
+    c.num_heads = meta.contains("n_head") ? std::stoul(meta.at("n_head").get<std::string>())
+                                          : c.channels / 64;
+    c.padded_vocab_size = meta.contains("padded_vocab_size")
+                              ? std::stoul(meta.at("padded_vocab_size").get<std::string>())
+                              : (c.vocab_size + 127) / 128 * 128;
+  } catch (const std::exception& e) {
+    TZ_THROW("the __metadata__ of '" + path + "' is not understood: " + e.what(), "");
+  }
+  c.validate();
+  return c;
+}
+
+void load_gpt2_safetensors(const std::string& path, const nn::ParamLayout& layout,
+                           float* host_params) {
+  std::ifstream in(path, std::ios::binary);
+  const Header h = read_header(path, in);
+  const nn::GPTConfig config = read_gpt2_safetensors_config(path);
+  std::vector<float> hf, ours;
+  for (const Gpt2Tensor& t : gpt2_tensors(config)) {
+    const auto [begin, end] = entry(path, h, t);
+    hf.resize(t.numel());
+    in.seekg(static_cast<std::streamoff>(h.data_start + begin));
+    in.read(reinterpret_cast<char*>(hf.data()), static_cast<std::streamsize>(end - begin));
+    TZ_CHECK(in.good(), "safetensors file '" + path + "' ends inside tensor '" + t.name + "'",
+             "the file is truncated");
+    ours.assign(t.rows * t.cols, 0.0f);  // padded vocabulary rows stay 0
+    from_hf(t, hf.data(), ours.data());
+    const nn::ParamTensor& p = layout.get(t.kind, t.layer);
+    TZ_CHECK(p.numel == ours.size(), "tensor '" + t.name + "' does not fit the model's layout", "");
+    std::memcpy(host_params + p.offset, ours.data(), ours.size() * sizeof(float));
+  }
+}
+
+bool is_safetensors_path(const std::string& path) {
+  const std::string ext = ".safetensors";
+  return path.size() > ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
+}
+
+}  // namespace tierzero::train
