@@ -8,6 +8,8 @@
 #  3. A 57M-parameter model (228 MB of fp32 weights): export's measured peak resident memory must
 #     stay under half the model's size (it streams one tensor and one checkpoint block at a time).
 #  4. A truncated safetensors file and a tensor-parallel checkpoint are clear errors.
+#  5. kill -9 in the middle of saving a checkpoint (the big model's, ~700 MB of state): the
+#     previous checkpoint stays the one `latest` names, and resuming from the directory works.
 # usage: run_export.sh <tierzero> <check_safetensors.py> <mpiexec command...>
 tierzero=$1; check=$2; shift 2
 dir=$(mktemp -d)
@@ -61,5 +63,26 @@ timeout -k 5 120 "$@" -n 2 "$tierzero" train --config "$dir/tp.json" --tp 2 --st
 "$tierzero" export "$dir/tpck" -o "$dir/tp.safetensors" > "$dir/tpx.out" 2>&1
 grep "error" "$dir/tpx.out"
 grep -q "tensor-parallel pieces" "$dir/tpx.out" || { echo "FAIL: tp export is not a clear error"; fail=1; }
+echo "== kill -9 while a checkpoint is written"
+sed 's/"steps": 1/"steps": 2/' "$dir/big.json" > "$dir/big2.json"
+"$tierzero" train --config "$dir/big2.json" --save-dir "$dir/kill" --save-every 1 > "$dir/kill.out" 2>&1 &
+pid=$!
+i=0
+while [ ! -d "$dir/kill/step-00000002.tmp" ] && [ $i -lt 3000 ] && kill -0 $pid 2>/dev/null; do
+  sleep 0.02; i=$((i + 1))
+done
+kill -9 $pid 2>/dev/null
+wait $pid 2>/dev/null
+ls "$dir/kill"
+if [ -d "$dir/kill/step-00000002" ]; then
+  echo "FAIL: the kill came after the save of step 2 had finished; nothing was tested"; fail=1
+elif [ "$(cat "$dir/kill/latest")" != "step-00000001" ]; then
+  echo "FAIL: latest is not the previous checkpoint after the kill"; fail=1
+else
+  timeout -k 5 300 "$tierzero" train --config "$dir/big2.json" --resume "$dir/kill" \
+    > "$dir/after.out" 2>&1 && grep -q "resumed after step 1" "$dir/after.out" &&
+    echo "killed mid-save (step-00000002.tmp left behind): resumed from step-00000001" ||
+    { cat "$dir/after.out"; echo "FAIL: resuming after the kill"; fail=1; }
+fi
 [ $fail -eq 0 ] && echo "run_export: OK"
 exit $fail

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Training checkpoints end to end with the real binary (issue 17). <mode> picks the run: ref (one
 # rank, the fp32 reference path), zero3_nvme (2 ranks, ZeRO-3, parameters and optimizer on NVMe),
+# zero3_host (the same in pinned host memory),
 # bf16_zero2 (2 ranks), fp16_zero1 (one rank, dynamic loss scaling that changes scale within the
 # run), tp2, pp2 (1F1B, 2 micro-batches), ulysses2 (all 2 ranks, ZeRO-3); reshard (below).
 #  1. A 10-step run saves a checkpoint every 5 steps (--save-dir, --save-every 5, --keep-last 2).
@@ -26,6 +27,7 @@ nvme() { echo "{\"device\": \"nvme\", \"nvme_path\": \"$dir\"}"; }
 case "$mode" in
   ref) ranks=1 ;;
   zero3_nvme) stage=3; extra=", \"offload_param\": $(nvme), \"offload_optimizer\": $(nvme)" ;;
+  zero3_host) stage=3; extra=', "offload_param": {"device": "cpu"}, "offload_optimizer": {"device": "cpu"}' ;;
   bf16_zero2) stage=2; top=', "bf16": {"enabled": true}' ;;
   # A scale that overflows at steps 1 and 2, doubles every 3 good steps and overflows again at
   # step 9: the scaler's state crosses the step-5 checkpoint.
