@@ -908,8 +908,24 @@ std::string Trainer::save_training_checkpoint(int64_t steps_done, const LossScal
     }
     point.steps_taken = s.optimizer ? s.optimizer->steps_taken() : 0;
   }
+  // Where each tensor of this rank sits in the units its blocks hold.
+  const nn::ParamLayout& layout = s.layout();
+  const UnitGrouping g = group_units(layout, static_cast<size_t>(config_.blocks_per_unit));
+  nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
+  for (const nn::ParamTensor& t : layout.tensors()) {
+    nlohmann::ordered_json j;
+    j["tensor"] = t.name();
+    j["unit"] = g.specs[g.store_unit[t.unit]].name;
+    j["offset"] = g.offset[t.unit] + layout.offset_in_unit(t);  // elements in the unit
+    std::vector<int64_t> shape;
+    for (size_t d = 0; d < t.shape.rank(); ++d) shape.push_back(t.shape[d]);
+    j["shape"] = shape;
+    j["tp_rank"] = layout.tp().rank;
+    j["tp_size"] = layout.tp().size;
+    tensors.push_back(std::move(j));
+  }
   return writer.commit(checkpoint_identity(), point,
-                       static_cast<size_t>(config_.checkpoint.keep_last));
+                       static_cast<size_t>(config_.checkpoint.keep_last), tensors);
 }
 
 int64_t Trainer::resume_training(LossScaler& scaler) {

@@ -157,7 +157,8 @@ void CheckpointWriter::add_block(const std::string& name, nlohmann::ordered_json
 }
 
 std::string CheckpointWriter::commit(const nlohmann::ordered_json& identity,
-                                     const ResumePoint& point, size_t keep_last) {
+                                     const ResumePoint& point, size_t keep_last,
+                                     const nlohmann::ordered_json& tensors) {
   const std::string bin = tmp_dir_ + "/" + rank_name(rank_, "bin");
   const bool ok = std::fflush(file_) == 0 && ::fsync(::fileno(file_)) == 0;
   const int err = errno;
@@ -172,6 +173,7 @@ std::string CheckpointWriter::commit(const nlohmann::ordered_json& identity,
   mine["file_bytes"] = offset_;
   mine["data"] = {{"shard", point.data.shard}, {"position", point.data.position}};
   mine["blocks"] = blocks_;
+  mine["tensors"] = tensors;
   write_file_atomic(tmp_dir_ + "/" + rank_name(rank_, "json"), mine.dump(1));
   if (group_) group_->barrier();  // every rank's files are durable
   if (rank_ == 0) {

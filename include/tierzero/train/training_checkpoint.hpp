@@ -4,7 +4,8 @@
 //                  it (working parameters, fp32 masters, Adam m and v), one block in host memory
 //                  at a time;
 //   rank-<r>.json  the rank's manifest: every block's name, dtype, tier, global range in its unit,
-//                  file offset, bytes and CRC32C, and the rank's data position;
+//                  file offset, bytes and CRC32C; every tensor the rank holds (its unit, offset in
+//                  the unit, local shape, tensor-parallel piece); and the rank's data position;
 //   manifest.json  written last by rank 0: the run's identity (model, world, stage, placement,
 //                  precision), the step, the optimizer's step count and the loss scaler.
 // It is written as DIR/step-<N>.tmp, every file fsynced, renamed to DIR/step-<N> by rank 0 once all
@@ -57,11 +58,13 @@ class CheckpointWriter {
   // the block's offset, bytes and CRC32C. Names must be unique within a rank.
   void add_block(const std::string& name, nlohmann::ordered_json meta, const void* data,
                  size_t bytes);
-  // Collective over `group`: fsyncs the rank's files, and rank 0 writes manifest.json with
-  // `identity` and `point`, renames the directory into place, updates DIR/latest and removes the
-  // oldest step directories beyond keep_last (0: keep all). Returns the step directory.
+  // Collective over `group`: fsyncs the rank's files (its manifest lists `tensors`, the layout
+  // metadata of what it holds), and rank 0 writes manifest.json with `identity` and `point`,
+  // renames the directory into place, updates DIR/latest and removes the oldest step directories
+  // beyond keep_last (0: keep all). Returns the step directory.
   std::string commit(const nlohmann::ordered_json& identity, const ResumePoint& point,
-                     size_t keep_last);
+                     size_t keep_last,
+                     const nlohmann::ordered_json& tensors = nlohmann::ordered_json::array());
 
  private:
   std::string dir_, tmp_dir_, final_dir_;
