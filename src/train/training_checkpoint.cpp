@@ -403,7 +403,14 @@ bool CheckpointRanges::read(const std::string& unit, const std::vector<std::stri
 
 namespace {
 volatile std::sig_atomic_t g_stop_signal = 0;
+// The first signal asks for a clean stop; a second one (an impatient Ctrl-C) ends the process at
+// once, as it would have without the handler.
 extern "C" void on_stop_signal(int sig) {
+  if (g_stop_signal != 0) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return;
+  }
   g_stop_signal = sig;
 }
 }  // namespace

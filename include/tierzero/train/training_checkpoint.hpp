@@ -142,8 +142,8 @@ class CheckpointRanges {
 };
 
 // Preemption: while one lives (and `install` was true), SIGTERM and SIGINT only set a flag that
-// the training loop reads after each step (it then saves and stops); the previous handlers come
-// back when it goes.
+// the training loop reads after each step (it then saves and stops); a second signal ends the
+// process at once. The previous handlers come back when it goes.
 class StopSignals {
  public:
   explicit StopSignals(bool install);
