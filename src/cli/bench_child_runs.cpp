@@ -24,6 +24,7 @@
 
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/timer.hpp"
+#include "tierzero/train/config_bridges.hpp"
 
 extern char** environ;
 
@@ -132,6 +133,16 @@ nlohmann::ordered_json bench_result(const std::string& bench, double value, cons
 void print_result(const nlohmann::ordered_json& j) {
   std::printf("%s\n", j.dump().c_str());
   std::fflush(stdout);
+}
+
+nn::GPTConfig bench_model_config(const TrainRunOptions& o, int64_t context) {
+  train::ModelShape shape;
+  shape.vocab_size = kBenchVocab;
+  shape.context_length = context;
+  shape.n_layer = o.layers;
+  shape.n_head = o.heads;
+  shape.n_embd = o.channels;
+  return train::gpt_config_from(shape);  // the trainer's rule: vocabulary padded to 128
 }
 
 double round_to(double x, int digits) {

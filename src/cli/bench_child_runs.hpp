@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "tierzero/nn/gpt_config.hpp"
+
 namespace tierzero::cli {
 
 // The options of every benchmark of real `tierzero train` runs; each benchmark's own options
@@ -49,6 +51,9 @@ constexpr int64_t kBenchVocab = 257;
 // `threads`, no validation, and the model of the options' shape with kBenchVocab; each benchmark
 // adds its own keys.
 nlohmann::ordered_json bench_tierzero_json(const TrainRunOptions& o, int64_t threads);
+// The GPT of the options' shape with kBenchVocab and `context` positions, padded as the trainer
+// pads it (what the runs of bench_tierzero_json train).
+nn::GPTConfig bench_model_config(const TrainRunOptions& o, int64_t context);
 // x rounded to `digits` decimals: the double nearest that decimal, so that the JSON is short.
 double round_to(double x, int digits);
 // The fields every benchmark result line starts with (ratio rounded to 4 decimals); each

@@ -51,16 +51,6 @@ size_t sz(int64_t v) {
   return static_cast<size_t>(v);
 }
 
-nn::GPTConfig model_config(const BenchTpOptions& o) {
-  train::ModelShape shape;
-  shape.vocab_size = kBenchVocab;
-  shape.context_length = o.seq;
-  shape.n_layer = o.layers;
-  shape.n_head = o.heads;
-  shape.n_embd = o.channels;
-  return train::gpt_config_from(shape);  // the trainer's rule: vocabulary padded to 128
-}
-
 TpMode make_mode(const BenchTpOptions& o, const nn::GPTConfig& config, std::string label,
                  std::string tag, size_t tp, bool sp, size_t micro_batch) {
   TpMode m{std::move(label), std::move(tag), tp, sp, micro_batch, {}, 0};
@@ -272,7 +262,7 @@ void validate(const BenchTpOptions& o) {
 
 int bench_tp(const BenchTpOptions& o) {
   validate(o);
-  const nn::GPTConfig config = model_config(o);
+  const nn::GPTConfig config = bench_model_config(o, o.seq);
   const size_t tp = sz(o.tp), dp = sz(o.ranks / o.tp), B = sz(o.batch);
   const std::string tp_text = "tp " + std::to_string(tp) + " x dp " + std::to_string(dp);
   // The modes (and with them the analytic volumes) first: ActivationDims::of throws, naming the

@@ -37,16 +37,6 @@ size_t sz(int64_t v) {
   return static_cast<size_t>(v);
 }
 
-nn::GPTConfig model_config(const BenchUlyssesOptions& o, int64_t context) {
-  train::ModelShape shape;
-  shape.vocab_size = kBenchVocab;
-  shape.context_length = context;
-  shape.n_layer = o.layers;
-  shape.n_head = o.heads;
-  shape.n_embd = o.channels;
-  return train::gpt_config_from(shape);  // the trainer's rule: vocabulary padded to 128
-}
-
 // A run's config: Ulysses `sp`, sequence `seq` of a model with context `context`, `steps` steps,
 // and with a budget > 0 that device budget.
 std::string config_json(const BenchUlyssesOptions& o, int64_t sp, int64_t seq, int64_t context,
@@ -70,7 +60,7 @@ std::string config_json(const BenchUlyssesOptions& o, int64_t sp, int64_t seq, i
 size_t predicted_device_bytes(const BenchUlyssesOptions& o, const std::string& config_text,
                               int64_t sp, int64_t seq, int64_t context) {
   const train::TrainConfig c = train::TrainConfig::parse(config_text, "bench ulysses");
-  const nn::GPTConfig model = model_config(o, context);
+  const nn::GPTConfig model = bench_model_config(o, context);
   profile::WorldLayout world;
   world.sp = static_cast<int>(sp);
   const size_t activations =
@@ -125,7 +115,7 @@ nlohmann::ordered_json result(const std::string& bench, double value, const char
 // Part one at Ulysses size sp: every step's bytes and calls against the analytic volume.
 nlohmann::ordered_json bytes_run(const Bench& b, int64_t sp) {
   const BenchUlyssesOptions& o = b.o;
-  const nn::GPTConfig model = model_config(o, o.seq);
+  const nn::GPTConfig model = bench_model_config(o, o.seq);
   const nn::UlyssesTraffic analytic = nn::expected_ulysses_traffic(
       model.num_layers, nn::ActivationDims::of(model, sz(o.batch), sz(o.seq), 1, false, sz(sp)),
       o.checkpointing);  // x 1 micro-batch per step

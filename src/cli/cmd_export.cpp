@@ -8,6 +8,7 @@
 #include <string>
 
 #include "commands.hpp"
+#include "tierzero/core/dtype.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/nn/param_layout.hpp"
 #include "tierzero/train/safetensors_gpt2.hpp"
@@ -58,8 +59,8 @@ int run_export(const ExportFlags& f) {
     const nn::ParamTensor& p = layout.get(t.kind, t.layer);
     const size_t unit = g.store_unit[p.unit];
     const size_t at = g.offset[p.unit] + layout.offset_in_unit(p);
-    TZ_CHECK(ranges.read(g.specs[unit].name, {"master", "params_full", "param_shard"}, "f32", at,
-                         p.numel, ours),
+    TZ_CHECK(ranges.read(g.specs[unit].name, {"master", "params_full", "param_shard"},
+                         dtype_name(DType::f32), at, p.numel, ours),
              "checkpoint '" + dir + "' holds no fp32 values of unit " + g.specs[unit].name,
              "export a checkpoint written by train --save-dir");
     ++tensors;

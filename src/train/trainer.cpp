@@ -143,6 +143,16 @@ void load_model_file(const std::string& path, const nn::ParamLayout& layout, flo
     load_checkpoint(path, layout, host);
 }
 
+// The working parameters' type: bf16 or fp16 when enabled, else fp32.
+DType working_dtype(const TrainConfig& c) {
+  return c.bf16 ? DType::bf16 : c.fp16 ? DType::f16 : DType::f32;
+}
+
+// A checkpoint block's element type: fp32 for 4-byte states, else the working type.
+std::string block_dtype(const TrainConfig& c, size_t elem_bytes) {
+  return dtype_name(elem_bytes == sizeof(float) ? DType::f32 : working_dtype(c));
+}
+
 // The partition store's settings from the config: stage, stage-3 budgets, placements and the
 // offload resources they need.
 zero::StoreConfig store_config_from(const TrainConfig& c) {
@@ -160,7 +170,7 @@ zero::StoreConfig store_config_from(const TrainConfig& c) {
   s.placement.param = {zero::offload_tier(op.device), op.ratio};
   s.placement.optimizer = {zero::offload_tier(oo.device), oo.ratio};
   s.placement.nvme_chunk_elems = elems(oo.buffer_size);
-  s.placement.working = c.bf16 ? DType::bf16 : c.fp16 ? DType::f16 : DType::f32;
+  s.placement.working = working_dtype(c);
   // One engine for both: the union of the directories (each one drive) of what goes to NVMe.
   std::vector<std::string> dirs;
   for (const OffloadConfig* o : {&op, &oo}) {
@@ -796,7 +806,7 @@ nlohmann::ordered_json Trainer::checkpoint_identity() const {
   id["pp"] = mesh.pp;
   id["pipeline_virtual_stages"] = config_.pipeline_virtual_stages;
   id["placement"] = describe_placement(config_);
-  id["precision"] = config_.bf16 ? "bf16" : config_.fp16 ? "fp16" : "fp32";
+  id["precision"] = dtype_name(working_dtype(config_));
   id["blocks_per_unit"] = config_.blocks_per_unit;
   id["micro_batch"] = config_.micro_batch_size;
   // Sequences per optimizer step: what must stay for the run to go on as it was.
@@ -876,13 +886,12 @@ std::string Trainer::save_training_checkpoint(int64_t steps_done, const LossScal
   point.step = steps_done;
   point.scaler = scaler.state();
   point.data = s.train_loader->position();
-  const std::string working = config_.bf16 ? "bf16" : config_.fp16 ? "f16" : "f32";
   const auto add = [&](const std::string& unit, const std::string& kind, size_t elem_bytes,
                        const std::string& tier, size_t begin, size_t elems, const void* data) {
     nlohmann::ordered_json meta;
     meta["unit"] = unit;
     meta["kind"] = kind;
-    meta["dtype"] = elem_bytes == 4 ? "f32" : working;
+    meta["dtype"] = block_dtype(config_, elem_bytes);
     meta["tier"] = tier;
     meta["begin"] = begin;  // global range [begin, begin + elems) in the unit
     meta["elems"] = elems;
@@ -938,12 +947,11 @@ int64_t Trainer::resume_training(LossScaler& scaler) {
     log::info("resuming '" + reader.directory() +
               "' in another data-parallel layout, stage or placement: its state is resharded");
   }
-  const std::string working = config_.bf16 ? "bf16" : config_.fp16 ? "f16" : "f32";
   // One block, either in order from this rank's file or by range from every rank's.
   const auto read = [&](const std::string& unit, const std::string& kind, size_t elem_bytes,
                         size_t begin, size_t elems, void* data) {
     if (!ranges) return reader.read_block(unit + "." + kind, data, elems * elem_bytes);
-    TZ_CHECK(ranges->read(unit, source_kinds(kind), elem_bytes == 4 ? "f32" : working, begin, elems,
+    TZ_CHECK(ranges->read(unit, source_kinds(kind), block_dtype(config_, elem_bytes), begin, elems,
                           data),
              "checkpoint '" + reader.directory() + "' holds no " + kind + " state of unit " + unit,
              "resume from a checkpoint of this model written with optimizer states");
@@ -1086,8 +1094,8 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
     std::fprintf(out, "resumed after step %lld from '%s'\n", static_cast<long long>(first_step),
                  config_.checkpoint.resume.c_str());
   // SIGTERM / SIGINT with a checkpoint directory: finish the step, save, stop (exit 0).
-  const bool checkpointing = !config_.checkpoint.save_dir.empty();
-  const StopSignals stop_signals(checkpointing);
+  const bool saving = !config_.checkpoint.save_dir.empty();
+  const StopSignals stop_signals(saving);
   // Steps done at the last checkpoint written (or resumed from: not written again).
   int64_t saved_at = config_.checkpoint.resume.empty() ? -1 : first_step;
   int64_t steps_done = first_step;
@@ -1238,7 +1246,7 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
         std::fprintf(out, "val loss %.4f at step %lld\n", v, static_cast<long long>(step + 1));
     }
     steps_done = step + 1;
-    if (checkpointing) {
+    if (saving) {
       // Every rank stops after the same step: a signal on any rank stops all.
       float stop = StopSignals::requested() ? 1.0f : 0.0f;
       if (group) group_sum(*group, &stop, 1);
@@ -1258,7 +1266,7 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
       }
     }
   }
-  if (checkpointing && saved_at != steps_done) {
+  if (saving && saved_at != steps_done) {
     const std::string where = save_training_checkpoint(steps_done, scaler);
     if (out) std::fprintf(out, "saved training checkpoint '%s'\n", where.c_str());
   }

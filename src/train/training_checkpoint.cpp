@@ -418,7 +418,6 @@ extern "C" void on_stop_signal(int sig) {
 StopSignals::StopSignals(bool install) {
   if (!install) return;
   g_stop_signal = 0;
-  old_ = new struct sigaction[2];
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
@@ -432,7 +431,6 @@ StopSignals::~StopSignals() {
     sigaction(SIGTERM, &old_[0], nullptr);
     sigaction(SIGINT, &old_[1], nullptr);
   }
-  delete[] old_;
 }
 
 bool StopSignals::requested() {

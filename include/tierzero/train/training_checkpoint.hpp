@@ -86,6 +86,9 @@ class CheckpointReader {
   // by ranges across every rank's files (CheckpointRanges).
   CheckpointReader(const std::string& path, int rank, const nlohmann::ordered_json& identity,
                    const std::vector<std::string>& layout_keys = {});
+  ~CheckpointReader();
+  CheckpointReader(const CheckpointReader&) = delete;
+  CheckpointReader& operator=(const CheckpointReader&) = delete;
   const std::string& directory() const { return dir_; }
   bool same_layout() const { return same_layout_; }
   const ResumePoint& point() const { return point_; }
@@ -101,11 +104,6 @@ class CheckpointReader {
   size_t next_ = 0;
   ResumePoint point_;
   std::FILE* file_ = nullptr;
-
- public:
-  ~CheckpointReader();
-  CheckpointReader(const CheckpointReader&) = delete;
-  CheckpointReader& operator=(const CheckpointReader&) = delete;
 };
 
 // Every rank's blocks of a checkpoint, read by range: resuming into another world size, stage or
@@ -155,7 +153,7 @@ class StopSignals {
 
  private:
   bool installed_ = false;
-  struct sigaction* old_ = nullptr;  // (2) SIGTERM's and SIGINT's
+  struct sigaction old_[2] = {};  // SIGTERM's and SIGINT's handlers before ours
 };
 
 }  // namespace tierzero::train
