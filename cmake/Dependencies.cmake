@@ -11,6 +11,20 @@ add_library(tz_openblas INTERFACE)
 target_link_libraries(tz_openblas INTERFACE ${OPENBLAS_LIBRARY})
 target_include_directories(tz_openblas SYSTEM INTERFACE ${OPENBLAS_INCLUDE_DIR})
 
+# ISA-L (libisal-dev, scripts/setup.sh installs it): its CRC32C checks the NVMe swap and the
+# checkpoints (`tierzero bench crc` measured it at least as fast as ours). Optional: without it
+# TierZero's own CRC32C kernels are used (same checksums), so a machine that cannot install it
+# still builds.
+find_library(ISAL_LIBRARY NAMES isal)
+find_path(ISAL_INCLUDE_DIR NAMES isa-l/crc.h)
+set(TZ_HAVE_ISAL OFF)
+if(ISAL_LIBRARY AND ISAL_INCLUDE_DIR)
+  set(TZ_HAVE_ISAL ON)
+  message(STATUS "TierZero: CRC32C from ISA-L (${ISAL_LIBRARY})")
+else()
+  message(STATUS "TierZero: ISA-L not found (libisal-dev): CRC32C from TierZero's own kernels")
+endif()
+
 # CUDA: built whenever nvcc is found (AUTO), so CI catches CUDA compile errors without a GPU.
 set(TZ_HAVE_CUDA OFF)
 if(NOT TIERZERO_CUDA STREQUAL "OFF")

@@ -27,6 +27,7 @@
 #include <memory>
 #include <vector>
 
+#include "bench_json.hpp"
 #include "tierzero/core/dtype.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/timer.hpp"
@@ -227,16 +228,20 @@ int bench_adam(const BenchAdamOptions& o) {
   std::fprintf(stderr, "  check: %zu elements vs the scalar path, bitwise: %s\n", sample.size(),
                bad == 0 ? "ok" : "FAILED");
   std::fflush(stderr);
-  std::printf(
-      "{\"bench\": \"adam.cpu\", \"value\": %.3f, \"unit\": \"GB/s\", \"baseline\": \"triad\", "
-      "\"baseline_value\": %.3f, \"ratio\": %.4f, \"isa\": \"%s\", \"threads\": %d, \"params\": "
-      "%zu, \"step_ms\": %.2f, \"triad_ms\": %.2f, \"gparams_per_s\": %.4f, \"bytes_per_param\": "
-      "30, \"triad_bytes_per_elem\": 12, \"adam_moved_GBps\": %.3f, \"triad_moved_GBps\": %.3f, "
-      "\"checked\": %s}\n",
-      adam_gbps, triad_gbps, ratio, isa, omp_get_max_threads(), n, t_adam * 1e3, t_triad * 1e3,
-      nd / t_adam / 1e9, 32.0 * nd / t_adam / 1e9, 16.0 * nd / t_triad / 1e9,
-      bad == 0 ? "true" : "false");
-  std::fflush(stdout);
+  nlohmann::ordered_json j = bench_result("adam.cpu", round_to(adam_gbps, 3), "GB/s", "triad",
+                                          round_to(triad_gbps, 3), ratio);
+  j["isa"] = isa;
+  j["threads"] = omp_get_max_threads();
+  j["params"] = n;
+  j["step_ms"] = round_to(t_adam * 1e3, 2);
+  j["triad_ms"] = round_to(t_triad * 1e3, 2);
+  j["gparams_per_s"] = round_to(nd / t_adam / 1e9, 4);
+  j["bytes_per_param"] = 30;
+  j["triad_bytes_per_elem"] = 12;
+  j["adam_moved_GBps"] = round_to(32.0 * nd / t_adam / 1e9, 3);
+  j["triad_moved_GBps"] = round_to(16.0 * nd / t_triad / 1e9, 3);
+  j["checked"] = bad == 0;
+  print_result(j);
   return bad == 0 ? 0 : 1;
 }
 

@@ -117,24 +117,6 @@ CLI::Option* add_ranged_option(CLI::App& c, const std::string& name, int64_t& va
   return c.add_option(name, value, help)->check(CLI::Range(lo, hi))->capture_default_str();
 }
 
-nlohmann::ordered_json bench_result(const std::string& bench, double value, const std::string& unit,
-                                    const std::string& baseline, double baseline_value,
-                                    double ratio) {
-  nlohmann::ordered_json j;
-  j["bench"] = bench;
-  j["value"] = value;
-  j["unit"] = unit;
-  j["baseline"] = baseline;
-  j["baseline_value"] = baseline_value;
-  j["ratio"] = round_to(ratio, 4);
-  return j;
-}
-
-void print_result(const nlohmann::ordered_json& j) {
-  std::printf("%s\n", j.dump().c_str());
-  std::fflush(stdout);
-}
-
 nn::GPTConfig bench_model_config(const TrainRunOptions& o, int64_t context) {
   train::ModelShape shape;
   shape.vocab_size = kBenchVocab;
@@ -143,11 +125,6 @@ nn::GPTConfig bench_model_config(const TrainRunOptions& o, int64_t context) {
   shape.n_head = o.heads;
   shape.n_embd = o.channels;
   return train::gpt_config_from(shape);  // the trainer's rule: vocabulary padded to 128
-}
-
-double round_to(double x, int digits) {
-  const double scale = std::pow(10.0, digits);
-  return std::round(x * scale) / scale;
 }
 
 double median(std::vector<double> v) {

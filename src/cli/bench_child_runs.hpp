@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_json.hpp"
 #include "tierzero/nn/gpt_config.hpp"
 
 namespace tierzero::cli {
@@ -54,15 +55,6 @@ nlohmann::ordered_json bench_tierzero_json(const TrainRunOptions& o, int64_t thr
 // The GPT of the options' shape with kBenchVocab and `context` positions, padded as the trainer
 // pads it (what the runs of bench_tierzero_json train).
 nn::GPTConfig bench_model_config(const TrainRunOptions& o, int64_t context);
-// x rounded to `digits` decimals: the double nearest that decimal, so that the JSON is short.
-double round_to(double x, int digits);
-// The fields every benchmark result line starts with (ratio rounded to 4 decimals); each
-// benchmark appends its own.
-nlohmann::ordered_json bench_result(const std::string& bench, double value, const std::string& unit,
-                                    const std::string& baseline, double baseline_value,
-                                    double ratio);
-// One result line on stdout, flushed.
-void print_result(const nlohmann::ordered_json& j);
 
 double median(std::vector<double> v);  // 0 for an empty v
 double mean(const std::vector<double>& v);

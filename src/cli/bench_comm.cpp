@@ -16,6 +16,7 @@
 #include <sstream>
 #include <vector>
 
+#include "bench_json.hpp"
 #include "tierzero/comm/mpi_communicator.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/memory_tracker.hpp"
@@ -364,14 +365,16 @@ int run_in_job(const BenchCommOptions& o) {
       std::string name = std::string("comm.") + op_name(op);
       if (bytes != (size_t{64} << 20)) name += "." + size_label(bytes);
       if (dtype != DType::f32) name += std::string(".") + dtype_name(dtype);
-      std::printf(
-          "{\"bench\": \"%s\", \"value\": %.4f, \"unit\": \"GB/s\", \"baseline\": \"mpi\", "
-          "\"baseline_value\": %.4f, \"ratio\": %.4f, \"algbw\": %.4f, \"bytes\": %zu, "
-          "\"ranks\": %d, \"dtype\": \"%s\", \"time_us\": %.2f, \"baseline_time_us\": %.2f, "
-          "\"check\": %s}\n",
-          name.c_str(), busbw, raw_busbw, ratio, algbw, bytes, n, dtype_name(dtype), r.ours_s * 1e6,
-          r.raw_s * 1e6, r.ok ? "true" : "false");
-      std::fflush(stdout);
+      nlohmann::ordered_json j =
+          bench_result(name, round_to(busbw, 4), "GB/s", "mpi", round_to(raw_busbw, 4), ratio);
+      j["algbw"] = round_to(algbw, 4);
+      j["bytes"] = bytes;
+      j["ranks"] = n;
+      j["dtype"] = dtype_name(dtype);
+      j["time_us"] = round_to(r.ours_s * 1e6, 2);
+      j["baseline_time_us"] = round_to(r.raw_s * 1e6, 2);
+      j["check"] = r.ok;
+      print_result(j);
     }
   }
   if (me == 0 && !all_ok) std::fprintf(stderr, "bench comm: some results FAILED their check\n");

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "bench_json.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/timer.hpp"
 #include "tierzero/offload/host_pool.hpp"
@@ -155,14 +156,18 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// One result line; `extra` holds the result's own fields.
 void print_json(const char* name, double value, double baseline, const BenchIoOptions& o,
-                const std::string& dir, bool direct, const char* extra = "") {
-  std::printf(
-      "{\"bench\": \"%s\", \"value\": %.4f, \"unit\": \"GB/s\", \"baseline\": \"fio\", "
-      "\"baseline_value\": %.4f, \"ratio\": %.4f, \"size\": %zu, \"block\": %zu, "
-      "\"queue_depth\": %zu, \"direct\": %s, \"dir\": \"%s\"%s}\n",
-      name, value / 1e9, baseline / 1e9, value / baseline, o.size, o.block, o.queue_depth,
-      direct ? "true" : "false", dir.c_str(), extra);
+                const std::string& dir, bool direct, const nlohmann::ordered_json& extra) {
+  nlohmann::ordered_json j = bench_result(name, round_to(value / 1e9, 4), "GB/s", "fio",
+                                          round_to(baseline / 1e9, 4), value / baseline);
+  j["size"] = o.size;
+  j["block"] = o.block;
+  j["queue_depth"] = o.queue_depth;
+  j["direct"] = direct;
+  j["dir"] = dir;
+  for (const auto& [k, v] : extra.items()) j[k] = v;
+  print_result(j);
 }
 
 }  // namespace
@@ -303,18 +308,16 @@ int run_bench_io(const BenchIoOptions& o) {
                st.requests, st.submit_calls, st.retries, st.bounce_copies);
   std::fflush(stderr);
   const bool direct = engine.direct_io();
-  char fio_detail[128];
-  std::snprintf(fio_detail, sizeof fio_detail, ", \"fio_plain\": %.4f, \"fio_fixedbufs\": %.4f",
-                median(fw_plain) / 1e9, median(fw_fixed) / 1e9);
-  print_json("io.write", tz_w, fio_w, o, dir.path(), direct, fio_detail);
-  std::snprintf(fio_detail, sizeof fio_detail, ", \"fio_plain\": %.4f, \"fio_fixedbufs\": %.4f",
-                median(fr_plain) / 1e9, median(fr_fixed) / 1e9);
-  print_json("io.read", tz_r, fio_r, o, dir.path(), direct, fio_detail);
-  char extra[160];
-  std::snprintf(extra, sizeof extra,
-                ", \"stream_buffers\": %zu, \"stream_buffer_bytes\": %zu, \"moved_GBps\": %.4f",
-                o.stream_buffers, o.stream_buffer_bytes, tz_s / 1e9);
-  print_json("io.stream", tensor_rate, low, o, dir.path(), direct, extra);
+  print_json("io.write", tz_w, fio_w, o, dir.path(), direct,
+             {{"fio_plain", round_to(median(fw_plain) / 1e9, 4)},
+              {"fio_fixedbufs", round_to(median(fw_fixed) / 1e9, 4)}});
+  print_json("io.read", tz_r, fio_r, o, dir.path(), direct,
+             {{"fio_plain", round_to(median(fr_plain) / 1e9, 4)},
+              {"fio_fixedbufs", round_to(median(fr_fixed) / 1e9, 4)}});
+  print_json("io.stream", tensor_rate, low, o, dir.path(), direct,
+             {{"stream_buffers", o.stream_buffers},
+              {"stream_buffer_bytes", o.stream_buffer_bytes},
+              {"moved_GBps", round_to(tz_s / 1e9, 4)}});
   std::fflush(stdout);
   for (auto& h : tensor) swap.free(h);
   for (auto& e : extents) swap.free(e);

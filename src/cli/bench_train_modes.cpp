@@ -13,6 +13,7 @@
 #include "bench_train_modes.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -56,14 +57,15 @@ StateBytes read_state_bytes(const std::string& path) {
 
 // One way of running the model: a config, a launcher and extra flags.
 struct Mode {
-  std::string label;        // in the table
-  std::string tag;          // in file names
-  int ranks = 1;            // > 1: under mpiexec
-  int64_t threads = 1;      // OpenMP threads per rank
-  int stage = 0;            // ZeRO stage
-  std::string offload;      // extra zero_optimization keys, each starting with ", "
-  bool profile = false;     // pass --profile
-  std::string expect_tier;  // "nvme" or "host": most of the model state must be there
+  std::string label;    // in the table
+  std::string tag;      // in file names
+  int ranks = 1;        // > 1: under mpiexec
+  int64_t threads = 1;  // OpenMP threads per rank
+  int stage = 0;        // ZeRO stage
+  nlohmann::ordered_json offload =
+      nlohmann::ordered_json::object();  // extra zero_optimization keys
+  bool profile = false;                  // pass --profile
+  std::string expect_tier;               // "nvme" or "host": most of the model state must be there
 };
 
 struct Run {
@@ -81,22 +83,15 @@ struct Bench {
   std::string dir;
 
   std::string config_json(const Mode& m) const {
-    char buf[4096];
-    const int n = std::snprintf(
-        buf, sizeof buf,
-        "{\"train_micro_batch_size_per_gpu\": %lld, \"zero_optimization\": {\"stage\": %d, "
-        "\"stage3_param_persistence_threshold\": 0%s}, \"tierzero\": {\"steps\": %lld, "
-        "\"seq_len\": %lld, \"seed\": 7, \"threads\": %lld, \"val_batches\": 0, \"model\": "
-        "{\"vocab_size\": 257, \"n_layer\": %lld, \"n_head\": %lld, \"n_embd\": %lld, "
-        "\"context_length\": %lld}}}",
-        static_cast<long long>(o.batch), m.stage, m.offload.c_str(),
-        static_cast<long long>(o.steps), static_cast<long long>(o.seq),
-        static_cast<long long>(m.threads), static_cast<long long>(o.layers),
-        static_cast<long long>(o.heads), static_cast<long long>(o.channels),
-        static_cast<long long>(o.seq));
-    TZ_CHECK(n > 0 && static_cast<size_t>(n) < sizeof buf, "config too long for the benchmark",
-             "pass a shorter --dir");
-    return buf;
+    nlohmann::ordered_json zero;
+    zero["stage"] = m.stage;
+    zero["stage3_param_persistence_threshold"] = 0;
+    for (const auto& [k, v] : m.offload.items()) zero[k] = v;
+    nlohmann::ordered_json c;
+    c["train_micro_batch_size_per_gpu"] = o.batch;
+    c["zero_optimization"] = zero;
+    c["tierzero"] = bench_tierzero_json(o, m.threads);
+    return c.dump();
   }
 
   std::string config_path(const Mode& m) const { return dir + "/" + m.tag + ".json"; }
@@ -252,30 +247,30 @@ int64_t repeats_or(const BenchTrainModesOptions& o, int64_t fallback) {
   return o.repeats > 0 ? o.repeats : fallback;
 }
 
+// One result line: the common fields, the run's shape, then `extra` (the benchmark's own).
 void print_json(const char* name, double value, const char* baseline, double baseline_value,
                 const BenchTrainModesOptions& o, int ranks, int64_t threads, int64_t repeats,
-                const std::string& extra) {
-  std::printf(
-      "{\"bench\": \"%s\", \"value\": %.3f, \"unit\": \"ms/step\", \"baseline\": \"%s\", "
-      "\"baseline_value\": %.3f, \"ratio\": %.4f, \"ranks\": %d, \"threads\": %lld, "
-      "\"layers\": %lld, \"channels\": %lld, \"seq\": %lld, \"batch\": %lld, \"steps\": %lld, "
-      "\"warmup\": %lld, \"repeats\": %lld%s}\n",
-      name, value, baseline, baseline_value, baseline_value / value, ranks,
-      static_cast<long long>(threads), static_cast<long long>(o.layers),
-      static_cast<long long>(o.channels), static_cast<long long>(o.seq),
-      static_cast<long long>(o.batch), static_cast<long long>(o.steps),
-      static_cast<long long>(o.warmup), static_cast<long long>(repeats), extra.c_str());
-  std::fflush(stdout);
+                const nlohmann::ordered_json& extra) {
+  nlohmann::ordered_json j = bench_result(name, round_to(value, 3), "ms/step", baseline,
+                                          round_to(baseline_value, 3), baseline_value / value);
+  j["ranks"] = ranks;
+  j["threads"] = threads;
+  j["layers"] = o.layers;
+  j["channels"] = o.channels;
+  j["seq"] = o.seq;
+  j["batch"] = o.batch;
+  j["steps"] = o.steps;
+  j["warmup"] = o.warmup;
+  j["repeats"] = repeats;
+  for (const auto& [k, v] : extra.items()) j[k] = v;
+  print_result(j);
 }
 
-std::string run_medians_json(const char* key, const std::vector<double>& v) {
-  std::string s = std::string(", \"") + key + "\": [";
-  char buf[32];
-  for (size_t i = 0; i < v.size(); ++i) {
-    std::snprintf(buf, sizeof buf, "%s%.1f", i ? ", " : "", v[i]);
-    s += buf;
-  }
-  return s + "]";
+// Each run's median step (ms), to one decimal.
+nlohmann::ordered_json run_medians_json(const std::vector<double>& v) {
+  nlohmann::ordered_json a = nlohmann::ordered_json::array();
+  for (double x : v) a.push_back(round_to(x, 1));
+  return a;
 }
 
 }  // namespace
@@ -287,18 +282,16 @@ int bench_train_nvme(const BenchTrainModesOptions& o) {
   Bench bench{o, self_exe(), find_mpiexec(o.mpiexec), dir.path()};
   const std::string swap = dir.path() + "/swap";
   std::filesystem::create_directory(swap);
-  const std::string nvme =
-      "{\"device\": \"nvme\", \"nvme_path\": " + nlohmann::json(swap).dump() + "}";
-  std::string optimizer_nvme = nvme;
-  if (o.swap_buffers > 0)
-    optimizer_nvme = "{\"device\": \"nvme\", \"nvme_path\": " + nlohmann::json(swap).dump() +
-                     ", \"buffer_count\": " + std::to_string(o.swap_buffers) + "}";
+  const nlohmann::ordered_json nvme = {{"device", "nvme"}, {"nvme_path", swap}};
+  nlohmann::ordered_json optimizer_nvme = nvme;
+  if (o.swap_buffers > 0) optimizer_nvme["buffer_count"] = o.swap_buffers;
+  const nlohmann::ordered_json cpu = {{"device", "cpu"}};
   Mode n{"stage 3, NVMe offload",
          "nvme",
          2,
          1,
          3,
-         ", \"offload_param\": " + nvme + ", \"offload_optimizer\": " + optimizer_nvme,
+         {{"offload_param", nvme}, {"offload_optimizer", optimizer_nvme}},
          false,
          "nvme"};
   Mode h{"stage 3, host offload",
@@ -306,8 +299,7 @@ int bench_train_nvme(const BenchTrainModesOptions& o) {
          2,
          1,
          3,
-         ", \"offload_param\": {\"device\": \"cpu\"}, \"offload_optimizer\": {\"device\": "
-         "\"cpu\"}",
+         {{"offload_param", cpu}, {"offload_optimizer", cpu}},
          false,
          "host"};
   std::fprintf(stderr,
@@ -338,21 +330,27 @@ int bench_train_nvme(const BenchTrainModesOptions& o) {
                  "%.2f s, iowait %.2f s\n",
                  p.a.steal_s, p.a.iowait_s, p.b.steal_s, p.b.iowait_s);
   std::fflush(stderr);
-  char extra[1024];
-  std::snprintf(extra, sizeof extra,
-                ", \"goal\": 0.77, \"nvme_run_steal_s\": %.2f, \"nvme_run_iowait_s\": %.2f, "
-                "\"host_run_steal_s\": %.2f, \"host_run_iowait_s\": %.2f, "
-                "\"nvme_prefetch_hits\": %.2f, \"nvme_on_demand_fetches\": "
-                "%.2f, \"nvme_stall_ms\": %.3f, \"host_prefetch_hits\": %.2f, "
-                "\"host_on_demand_fetches\": %.2f, \"host_stall_ms\": %.3f, \"nvme_state_bytes\": "
-                "%.0f, \"host_state_bytes\": %.0f, \"nvme_run_host_io_peak_bytes\": %.0f, "
-                "\"host_run_host_io_peak_bytes\": %.0f, \"swap_buffers\": %lld",
-                p.a.steal_s, p.a.iowait_s, p.b.steal_s, p.b.iowait_s, p.a.hits, p.a.on_demand,
-                p.a.stall_ms, p.b.hits, p.b.on_demand, p.b.stall_ms, ns.nvme, hs.host,
-                ns.host_io_peak, hs.host_io_peak, static_cast<long long>(o.swap_buffers));
+  nlohmann::ordered_json extra;
+  extra["goal"] = 0.77;
+  extra["nvme_run_steal_s"] = round_to(p.a.steal_s, 2);
+  extra["nvme_run_iowait_s"] = round_to(p.a.iowait_s, 2);
+  extra["host_run_steal_s"] = round_to(p.b.steal_s, 2);
+  extra["host_run_iowait_s"] = round_to(p.b.iowait_s, 2);
+  extra["nvme_prefetch_hits"] = round_to(p.a.hits, 2);
+  extra["nvme_on_demand_fetches"] = round_to(p.a.on_demand, 2);
+  extra["nvme_stall_ms"] = round_to(p.a.stall_ms, 3);
+  extra["host_prefetch_hits"] = round_to(p.b.hits, 2);
+  extra["host_on_demand_fetches"] = round_to(p.b.on_demand, 2);
+  extra["host_stall_ms"] = round_to(p.b.stall_ms, 3);
+  extra["nvme_state_bytes"] = std::llround(ns.nvme);
+  extra["host_state_bytes"] = std::llround(hs.host);
+  extra["nvme_run_host_io_peak_bytes"] = std::llround(ns.host_io_peak);
+  extra["host_run_host_io_peak_bytes"] = std::llround(hs.host_io_peak);
+  extra["swap_buffers"] = o.swap_buffers;
+  extra["nvme_run_ms"] = run_medians_json(p.a.run_medians);
+  extra["host_run_ms"] = run_medians_json(p.b.run_medians);
   print_json("train.nvme_vs_host", p.a.median_ms, "host offload", p.b.median_ms, o, 2, 1, repeats,
-             extra + run_medians_json("nvme_run_ms", p.a.run_medians) +
-                 run_medians_json("host_run_ms", p.b.run_medians));
+             extra);
   return 0;
 }
 
@@ -364,8 +362,8 @@ int bench_train_stage3(const BenchTrainModesOptions& o) {
   // a device-resident shard is the unit itself and nothing is communicated); stage 0 on two ranks
   // is plain data parallelism.
   Bench bench{o, self_exe(), find_mpiexec(o.mpiexec), dir.path()};
-  Mode s3{"stage 3, all on device", "stage3", 2, 1, 3, "", false, ""};
-  Mode s0{"stage 0 (reference)", "stage0", 2, 1, 0, "", false, ""};
+  Mode s3{"stage 3, all on device", "stage3", 2, 1, 3, {}, false, ""};
+  Mode s0{"stage 0 (reference)", "stage0", 2, 1, 0, {}, false, ""};
   std::fprintf(stderr,
                "bench train-stage3: %s; 2 ranks x 1 thread, everything on the device tier\n",
                model_text(o).c_str());
@@ -378,14 +376,15 @@ int bench_train_stage3(const BenchTrainModesOptions& o) {
   std::fprintf(stderr, "  %-40s %9.3f (goal >= 0.91, i.e. stage 3 <= 1.1x stage 0): %s\n",
                "ratio stage 0 / stage 3", ratio, ratio >= 0.91 ? "met" : "NOT met");
   std::fflush(stderr);
-  char extra[256];
-  std::snprintf(extra, sizeof extra,
-                ", \"goal\": 0.91, \"stage3_prefetch_hits\": %.2f, \"stage3_on_demand_fetches\": "
-                "%.2f, \"stage3_stall_ms\": %.3f",
-                p.a.hits, p.a.on_demand, p.a.stall_ms);
+  nlohmann::ordered_json extra;
+  extra["goal"] = 0.91;
+  extra["stage3_prefetch_hits"] = round_to(p.a.hits, 2);
+  extra["stage3_on_demand_fetches"] = round_to(p.a.on_demand, 2);
+  extra["stage3_stall_ms"] = round_to(p.a.stall_ms, 3);
+  extra["stage3_run_ms"] = run_medians_json(p.a.run_medians);
+  extra["stage0_run_ms"] = run_medians_json(p.b.run_medians);
   print_json("train.stage3_vs_stage0", p.a.median_ms, "stage 0", p.b.median_ms, o, 2, 1, repeats,
-             extra + run_medians_json("stage3_run_ms", p.a.run_medians) +
-                 run_medians_json("stage0_run_ms", p.b.run_medians));
+             extra);
   return 0;
 }
 
@@ -394,7 +393,7 @@ int bench_profile_overhead(const BenchTrainModesOptions& o) {
   const int64_t repeats = repeats_or(o, 3);
   TempDir dir(bench_base_dir(o.dir));
   Bench bench{o, self_exe(), "", dir.path()};
-  const std::string opt = ", \"offload_optimizer\": {\"device\": \"cpu\"}";
+  const nlohmann::ordered_json opt = {{"offload_optimizer", {{"device", "cpu"}}}};
   Mode on{"stage 3, --profile", "on", 1, 2, 3, opt, true, "host"};
   Mode off{"stage 3, no profile", "off", 1, 2, 3, opt, false, "host"};
   std::fprintf(stderr, "bench profile: %s; 1 rank x 2 threads, stage 3, optimizer on the host\n",
@@ -411,12 +410,13 @@ int bench_profile_overhead(const BenchTrainModesOptions& o) {
                ratio, ratio >= 0.98 ? "met" : "NOT met");
   std::fprintf(stderr, "  %-40s %9.3f\n", "median of the per-pair ratios", median(pair_ratios));
   std::fflush(stderr);
-  char extra[128];
-  std::snprintf(extra, sizeof extra, ", \"goal\": 0.98, \"pair_ratio_median\": %.4f",
-                median(pair_ratios));
+  nlohmann::ordered_json extra;
+  extra["goal"] = 0.98;
+  extra["pair_ratio_median"] = round_to(median(pair_ratios), 4);
+  extra["on_run_ms"] = run_medians_json(p.a.run_medians);
+  extra["off_run_ms"] = run_medians_json(p.b.run_medians);
   print_json("profile.overhead", p.a.median_ms, "no profile", p.b.median_ms, o, 1, 2, repeats,
-             extra + run_medians_json("on_run_ms", p.a.run_medians) +
-                 run_medians_json("off_run_ms", p.b.run_medians));
+             extra);
   return 0;
 }
 

@@ -8,7 +8,9 @@
 
 #include "bench_adam.hpp"
 #include "bench_comm.hpp"
+#include "bench_crc.hpp"
 #include "bench_io.hpp"
+#include "bench_json.hpp"
 #include "bench_pp.hpp"
 #include "bench_tp.hpp"
 #include "bench_train_modes.hpp"
@@ -135,11 +137,14 @@ int bench_train(const BenchFlags& f) {
   std::fprintf(stderr, "  %-32s %9.1f GF/s\n", "train step rate", rate);
   std::fprintf(stderr, "  %-32s %9.1f tok/s\n", "throughput", tokens / step_s);
   std::fprintf(stderr, "  %-32s %9.3f\n", "ratio (goal >= 0.60)", rate / sgemm);
-  std::printf(
-      "{\"bench\": \"train.step\", \"value\": %.3f, \"unit\": \"GFLOP/s\", \"baseline\": "
-      "\"sgemm\", \"baseline_value\": %.3f, \"ratio\": %.4f, \"step_ms\": %.2f, \"model\": "
-      "\"%s\", \"batch\": %zu, \"seq\": %zu, \"device\": \"%s\"}\n",
-      rate, sgemm, rate / sgemm, step_s * 1e3, f.model.c_str(), B, T, dev->name().c_str());
+  nlohmann::ordered_json j = bench_result("train.step", round_to(rate, 3), "GFLOP/s", "sgemm",
+                                          round_to(sgemm, 3), rate / sgemm);
+  j["step_ms"] = round_to(step_s * 1e3, 2);
+  j["model"] = f.model;
+  j["batch"] = B;
+  j["seq"] = T;
+  j["device"] = dev->name();
+  print_result(j);
   return 0;
 }
 
@@ -191,9 +196,11 @@ Command add_bench_command(CLI::App& app) {
   std::function<int()> tp = add_bench_tp_command(*bench);
   std::function<int()> pp = add_bench_pp_command(*bench);
   std::function<int()> ulysses = add_bench_ulysses_command(*bench);
+  std::function<int()> crc = add_bench_crc_command(*bench);
 
-  return {bench, [train, io, comm, adam, t, o, c, a, train_modes, tp, pp, ulysses] {
+  return {bench, [train, io, comm, adam, t, o, c, a, train_modes, tp, pp, ulysses, crc] {
             if (const int rc = train_modes(); rc >= 0) return rc;
+            if (const int rc = crc(); rc >= 0) return rc;
             if (const int rc = tp(); rc >= 0) return rc;
             if (const int rc = pp(); rc >= 0) return rc;
             if (const int rc = ulysses(); rc >= 0) return rc;

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -159,19 +160,21 @@ Command add_eval_command(CLI::App& app) {
   add_common(sub, *flags);
   sub->add_option("--batches", flags->batches, "batches to evaluate")
       ->check(CLI::Range(1, 1 << 30));
-  return {sub, [flags] {
-            train::TrainConfig c = resolve(*flags);
-            c.steps = 0;
-            if (c.val_data.empty()) c.val_data = c.train_data;
-            train::Trainer trainer(c);
-            train::TrainResult r = trainer.run(nullptr);
-            if (r.rank != 0) return std::isfinite(r.val_loss) ? 0 : 1;  // rank 0 reports
-            std::printf("{\"eval_loss\": %.6f, \"batches\": %lld}\n", r.val_loss,
-                        static_cast<long long>(c.val_batches));
-            std::fprintf(stderr, "eval loss %.4f over %lld batches\n", r.val_loss,
-                         static_cast<long long>(c.val_batches));
-            return std::isfinite(r.val_loss) ? 0 : 1;
-          }};
+  return {
+      sub, [flags] {
+        train::TrainConfig c = resolve(*flags);
+        c.steps = 0;
+        if (c.val_data.empty()) c.val_data = c.train_data;
+        train::Trainer trainer(c);
+        train::TrainResult r = trainer.run(nullptr);
+        if (r.rank != 0) return std::isfinite(r.val_loss) ? 0 : 1;  // rank 0 reports
+        // nlohmann::json writes a non-finite loss as null, so the line stays valid JSON.
+        const nlohmann::ordered_json line = {{"eval_loss", r.val_loss}, {"batches", c.val_batches}};
+        std::printf("%s\n", line.dump().c_str());
+        std::fprintf(stderr, "eval loss %.4f over %lld batches\n", r.val_loss,
+                     static_cast<long long>(c.val_batches));
+        return std::isfinite(r.val_loss) ? 0 : 1;
+      }};
 }
 
 }  // namespace tierzero::cli

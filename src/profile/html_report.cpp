@@ -13,6 +13,7 @@
 #include "report_script.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/profile/profile_summary.hpp"
+#include "tierzero/profile/rank_comparison.hpp"
 #include "tierzero/profile/recommendations.hpp"
 
 namespace tierzero::profile {
@@ -377,9 +378,82 @@ void unaccounted_section(std::string& h, const Profile& p, const ProfileSummary&
        "</p>";
 }
 
-}  // namespace
+// "</" inside JSON would end the script element early.
+std::string script_safe(const std::string& data) {
+  std::string safe;
+  safe.reserve(data.size());
+  for (size_t i = 0; i < data.size(); ++i) {
+    if (data[i] == '<' && i + 1 < data.size() && data[i + 1] == '/') {
+      safe += "<\\/";
+      ++i;
+    } else {
+      safe += data[i];
+    }
+  }
+  return safe;
+}
 
-std::string render_html_report(const Profile& p, const std::string& source_name) {
+std::string ratio_cell(double r) {
+  return r > 0.0 ? format_text("%.3f", r) : std::string("&mdash;");
+}
+
+// The ranks side by side: step times and tier peaks per rank with the imbalance row, then the
+// peaks of every (tier, category) some rank used.
+void ranks_section(std::string& h, const RankComparison& c) {
+  const RankFigures& slow = c.figures[c.slowest];
+  h += "<p>" + std::to_string(c.figures.size()) + " of " + std::to_string(c.ranks) +
+       " ranks; slowest: <b>rank " + std::to_string(slow.rank) + "</b> (" +
+       format_text("%.4f s", slow.mean_step_s) + " per steady step, " +
+       format_text("%.3f", c.step_imbalance) + " &times; the mean); the sections below are rank " +
+       std::to_string(slow.rank) + "'s</p>";
+  if (!c.missing.empty()) {
+    std::string list;
+    for (int r : c.missing) list += (list.empty() ? "" : ", ") + std::to_string(r);
+    h += "<p class=note id=tz-missing-ranks>no profile for rank(s) " + list +
+         ": the figures here leave them out</p>";
+  }
+  h += "<div class=scroll><table id=tz-ranks-table><thead><tr><th>rank</th><th>steps</th>"
+       "<th>s per step (steady mean)</th><th>slowest step (s)</th><th>stall s per step</th>";
+  for (size_t t = 0; t < kNumTiers; ++t)
+    h += std::string("<th>") + tier_name(static_cast<Tier>(t)) + " peak</th>";
+  h += "<th class=l>profile</th></tr></thead><tbody>";
+  for (size_t i = 0; i < c.figures.size(); ++i) {
+    const RankFigures& f = c.figures[i];
+    const bool slowest = i == c.slowest;
+    h += std::string("<tr") + (slowest ? " class=slowest" : "") + "><td>" + (slowest ? "<b>" : "") +
+         std::to_string(f.rank) + (slowest ? "</b>" : "") + "</td><td>" + std::to_string(f.steps) +
+         "</td><td>" + format_text("%.4f", f.mean_step_s) + "</td><td>" +
+         format_text("%.4f", f.max_step_s) + "</td><td>" + format_text("%.4f", f.mean_stall_s) +
+         "</td>";
+    for (size_t t = 0; t < kNumTiers; ++t) h += "<td>" + format_bytes(f.tier_peak[t]) + "</td>";
+    h += "<td class=l>" + escape(f.source) + "</td></tr>";
+  }
+  h += "<tr><th class=l>max / mean</th><td></td><td>" + ratio_cell(c.step_imbalance) +
+       "</td><td></td><td></td>";
+  for (size_t t = 0; t < kNumTiers; ++t)
+    h += "<td>" + ratio_cell(c.tier_peak_imbalance[t]) + "</td>";
+  h += "<td></td></tr></tbody></table></div>";
+
+  h += "<h3 style='font-size:14px'>peaks per tier and category</h3><div class=scroll><table>"
+       "<thead><tr><th class=l>tier</th><th class=l>category</th>";
+  for (const RankFigures& f : c.figures) h += "<th>rank " + std::to_string(f.rank) + "</th>";
+  h += "<th>max / mean</th></tr></thead><tbody>";
+  for (size_t t = 0; t < kNumTiers; ++t)
+    for (size_t k = 0; k < kNumCategories; ++k) {
+      bool used = false;
+      for (const RankFigures& f : c.figures) used = used || f.peak[t][k] > 0;
+      if (!used) continue;
+      h += std::string("<tr><td class=l>") + tier_name(static_cast<Tier>(t)) + "</td><td class=l>" +
+           category_name(static_cast<Category>(k)) + "</td>";
+      for (const RankFigures& f : c.figures) h += "<td>" + format_bytes(f.peak[t][k]) + "</td>";
+      h += "<td>" + ratio_cell(c.peak_imbalance[t][k]) + "</td></tr>";
+    }
+  h += "</tbody></table></div><p class=note>peaks: the highest over all steps; max / mean: the "
+       "largest rank's figure over the ranks' mean (1 is balanced)</p>";
+}
+
+// The page for `p`; with `ranks`, the run's ranks side by side first (p is then the slowest).
+std::string render(const Profile& p, const std::string& source_name, const RankComparison* ranks) {
   const ProfileSummary s = summarize(p);
   std::string h;
   h.reserve(size_t{256} << 10);
@@ -395,6 +469,10 @@ std::string render_html_report(const Profile& p, const std::string& source_name)
        std::to_string(p.run.ranks) + " rank(s) &middot; " + std::to_string(p.steps.size()) +
        " steps" + (source_name.empty() ? "" : " &middot; " + escape(source_name)) + "</div>";
   h += "<div id=tz-error></div>\n";
+  if (ranks) {
+    h += "<h2>Ranks</h2>";
+    ranks_section(h, *ranks);
+  }
 
   h += "<h2>Recommendations</h2>";
   const auto recs = recommend(p);
@@ -424,26 +502,41 @@ std::string render_html_report(const Profile& p, const std::string& source_name)
   h += "<h2>Run</h2>";
   run_section(h, p);
 
-  // "</" inside the JSON would end the script element early.
-  std::string data = chart_data(p).dump();
-  std::string safe;
-  safe.reserve(data.size());
-  for (size_t i = 0; i < data.size(); ++i) {
-    if (data[i] == '<' && i + 1 < data.size() && data[i + 1] == '/') {
-      safe += "<\\/";
-      ++i;
-    } else {
-      safe += data[i];
-    }
-  }
-  h += "\n<script type=\"application/json\" id=tz-data>" + safe + "</script>\n<script>";
+  h += "\n<script type=\"application/json\" id=tz-data>" + script_safe(chart_data(p).dump()) +
+       "</script>\n";
+  // The ranks' figures for scripts and tests (the same numbers as the table).
+  if (ranks)
+    h += "<script type=\"application/json\" id=tz-ranks>" +
+         script_safe(rank_comparison_json(*ranks).dump()) + "</script>\n";
+  h += "<script>";
   h += kReportScript;
   h += "</script>\n</body></html>\n";
   return h;
 }
 
-void write_html_report(const Profile& p, const std::string& path, const std::string& source_name) {
-  const std::string html = render_html_report(p, source_name);
+std::string fs_name(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+}  // namespace
+
+std::string render_html_report(const Profile& p, const std::string& source_name) {
+  return render(p, source_name, nullptr);
+}
+
+std::string render_html_report(const RankProfiles& rp) {
+  TZ_CHECK(!rp.profiles.empty(), "no profiles to report on",
+           "pass the profile file(s) `train --profile` wrote");
+  if (rp.profiles.size() == 1 && rp.missing.empty())
+    return render(rp.profiles.front(), fs_name(rp.sources.front()), nullptr);
+  const RankComparison c = compare_ranks(rp);
+  return render(rp.profiles[c.slowest], fs_name(rp.sources[c.slowest]), &c);
+}
+
+namespace {
+
+void write_text(const std::string& html, const std::string& path) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   TZ_CHECK(out.good(), "cannot write report '" + path + "': " + errno_string(),
            "check that the directory exists and is writable");
@@ -451,6 +544,16 @@ void write_html_report(const Profile& p, const std::string& path, const std::str
   out.close();
   TZ_CHECK(out.good(), "writing report '" + path + "' failed: " + errno_string(),
            "check free disk space");
+}
+
+}  // namespace
+
+void write_html_report(const Profile& p, const std::string& path, const std::string& source_name) {
+  write_text(render_html_report(p, source_name), path);
+}
+
+void write_html_report(const RankProfiles& rp, const std::string& path) {
+  write_text(render_html_report(rp), path);
 }
 
 }  // namespace tierzero::profile

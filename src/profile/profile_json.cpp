@@ -205,6 +205,8 @@ json profile_to_json(const Profile& p) {
               {"parameters", p.run.parameters},
               {"ranks", p.run.ranks},
               {"rank", p.run.rank},
+              {"run_id", p.run.run_id},
+              {"host", p.run.host},
               {"stage", p.run.stage},
               {"device", p.run.device},
               {"device_budget", p.run.device_budget},
@@ -247,6 +249,9 @@ Profile profile_from_json(const json& j, const std::string& source) {
     p.run.parameters = r.at("parameters").get<int64_t>();
     p.run.ranks = r.at("ranks").get<int>();
     p.run.rank = r.at("rank").get<int>();
+    // Optional: profiles written before a run carried its id have neither.
+    p.run.run_id = r.value("run_id", std::string());
+    p.run.host = r.value("host", std::string());
     p.run.stage = r.at("stage").get<int>();
     p.run.device = r.at("device").get<std::string>();
     p.run.device_budget = r.at("device_budget").get<size_t>();

@@ -29,6 +29,7 @@
 #include "tierzero/offload/nvme_engine.hpp"
 #include "tierzero/profile/estimator.hpp"
 #include "tierzero/profile/profile_recorder.hpp"
+#include "tierzero/profile/rank_profiles.hpp"
 #include "tierzero/train/adamw_optimizer.hpp"
 #include "tierzero/train/byte_tokenizer.hpp"
 #include "tierzero/train/checkpoint.hpp"
@@ -39,7 +40,9 @@
 #include "tierzero/train/pipeline_executor.hpp"
 #include "tierzero/train/profiling_provider.hpp"
 #include "tierzero/train/progress.hpp"
+#include "tierzero/train/run_identity.hpp"
 #include "tierzero/train/safetensors_gpt2.hpp"
+#include "tierzero/train/step_metrics.hpp"
 #include "tierzero/train/store_provider.hpp"
 #include "tierzero/train/synthetic_corpus.hpp"
 #include "tierzero/train/training_checkpoint.hpp"
@@ -1224,29 +1227,23 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
         tp.reduce_scatter_bytes += t.reduce_scatter_bytes;
         tp.calls += t.calls;
       }
-      std::fprintf(metrics.get(),
-                   "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
-                   "\"ms\": %.3f, \"tokens_per_s\": %.1f, \"prefetch_hits\": %zu, "
-                   "\"on_demand_fetches\": %zu, \"stall_ms\": %.3f, \"nvme_reads\": %zu, "
-                   "\"handoffs\": %zu, \"tp_all_reduce_bytes\": %zu, "
-                   "\"tp_all_gather_bytes\": %zu, \"tp_reduce_scatter_bytes\": %zu, "
-                   "\"ulysses_all_to_all_bytes\": %zu, \"ulysses_calls\": %zu",
-                   static_cast<long long>(r.step), r.loss, r.lr, r.grad_norm, r.seconds * 1e3,
-                   r.tokens_per_second, r.prefetch_hits, r.on_demand_fetches, r.stall_s * 1e3,
-                   r.nvme_reads, r.handoffs, tp.all_reduce_bytes, tp.all_gather_bytes,
-                   tp.reduce_scatter_bytes, s.model->ulysses_traffic().all_to_all_bytes,
-                   s.model->ulysses_traffic().calls);
+      // Valid JSON whatever the values: a non-finite loss or gradient norm is written as null.
+      nlohmann::ordered_json line = step_metrics_json(
+          r, tp, s.model->ulysses_traffic().all_to_all_bytes, s.model->ulysses_traffic().calls);
       if (pipe) {
         // Stage 0's times (this rank's) and the bubble averaged over the stages.
         const PipelineExecutor::StepTiming& t = pipe->last_step();
-        std::fprintf(metrics.get(),
-                     ", \"pp_bubble\": %.6f, \"pp_step_ms\": %.3f, \"pp_compute_ms\": %.3f, "
-                     "\"pp_wait_ms\": %.3f, \"pp_receives\": %zu, \"pp_posted_ahead\": %zu",
-                     static_cast<double>(bubble[0] / bubble[1]), pipeline_span_s * 1e3,
-                     t.compute_s * 1e3, t.wait_s * 1e3, t.receives, t.posted_ahead);
+        line["pp_bubble"] = static_cast<double>(bubble[0] / bubble[1]);
+        line["pp_step_ms"] = pipeline_span_s * 1e3;
+        line["pp_compute_ms"] = t.compute_s * 1e3;
+        line["pp_wait_ms"] = t.wait_s * 1e3;
+        line["pp_receives"] = t.receives;
+        line["pp_posted_ahead"] = t.posted_ahead;
       }
-      std::fprintf(metrics.get(), "}\n");
-      std::fflush(metrics.get());
+      const std::string text = line.dump() + "\n";
+      TZ_CHECK(std::fputs(text.c_str(), metrics.get()) >= 0 && std::fflush(metrics.get()) == 0,
+               "writing the metrics file '" + metrics_path + "' failed: " + std::strerror(errno),
+               "check free disk space");
     }
     if (s.val_loader && config_.val_every > 0 && (step + 1) % config_.val_every == 0 &&
         step + 1 < config_.steps && config_.val_batches > 0) {
@@ -1321,8 +1318,12 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
     write_memory_json(memory_json_path, s.rank, s.world_size, sections);
   }
   if (recorder) {
-    const std::string file =
-        s.rank == 0 ? profile_path_ : profile_path_ + ".rank" + std::to_string(s.rank);
+    // Every rank has a recorder (each is given the path), so all take part in the broadcast.
+    profile::RunInfo identity = recorder->profile().run;
+    identity.run_id = shared_run_id(group);
+    identity.host = host_name();
+    recorder->set_run_info(std::move(identity));
+    const std::string file = profile::rank_profile_path(profile_path_, s.rank);
     recorder->write_json(file);
     if (out) std::fprintf(out, "wrote profile '%s'\n", file.c_str());
   }

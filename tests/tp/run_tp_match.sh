@@ -82,7 +82,7 @@ timeout -k 5 300 "$@" -n "$ranks" "$tierzero" train --config "$dir/tp.json" \
   --metrics "$dir/tp.jsonl" --save "$dir/tp.bin" --memory-json "$dir/tp.mem.json" \
   $profile_args $device_args || exit 1
 
-field() { sed -n "s/.*\"$1\": \([^,]*\),.*/\1/p" "$2"; }
+field() { sed -n "s/.*\"$1\": *\([^,]*\),.*/\1/p" "$2"; }
 fail=0
 for f in loss grad_norm; do
   field "$f" "$dir/ref.jsonl" > "$dir/ref.$f"

@@ -55,7 +55,7 @@ train() {  # train <log> <command...>
 launch() { if [ "$ranks" -gt 1 ]; then echo "$MPI -n $ranks"; fi; }
 MPI="$*"
 # the loss and gradient norm of steps <from>.. of a metrics file, as written (full precision)
-steps_from() { awk -v from="$1" -F', ' '{ split($1, s, ": "); if (s[2] + 0 >= from) print $1 ", " $2 ", " $4 }' "$2"; }
+steps_from() { awk -v from="$1" -F',' '{ split($1, s, ":"); if (s[2] + 0 >= from) print $1 "," $2 "," $4 }' "$2"; }
 
 if [ "$mode" = reshard ]; then
   # close <what> <reference metrics> <candidate metrics>: steps 6-10 within 1e-5 relative

@@ -73,7 +73,7 @@ else
 fi
 
 # Pairs the "loss" fields of the two files line by line.
-loss_of() { sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$1"; }
+loss_of() { sed -n 's/.*"loss": *\([^,]*\),.*/\1/p' "$1"; }
 loss_of "$dir/ref.jsonl" > "$dir/ref.loss"
 loss_of "$dir/zero.jsonl" > "$dir/zero.loss"
 paste "$dir/ref.loss" "$dir/zero.loss" | awk -v tol="$tol" '

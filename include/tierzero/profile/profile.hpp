@@ -28,10 +28,15 @@ size_t tier_total(const TierCategoryBytes& b, Tier t);
 
 // Who the run was: free-form enough for any trainer, typed where the report computes with it.
 struct RunInfo {
-  std::string model;          // "gpt2", "custom d4 h2 c64", ...
-  int64_t parameters = 0;     // model parameters
-  int ranks = 1;              // world size
-  int rank = 0;               // the rank that wrote this profile
+  std::string model;       // "gpt2", "custom d4 h2 c64", ...
+  int64_t parameters = 0;  // model parameters
+  int ranks = 1;           // world size
+  int rank = 0;            // the rank that wrote this profile
+  // The same on every rank of one run and different between runs (the trainer draws it on rank 0
+  // and broadcasts it), so a report over several profiles can tell a mixed set; "" when unknown
+  // (profiles written before it existed).
+  std::string run_id;
+  std::string host;           // the machine the rank ran on (its clock is the one the times are on)
   int stage = 0;              // ZeRO stage
   std::string device;         // "cpu", "cuda:0"
   size_t device_budget = 0;   // bytes the device tier may use; 0 when unlimited/unknown

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "tierzero/profile/profile.hpp"
 
@@ -19,5 +20,12 @@ std::string trace_text(const Profile& p, const std::string& source = "the profil
 nlohmann::json trace_json(const Profile& p, const std::string& source = "the profile");  // parsed
 void write_trace(const Profile& p, const std::string& path,
                  const std::string& source = "the profile");
+
+// Several ranks of one run in one trace, each rank its own process (pid = rank). Ranks that ran
+// on one host (RunInfo::host) share its clock and keep their offsets; `sources` name the
+// profiles in errors (one per profile).
+std::string trace_text(const std::vector<Profile>& ranks, const std::vector<std::string>& sources);
+// Writes `text` (trace_text's) to `path`; throws Error when it cannot.
+void write_trace_text(const std::string& text, const std::string& path);
 
 }  // namespace tierzero::profile

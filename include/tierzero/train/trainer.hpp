@@ -55,6 +55,7 @@ class Trainer {
   // Records a run profile (memory per step, phase, unit, tier and category; fetch counters; time
   // and bytes per link) and writes it to `path` at the end (rank r > 0: "<path>.rank<r>"); with
   // `timeline`, every memory event and activity too (what `tierzero report --trace` needs).
+  // Every rank of a multi-rank run must call it: at the end the ranks agree on a run id.
   void set_profile(const std::string& path, bool timeline);
   TrainResult run(std::FILE* out, const std::string& metrics_path = "",
                   const std::string& memory_json_path = "");

@@ -1,0 +1,32 @@
+// The benchmarks' result lines (bench_json.hpp).
+#include "bench_json.hpp"
+
+#include <cmath>
+#include <cstdio>
+
+namespace tierzero::cli {
+
+double round_to(double x, int digits) {
+  const double scale = std::pow(10.0, digits);
+  return std::round(x * scale) / scale;
+}
+
+nlohmann::ordered_json bench_result(const std::string& bench, double value, const std::string& unit,
+                                    const std::string& baseline, double baseline_value,
+                                    double ratio) {
+  nlohmann::ordered_json j;
+  j["bench"] = bench;
+  j["value"] = value;
+  j["unit"] = unit;
+  j["baseline"] = baseline;
+  j["baseline_value"] = baseline_value;
+  j["ratio"] = round_to(ratio, 4);
+  return j;
+}
+
+void print_result(const nlohmann::ordered_json& j) {
+  std::printf("%s\n", j.dump().c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace tierzero::cli
