@@ -17,8 +17,10 @@
 #      (tests/tp's tp_match_check), as the single-node ZeRO-3 NVMe tests.
 # The namespaces and links are removed on exit, whatever happens (and those of earlier runs that
 # were killed before they could, found by their dead pid). Where namespaces cannot be made (no
-# CAP_SYS_ADMIN) it prints SKIP and exits 0 (CTest: skipped). Every launch has a timeout, and the
-# ranks' collectives TIERZERO_COMM_TIMEOUT_S, so a broken network fails instead of hanging.
+# CAP_SYS_ADMIN) it prints SKIP and exits 0 (CTest: skipped). The ranks' collectives have
+# TIERZERO_COMM_TIMEOUT_S, and every launch a timeout of its own: nodes that cannot reach each
+# other at all (e.g. btl without tcp) hang inside Open MPI's start-up, before TierZero's timeout
+# applies, and that must fail the test well within CTest's limit, not hang it.
 # usage: run_two_nodes.sh <tierzero> <tp_match_check> <mpiexec> [mpiexec args...]
 tierzero=$1; check=$2; shift 2
 here=$(cd "$(dirname "$0")" && pwd)
@@ -34,6 +36,9 @@ for ns in $(ip netns list 2> /dev/null | sed -n 's/^\(tz-n[12]-[0-9][0-9]*\)\b.*
   pids=$(ip netns pids "$ns" 2> /dev/null)
   [ -n "$pids" ] && kill -9 $pids 2> /dev/null
   ip netns del "$ns" && echo "removed the network namespace $ns of a dead run"
+done
+for link in $(ip -o link show 2> /dev/null | sed -n 's/^[0-9]*: \(tzv1-[0-9][0-9]*\)@.*/\1/p'); do
+  kill -0 "${link##*-}" 2> /dev/null || ip link del "$link"
 done
 
 n1=tz-n1-$$; n2=tz-n2-$$; v1=tzv1-$$; v2=tzv2-$$
@@ -74,7 +79,7 @@ mkdir "$dir/nvme" "$dir/drive1" "$dir/drive2" || fail "cannot make the drive dir
 export TZ_MN_NODES="$a1:$n1:tz-node-1:$dir/drive1 $a2:$n2:tz-node-2:$dir/drive2"
 export TZ_MN_NVME="$dir/nvme"
 printf '%s slots=2\n%s slots=2\n' "$a1" "$a2" > "$dir/hostfile"
-# on_two_nodes <timeout_s> <program...>: the launcher on node 1, 4 ranks over the hostfile, node 2
+# on_two_nodes <timeout_s> <program...>: the launcher on node 1, 2 ranks on each node, node 2
 # reached through the agent, TCP between the nodes on the veth's subnet only; the comm timeout and
 # thread count exported to every rank (-x) as a real cluster needs (node 2 here would inherit them
 # anyway). The launcher command is split at spaces.
@@ -82,7 +87,7 @@ launcher="$*"
 on_two_nodes() {
   limit=$1; shift
   timeout -k 5 "$limit" sh "$here/enter_node.sh" "$a1" $launcher --hostfile "$dir/hostfile" -n 4 \
-    --map-by slot --mca plm_rsh_agent "$here/netns_rsh_agent.sh" --mca btl self,vader,tcp \
+    --map-by ppr:2:node --mca plm_rsh_agent "sh $here/netns_rsh_agent.sh" --mca btl self,vader,tcp \
     --mca btl_tcp_if_include "$subnet" --mca oob_tcp_if_include "$subnet" \
     -x TIERZERO_COMM_TIMEOUT_S -x OMP_NUM_THREADS "$@"
 }
