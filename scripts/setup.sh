@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what TierZero needs to build and test, from Debian packages, skipping what is already
 # there (chromium renders the HTML report in its test; libpng decodes the screenshot; ISA-L
-# computes the swap and checkpoint CRC32C), and the
+# computes the swap and checkpoint CRC32C; iproute2's `ip` makes the network namespaces of the
+# two-node test), and the
 # Python `safetensors` package from PyPI for the test that reads an exported model back as a
 # Hugging Face user would (never a dependency of the library).
 # The CUDA toolkit is not installed here: when /usr/local/cuda/bin/nvcc exists the
@@ -13,7 +14,7 @@ packages=(
   libopenblas-dev liburing-dev nlohmann-json3-dev libcli11-dev libisal-dev
   libgtest-dev googletest libbenchmark-dev
   openmpi-bin libopenmpi-dev fio
-  chromium libpng-dev
+  chromium libpng-dev iproute2
 )
 
 missing=()
