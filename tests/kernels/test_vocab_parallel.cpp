@@ -278,6 +278,25 @@ TEST_P(VocabXentTest, SplitMatchesReferenceAndWholeVocabulary) {
                                         d_targets->get(), s.N, ranges[r].count, ranges[r].start,
                                         s.V);
         }
+        {
+          // The partials combined on the host, as vocab_xent_finish combines them: whether a
+          // wrong loss comes from the partials or from the finish.
+          const std::vector<float> p = d_partials->download();  // (ranks, N, 3)
+          std::vector<float> combined(s.N);
+          for (size_t n = 0; n < s.N; ++n) {
+            float m = -std::numeric_limits<float>::infinity();
+            for (size_t r = 0; r < ranks; ++r) m = std::max(m, p[(r * s.N + n) * 3]);
+            float sum = 0.0f, target = 0.0f;
+            for (size_t r = 0; r < ranks; ++r) {
+              const float* q = p.data() + (r * s.N + n) * 3;
+              if (q[1] > 0.0f) sum += q[1] * std::exp(q[0] - m);
+              target += q[2];
+            }
+            combined[n] = std::log(sum) - (target - m);
+          }
+          expect_close(name((label + " partials combined on the host").c_str(), s, ranks), combined,
+                       losses, 1e-5, 0.0);
+        }
         std::vector<float> grad(s.N * s.Vp);  // (N, Vp) the ranks' dlogits side by side
         for (size_t r = 0; r < ranks; ++r) {
           const Range range = ranges[r];

@@ -32,6 +32,8 @@ TEST(OffloadCuda, PinnedPoolAndDeviceStreaming) {
   std::memcpy(host.data(), in.data(), bytes);
   void* dev = gpu->raw_alloc(bytes);  // (bytes)
   gpu->copy(dev, host.data(), bytes, CopyKind::host_to_device, gpu->default_stream());
+  // A copy from pinned memory is asynchronous: the source may be reused only after it is done.
+  gpu->default_stream().synchronize();
   std::memset(host.data(), 0, bytes);
   gpu->copy(host.data(), dev, bytes, CopyKind::device_to_host, gpu->default_stream());
   gpu->default_stream().synchronize();

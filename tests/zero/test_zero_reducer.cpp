@@ -22,7 +22,11 @@ constexpr size_t kBlockElems = 12736;
 
 size_t compare_runs(const std::vector<float>& got, const std::vector<float>& want, double rtol,
                     const std::string& what, int ranks, int rank) {
-  return count_disagreements(got, want, 1e-6, rtol, what, rank, ranks <= 2 && !on_cuda());
+  // On CUDA two runs differ where backward sums with atomics: a gradient that is only rounding
+  // noise (about 1e-9) can flip sign, and Adam turns it into a step of a few 1e-6 (measured on an
+  // H200: 3.6e-6 on parameters near zero). The absolute floor covers that, not real differences.
+  const double atol = on_cuda() ? 1e-5 : 1e-6;
+  return count_disagreements(got, want, atol, rtol, what, rank, ranks <= 2 && !on_cuda());
 }
 
 struct TrainedRun {

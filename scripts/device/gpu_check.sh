@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Runs on a lent GPU machine (see bundle.sh): unpacks the bundle, installs the carried libraries
+# without replacing any the machine has, points the loader at the machine's CUDA libraries, then
+# runs the CUDA tests and the GPU benchmarks. Logs go to $OUT (or ./gpu-out). Usage:
+#   scripts/device/gpu_check.sh [tests|bench|all] [ctest -R pattern]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+what=${1:-all}
+pattern=${2:-}
+out=${OUT:-$PWD/gpu-out}
+mkdir -p "$out"
+log() { echo "== $(date +%T) $*" | tee -a "$out/summary.txt"; }
+
+log "unpack"
+stage=/tmp/tzbundle
+mkdir -p "$stage" build/gpu
+xz -dc .devbundle/bundle.tar.xz | tar -C "$stage" -xf -
+tar -C build/gpu -xf "$stage/build.tar"
+# No clobber: the machine's own (newer) libraries stay.
+cp -rn "$stage/root/." / 2>/dev/null
+for b in mpiexec mpirun; do [ -e /usr/bin/$b ] || ln -s orterun /usr/bin/$b; done
+ldconfig 2>/dev/null
+# The CTest files name the source and build trees by the paths they had when configured.
+src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' build/gpu/CMakeCache.txt)
+if [ "$src" != "$PWD" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"; fi
+
+# CUDA's libraries from this machine: the toolkit's, else the Python wheels'.
+dirs=""
+for lib in libcudart.so.13 libcublasLt.so.13 libcublas.so.13 libnccl.so.2; do
+  f=$(find /usr/local/cuda*/ /usr/lib /opt -name "$lib" 2>/dev/null | head -1)
+  [ -n "$f" ] && dirs="$dirs:$(dirname "$f")"
+  log "$lib -> ${f:-MISSING}"
+done
+export LD_LIBRARY_PATH="${dirs#:}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_MCA_btl=self,vader OMPI_MCA_mca_base_component_show_load_errors=0
+export TIERZERO_COMM_TIMEOUT_S=60 OMP_NUM_THREADS=2
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee -a "$out/summary.txt"
+tz=build/gpu/src/cli/tierzero
+ldd $tz | grep -E "not found" | tee -a "$out/summary.txt"
+mpiexec --version 2>&1 | head -1 | tee -a "$out/summary.txt"
+
+if [ "$what" = tests ] || [ "$what" = all ]; then
+  log "ctest: CUDA-labelled and device/kernel tests"
+  sel=${pattern:-"/cuda|Cuda|_cuda"}
+  (cd build/gpu && timeout 240 ctest -R "$sel" -j6 --timeout 120 --output-on-failure \
+     --output-junit "$out/junit.xml") >"$out/ctest.log" 2>&1
+  log "ctest exit $?"; tail -25 "$out/ctest.log" | tee -a "$out/summary.txt"
+  if ! command -v ctest >/dev/null; then  # no CTest here: the GoogleTest binaries directly
+    for t in tests/test_device tests/kernels/test_kernels tests/offload/test_offload; do
+      timeout 120 build/gpu/$t --gtest_filter='*cuda*:*Cuda*' >"$out/$(basename $t).log" 2>&1
+      log "$t exit $?"; tail -3 "$out/$(basename $t).log" | tee -a "$out/summary.txt"
+    done
+  fi
+fi
+if [ "$what" = bench ] || [ "$what" = all ]; then
+  log "bench train (cuda)"
+  timeout 90 $tz bench train --device cuda --model gpt2 --batch 8 --seq 1024 --steps 5 \
+    >"$out/bench_train.log" 2>&1; log "exit $?"; tail -15 "$out/bench_train.log" | tee -a "$out/summary.txt"
+  log "train: the quick start's ZeRO-3 + NVMe offload run on cuda, one rank"
+  mkdir -p build/nvme_swap
+  timeout 100 $tz train --config examples/zero3_nvme_offload.json --device cuda --steps 20 \
+    --memory-json "$out/mem.json" >"$out/train_nvme.log" 2>&1
+  log "exit $?"; tail -15 "$out/train_nvme.log" | tee -a "$out/summary.txt"
+  gpus=$(nvidia-smi -L | grep -c "^GPU")
+  log "train: one rank more than GPUs ($gpus) must be a clear error"
+  timeout 60 mpiexec -n $((gpus + 1)) $tz train --config examples/zero3_nvme_offload.json \
+    --device cuda --steps 1 >"$out/train_too_many.log" 2>&1
+  log "exit $?"; grep -m2 "error" "$out/train_too_many.log" | tee -a "$out/summary.txt"
+fi
+log "done"
