@@ -14,6 +14,7 @@
 #include "bench_pp.hpp"
 #include "bench_tp.hpp"
 #include "bench_train_modes.hpp"
+#include "bench_oversize.hpp"
 #include "bench_ulysses.hpp"
 #include "commands.hpp"
 #include "tierzero/core/random.hpp"
@@ -197,13 +198,15 @@ Command add_bench_command(CLI::App& app) {
   std::function<int()> pp = add_bench_pp_command(*bench);
   std::function<int()> ulysses = add_bench_ulysses_command(*bench);
   std::function<int()> crc = add_bench_crc_command(*bench);
+  std::function<int()> oversize = add_bench_oversize_command(*bench);
 
-  return {bench, [train, io, comm, adam, t, o, c, a, train_modes, tp, pp, ulysses, crc] {
+  return {bench, [train, io, comm, adam, t, o, c, a, train_modes, tp, pp, ulysses, crc, oversize] {
             if (const int rc = train_modes(); rc >= 0) return rc;
             if (const int rc = crc(); rc >= 0) return rc;
             if (const int rc = tp(); rc >= 0) return rc;
             if (const int rc = pp(); rc >= 0) return rc;
             if (const int rc = ulysses(); rc >= 0) return rc;
+            if (const int rc = oversize(); rc >= 0) return rc;
             if (t->parsed()) return bench_train(*train);
             if (o->parsed()) return run_bench_io(*io);
             if (c->parsed()) return bench_comm(*comm);

@@ -1,5 +1,6 @@
 // `tierzero train` and `tierzero eval`: a config file (DeepSpeed keys + a "tierzero" section) with
 // command-line flags on top.
+#include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -8,6 +9,8 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "tierzero/core/error.hpp"
+#include "tierzero/nn/gpt_config.hpp"
 #include "tierzero/train/train_config.hpp"
 #include "tierzero/train/trainer.hpp"
 
@@ -35,7 +38,32 @@ struct TrainFlags {
   int64_t micro_batches = 0;                // gradient_accumulation_steps; 0: from the config
   int64_t virtual_stages = 0;               // pipeline_virtual_stages; 0: from the config
   std::vector<int64_t> pipeline_stages;
+  std::string model;           // a preset or "layers,heads,channels"; empty: from the config
+  std::string offload_grads;   // cpu or nvme; empty: from the config
 };
+
+// --model: a GPT-2 preset (its whole shape: 50257 tokens, 1024 positions) or a custom
+// "layers,heads,channels" (the vocabulary and context stay the config's).
+void apply_model_flag(const std::string& text, train::ModelShape& m) {
+  int64_t layers = 0, heads = 0, channels = 0;
+  char tail = 0;
+  if (std::sscanf(text.c_str(), "%" SCNd64 ",%" SCNd64 ",%" SCNd64 "%c", &layers, &heads,
+                  &channels, &tail) == 3) {
+    TZ_CHECK(layers > 0 && heads > 0 && channels > 0 && channels % heads == 0,
+             "--model " + text + ": layers, heads and channels must be positive and heads must "
+             "divide channels",
+             "e.g. --model 48,25,1600 (GPT-2 XL's shape)");
+    m.n_layer = layers, m.n_head = heads, m.n_embd = channels;
+    return;
+  }
+  const nn::GPTConfig p = nn::GPTConfig::preset(text);  // its error lists the presets
+  m.vocab_size = static_cast<int64_t>(p.vocab_size);
+  m.padded_vocab_size = static_cast<int64_t>(p.padded_vocab_size);
+  m.context_length = static_cast<int64_t>(p.max_seq_len);
+  m.n_layer = static_cast<int64_t>(p.num_layers);
+  m.n_head = static_cast<int64_t>(p.num_heads);
+  m.n_embd = static_cast<int64_t>(p.channels);
+}
 
 void add_common(CLI::App* sub, TrainFlags& f) {
   sub->add_option("--config", f.config, "JSON config (DeepSpeed keys + a \"tierzero\" section)");
@@ -43,6 +71,13 @@ void add_common(CLI::App* sub, TrainFlags& f) {
   sub->add_option("--val-data", f.val_data, "glob of validation shards");
   sub->add_option("--device", f.device, "cpu, cuda or cuda:N");
   sub->add_option("--threads", f.threads, "CPU threads (default: all)")->check(CLI::Range(1, 4096));
+  sub->add_option("--model", f.model,
+                  "gpt2, gpt2-medium, gpt2-large, gpt2-xl, or a custom layers,heads,channels "
+                  "(e.g. 48,25,1600)");
+  sub->add_option("--offload-grads", f.offload_grads,
+                  "where gradient shards live when the optimizer is on NVMe: cpu or nvme "
+                  "(stages 2-3)")
+      ->check(CLI::IsMember({"cpu", "nvme"}));
   sub->add_option("--load", f.load, "llm.c model checkpoint (version 3, fp32) to start from");
   sub->add_option("--log-level", f.log_level, "debug, info, warn, error or off");
   sub->add_option("--device-mem", f.device_mem,
@@ -51,7 +86,8 @@ void add_common(CLI::App* sub, TrainFlags& f) {
                   "size)")
       ->transform(CLI::AsSizeValue(false));
   sub->add_option("--host-mem", f.host_mem,
-                  "pinned host memory budget for offloaded state and staging, e.g. 64GiB")
+                  "pinned host memory budget for offloaded state and staging, per node (its ranks share "
+                  "it equally), e.g. 64GiB; default 80% of RAM")
       ->transform(CLI::AsSizeValue(false));
   sub->add_option("--tp", f.tensor_parallel,
                   "tensor-parallel ranks (Megatron): split heads, MLP and vocabulary; the world "
@@ -120,6 +156,8 @@ train::TrainConfig resolve(const TrainFlags& f) {
   if (f.device_mem > 0)
     c.device_memory_budget_gb = static_cast<double>(f.device_mem) / 1073741824.0;
   if (f.host_mem > 0) c.host_memory_budget_gb = static_cast<double>(f.host_mem) / 1073741824.0;
+  if (!f.model.empty()) apply_model_flag(f.model, c.model);
+  if (!f.offload_grads.empty()) c.offload_gradients = f.offload_grads;
   return c;
 }
 

@@ -119,6 +119,11 @@ void for_each_run(const TensorMeta& m, const TensorParallel& tp, Fn fn) {
 
 }  // namespace
 
+void TensorMeta::for_each_local_run(const TensorParallel& tp,
+                                    const std::function<void(size_t, size_t, size_t)>& fn) const {
+  for_each_run(*this, tp, fn);
+}
+
 void TensorMeta::copy_local_piece(const TensorParallel& tp, const float* full, float* local) const {
   for_each_run(*this, tp, [&](size_t f, size_t l, size_t n) {
     std::memcpy(local + l, full + f, n * sizeof(float));

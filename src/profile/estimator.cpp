@@ -132,6 +132,15 @@ Estimate estimate(const EstimateInput& in) {
   // Stages 2-3 with gradients on the host: each reduced bucket is staged through pinned memory on
   // its way to the host accumulators, one at a time.
   slot(e.buffers, Tier::host, Category::io) += reduction.host_io;
+  // Gradient shards on NVMe are added into (and their norm taken) one chunk at a time.
+  size_t largest_nvme_grad = 0;
+  for (size_t u = 0; u < plan.num_units(); ++u)
+    if (placement[u].grad == Tier::nvme)
+      largest_nvme_grad = std::max(largest_nvme_grad, plan.partition(u).shard_numel);
+  if (largest_nvme_grad > 0)
+    slot(e.buffers, Tier::host, Category::io) += offload::HostPool::round_size(
+        std::min(std::max<size_t>(in.placement.nvme_chunk_elems, 1), largest_nvme_grad) *
+        sizeof(float));
   slot(e.buffers, Tier::host, Category::io) += zero::optimizer_swap_host_bytes(swap);
   if (param_nvme)
     slot(e.buffers, Tier::host, Category::io) +=

@@ -5,7 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "tierzero/core/error.hpp"
@@ -34,6 +36,29 @@ void for_each_in_file_order(const nn::ParamLayout& layout, size_t num_layers, Fn
 
 size_t expected_file_bytes(const nn::ParamLayout& layout) {
   return kHeaderBytes + layout.parameter_count() * sizeof(float);
+}
+
+// Byte offset in an llm.c file of each of the layout's tensors (indexed as layout.tensors()).
+std::vector<size_t> file_offsets(const nn::ParamLayout& layout, size_t num_layers) {
+  std::vector<size_t> offsets(layout.tensors().size(), 0);
+  size_t at = kHeaderBytes;
+  for_each_in_file_order(layout, num_layers, [&](const nn::ParamTensor& t) {
+    offsets[static_cast<size_t>(&t - layout.tensors().data())] = at;
+    at += t.numel * sizeof(float);
+  });
+  return offsets;
+}
+
+// Calls fn(tensor, first element in the tensor, first element in the range, elements) for each
+// part of [begin, begin + count) of the flat buffer that is a tensor.
+template <typename Fn>
+void for_each_tensor_part(const nn::ParamLayout& layout, size_t begin, size_t count, Fn fn) {
+  const size_t end = begin + count;
+  for (size_t i = 0; i < layout.tensors().size(); ++i) {
+    const nn::ParamTensor& t = layout.tensors()[i];
+    const size_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + t.numel);
+    if (lo < hi) fn(i, lo - t.offset, lo - begin, hi - lo);
+  }
 }
 
 struct File {
@@ -140,6 +165,116 @@ void save_checkpoint(const std::string& path, const nn::GPTConfig& c, const nn::
     std::string e = errno_string();
     std::remove(tmp.c_str());
     TZ_THROW("cannot rename '" + tmp + "' to '" + path + "': " + e, "");
+  }
+}
+
+ModelFileRanges::ModelFileRanges(const std::string& path, const nn::ParamLayout& layout)
+    : path_(path), layout_(layout) {
+  const nn::GPTConfig c = read_checkpoint_config(path);
+  TZ_CHECK(nn::ParamLayout(c).total_numel() == layout.total_numel(),
+           "checkpoint '" + path + "' (" + c.str() + ") does not match the model's layout",
+           "build the model from the checkpoint's own shape");
+  file_offset_ = file_offsets(layout, c.num_layers);
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) TZ_THROW("cannot open checkpoint '" + path + "': " + errno_string(), "");
+}
+
+ModelFileRanges::~ModelFileRanges() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void ModelFileRanges::read(size_t begin, size_t count, float* out) const {
+  std::memset(out, 0, count * sizeof(float));
+  for_each_tensor_part(layout_, begin, count, [&](size_t i, size_t first, size_t at, size_t n) {
+    auto* dst = reinterpret_cast<char*>(out + at);
+    size_t done = 0;
+    const size_t bytes = n * sizeof(float);
+    while (done < bytes) {
+      const ssize_t r = ::pread(fd_, dst + done, bytes - done,
+                                static_cast<off_t>(file_offset_[i] + first * sizeof(float) + done));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0)
+        TZ_THROW("cannot read " + layout_.tensors()[i].name() + " from checkpoint '" + path_ +
+                     "': " + (r < 0 ? errno_string() : std::string("the file ended early")),
+                 "the file is incomplete or unreadable; re-copy or re-save it");
+      done += static_cast<size_t>(r);
+    }
+  });
+}
+
+ModelFileWriter::ModelFileWriter(const std::string& path, const nn::GPTConfig& c,
+                                 const nn::ParamLayout& layout)
+    : path_(path), tmp_(path + ".tmp"), layout_(layout) {
+  file_offset_ = file_offsets(layout, c.num_layers);
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0)
+    TZ_THROW("cannot create checkpoint '" + tmp_ + "': " + errno_string(),
+             "check that the directory exists and is writable");
+  int32_t h[kHeaderInts] = {};
+  h[0] = kCheckpointMagic;
+  h[1] = kCheckpointVersionF32;
+  h[2] = static_cast<int32_t>(c.max_seq_len);
+  h[3] = static_cast<int32_t>(c.vocab_size);
+  h[4] = static_cast<int32_t>(c.num_layers);
+  h[5] = static_cast<int32_t>(c.num_heads);
+  h[6] = static_cast<int32_t>(c.channels);
+  h[7] = static_cast<int32_t>(c.padded_vocab_size);
+  const auto* bytes = reinterpret_cast<const char*>(h);
+  for (size_t done = 0; done < kHeaderBytes;) {
+    const ssize_t w = ::pwrite(fd_, bytes + done, kHeaderBytes - done, static_cast<off_t>(done));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      const std::string e = errno_string();
+      ::close(fd_);
+      fd_ = -1;
+      std::remove(tmp_.c_str());
+      TZ_THROW("cannot write checkpoint '" + tmp_ + "': " + e,
+               "is the disk full? the previous checkpoint at '" + path + "' is untouched");
+    }
+    done += static_cast<size_t>(w);
+  }
+}
+
+ModelFileWriter::~ModelFileWriter() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    std::remove(tmp_.c_str());
+  }
+}
+
+void ModelFileWriter::write(size_t begin, size_t count, const float* values) {
+  TZ_CHECK(fd_ >= 0, "checkpoint '" + path_ + "' is already committed", "");
+  for_each_tensor_part(layout_, begin, count, [&](size_t i, size_t first, size_t at, size_t n) {
+    const auto* src = reinterpret_cast<const char*>(values + at);
+    const size_t bytes = n * sizeof(float);
+    for (size_t done = 0; done < bytes;) {
+      const ssize_t w = ::pwrite(fd_, src + done, bytes - done,
+                                 static_cast<off_t>(file_offset_[i] + first * sizeof(float) + done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0)
+        TZ_THROW("cannot write " + layout_.tensors()[i].name() + " to checkpoint '" + tmp_ +
+                     "': " + (w < 0 ? errno_string() : std::string("no progress")),
+                 "is the disk full? the previous checkpoint at '" + path_ + "' is untouched");
+      done += static_cast<size_t>(w);
+    }
+  });
+}
+
+void ModelFileWriter::commit() {
+  TZ_CHECK(fd_ >= 0, "checkpoint '" + path_ + "' is already committed", "");
+  const bool synced = ::fsync(fd_) == 0;
+  const std::string e = synced ? "" : errno_string();
+  const bool closed = ::close(fd_) == 0;
+  fd_ = -1;
+  if (!synced || !closed) {
+    std::remove(tmp_.c_str());
+    TZ_THROW("cannot write checkpoint '" + tmp_ + "': " + (e.empty() ? errno_string() : e),
+             "is the disk full? the previous checkpoint at '" + path_ + "' is untouched");
+  }
+  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const std::string re = errno_string();
+    std::remove(tmp_.c_str());
+    TZ_THROW("cannot rename '" + tmp_ + "' to '" + path_ + "': " + re, "");
   }
 }
 

@@ -71,6 +71,7 @@ profile::EstimateInput estimate_input_from(const TrainConfig& c, std::vector<zer
   // The NVMe chunk is the optimizer's buffer_size (elements), as DeepSpeed's swapper uses it.
   in.placement.nvme_chunk_elems = static_cast<size_t>(z.offload_optimizer.buffer_size);
   in.placement.working = c.bf16 ? DType::bf16 : c.fp16 ? DType::f16 : DType::f32;
+  in.placement.nvme_grads = c.offload_gradients == "nvme" ? Tier::nvme : Tier::host;
   in.staging_buffer_count = static_cast<size_t>(z.offload_optimizer.buffer_count);
   in.param_staging_buffers = static_cast<size_t>(z.offload_param.buffer_count);
   in.nvme_bounce_bytes = static_cast<size_t>(c.aio.queue_depth) *

@@ -9,11 +9,14 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <sys/resource.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
@@ -139,6 +142,9 @@ std::vector<nn::PipelineStage> check_parallel(const TrainConfig& c, const nn::GP
 }
 
 // The weights of an llm.c checkpoint or a safetensors file (by its name) into a host buffer.
+// The initial fp32 values of elements [begin, begin + count) of a layout's flat buffer.
+using InitialValues = std::function<void(size_t begin, size_t count, float* out)>;
+
 void load_model_file(const std::string& path, const nn::ParamLayout& layout, float* host) {
   if (is_safetensors_path(path))
     load_gpt2_safetensors(path, layout, host);
@@ -174,6 +180,7 @@ zero::StoreConfig store_config_from(const TrainConfig& c) {
   s.placement.optimizer = {zero::offload_tier(oo.device), oo.ratio};
   s.placement.nvme_chunk_elems = elems(oo.buffer_size);
   s.placement.working = working_dtype(c);
+  s.placement.nvme_grads = c.offload_gradients == "nvme" ? Tier::nvme : Tier::host;
   // One engine for both: the union of the directories (each one drive) of what goes to NVMe.
   std::vector<std::string> dirs;
   for (const OffloadConfig* o : {&op, &oo}) {
@@ -443,25 +450,49 @@ void Trainer::build() {
     s.chunk_units = nn::chunk_unit_offsets(s.model_config, chunk_stages);
   }
 
-  // Every rank builds the same initial weights (same seed, or the same checkpoint) and keeps its
-  // stage's tensors and tensor-parallel pieces, so no broadcast is needed; the store keeps what
-  // each rank owns.
+  // Every rank creates only what it keeps: the initial weights are counter-based draws (or the
+  // checkpoint's values) for any range of its layout, so the store asks for each unit's or shard's
+  // elements alone, straight into their tier, and no rank builds the whole model. Every rank gets
+  // the same values for the same elements, at any world size, so no broadcast is needed.
   const nn::ParamLayout& layout = s.layout();
-  std::vector<float> host(layout.total_numel());  // (total_numel) fp32
+  InitialValues initial;                  // (begin, count, out) over the layout's flat buffer
+  std::vector<float> host;                // (total_numel) fp32: only a file read whole
+  std::unique_ptr<ModelFileRanges> file;  // an llm.c file read by range
   if (config_.load_checkpoint.empty()) {
-    nn::init_gpt2_params(layout, s.model_config, config_.seed, host.data());
-  } else if (layout.tp().size == 1 && stage.stages == 1) {
-    load_model_file(config_.load_checkpoint, layout, host.data());
+    initial = [&layout, &s, seed = config_.seed](size_t begin, size_t count, float* out) {
+      nn::init_gpt2_range(layout, s.model_config, seed, begin, count, out);
+    };
+  } else if (layout.tp().size == 1 && stage.stages == 1 &&
+             !is_safetensors_path(config_.load_checkpoint)) {
+    file = std::make_unique<ModelFileRanges>(config_.load_checkpoint, layout);
+    initial = [&file](size_t begin, size_t count, float* out) { file->read(begin, count, out); };
   } else {
-    const nn::ParamLayout full_layout(s.model_config);
-    std::vector<float> full(full_layout.total_numel());  // (whole model) fp32
-    load_model_file(config_.load_checkpoint, full_layout, full.data());
-    nn::scatter_full_params(full_layout, full.data(), layout, host.data());
+    // A safetensors file, or a tensor- or pipeline-parallel layout: read whole, then this rank's
+    // pieces kept (see docs/oversize.md).
+    host.resize(layout.total_numel());
+    if (layout.tp().size == 1 && stage.stages == 1) {
+      load_model_file(config_.load_checkpoint, layout, host.data());
+    } else {
+      const nn::ParamLayout full_layout(s.model_config);
+      std::vector<float> full(full_layout.total_numel());  // (whole model) fp32
+      load_model_file(config_.load_checkpoint, full_layout, full.data());
+      nn::scatter_full_params(full_layout, full.data(), layout, host.data());
+    }
+    initial = [&host](size_t begin, size_t count, float* out) {
+      std::memcpy(out, host.data() + begin, count * sizeof(float));
+    };
   }
   for (nn::GPT* m : s.chunk_models())
     m->set_activation_checkpointing(config_.activation_checkpointing);
   if (s.session) {
     zero::StoreConfig store_config = store_config_from(config_);
+    // The host budget is the node's: its ranks share it equally.
+    const auto local_ranks = static_cast<size_t>(comm::node_local_size(s.session->world()));
+    store_config.host_budget_bytes /= std::max<size_t>(local_ranks, 1);
+    if (s.rank == 0 && local_ranks > 1)
+      log::info("host memory budget " + format_bytes(store_config.host_budget_bytes) +
+                " per rank: the node's " + format_bytes(store_config.host_budget_bytes * local_ranks) +
+                " shared by its " + std::to_string(local_ranks) + " ranks");
     UnitGrouping grouping = group_units(layout, static_cast<size_t>(config_.blocks_per_unit));
     if (s.tie)
       for (zero::UnitSpec& spec : grouping.specs) spec.tied = spec.name == "embeddings";
@@ -485,13 +516,22 @@ void Trainer::build() {
                                                      adamw_config_from(config_.optimizer),
                                                      *partition, *s.allocator, groups);
     for (size_t g = 0; g < grouping.specs.size(); ++g)
-      s.store->load_unit(g, host.data() + grouping.start[g]);
+      s.store->load_unit_from(g, [&, start = grouping.start[g]](size_t b, size_t n, float* out) {
+        initial(start + b, n, out);
+      });
     s.store_params = std::make_unique<StoreParamProvider>(*s.store, std::move(grouping));
   } else {
     s.params = std::make_unique<nn::LocalParams>(layout, *s.allocator);
-    s.device->copy(s.params->params(), host.data(), host.size() * sizeof(float),
-                   CopyKind::host_to_device, s.device->default_stream());
-    s.device->default_stream().synchronize();
+    // In chunks, so host memory holds one chunk of the model at a time.
+    const size_t total = layout.total_numel();
+    std::vector<float> chunk(std::min<size_t>(total, size_t{1} << 22));  // (chunk) fp32
+    for (size_t at = 0; at < total; at += chunk.size()) {
+      const size_t n = std::min(chunk.size(), total - at);
+      initial(at, n, chunk.data());
+      s.device->copy(s.params->params() + at, chunk.data(), n * sizeof(float),
+                     CopyKind::host_to_device, s.device->default_stream());
+      s.device->default_stream().synchronize();
+    }
     // AdamW's m and v (8 bytes per parameter) only when there are steps to take: `eval` of a
     // large checkpoint should not pay for them.
     if (config_.steps > 0)
@@ -663,6 +703,11 @@ void write_memory_json(const std::string& path, int rank, int ranks,
   for (size_t ti = 0; ti < kNumTiers; ++ti)
     tier_peaks[tier_name(static_cast<Tier>(ti))] = t.peak(static_cast<Tier>(ti));
   j["tier_peaks"] = tier_peaks;
+  // What the operating system saw: the process's peak resident set (every host allocation, the
+  // CPU backend's device arena, libraries and untracked memory), to check the budgets against.
+  struct rusage usage {};
+  if (::getrusage(RUSAGE_SELF, &usage) == 0)
+    j["process"] = {{"peak_rss_bytes", static_cast<int64_t>(usage.ru_maxrss) * 1024}};
   for (const auto& [key, value] : sections.items()) j[key] = value;
   const std::string json = j.dump() + "\n";
   std::FILE* f = std::fopen(file.c_str(), "w");
@@ -797,6 +842,37 @@ void Trainer::save_parallel_checkpoint(const std::vector<float>& host) {
     nn::assemble_full_params(stage_layout, all.data(), full_layout, full.data());
   }
   save_checkpoint(config_.save_checkpoint, s.model_config, full_layout, full.data());
+}
+
+// A one-rank layout's model, unit by unit: every rank reads each unit (a gather at stage 3, so
+// all take part) and rank 0 writes it into the file at its tensors' places, so host memory holds
+// one unit (or one chunk of a local model) at a time.
+void Trainer::save_model_streamed() {
+  State& s = *state_;
+  const nn::ParamLayout& layout = s.layout();
+  std::unique_ptr<ModelFileWriter> writer;
+  if (s.rank == 0)
+    writer = std::make_unique<ModelFileWriter>(config_.save_checkpoint, s.model_config, layout);
+  std::vector<float> part;  // (unit numel or chunk) fp32
+  if (s.store) {
+    const std::vector<size_t>& starts = s.store_params->grouping().start;
+    for (size_t g = 0; g < starts.size(); ++g) {
+      part.resize(s.store->plan().units()[g].numel);
+      s.store->read_unit(g, part.data());
+      if (writer) writer->write(starts[g], part.size(), part.data());
+    }
+  } else {
+    const size_t total = layout.total_numel();
+    part.resize(std::min<size_t>(total, size_t{1} << 22));
+    for (size_t at = 0; at < total; at += part.size()) {
+      const size_t n = std::min(part.size(), total - at);
+      s.device->copy(part.data(), s.params->params() + at, n * sizeof(float),
+                     CopyKind::device_to_host, s.device->default_stream());
+      s.device->default_stream().synchronize();
+      if (writer) writer->write(at, n, part.data());
+    }
+  }
+  if (writer) writer->commit();
 }
 
 nlohmann::ordered_json Trainer::checkpoint_identity() const {
@@ -1293,21 +1369,20 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
   }
   if (!config_.save_checkpoint.empty()) {
     const nn::ParamLayout& layout = s.layout();
-    std::vector<float> host(layout.total_numel());  // (total_numel) fp32, this rank's pieces
-    if (s.store) {
-      // Every rank reads (a gather at stage 3, so all must take part); rank 0 writes.
-      const std::vector<size_t>& starts = s.store_params->grouping().start;
-      for (size_t g = 0; g < starts.size(); ++g) s.store->read_unit(g, host.data() + starts[g]);
-    } else {
-      s.device->copy(host.data(), s.params->params(), host.size() * sizeof(float),
-                     CopyKind::device_to_host, s.device->default_stream());
-      s.device->default_stream().synchronize();
-    }
     if (layout.tp().size == 1 && config_.pipeline_parallel == 1) {
-      if (s.rank == 0)
-        save_checkpoint(config_.save_checkpoint, s.model_config, layout, host.data());
-    } else if (s.dp_rank == 0) {
-      save_parallel_checkpoint(host);
+      save_model_streamed();
+    } else {
+      std::vector<float> host(layout.total_numel());  // (total_numel) fp32, this rank's pieces
+      if (s.store) {
+        // Every rank reads (a gather at stage 3, so all must take part).
+        const std::vector<size_t>& starts = s.store_params->grouping().start;
+        for (size_t g = 0; g < starts.size(); ++g) s.store->read_unit(g, host.data() + starts[g]);
+      } else {
+        s.device->copy(host.data(), s.params->params(), host.size() * sizeof(float),
+                       CopyKind::device_to_host, s.device->default_stream());
+        s.device->default_stream().synchronize();
+      }
+      if (s.dp_rank == 0) save_parallel_checkpoint(host);
     }
     if (out) std::fprintf(out, "saved checkpoint '%s'\n", config_.save_checkpoint.c_str());
   }

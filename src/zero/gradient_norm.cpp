@@ -162,6 +162,10 @@ double GradientNorm::local_sum_squares() {
     const UnitSpec& spec = plan.units()[u];
     if (skip_tied && spec.tied) continue;
     const size_t n = plan.partition(u).shard_numel;
+    if (storage_.placement(u).grad == Tier::nvme) {
+      local += nvme_sum_squares(u);  // no replicated tensors: refused with NVMe gradients
+      continue;
+    }
     const float* g = storage_.grad_shard_ptr(u);
     kernels::Kernels& k = storage_.kernels_for(storage_.placement(u).grad);
     bool any_replicated = false;
@@ -175,6 +179,23 @@ double GradientNorm::local_sum_squares() {
         local += k.sum_squares(g + seg.shard_offset, seg.numel);
   }
   return local;
+}
+
+double GradientNorm::nvme_sum_squares(size_t unit) {
+  if (storage_.grad_clear(unit)) return 0.0;
+  StateArenas& arenas = storage_.arenas();
+  const size_t n = storage_.plan().partition(unit).shard_numel;
+  const size_t chunk = std::min(arenas.chunk_elems, n);
+  offload::PinnedBuffer buffer = storage_.host_pool()->allocate(
+      chunk * sizeof(float), Category::io, "zero nvme grad norm");  // (chunk) fp32
+  double sum = 0.0;
+  for (size_t at = 0; at < n; at += chunk) {
+    const size_t count = std::min(chunk, n - at);
+    auto reads = arenas.read(StateBuffer::grad_shard, unit, at, count, buffer.data());
+    wait_io(reads);
+    sum += storage_.host_kernels().sum_squares(static_cast<const float*>(buffer.data()), count);
+  }
+  return sum;
 }
 
 double GradientNorm::global_sum_squares() {

@@ -37,6 +37,7 @@ class GradientNorm {
 
  private:
   double local_sum_squares();  // what this rank owns and counts
+  double nvme_sum_squares(size_t unit);  // a gradient shard on NVMe, streamed chunk by chunk
   void check_tied_shapes();
 
   int stage_;

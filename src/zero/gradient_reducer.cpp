@@ -204,13 +204,41 @@ void GradientReducer::accumulate(const Pending& r) {
     const size_t n = plan_.partition(u).shard_numel;
     float* acc = storage_.grad_shard_ptr(u);
     const Tier tier = storage_.placement(u).grad;
-    if (tier == Tier::device) {
+    if (tier == Tier::nvme) {
+      accumulate_on_nvme(u, static_cast<float*>(staging.data()) + offset[i]);
+      background_.mark_gradient_held(u);
+    } else if (tier == Tier::device) {
       device_.kernels().residual_forward(acc, acc, r.shard_mean.f32() + offset[i], n);
     } else {
       storage_.host_kernels().residual_forward(
           acc, acc, static_cast<const float*>(staging.data()) + offset[i], n);
       background_.mark_gradient_held(u);
     }
+  }
+}
+
+void GradientReducer::accumulate_on_nvme(size_t unit, float* mean) {
+  // A clear shard takes the mean as it is; otherwise read, add, write back. Chunk by chunk
+  // through one pinned buffer of a chunk, so host memory does not grow with the unit.
+  const size_t n = plan_.partition(unit).shard_numel;
+  StateArenas& arenas = storage_.arenas();
+  if (storage_.grad_clear(unit)) {
+    auto writes = arenas.write(StateBuffer::grad_shard, unit, 0, n, mean);
+    wait_io(writes);
+    storage_.set_grad_clear(unit, false);
+    return;
+  }
+  const size_t chunk = std::min(arenas.chunk_elems, n);
+  offload::PinnedBuffer acc = storage_.host_pool()->allocate(
+      chunk * sizeof(float), Category::io, "zero nvme grad accumulate");  // (chunk) fp32
+  for (size_t at = 0; at < n; at += chunk) {
+    const size_t count = std::min(chunk, n - at);
+    auto reads = arenas.read(StateBuffer::grad_shard, unit, at, count, acc.data());
+    wait_io(reads);
+    auto* a = static_cast<float*>(acc.data());
+    storage_.host_kernels().residual_forward(a, a, mean + at, count);
+    auto writes = arenas.write(StateBuffer::grad_shard, unit, at, count, a);
+    wait_io(writes);
   }
 }
 
@@ -267,6 +295,8 @@ void GradientReducer::zero() {
     const size_t bytes = plan_.partition(u).shard_numel * sizeof(float);
     if (storage_.placement(u).grad == Tier::device)
       device_.fill_zero(storage_.grad_shard_ptr(u), bytes, s);
+    else if (storage_.placement(u).grad == Tier::nvme)
+      storage_.set_grad_clear(u, true);
     else
       std::memset(storage_.grad_shard_ptr(u), 0, bytes);
   }

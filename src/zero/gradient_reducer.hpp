@@ -92,6 +92,8 @@ class GradientReducer {
   void finish_oldest();
   void finish_through(size_t unit);   // until no reduction of `unit` is pending
   void accumulate(const Pending& r);  // stages 2-3: each unit's mean into its shard
+  // A unit's mean (shard_numel fp32, host) added into its gradient shard on NVMe.
+  void accumulate_on_nvme(size_t unit, float* mean);
 
   const StoreConfig& config_;
   ShardStorage& storage_;

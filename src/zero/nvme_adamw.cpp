@@ -24,9 +24,13 @@ NvmeAdamW::NvmeAdamW(ShardStorage& storage, BackgroundUpdate& background, const 
   }
   const OptimizerSwapShape shape =
       optimizer_swap_shape(plan, storage_.placement(), chunk, config.optimizer_swap_buffers);
+  bool grads_on_nvme = false;
+  for (size_t u = 0; u < plan.num_units(); ++u)
+    grads_on_nvme = grads_on_nvme || storage_.placement(u).grad == Tier::nvme;
   slots_.resize(shape.slots);
   for (Slot& s : slots_) {
-    for (offload::PinnedBuffer* b : {&s.master, &s.m, &s.v}) {
+    for (offload::PinnedBuffer* b : {&s.master, &s.m, &s.v, &s.grad}) {
+      if (b == &s.grad && !grads_on_nvme) continue;
       *b = storage_.host_pool()->allocate(shape.largest_chunk * sizeof(float), Category::io,
                                           "zero nvme optim slot");
       // The slots live as long as the store: as io_uring fixed buffers the kernel does not pin
@@ -39,10 +43,23 @@ NvmeAdamW::NvmeAdamW(ShardStorage& storage, BackgroundUpdate& background, const 
 NvmeAdamW::~NvmeAdamW() {
   wait_io_quietly_all();
   for (Slot& s : slots_)
-    for (offload::PinnedBuffer* b : {&s.master, &s.m, &s.v}) {
+    for (offload::PinnedBuffer* b : {&s.master, &s.m, &s.v, &s.grad}) {
       if (*b) storage_.nvme()->unregister_memory(b->data());
       b->reset();
     }
+}
+
+void NvmeAdamW::issue_grad_read(size_t chunk) {
+  const Chunk& c = chunks_[chunk];
+  if (storage_.placement(c.unit).grad != Tier::nvme) return;
+  Slot& s = slots_[chunk % slots_.size()];
+  if (storage_.grad_clear(c.unit)) {
+    std::memset(s.grad.data(), 0, c.count * sizeof(float));
+    return;
+  }
+  std::vector<offload::IoHandle> reads =
+      storage_.arenas().read(StateBuffer::grad_shard, c.unit, c.begin, c.count, s.grad.data());
+  s.reads.insert(s.reads.end(), reads.begin(), reads.end());
 }
 
 void NvmeAdamW::issue_read(size_t chunk) {
@@ -96,8 +113,10 @@ void NvmeAdamW::update_all(const kernels::AdamWParams& base, bool behind_forward
   kernels::Kernels& k = storage_.host_kernels();
 
   size_t next_read = std::min(slots, n);  // chunks [0, next_read) have their reads issued
-  if (!staged_)
-    for (size_t i = 0; i < next_read; ++i) issue_read(i);
+  for (size_t i = 0; i < next_read; ++i) {
+    if (!staged_) issue_read(i);
+    issue_grad_read(i);
+  }
   staged_ = false;
   size_t on_disk = 0;  // chunks [0, on_disk) are written back
   // Waits for the writes of chunks [on_disk, end) (in order, so a slot's writes are always its
@@ -120,6 +139,7 @@ void NvmeAdamW::update_all(const kernels::AdamWParams& base, bool behind_forward
         const size_t previous = next_read - slots;  // the slot's last chunk, updated already
         if (next_read != i && !io_finished(slots_[previous % slots].writes)) break;
         written_through(previous + 1);
+        issue_grad_read(next_read);
         issue_read(next_read++);
       }
       const Chunk& c = chunks_[i];
@@ -130,7 +150,9 @@ void NvmeAdamW::update_all(const kernels::AdamWParams& base, bool behind_forward
       const double t1 = monotonic_seconds();
       if (t1 > t0)
         ActivityLog::global().record(Track::stall, "wait nvme optimizer read", t0, t1, 0, u);
-      const float* grad = storage_.grad_shard_ptr(c.unit) + c.begin;
+      const bool grad_on_nvme = storage_.placement(c.unit).grad == Tier::nvme;
+      const float* grad = grad_on_nvme ? static_cast<const float*>(s.grad.data())
+                                       : storage_.grad_shard_ptr(c.unit) + c.begin;
       auto* param = static_cast<float*>(s.master.data());
       auto* m = static_cast<float*>(s.m.data());
       auto* v = static_cast<float*>(s.v.data());
@@ -174,7 +196,9 @@ void NvmeAdamW::update_all(const kernels::AdamWParams& base, bool behind_forward
         // when there is one, else in its (host or device) parameter arena or, once written, on
         // NVMe — and behind the forward its gradient shard, read now, is cleared for the next
         // accumulation.
-        if (behind_forward)
+        if (behind_forward && grad_on_nvme)
+          storage_.set_grad_clear(c.unit, true);
+        else if (behind_forward)
           std::memset(storage_.grad_shard_ptr(c.unit), 0,
                       storage_.plan().partition(c.unit).shard_numel * sizeof(float));  // host
         background_.publish(c.unit, std::move(handoff), behind_forward);

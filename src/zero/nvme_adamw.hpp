@@ -48,10 +48,14 @@ class NvmeAdamW {
   };
   struct Slot {
     offload::PinnedBuffer master, m, v;  // (largest chunk) fp32 each
+    offload::PinnedBuffer grad;          // (largest chunk) fp32, when gradients are on NVMe
     std::vector<offload::IoHandle> reads, writes;
   };
   void update_all(const kernels::AdamWParams& base, bool behind_forward);
   void issue_read(size_t chunk);
+  // The chunk's gradient, when it is on NVMe: read at the step only (never staged ahead, since
+  // the backward before the step writes it), or zeros for a clear shard.
+  void issue_grad_read(size_t chunk);
   void wait_io_quietly_all();  // every slot transfer, errors ignored (error paths)
   bool last_chunk_of_unit(size_t chunk) const;
 

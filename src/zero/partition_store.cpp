@@ -3,9 +3,12 @@
 // take the global norm, run each unit's optimizer engine, make the new parameters visible.
 #include "tierzero/zero/partition_store.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "adamw_in_memory.hpp"
 #include "background_update.hpp"
@@ -18,6 +21,7 @@
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/log.hpp"
 #include "tierzero/core/timer.hpp"
+#include "tierzero/offload/host_pool.hpp"
 
 namespace tierzero::zero {
 
@@ -38,6 +42,51 @@ int plan_rank(const StoreConfig& c, const comm::Communicator& g) {
   return checked_stage(c) == 0 ? 0 : g.rank();
 }
 
+// Host memory for one block on its way into or out of the store: pinned pool memory where the
+// store has a pool (so it counts against the host budget), else a plain allocation reported to
+// the tracker as host I/O.
+class HostStaging {
+ public:
+  HostStaging() = default;
+  explicit HostStaging(offload::PinnedBuffer b) : pinned_(std::move(b)) {}
+  HostStaging(size_t bytes, MemoryTracker& tracker, const char* label)
+      : plain_(bytes), tracker_(&tracker), label_(label) {
+    tracker_->on_alloc(Tier::host, Category::io, bytes, label_);
+  }
+  HostStaging(HostStaging&& o) noexcept { *this = std::move(o); }
+  HostStaging& operator=(HostStaging&& o) noexcept {
+    release();
+    pinned_ = std::move(o.pinned_);
+    plain_ = std::move(o.plain_);
+    tracker_ = std::exchange(o.tracker_, nullptr);
+    label_ = o.label_;
+    return *this;
+  }
+  HostStaging(const HostStaging&) = delete;
+  HostStaging& operator=(const HostStaging&) = delete;
+  ~HostStaging() { release(); }
+  void* data() { return pinned_ ? pinned_.data() : static_cast<void*>(plain_.data()); }
+  float* floats() { return static_cast<float*>(data()); }
+
+ private:
+  void release() {
+    if (tracker_ != nullptr) tracker_->on_free(Tier::host, Category::io, plain_.size(), label_);
+    tracker_ = nullptr;
+    plain_ = {};
+    pinned_.reset();
+  }
+  offload::PinnedBuffer pinned_;
+  std::vector<std::byte> plain_;  // (bytes) when the store has no pinned pool
+  MemoryTracker* tracker_ = nullptr;
+  const char* label_ = "";
+};
+
+HostStaging host_staging(ShardStorage& storage, size_t bytes, const char* label) {
+  if (offload::HostPool* pool = storage.host_pool())
+    return HostStaging(pool->allocate(bytes, Category::io, label));
+  return HostStaging(bytes, storage.allocator().tracker(), label);
+}
+
 }  // namespace
 
 PartitionStore::PartitionStore(std::vector<UnitSpec> units, const StoreConfig& config,
@@ -48,6 +97,13 @@ PartitionStore::PartitionStore(std::vector<UnitSpec> units, const StoreConfig& c
       group_(group),
       plan_(std::move(units), plan_ranks(config, group), plan_rank(config, group),
             config.shard_align_elems) {
+  const bool model_parallel =
+      groups.tie != nullptr || groups.replica != nullptr ||
+      std::any_of(groups.model_parallel.begin(), groups.model_parallel.end(),
+                  [](const comm::Communicator* g) { return g != nullptr && g->size() > 1; });
+  TZ_CHECK(config.placement.nvme_grads != Tier::nvme || !model_parallel,
+           "gradients on NVMe with tensor or pipeline parallelism are not supported",
+           "keep the gradients on the host (tierzero.offload_gradients: cpu) under tp or pp");
   storage_ = std::make_unique<ShardStorage>(
       plan_, config_.stage, place_units(plan_, config.stage, config.placement), config_, allocator);
   background_ = std::make_unique<BackgroundUpdate>(plan_.num_units(), config_.nvme_read_buffers);
@@ -225,28 +281,44 @@ StoreStepStats PartitionStore::step(double lr, double clip, double loss_scale) {
 }
 
 void PartitionStore::load_unit(size_t unit, const float* host_values) {
+  TZ_CHECK(host_values != nullptr || plan_.units()[unit].numel == 0,
+           "PartitionStore::load_unit: null values for unit " + plan_.units()[unit].name, "");
+  load_unit_from(unit, [host_values](size_t begin, size_t count, float* out) {
+    std::memcpy(out, host_values + begin, count * sizeof(float));
+  });
+}
+
+void PartitionStore::load_unit_from(size_t unit, const UnitValues& values) {
   check_unit("load_unit", unit);
   background_->join();
   nvme_->discard_staged_reads();  // they may hold the old master values
-  TZ_CHECK(host_values != nullptr || plan_.units()[unit].numel == 0,
-           "PartitionStore::load_unit: null values for unit " + plan_.units()[unit].name, "");
   TZ_CHECK(fetcher_->references(unit) == 0,
            "PartitionStore::load_unit: unit " + plan_.units()[unit].name + " is acquired",
            "load parameters before training or between steps");
   const UnitPartition& p = plan_.partition(unit);
-  if (config_.stage < 3) storage_->load_full_params(unit, host_values);
-  // This rank's shard, padding zero, for the shard-shaped homes.
-  std::vector<float> shard(p.shard_numel, 0.0f);  // (shard_numel)
   const size_t owned = p.owned_numel(plan_.rank());
-  if (owned > 0)
-    std::memcpy(shard.data(), host_values + p.shard_begin(plan_.rank()), owned * sizeof(float));
-  if (config_.stage == 3) {
+  const size_t begin = p.shard_begin(plan_.rank());
+  float* shard = nullptr;  // (shard_numel) this rank's shard, padding zero
+  HostStaging full;
+  HostStaging own;
+  if (config_.stage < 3) {
+    full = host_staging(*storage_, p.padded_numel * sizeof(float), "zero load staging (unit)");
+    float* f = full.floats();  // (padded_numel) the whole unit, padding zero
+    std::memset(f, 0, p.padded_numel * sizeof(float));
+    values(0, p.numel, f);
+    storage_->load_full_params(unit, f);
+    shard = f + begin;
+  } else {
+    own = host_staging(*storage_, p.shard_numel * sizeof(float), "zero load staging (shard)");
+    shard = own.floats();
+    std::memset(shard, 0, p.shard_numel * sizeof(float));
+    if (owned > 0) values(begin, owned, shard);
     // The gathered copy is stale, and a read-ahead of these extents must not race the write.
     fetcher_->drop(unit);
-    storage_->write_shard(StateBuffer::param_shard, unit, shard.data());
+    storage_->write_shard(StateBuffer::param_shard, unit, shard);
   }
   if (!storage_->placement(unit).master_is_param)
-    storage_->write_shard(StateBuffer::master, unit, shard.data());
+    storage_->write_shard(StateBuffer::master, unit, shard);
 }
 
 void PartitionStore::read_unit(size_t unit, float* host_values) {
@@ -283,9 +355,8 @@ std::vector<PartitionStore::StateBlock> PartitionStore::state_blocks() const {
 void PartitionStore::save_state(
     const std::function<void(const StateBlock&, const void* data)>& sink) {
   background_->join();  // every update published (and written to NVMe)
-  std::vector<std::byte> host;
   for (const StateBlock& b : state_blocks()) {
-    host.resize(b.bytes());  // (elems x elem_bytes)
+    HostStaging host = host_staging(*storage_, b.bytes(), "checkpoint staging");  // (elems x elem_bytes)
     storage_->read_slot(b.kind, b.unit, host.data());
     sink(b, host.data());
   }
@@ -295,12 +366,11 @@ void PartitionStore::load_state(const std::function<void(const StateBlock&, void
                                 int64_t steps_taken) {
   background_->join();
   nvme_->discard_staged_reads();  // they may hold the old master values
-  std::vector<std::byte> host;
   for (const StateBlock& b : state_blocks()) {
     TZ_CHECK(fetcher_->references(b.unit) == 0,
              "PartitionStore::load_state: unit " + plan_.units()[b.unit].name + " is acquired",
              "load a checkpoint before training or between steps");
-    host.resize(b.bytes());  // (elems x elem_bytes)
+    HostStaging host = host_staging(*storage_, b.bytes(), "checkpoint staging");  // (elems x elem_bytes)
     source(b, host.data());
     // The gathered copy is stale, and a read-ahead of these extents must not race the write.
     if (b.kind == StateBuffer::param_shard) fetcher_->drop(b.unit);

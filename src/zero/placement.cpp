@@ -38,6 +38,17 @@ std::vector<UnitPlacement> place_units(const PartitionPlan& plan, int stage,
   if (config.optimizer.tier != Tier::device)
     TZ_CHECK(stage >= 1, "zero_optimization.offload_optimizer needs stage 1, 2 or 3 (stage is 0)",
              "set zero_optimization.stage to 1 or more, or offload_optimizer.device to none");
+  if (config.nvme_grads == Tier::nvme) {
+    TZ_CHECK(config.optimizer.tier == Tier::nvme,
+             "gradients on NVMe need the optimizer on NVMe (offload_optimizer.device is " +
+                 std::string(config.optimizer.tier == Tier::host ? "cpu" : "none") + ")",
+             "set zero_optimization.offload_optimizer.device to nvme, or keep the gradients on "
+             "the host");
+    TZ_CHECK(stage >= 2,
+             "gradients on NVMe need ZeRO stage 2 or 3 (stage is " + std::to_string(stage) + ")",
+             "below stage 2 every rank holds the full gradient on the device; set "
+             "zero_optimization.stage to 2 or 3");
+  }
   const size_t units = plan.num_units();
   const size_t param_off = offloaded_unit_count(units, config.param.ratio);
   const size_t optim_off = offloaded_unit_count(units, config.optimizer.ratio);
@@ -48,6 +59,7 @@ std::vector<UnitPlacement> place_units(const PartitionPlan& plan, int stage,
     p.optimizer = u < optim_off ? config.optimizer.tier : Tier::device;
     // The CPU updates offloaded optimizer states, so it needs the gradient in host memory.
     p.grad = p.optimizer == Tier::device ? Tier::device : Tier::host;
+    if (p.optimizer == Tier::nvme && config.nvme_grads == Tier::nvme) p.grad = Tier::nvme;
     // Below stage 3 the parameters are the device's full copy; the master shard is its slice
     // only while the optimizer is on the device too.
     p.master_is_param = p.param == p.optimizer && config.working == DType::f32;
@@ -150,6 +162,7 @@ OptimizerSwapShape optimizer_swap_shape(const PartitionPlan& plan,
   OptimizerSwapShape shape;
   for (size_t u = 0; u < plan.num_units(); ++u) {
     if (placement.at(u).optimizer != Tier::nvme) continue;
+    if (placement.at(u).grad == Tier::nvme) shape.buffers = 4;
     const size_t n = plan.partition(u).shard_numel;
     shape.chunks += (n + chunk_elems - 1) / chunk_elems;
     shape.largest_chunk = std::max(shape.largest_chunk, std::min(chunk_elems, n));
@@ -160,7 +173,8 @@ OptimizerSwapShape optimizer_swap_shape(const PartitionPlan& plan,
 
 size_t optimizer_swap_host_bytes(const OptimizerSwapShape& shape) {
   if (shape.slots == 0) return 0;
-  return shape.slots * 3 * offload::HostPool::round_size(shape.largest_chunk * sizeof(float));
+  return shape.slots * shape.buffers *
+         offload::HostPool::round_size(shape.largest_chunk * sizeof(float));
 }
 
 StateBytes model_state_bytes(const PartitionPlan& plan, int stage,

@@ -38,6 +38,7 @@ ShardStorage::ShardStorage(const PartitionPlan& plan, int stage,
   }
   arenas_ = std::make_unique<StateArenas>(plan_, stage_, placement_, config.placement, allocator_,
                                           host_pool_.get(), swap_.get());
+  grad_clear_.assign(plan_.num_units(), 1);  // NVMe state starts as zeros
 }
 
 ShardStorage::~ShardStorage() = default;

@@ -59,6 +59,12 @@ class ShardStorage {
   float* param_shard_ptr(size_t unit);  // fp32 working parameters only
   void* param_shard_raw(size_t unit);   // any working type
   float* grad_shard_ptr(size_t unit);
+  // A gradient shard on NVMe is not cleared by writing zeros: it is marked clear, and the next
+  // accumulation writes its values instead of adding to what is on disk (and a norm or update
+  // reads zeros). Only the training thread, or the background update behind the waits that
+  // order it with the reducer, touch these.
+  bool grad_clear(size_t unit) const { return grad_clear_.at(unit) != 0; }
+  void set_grad_clear(size_t unit, bool clear) { grad_clear_.at(unit) = clear ? 1 : 0; }
   StateBuffer master_kind(size_t unit) const;
   float* master_ptr(size_t unit);  // the fp32 master shard (the parameter shard when shared)
   // Below stage 3: the unit's full parameters on the device, working type.
@@ -93,6 +99,7 @@ class ShardStorage {
   std::unique_ptr<offload::NvmeEngine> nvme_;     // when any state is on NVMe
   std::unique_ptr<offload::SwapSpace> swap_;      // extents of nvme_
   std::unique_ptr<StateArenas> arenas_;
+  std::vector<char> grad_clear_;         // (units) per unit: its NVMe gradient shard is zeros
   std::unique_ptr<Stream> copy_stream_;  // last: drained before the memory its copies read goes
 };
 

@@ -2,6 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <vector>
 
 #include "tierzero/core/error.hpp"
 #include "tierzero/nn/gpt.hpp"
@@ -77,4 +80,35 @@ TEST(ParamLayout, Gpt2InitialisationStatistics) {
   std::vector<float> q(layout.total_numel());
   nn::init_gpt2_params(layout, cfg, 42, q.data());
   EXPECT_EQ(p, q) << "the same seed gives the same model";
+}
+
+// Any range of the flat buffer drawn alone equals the same range of the whole draw, so a rank can
+// create only its shard; and the values do not depend on where the range starts or ends.
+TEST(ParamLayout, Gpt2InitialisationOfAnyRangeEqualsTheWholeDraw) {
+  nn::GPTConfig cfg;
+  cfg.vocab_size = 300;
+  cfg.padded_vocab_size = 320;
+  cfg.max_seq_len = 32;
+  cfg.num_layers = 3;
+  cfg.num_heads = 4;
+  cfg.channels = 64;
+  nn::ParamLayout layout(cfg);
+  std::vector<float> whole(layout.total_numel());
+  nn::init_gpt2_params(layout, cfg, 11, whole.data());
+  size_t ranges = 0, mismatches = 0;
+  for (size_t begin = 0; begin < layout.total_numel(); begin += 4099) {
+    for (size_t n : {size_t{1}, size_t{2}, size_t{333}, size_t{70001}}) {
+      const size_t count = std::min(n, layout.total_numel() - begin);
+      std::vector<float> part(count, -7.0f);
+      nn::init_gpt2_range(layout, cfg, 11, begin, count, part.data());
+      mismatches += std::memcmp(part.data(), whole.data() + begin, count * sizeof(float)) != 0;
+      ++ranges;
+    }
+  }
+  std::printf("%zu ranges drawn alone, %zu differ from the whole draw\n", ranges, mismatches);
+  EXPECT_EQ(mismatches, 0u);
+  std::vector<float> other(layout.total_numel());
+  nn::init_gpt2_params(layout, cfg, 12, other.data());
+  EXPECT_NE(whole, other) << "another seed gives another model";
+  EXPECT_THROW(nn::init_gpt2_range(layout, cfg, 11, layout.total_numel(), 1, other.data()), Error);
 }

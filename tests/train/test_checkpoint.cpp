@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "tierzero/core/error.hpp"
 #include "tierzero/nn/gpt.hpp"
@@ -127,4 +128,58 @@ TEST(Checkpoint, FailedSaveLeavesThePreviousCheckpointIntact) {
   std::filesystem::remove(path + ".tmp");
   EXPECT_EQ(std::filesystem::file_size(path), size);
   EXPECT_NO_THROW(train::read_checkpoint_config(path));
+}
+
+// The streamed writer (units in any order, as a rank saving unit by unit does) makes the same file
+// as save_checkpoint, and ModelFileRanges reads any range of the flat buffer as load_checkpoint
+// would (padding zero), without reading the whole file.
+TEST(Checkpoint, StreamedWriteAndRangeReadsMatchTheWholeFileFunctions) {
+  nn::GPTConfig c = tiny();
+  nn::ParamLayout layout(c);
+  std::vector<float> p(layout.total_numel());
+  nn::init_gpt2_params(layout, c, 9, p.data());
+  const std::string whole = temp_path("whole.bin"), streamed = temp_path("streamed.bin");
+  train::save_checkpoint(whole, c, layout, p.data());
+  {
+    train::ModelFileWriter w(streamed, c, layout);
+    for (size_t u = layout.units().size(); u-- > 0;) {  // last unit first
+      const nn::ParamUnit& unit = layout.units()[u];
+      w.write(unit.offset, unit.numel, p.data() + unit.offset);
+    }
+    EXPECT_FALSE(std::filesystem::exists(streamed)) << "visible before commit";
+    w.commit();
+  }
+  std::ifstream a(whole, std::ios::binary), b(streamed, std::ios::binary);
+  const std::string bytes_a((std::istreambuf_iterator<char>(a)), std::istreambuf_iterator<char>());
+  const std::string bytes_b((std::istreambuf_iterator<char>(b)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(bytes_a.size(), bytes_b.size());
+  EXPECT_TRUE(bytes_a == bytes_b) << "the streamed file differs from save_checkpoint's";
+
+  std::vector<float> full(layout.total_numel(), 0.0f);
+  train::load_checkpoint(whole, layout, full.data());
+  train::ModelFileRanges ranges(streamed, layout);
+  size_t checked = 0;
+  for (size_t begin = 0; begin < layout.total_numel(); begin += 777) {
+    const size_t n = std::min<size_t>(1500, layout.total_numel() - begin);
+    std::vector<float> got(n, -1.0f);
+    ranges.read(begin, n, got.data());
+    EXPECT_EQ(std::memcmp(got.data(), full.data() + begin, n * sizeof(float)), 0)
+        << "range [" << begin << ", " << begin + n << ")";
+    checked += n;
+  }
+  std::printf("checked %zu elements over %zu ranges\n", checked, layout.total_numel() / 777 + 1);
+}
+
+// A writer that is never committed leaves neither the file nor its temporary behind.
+TEST(Checkpoint, UncommittedStreamedWriteLeavesNothing) {
+  nn::GPTConfig c = tiny();
+  nn::ParamLayout layout(c);
+  const std::string path = temp_path("abandoned.bin");
+  {
+    train::ModelFileWriter w(path, c, layout);
+    std::vector<float> p(layout.units()[0].numel, 0.5f);
+    w.write(0, p.size(), p.data());
+  }
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
 }

@@ -6,7 +6,8 @@
 # <ranks> = 0 the store runs on one rank without a launcher (an MPI singleton) against micro-batch
 # 2. <variant> sets where the store run keeps its states and how it computes: plain (all on the
 # device tier), opt_host, opt_nvme, all_host, all_nvme (params and optimizer), half (half the
-# units' params on NVMe and optimizer states on the host), ckpt (activation checkpointing),
+# units' params on NVMe and optimizer states on the host), nvme_grads (params, optimizer and
+# gradient shards on NVMe), opt_nvme_grads (optimizer and gradients on NVMe), ckpt (activation checkpointing),
 # blocks2 (two transformer blocks per store unit: bigger gathers and reduce-scatters), bf16 and
 # fp16 (16-bit working parameters with fp32 masters; fp16 with dynamic loss scaling).
 # Prints every step's losses and the max absolute and relative error. TIERZERO_TEST_DEVICE
@@ -20,13 +21,16 @@ trap 'rm -rf "$dir"' EXIT
 ref_batch=$((2 * (ranks > 0 ? ranks : 1)))
 
 nvme() { echo "{\"device\": \"nvme\", \"nvme_path\": \"$dir\", \"buffer_size\": 3000$1}"; }
-offload=""; ckpt=false; blocks=1; precision=""
+offload=""; ckpt=false; blocks=1; precision=""; extra=""
 case "$variant" in
   plain) ;;
   opt_host) offload=', "offload_optimizer": {"device": "cpu"}' ;;
   opt_nvme) offload=", \"offload_optimizer\": $(nvme)" ;;
   all_host) offload=', "offload_param": {"device": "cpu"}, "offload_optimizer": {"device": "cpu"}' ;;
   all_nvme) offload=", \"offload_param\": $(nvme), \"offload_optimizer\": $(nvme)" ;;
+  nvme_grads) offload=", \"offload_param\": $(nvme), \"offload_optimizer\": $(nvme)"
+              extra='"offload_gradients": "nvme",' ;;
+  opt_nvme_grads) offload=", \"offload_optimizer\": $(nvme)"; extra='"offload_gradients": "nvme",' ;;
   half) offload=", \"offload_param\": $(nvme ', "ratio": 0.5'), \"offload_optimizer\": {\"device\": \"cpu\", \"ratio\": 0.5}" ;;
   ckpt) ckpt=true ;;
   blocks2) blocks=2 ;;
@@ -35,20 +39,21 @@ case "$variant" in
   *) echo "unknown variant $variant"; exit 2 ;;
 esac
 
-# write_config <file> <stage> <micro_batch> <offload> <checkpointing> <blocks> [precision]:
+# write_config <file> <stage> <micro_batch> <offload> <checkpointing> <blocks> [precision]
+# [tierzero keys]:
 # persistence threshold 0 so that stage 3 really gathers and releases every unit.
 write_config() {
   cat > "$1" <<JSON
 {"train_micro_batch_size_per_gpu": $3, $7
  "zero_optimization": {"stage": $2, "stage3_param_persistence_threshold": 0 $4},
- "tierzero": {"steps": 5, "seq_len": 16, "seed": 7, "threads": 1, "val_batches": 2,
+ "tierzero": {$8 "steps": 5, "seq_len": 16, "seed": 7, "threads": 1, "val_batches": 2,
               "activation_checkpointing": $5, "blocks_per_unit": $6,
               "model": {"vocab_size": 257, "n_layer": 2, "n_head": 2, "n_embd": 32,
                         "context_length": 16}}}
 JSON
 }
 write_config "$dir/ref.json" 0 "$ref_batch" "" false 1
-write_config "$dir/zero.json" "$stage" 2 "$offload" "$ckpt" "$blocks" "$precision"
+write_config "$dir/zero.json" "$stage" 2 "$offload" "$ckpt" "$blocks" "$precision" "$extra"
 echo "variant $variant: $(cat "$dir/zero.json")"
 
 echo "reference: one rank, stage 0, micro-batch $ref_batch ${device_args}"

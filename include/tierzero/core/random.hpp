@@ -44,4 +44,29 @@ class Rng {
   uint64_t s_[4];
 };
 
+// Counter-based draws: the value at (key, index) depends on nothing else, so any range of a
+// tensor can be drawn alone, in any order, on any rank, and equals the same range of a draw of the
+// whole tensor. Initialisation uses them so that each rank creates only its own shards.
+inline uint64_t mix64(uint64_t z) {  // splitmix64's finaliser: a bijection with good avalanche
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+// The key of one stream (a seed and a tensor's identity).
+inline uint64_t stream_key(uint64_t seed, uint64_t id) {
+  return mix64(seed ^ mix64(id + 0x9e3779b97f4a7c15ull));
+}
+// Element `index` of a standard normal stream: Box-Muller over the pair (index / 2), its cosine
+// for even indices and its sine for odd ones, so every draw is an exact N(0, 1) sample.
+inline double counter_normal(uint64_t key, uint64_t index) {
+  const uint64_t pair = index >> 1;
+  const uint64_t a = mix64(key + (2 * pair + 1) * 0x9e3779b97f4a7c15ull);
+  const uint64_t b = mix64(key + (2 * pair + 2) * 0x9e3779b97f4a7c15ull);
+  const double u1 = (static_cast<double>(a >> 11) + 0.5) * 0x1.0p-53;  // (0, 1)
+  const double u2 = static_cast<double>(b >> 11) * 0x1.0p-53;          // [0, 1)
+  const double r = std::sqrt(-2.0 * std::log(u1));
+  const double theta = 6.283185307179586 * u2;
+  return (index & 1) != 0 ? r * std::sin(theta) : r * std::cos(theta);
+}
+
 }  // namespace tierzero

@@ -48,6 +48,10 @@ namespace tierzero::nn {
 // gets its rank's pieces of the same full tensors (the values do not depend on tp).
 void init_gpt2_params(const ParamLayout& layout, const GPTConfig& config, uint64_t seed,
                       float* host_params);  // (layout.total_numel())
+// The same values for elements [begin, begin + count) of the layout's flat buffer alone (a
+// unit, a rank's shard): element for element what init_gpt2_params writes there.
+void init_gpt2_range(const ParamLayout& layout, const GPTConfig& config, uint64_t seed,
+                     size_t begin, size_t count, float* out);  // (count)
 
 // The parameters a pipeline stage's rank holds (its units; the last stage's copy of the
 // embeddings' unit included) with tp's pieces: GPT(config, ..., {tp group, sp, stage}).layout()

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,10 @@ struct TensorMeta {
   // The indices along partition_dim of the full tensor that tp.rank holds, in local order (one
   // range per fused part); the whole dim when replicated.
   std::vector<IndexRange> local_ranges(const TensorParallel& tp) const;
+  // Calls fn(full_offset, local_offset, elements) for each contiguous run of tp.rank's piece, in
+  // local order: where each local element sits in the full tensor (row-major).
+  void for_each_local_run(const TensorParallel& tp,
+                          const std::function<void(size_t, size_t, size_t)>& fn) const;
   // Copies tp.rank's piece of `full` (full_shape, row-major) into `local` (local_shape).
   void copy_local_piece(const TensorParallel& tp, const float* full, float* local) const;
   // The inverse: writes tp.rank's piece `local` (local_shape) into its place in `full`.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "tierzero/nn/gpt_config.hpp"
 #include "tierzero/nn/param_layout.hpp"
@@ -21,5 +22,47 @@ void load_checkpoint(const std::string& path, const nn::ParamLayout& layout,
 // Writes atomically (temporary file + fsync + rename), so an interrupted save loses nothing.
 void save_checkpoint(const std::string& path, const nn::GPTConfig& config,
                      const nn::ParamLayout& layout, const float* host_params);
+
+// Reads any range of a layout's flat buffer from an llm.c file (its tensors stored elsewhere in
+// the file, in llm.c's order) without reading the rest: a rank loads only what it keeps.
+class ModelFileRanges {
+ public:
+  // Validates the file as read_checkpoint_config does and checks it matches `layout` (a whole
+  // one-rank model: tp 1, every stage).
+  ModelFileRanges(const std::string& path, const nn::ParamLayout& layout);
+  ~ModelFileRanges();
+  ModelFileRanges(const ModelFileRanges&) = delete;
+  ModelFileRanges& operator=(const ModelFileRanges&) = delete;
+  // Elements [begin, begin + count) of the layout's flat buffer (padding zero).
+  void read(size_t begin, size_t count, float* out) const;  // (count)
+
+ private:
+  std::string path_;
+  const nn::ParamLayout& layout_;
+  std::vector<size_t> file_offset_;  // (tensors) byte offset in the file of each layout tensor
+  int fd_ = -1;
+};
+
+// Writes an llm.c file tensor by tensor as their values arrive (in any order) and then makes it
+// visible atomically (temporary file, fsync, rename): no rank holds the whole model to save it.
+class ModelFileWriter {
+ public:
+  ModelFileWriter(const std::string& path, const nn::GPTConfig& config,
+                  const nn::ParamLayout& layout);
+  ~ModelFileWriter();  // removes the temporary file unless commit() ran
+  ModelFileWriter(const ModelFileWriter&) = delete;
+  ModelFileWriter& operator=(const ModelFileWriter&) = delete;
+  // The values of elements [begin, begin + count) of the layout's flat buffer (only the parts
+  // that are tensors are written).
+  void write(size_t begin, size_t count, const float* values);
+  void commit();
+
+ private:
+  std::string path_;
+  std::string tmp_;
+  const nn::ParamLayout& layout_;
+  std::vector<size_t> file_offset_;  // (tensors) byte offset in the file of each layout tensor
+  int fd_ = -1;
+};
 
 }  // namespace tierzero::train

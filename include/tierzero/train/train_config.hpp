@@ -145,6 +145,10 @@ struct TrainConfig {
   // Pinned host memory the partition store may hold for offloaded state and staging;
   // 0: 80% of the machine's physical memory.
   double host_memory_budget_gb = 0.0;
+  // Where gradient shards live when the optimizer is on NVMe: cpu (pinned host memory) or nvme
+  // (streamed in by the update; stages 2-3), so no state needs host memory in proportion to the
+  // model.
+  std::string offload_gradients = "cpu";
   // Transformer blocks per partition-store unit (the granularity of gathers and reduce-scatters).
   int64_t blocks_per_unit = 1;
   // Keep only each transformer block's input and recompute the block in the backward: less

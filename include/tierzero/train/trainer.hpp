@@ -65,6 +65,8 @@ class Trainer {
   // Under tensor or pipeline parallelism: data-parallel replica 0's pieces assembled on rank 0,
   // which writes the whole model (collective over that replica; host: this rank's layout).
   void save_parallel_checkpoint(const std::vector<float>& host);
+  // Otherwise: the model written unit by unit by rank 0 (collective: every rank reads).
+  void save_model_streamed();
   TrainResult run_loop(std::FILE* out, const std::string& metrics_path,
                        const std::string& memory_json_path);
   // Training checkpoints (training_checkpoint.hpp): what must match to resume, writing one after

@@ -112,6 +112,15 @@ class PartitionStore {
   // collective at stage 3 (it gathers).
   void load_unit(size_t unit, const float* host_values);
   void read_unit(size_t unit, float* host_values);
+  // Writes the unit's fp32 values for its elements [begin, begin + count) (unit-relative) into
+  // `out`. The store asks only for what this rank keeps: the whole unit below stage 3 (every rank
+  // holds full parameters there), its own shard at stage 3.
+  using UnitValues = std::function<void(size_t begin, size_t count, float* out)>;
+  // load_unit from a source instead of the whole unit's values, so that a model larger than any
+  // rank's memory is created shard by shard, each straight into its tier. Host memory holds one
+  // unit's (stage 3: one shard's) values at a time, from the pinned pool where the store has one
+  // (so it counts against the host budget). Not collective.
+  void load_unit_from(size_t unit, const UnitValues& values);
 
   // ---- checkpointing: this rank's training state as named blocks, streamed one at a time
   // One block of state this rank keeps between steps: per unit its working parameters (all of

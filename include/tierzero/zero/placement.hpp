@@ -43,13 +43,18 @@ struct PlacementConfig {
   // every NVMe-resident shard is cut into chunks of at most this many elements.
   size_t nvme_chunk_elems = size_t{1} << 20;
   DType working = DType::f32;  // the working parameters' type (bf16.enabled / fp16.enabled)
+  // Where the fp32 gradient shards of units whose optimizer is on NVMe live: host (the CPU
+  // update reads them there) or nvme too (stages 2-3), so that no state of the model needs host
+  // memory in proportion to its size; the update then streams them in with m and v.
+  Tier nvme_grads = Tier::host;
 };
 
 // Where one unit's states live on one rank.
 struct UnitPlacement {
   Tier param = Tier::device;      // stage 3: the parameter shard; below: the full parameters
   Tier grad = Tier::device;       // the fp32 gradient shard accumulator (stages 2-3), or the
-                                  // host copy of this rank's gradient slice (stages 0-1)
+                                  // host copy of this rank's gradient slice (stages 0-1); nvme
+                                  // only at stages 2-3 with the optimizer on nvme
   Tier optimizer = Tier::device;  // Adam m, v and (when separate) the fp32 master shard
   bool master_is_param = true;    // the parameter shard is the master copy (no separate buffer)
 };
@@ -116,6 +121,7 @@ struct OptimizerSwapShape {
   size_t chunks = 0;         // over all NVMe-resident units
   size_t largest_chunk = 0;  // elements
   size_t slots = 0;          // 0 when no optimizer state is on NVMe
+  size_t buffers = 3;        // per slot: master, m, v, and the gradient when it is on NVMe
 };
 OptimizerSwapShape optimizer_swap_shape(const PartitionPlan& plan,
                                         const std::vector<UnitPlacement>& placement,
