@@ -3,6 +3,7 @@
 # without replacing any the machine has, points the loader at the machine's CUDA libraries, then
 # runs the CUDA tests and the GPU benchmarks. Logs go to $OUT (or ./gpu-out). Usage:
 #   scripts/device/gpu_check.sh [tests|bench|all] [ctest -R pattern]
+#   scripts/device/gpu_check.sh sanitize <gtest filter of test_kernels>
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 what=${1:-all}
@@ -67,5 +68,12 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
   timeout 60 mpiexec -n $((gpus + 1)) $tz train --config examples/zero3_nvme_offload.json \
     --device cuda --steps 1 >"$out/train_too_many.log" 2>&1
   log "exit $?"; grep -m2 "error" "$out/train_too_many.log" | tee -a "$out/summary.txt"
+fi
+if [ "$what" = sanitize ]; then  # compute-sanitizer over the GoogleTest filter given
+  log "compute-sanitizer on test_kernels --gtest_filter=${pattern}"
+  timeout 300 compute-sanitizer --tool memcheck build/gpu/tests/kernels/test_kernels \
+    --gtest_filter="$pattern" >"$out/sanitize.log" 2>&1
+  log "exit $?"; grep -E "ERROR SUMMARY|Invalid|FAILED|max_rel" "$out/sanitize.log" | head -40 |
+    tee -a "$out/summary.txt"
 fi
 log "done"
