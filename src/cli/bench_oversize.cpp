@@ -8,11 +8,11 @@
 
 #include <cinttypes>
 #include <cstdio>
-#include <memory>
-#include <utility>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_child_runs.hpp"
@@ -104,23 +104,36 @@ int bench_oversize(const BenchOversizeOptions& o) {
   const double sgemm = baseline_of(result_lines(gemm_log), "train.step", gemm_log) * 1e9;  // FLOP/s
 
   // The run's config: ZeRO-3, every state on NVMe, activation checkpointing.
-  nlohmann::ordered_json nvme = {{"device", "nvme"}, {"nvme_path", dir.path()}};
+  // Gathers, prefetch and buckets sized for a device budget of a few GiB (a GPT-2 XL block is
+  // 31M parameters, its embeddings 82M), the optimizer's NVMe chunks 64 MiB.
   nlohmann::ordered_json config;
   config["train_micro_batch_size_per_gpu"] = o.batch;
-  config["zero_optimization"] = {{"stage", 3},
-                                 {"offload_param", nvme},
-                                 {"offload_optimizer", nvme}};
-  config["tierzero"] = {{"seq_len", o.seq},        {"val_batches", 0},
-                        {"seed", 7},               {"activation_checkpointing", true},
-                        {"offload_gradients", o.grads}, {"device", o.device},
+  config["zero_optimization"] = {
+      {"stage", 3},
+      {"stage3_param_persistence_threshold", 0},
+      {"stage3_max_live_parameters", 100000000},
+      {"stage3_prefetch_bucket_size", 50000000},
+      {"reduce_bucket_size", 50000000},
+      {"offload_param", {{"device", "nvme"}, {"nvme_path", dir.path()}, {"buffer_count", 4}}},
+      {"offload_optimizer",
+       {{"device", "nvme"},
+        {"nvme_path", dir.path()},
+        {"buffer_count", 4},
+        {"buffer_size", 16777216}}}};
+  config["tierzero"] = {{"seq_len", o.seq},
+                        {"val_batches", 0},
+                        {"seed", 7},
+                        {"activation_checkpointing", true},
+                        {"offload_gradients", o.grads},
+                        {"device", o.device},
                         {"model", {{"context_length", o.seq}}}};  // a preset sets its own
   const std::string config_path = dir.path() + "/oversize.json";
   write_text_file(config_path, config.dump());
   auto run = [&](int64_t steps, const std::string& base) {
     std::vector<std::string> argv = train_argv(exe, "", 1, config_path, steps, o.threads, base);
-    for (const std::string& a : {std::string("--model"), o.model, std::string("--host-mem"),
-                                 std::to_string(o.host_mem), std::string("--device-mem"),
-                                 std::to_string(o.device_mem)})
+    for (const std::string& a :
+         {std::string("--model"), o.model, std::string("--host-mem"), std::to_string(o.host_mem),
+          std::string("--device-mem"), std::to_string(o.device_mem)})
       argv.push_back(a);
     const ChildIo before = children_io();
     const double wall = run_child(argv, env, base + ".log", o.timeout_s);

@@ -38,7 +38,12 @@ std::string nccl_failure(const char* expr, ncclResult_t status, ncclComm_t comm)
   return s;
 }
 
-const char* nccl_hint(ncclResult_t status) {
+const char* nccl_hint(ncclResult_t status, const std::string& failure) {
+  // NCCL refuses two ranks of a communicator on one GPU; say what to change, not "a bug".
+  if (failure.find("Duplicate GPU") != std::string::npos)
+    return "two ranks of this group run on the same GPU, and NCCL needs one GPU per rank: launch "
+           "at most as many ranks per node as it has GPUs (mpiexec -n G, or --map-by ppr:G:node "
+           "across nodes), or train with --device cpu";
   switch (status) {
     case ncclSystemError:
     case ncclRemoteError:
@@ -58,14 +63,15 @@ const char* nccl_hint(ncclResult_t status) {
 }  // namespace
 
 // `context`: what was being done; `nccl_comm`: the NCCL communicator, or nullptr before it exists.
-#define TZ_NCCL_CHECK(expr, context, nccl_comm)                                                 \
-  do {                                                                                          \
-    const ncclResult_t tz_nccl_status_ = (expr);                                                \
-    if (tz_nccl_status_ != ncclSuccess && tz_nccl_status_ != ncclInProgress) {                  \
-      ::tierzero::comm::comm_detail::mark_failed();                                             \
-      TZ_THROW(std::string(context) + ": " + nccl_failure(#expr, tz_nccl_status_, (nccl_comm)), \
-               nccl_hint(tz_nccl_status_));                                                     \
-    }                                                                                           \
+#define TZ_NCCL_CHECK(expr, context, nccl_comm)                                               \
+  do {                                                                                        \
+    const ncclResult_t tz_nccl_status_ = (expr);                                              \
+    if (tz_nccl_status_ != ncclSuccess && tz_nccl_status_ != ncclInProgress) {                \
+      ::tierzero::comm::comm_detail::mark_failed();                                           \
+      const std::string tz_nccl_failure_ = nccl_failure(#expr, tz_nccl_status_, (nccl_comm)); \
+      TZ_THROW(std::string(context) + ": " + tz_nccl_failure_,                                \
+               nccl_hint(tz_nccl_status_, tz_nccl_failure_));                                 \
+    }                                                                                         \
   } while (0)
 
 namespace {

@@ -147,6 +147,21 @@ Estimate estimate(const EstimateInput& in) {
         std::max<size_t>(1, in.param_staging_buffers) *
         offload::HostPool::round_size(largest_param_shard * dtype_size(in.placement.working));
   if (param_nvme || optim_nvme) slot(e.buffers, Tier::host, Category::io) += in.nvme_bounce_bytes;
+  // Loading the model (its initial values or a checkpoint) stages one unit's fp32 values in host
+  // memory at a time (at stage 3 only this rank's shard), beside the optimizer's slots, which
+  // exist from the start; from the pinned pool where the store has one (its size classes).
+  size_t load_staging = 0;
+  bool host_pool = false;
+  for (size_t u = 0; u < plan.num_units(); ++u) {
+    const zero::UnitPartition& p = plan.partition(u);
+    load_staging =
+        std::max(load_staging, (in.stage < 3 ? p.padded_numel : p.shard_numel) * sizeof(float));
+    host_pool =
+        host_pool || placement[u].param != Tier::device || placement[u].optimizer != Tier::device;
+  }
+  if (host_pool) load_staging = offload::HostPool::round_size(load_staging);
+  size_t& host_io = slot(e.buffers, Tier::host, Category::io);
+  host_io = std::max(host_io, zero::optimizer_swap_host_bytes(swap) + load_staging);
 
   slot(e.buffers, Tier::device, Category::activation) += in.activation_bytes;
   return e;

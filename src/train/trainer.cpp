@@ -215,17 +215,6 @@ std::unique_ptr<Device> open_device(const TrainConfig& c, comm::MpiSession* sess
   const int local = comm::node_local_rank(session->world());
   const int gpus = cuda_device_count();
   if (gpus == 0) return make_device(c.device, threads);  // its error says why
-  // NCCL refuses two ranks of a communicator on one GPU ("Duplicate GPU detected"): say so
-  // before any communicator is made, on every rank alike.
-  const int local_ranks = comm::node_local_size(session->world());
-  TZ_CHECK(local_ranks <= gpus,
-           std::to_string(local_ranks) + " ranks run on this node but it has " +
-               std::to_string(gpus) +
-               " GPU(s): with --device cuda every rank needs a GPU of its "
-               "own (NCCL does not let two ranks of a group share one)",
-           "launch at most " + std::to_string(gpus) + " rank(s) per node (mpiexec -n " +
-               std::to_string(gpus) + ", or --map-by ppr:" + std::to_string(gpus) +
-               ":node across nodes), or train with --device cpu");
   log::info("rank " + std::to_string(session->rank()) + " (node-local rank " +
             std::to_string(local) + ") uses cuda:" + std::to_string(local % gpus));
   return make_cuda_device(local % gpus);
@@ -491,8 +480,9 @@ void Trainer::build() {
     store_config.host_budget_bytes /= std::max<size_t>(local_ranks, 1);
     if (s.rank == 0 && local_ranks > 1)
       log::info("host memory budget " + format_bytes(store_config.host_budget_bytes) +
-                " per rank: the node's " + format_bytes(store_config.host_budget_bytes * local_ranks) +
-                " shared by its " + std::to_string(local_ranks) + " ranks");
+                " per rank: the node's " +
+                format_bytes(store_config.host_budget_bytes * local_ranks) + " shared by its " +
+                std::to_string(local_ranks) + " ranks");
     UnitGrouping grouping = group_units(layout, static_cast<size_t>(config_.blocks_per_unit));
     if (s.tie)
       for (zero::UnitSpec& spec : grouping.specs) spec.tied = spec.name == "embeddings";
