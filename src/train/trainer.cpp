@@ -1093,7 +1093,9 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
       recorder->set_phase(profile::Phase::optimizer);
       recorder->set_unit(-1);
     }
-    const double lr = schedule.lr(step);
+    // The schedule follows the optimizer's steps, which an fp16 step skipped on overflow does
+    // not advance (as DeepSpeed skips its scheduler step); a checkpoint saves that count.
+    const double lr = schedule.lr(s.store ? s.store->steps_taken() : s.optimizer->steps_taken());
     double grad_norm = 0.0;
     if (s.store) {
       const zero::StoreStepStats st = s.store->step(lr, config_.gradient_clipping, scaler.scale());
