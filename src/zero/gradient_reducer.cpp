@@ -323,9 +323,24 @@ size_t bucket_capacity(const PartitionPlan& plan, size_t reduce_bucket_elems, bo
 
 ReductionBuffers reduction_buffer_bound(const PartitionPlan& plan, int stage,
                                         const std::vector<UnitPlacement>& placement,
-                                        size_t reduce_bucket_elems, bool overlap_comm) {
+                                        size_t reduce_bucket_elems, bool overlap_comm,
+                                        DType reduce_dtype) {
   ReductionBuffers out;
-  if (stage < 2) return out;  // stages 0-1 reduce in place in the full-gradient arena
+  if (stage < 2) {
+    // Stages 0-1 reduce in place in the full-gradient arena; a 16-bit reduce_dtype adds the
+    // buckets' 16-bit copies in flight: at most one bucket's worth, in at most two blocks.
+    if (reduce_dtype == DType::f32) return out;
+    size_t largest = 0, total = 0;
+    for (size_t u = 0; u < plan.num_units(); ++u) {
+      largest = std::max(largest, plan.partition(u).padded_numel);
+      total += plan.partition(u).padded_numel;
+    }
+    if (total == 0) return out;
+    const size_t bucket = std::max(
+        std::min(bucket_capacity(plan, reduce_bucket_elems, overlap_comm), total), largest);
+    out.device_comm = 2 * DeviceAllocator::round_size(bucket * dtype_size(reduce_dtype));
+    return out;
+  }
   // Units whose gradient is reduced at all (one rank with device gradients adds in place).
   size_t largest = 0, total = 0, slack = 0, host_units = 0;
   for (size_t u = 0; u < plan.num_units(); ++u) {
@@ -338,7 +353,9 @@ ReductionBuffers reduction_buffer_bound(const PartitionPlan& plan, int stage,
   }
   if (total == 0) return out;
   // A bucket of several units holds at most reduce_bucket_elems; a bucket of one unit is that
-  // unit. Its reduced shards are 1/ranks of it (shards pad units evenly).
+  // unit. Its reduced shards are 1/ranks of it (shards pad units evenly). With a 16-bit
+  // reduce_dtype a bucket holds 1.5x its fp32 blocks only while it is converted, and half its
+  // packed block in flight: the same bound holds.
   const size_t bucket =
       std::max(std::min(bucket_capacity(plan, reduce_bucket_elems, overlap_comm), total), largest);
   const auto ranks = static_cast<size_t>(plan.ranks());

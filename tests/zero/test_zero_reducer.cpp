@@ -8,6 +8,7 @@
 // tolerances.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -146,8 +147,9 @@ TEST_P(ZeroReducerTest, SixteenBitReductionsTrackFp32Reductions) {
   for (const char* placement : {"device", "opt_host"}) {
     if (stage == 0 && std::string(placement) != "device") continue;
     const bool nothing = ranks == 1 && stage >= 2 && std::string(placement) == "device";
+    const size_t bucket = 2 * kBlockElems + 1;
     auto run = [&](DType wire, std::vector<float>& norms) {
-      Fixture f(stage, placement, 1000000000, DType::f32, 2 * kBlockElems + 1, false,
+      Fixture f(stage, placement, 1000000000, DType::f32, bucket, false,
                 [&](zero::StoreConfig& c) { c.reduce_dtype = wire; });
       TrainedRun r;
       for (int step = 0; step < 5; ++step) {
@@ -156,6 +158,17 @@ TEST_P(ZeroReducerTest, SixteenBitReductionsTrackFp32Reductions) {
         norms.push_back(static_cast<float>(st.grad_norm));
       }
       r.params = read_all_units(f);
+      // The reducer's device buffers stay within zero's bound (the one the estimator uses). The
+      // step's control exchange (two floats per rank) is the only other comm block; it comes
+      // after the reductions have finished.
+      const size_t peak = f.store_tracker.peak(Tier::device, Category::comm);
+      const size_t control = DeviceAllocator::round_size(2 * static_cast<size_t>(ranks) * 4);
+      const size_t bound = zero::reduction_buffer_bound(f.store.plan(), stage, f.store.placement(),
+                                                        bucket, false, wire)
+                               .device_comm;
+      std::printf("[rank %d] stage %d %s, %s reductions: device comm peak %zu <= bound %zu\n", rank,
+                  stage, placement, dtype_name(wire), peak, bound);
+      EXPECT_LE(peak, std::max(bound, control)) << dtype_name(wire);
       return r;
     };
     std::vector<float> fp32_norms;

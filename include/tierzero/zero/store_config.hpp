@@ -121,9 +121,11 @@ struct ReductionBuffers {
   size_t device_comm = 0;
   size_t host_io = 0;
 };
+// A 16-bit reduce_dtype (communication_data_type) adds, at stages 0-1, the buckets' 16-bit copies.
 ReductionBuffers reduction_buffer_bound(const PartitionPlan& plan, int stage,
                                         const std::vector<UnitPlacement>& placement,
-                                        size_t reduce_bucket_elems, bool overlap_comm);
+                                        size_t reduce_bucket_elems, bool overlap_comm,
+                                        DType reduce_dtype = DType::f32);
 // The elements at which the reducer sends a bucket: reduce_bucket_elems, or with overlap_comm at
 // most the largest unit's padded elements (at least 1).
 size_t bucket_capacity(const PartitionPlan& plan, size_t reduce_bucket_elems, bool overlap_comm);
