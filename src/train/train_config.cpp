@@ -11,7 +11,6 @@
 
 #include "tierzero/core/config_reader.hpp"
 #include "tierzero/core/error.hpp"
-#include "tierzero/core/log.hpp"
 
 namespace tierzero::train {
 
@@ -446,13 +445,14 @@ TrainConfig TrainConfig::parse(const std::string& text, const std::string& sourc
                           "wandb", "csv_monitor", "comet", "comms_logger", "flops_profiler"})
     cosmetic(r, key, c.ignored_keys);
   r.finish();
-  if (!c.ignored_keys.empty()) {
-    std::string list;
-    for (const std::string& k : c.ignored_keys) list += (list.empty() ? "" : ", ") + k;
-    log::warn("config " + source +
-              ": ignored (they only log, time or report in DeepSpeed): " + list);
-  }
   return c;
+}
+
+std::string TrainConfig::ignored_keys_warning() const {
+  if (ignored_keys.empty()) return "";
+  std::string list;
+  for (const std::string& k : ignored_keys) list += (list.empty() ? "" : ", ") + k;
+  return "config keys ignored (in DeepSpeed they only log, time or report): " + list;
 }
 
 TrainConfig TrainConfig::load(const std::string& path) {

@@ -248,6 +248,7 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)), state_(new St
     s.world_size = s.session->size();
     log::set_rank(s.rank, s.world_size);
   }
+  if (s.rank == 0 && !config_.ignored_keys.empty()) log::warn(config_.ignored_keys_warning());
   if (s.world_size == 1) {
     build();
     return;
@@ -990,6 +991,8 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
     if (s.store)
       std::fprintf(out, ", ZeRO stage %d on %d rank(s), %s", s.store->stage(), s.world_size,
                    describe_placement(config_).c_str());
+    if (s.store && config_.communication_data_type != "fp32")
+      std::fprintf(out, ", gradients reduced in %s", config_.communication_data_type.c_str());
     if (s.model->tensor_parallel() > 1)
       std::fprintf(out, ", dp %d x tensor-parallel %zu%s (%zu parameters per rank)", s.dp_size,
                    s.model->tensor_parallel(),

@@ -199,6 +199,12 @@ TEST(TrainConfig, LoggingKeysAreNamedInOneWarningList) {
                                          "tensorboard",          "csv_monitor",
                                          "comms_logger"};
   EXPECT_EQ(c.ignored_keys, want);
+  std::printf("%s\n", c.ignored_keys_warning().c_str());
+  EXPECT_EQ(c.ignored_keys_warning(),
+            "config keys ignored (in DeepSpeed they only log, time or report): steps_per_print, "
+            "activation_checkpointing.profile, wall_clock_breakdown, dump_state, tensorboard, "
+            "csv_monitor, comms_logger");
+  EXPECT_EQ(TrainConfig::defaults().ignored_keys_warning(), "");
   EXPECT_TRUE(TrainConfig::parse(R"({"wall_clock_breakdown": false, "wandb": {}})", "t")
                   .ignored_keys.empty());
   std::string e = parse_error(R"({"wall_clock_breakdwn": true})");

@@ -119,9 +119,10 @@ struct TrainConfig {
   AioConfig aio;
   DeepSpeedActivationCheckpointing ds_activation_checkpointing;  // "activation_checkpointing"
   // DeepSpeed keys that only change what is logged or reported (monitors, profilers, print
-  // intervals), set to something other than off, by full path: parse() names them in one
-  // warning line.
+  // intervals), set to something other than off, by full path: a run names them in one warning
+  // line (ignored_keys_warning(), "" when there are none; rank 0 prints it).
   std::vector<std::string> ignored_keys;
+  std::string ignored_keys_warning() const;
 
   // "tierzero" section
   ModelShape model;
