@@ -156,6 +156,16 @@ std::vector<double> ConfigReader::get_numbers(const std::string& key,
   return out;
 }
 
+const nlohmann::json* ConfigReader::get_json(const std::string& key) {
+  return find(key);
+}
+
+std::vector<std::string> ConfigReader::keys() const {
+  std::vector<std::string> out;
+  for (const auto& [key, value] : object_.items()) out.push_back(key);
+  return out;
+}
+
 ConfigReader ConfigReader::child(const std::string& key) {
   const nlohmann::json* v = find(key);
   if (!v) return ConfigReader(empty_object(), source_, key_path(key));

@@ -5,6 +5,8 @@
 #include <string>
 #include <utility>
 
+#include <unistd.h>
+
 #include "tierzero/core/error.hpp"
 #include "tierzero/offload/host_pool.hpp"
 
@@ -44,6 +46,53 @@ offload::NvmeOptions nvme_options_from(const AioConfig& aio, const OffloadConfig
   return o;
 }
 
+DType working_dtype(const TrainConfig& c) {
+  return c.bf16 ? DType::bf16 : c.fp16 ? DType::f16 : DType::f32;
+}
+
+zero::StoreConfig store_config_from(const TrainConfig& c) {
+  zero::StoreConfig s;
+  s.stage = static_cast<int>(c.zero.stage);
+  auto elems = [](int64_t v) { return static_cast<size_t>(std::max<int64_t>(v, 0)); };
+  s.param_persistence_threshold = elems(c.zero.param_persistence_threshold);
+  s.prefetch_bucket_elems = elems(c.zero.prefetch_bucket_size);
+  s.max_live_elems = elems(c.zero.max_live_parameters);
+  s.max_reuse_distance = elems(c.zero.max_reuse_distance);
+  s.reduce_bucket_elems = std::max<size_t>(elems(c.zero.reduce_bucket_size), 1);
+  s.overlap_comm = c.zero.overlap_comm;
+  s.allgather_bucket_elems = std::max<size_t>(elems(c.zero.allgather_bucket_size), 1);
+  s.reduce_dtype = dtype_from_name(c.communication_data_type);
+  const OffloadConfig& op = c.zero.offload_param;
+  const OffloadConfig& oo = c.zero.offload_optimizer;
+  s.placement.param = {zero::offload_tier(op.device), op.ratio};
+  s.placement.optimizer = {zero::offload_tier(oo.device), oo.ratio};
+  s.placement.nvme_chunk_elems = elems(oo.buffer_size);
+  s.placement.working = working_dtype(c);
+  // One engine for both: the union of the directories (each one drive) of what goes to NVMe.
+  std::vector<std::string> dirs;
+  for (const OffloadConfig* o : {&op, &oo}) {
+    if (o->device != "nvme") continue;
+    for (const std::string& d : nvme_options_from(c.aio, *o).directories)
+      if (std::find(dirs.begin(), dirs.end(), d) == dirs.end()) dirs.push_back(d);
+  }
+  if (!dirs.empty()) {
+    s.nvme = nvme_options_from(c.aio, op.device == "nvme" ? op : oo);
+    s.nvme.directories = dirs;
+  }
+  s.nvme_read_buffers = elems(op.buffer_count);
+  s.optimizer_swap_buffers = elems(oo.buffer_count);
+  if (c.host_memory_budget_gb > 0.0) {
+    s.host_budget_bytes = static_cast<size_t>(c.host_memory_budget_gb * 1073741824.0);
+  } else {
+    const long pages = sysconf(_SC_PHYS_PAGES);
+    const long page = sysconf(_SC_PAGESIZE);
+    const double physical =
+        pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 8.0e9;
+    s.host_budget_bytes = static_cast<size_t>(0.8 * physical);
+  }
+  return s;
+}
+
 offload::StreamOptions stream_options_from(const OffloadConfig& offload, size_t element_bytes) {
   TZ_CHECK(offload.buffer_count >= 2 && offload.buffer_size > 0,
            "offload buffer_count must be >= 2 and buffer_size positive (got " +
@@ -70,7 +119,7 @@ profile::EstimateInput estimate_input_from(const TrainConfig& c, std::vector<zer
                             z.offload_optimizer.ratio};
   // The NVMe chunk is the optimizer's buffer_size (elements), as DeepSpeed's swapper uses it.
   in.placement.nvme_chunk_elems = static_cast<size_t>(z.offload_optimizer.buffer_size);
-  in.placement.working = c.bf16 ? DType::bf16 : c.fp16 ? DType::f16 : DType::f32;
+  in.placement.working = working_dtype(c);
   in.placement.nvme_grads = c.offload_gradients == "nvme" ? Tier::nvme : Tier::host;
   in.staging_buffer_count = static_cast<size_t>(z.offload_optimizer.buffer_count);
   in.param_staging_buffers = static_cast<size_t>(z.offload_param.buffer_count);

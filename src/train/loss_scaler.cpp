@@ -25,6 +25,7 @@ void LossScaler::update(bool overflow) {
     hysteresis_left_ = config_.hysteresis;
     return;
   }
+  if (config_.consecutive_hysteresis) hysteresis_left_ = config_.hysteresis;
   if (++good_steps_ % config_.loss_scale_window == 0) {
     scale_ *= 2.0;
     hysteresis_left_ = config_.hysteresis;

@@ -1,7 +1,10 @@
 // Parsing and validation of TrainConfig. Each section is read by one function with a
-// ConfigReader, which rejects unknown keys; cross-field rules are checked at the end.
+// ConfigReader, which rejects unknown keys; cross-field rules are checked at the end. A DeepSpeed
+// key either does what it says, or reads only at the value TierZero implements (refused by name
+// otherwise), or, when it only logs or reports, is named in one warning line.
 #include "tierzero/train/train_config.hpp"
 
+#include <cstdio>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -14,6 +17,37 @@ namespace tierzero::train {
 namespace {
 
 constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
+
+// DeepSpeed keys without a counterpart in TierZero are read at the value that states what
+// TierZero does (or DeepSpeed's default, where TierZero does that too); any other value is
+// refused, naming the key, why, and what to use instead. None is read and then ignored.
+void only_bool(ConfigReader& r, const std::string& key, bool supported, const std::string& why) {
+  if (r.get_bool(key, supported) != supported)
+    r.fail(key, std::string("= ") + (supported ? "false" : "true") + " is not supported: " + why);
+}
+
+void only_number(ConfigReader& r, const std::string& key, double supported,
+                 const std::string& why) {
+  const double v = r.get_number(key, supported);
+  if (v != supported) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    r.fail(key, std::string("= ") + buf + " is not supported: " + why);
+  }
+}
+
+// A key that only changes what DeepSpeed logs, times or reports: noted in `ignored` (by full
+// path) when it is on, i.e. anything but absent, null, false or an object whose "enabled" is not
+// true. steps_per_print-like numbers count as on.
+void cosmetic(ConfigReader& r, const std::string& key, std::vector<std::string>& ignored) {
+  const nlohmann::json* v = r.get_json(key);
+  if (v == nullptr || v->is_null() || (v->is_boolean() && !v->get<bool>())) return;
+  if (v->is_object()) {
+    const auto e = v->find("enabled");
+    if (e == v->end() || !e->is_boolean() || !e->get<bool>()) return;
+  }
+  ignored.push_back(r.key_path(key));
+}
 
 void read_optimizer(ConfigReader r, OptimizerConfig& o) {
   o.type = r.get_string("type", o.type, {"AdamW", "Adam", "adamw", "adam"});
@@ -46,6 +80,10 @@ void read_scheduler(ConfigReader r, SchedulerConfig& s) {
   s.cos_min_ratio = p.get_number("cos_min_ratio", s.cos_min_ratio, 0.0, 1.0);
   s.warmup_min_lr = p.get_number("warmup_min_lr", s.warmup_min_lr, 0.0, 10.0);
   s.warmup_max_lr = p.get_number("warmup_max_lr", s.warmup_max_lr, 0.0, 10.0);
+  if (!p.is_null("last_batch_iteration"))
+    only_number(p, "last_batch_iteration", -1.0,
+                "the schedule starts at step 0, or where a resumed training checkpoint left it "
+                "(tierzero.checkpoint.resume)");
   p.accept({"last_batch_iteration"});
   p.finish();
   r.finish();
@@ -54,16 +92,29 @@ void read_scheduler(ConfigReader r, SchedulerConfig& s) {
 void read_offload(ConfigReader r, OffloadConfig& o, bool optimizer) {
   o.device = r.get_string("device", o.device, {"none", "cpu", "nvme"});
   o.nvme_path = r.get_string("nvme_path", o.nvme_path);
-  o.pin_memory = r.get_bool("pin_memory", o.pin_memory);
+  only_bool(r, "pin_memory", true,
+            "TierZero's host tier is always pinned memory (bound it with "
+            "tierzero.host_memory_budget_gb)");
   o.buffer_count = r.get_int("buffer_count", o.buffer_count, 1, 1024);
-  o.buffer_size = r.get_int("buffer_size", o.buffer_size, 1, kMaxInt);
   // DeepSpeed has ratio for the optimizer only; TierZero also offloads a fraction of the units'
   // parameters with it.
   o.ratio = r.get_number("ratio", o.ratio, 0.0, 1.0);
   if (optimizer) {
-    r.accept({"fast_init", "pipeline_read", "pipeline_write", "pipeline"});
+    o.buffer_size = r.get_int("buffer_size", o.buffer_size, 1, kMaxInt);
+    only_bool(r, "fast_init", false,
+              "TierZero writes the initial NVMe optimizer state through its own pipeline");
+    // The NVMe optimizer always overlaps its reads and writes with the update (buffer_count
+    // slots): either value of these reads, as a request TierZero meets.
+    r.get_bool("pipeline_read", true);
+    r.get_bool("pipeline_write", true);
+    r.get_bool("pipeline", true);
   } else {
-    r.accept({"max_in_cpu"});
+    only_number(r, "buffer_size", 1.0e8,
+                "TierZero stages whole parameter shards, one unit each (tierzero.blocks_per_unit "
+                "sets a unit's size; buffer_count how many are staged)");
+    only_number(r, "max_in_cpu", 1.0e9,
+                "the pinned host memory TierZero uses is bounded by "
+                "tierzero.host_memory_budget_gb");
   }
   if (o.device == "nvme" && o.nvme_path.empty())
     r.fail("device", "= \"nvme\" needs nvme_path (a directory on the drive to swap to)");
@@ -72,10 +123,66 @@ void read_offload(ConfigReader r, OffloadConfig& o, bool optimizer) {
 
 void read_zero(ConfigReader r, ZeroConfig& z) {
   z.stage = r.get_int("stage", z.stage, 0, 3);
-  read_offload(r.child("offload_param"), z.offload_param, false);
-  read_offload(r.child("offload_optimizer"), z.offload_optimizer, true);
+  ConfigReader param = r.child("offload_param");
+  const bool param_device_set = param.has("device");
+  read_offload(param, z.offload_param, false);
+  ConfigReader optimizer = r.child("offload_optimizer");
+  const bool optimizer_device_set = optimizer.has("device");
+  read_offload(optimizer, z.offload_optimizer, true);
+  // DeepSpeed's legacy switches: cpu_offload is offload_optimizer.device "cpu", cpu_offload_params
+  // offload_param.device "cpu".
+  if (r.get_bool("cpu_offload", false)) {
+    if (optimizer_device_set && z.offload_optimizer.device != "cpu")
+      r.fail("cpu_offload", "= true contradicts offload_optimizer.device = \"" +
+                                z.offload_optimizer.device + "\"; keep one of the two");
+    z.offload_optimizer.device = "cpu";
+  }
+  if (r.get_bool("cpu_offload_params", false)) {
+    if (param_device_set && z.offload_param.device != "cpu")
+      r.fail("cpu_offload_params", "= true contradicts offload_param.device = \"" +
+                                       z.offload_param.device + "\"; keep one of the two");
+    z.offload_param.device = "cpu";
+  }
+  only_bool(r, "cpu_offload_use_pin_memory", true,
+            "TierZero's host tier is always pinned memory (bound it with "
+            "tierzero.host_memory_budget_gb)");
   z.overlap_comm = r.get_bool("overlap_comm", z.overlap_comm);
-  z.contiguous_gradients = r.get_bool("contiguous_gradients", z.contiguous_gradients);
+  only_bool(r, "contiguous_gradients", true,
+            "TierZero always accumulates gradients in contiguous per-unit buffers");
+  only_bool(r, "reduce_scatter", true,
+            "TierZero always averages gradients with one collective per bucket (reduce-scatter "
+            "at stages 2-3, all-reduce at 0-1)");
+  only_bool(r, "allgather_partitions", true,
+            "TierZero shares updated partitions with all-gathers (allgather_bucket_size bounds "
+            "them)");
+  only_bool(r, "round_robin_gradients", false,
+            "TierZero's gradient partitions follow its units, in one fixed order");
+  only_number(r, "sub_group_size", 1.0e9,
+              "the optimizer steps one partition-store unit at a time (tierzero.blocks_per_unit "
+              "sets a unit's size; offload_optimizer.buffer_size the NVMe chunk)");
+  only_number(r, "zero_hpz_partition_size", 1.0,
+              "ZeRO++ hierarchical partitioning is not implemented: parameters are partitioned "
+              "over every data-parallel rank");
+  only_bool(r, "zero_quantized_weights", false,
+            "ZeRO++ quantized weight gathers are not implemented (gathers move the working "
+            "dtype; bf16 or fp16 halve them)");
+  only_bool(r, "zero_quantized_nontrainable_weights", false,
+            "ZeRO++ weight quantization is not implemented");
+  only_bool(r, "zero_quantized_gradients", false,
+            "ZeRO++ quantized gradient reduction is not implemented (communication_data_type "
+            "says the reduction's dtype)");
+  only_bool(r, "load_from_fp32_weights", true,
+            "a training checkpoint always restores the fp32 master weights");
+  only_bool(r, "memory_efficient_linear", true, "TierZero's linear layers have one implementation");
+  only_bool(r, "use_multi_rank_bucket_allreduce", true,
+            "TierZero's buckets are reduced by one collective over the whole group");
+  // TierZero's --save always writes the gathered model, and its checkpoints reshard to any
+  // layout; these read at either value (DeepSpeed's default and what TierZero does).
+  r.get_bool("stage3_gather_16bit_weights_on_model_save", false);
+  r.get_bool("stage3_gather_fp16_weights_on_model_save", false);
+  r.get_bool("elastic_checkpoint", false);
+  // Every parameter of the GPT is used, so DeepSpeed's check never fires.
+  r.get_bool("ignore_unused_parameters", true);
   z.reduce_bucket_size = r.get_int("reduce_bucket_size", z.reduce_bucket_size, 1, kMaxInt);
   z.allgather_bucket_size = r.get_int("allgather_bucket_size", z.allgather_bucket_size, 1, kMaxInt);
   z.prefetch_bucket_size =
@@ -85,12 +192,6 @@ void read_zero(ConfigReader r, ZeroConfig& z) {
   z.max_live_parameters =
       r.get_int("stage3_max_live_parameters", z.max_live_parameters, 0, kMaxInt);
   z.max_reuse_distance = r.get_int("stage3_max_reuse_distance", z.max_reuse_distance, 0, kMaxInt);
-  r.accept({"allgather_partitions", "reduce_scatter", "round_robin_gradients", "sub_group_size",
-            "stage3_gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save",
-            "elastic_checkpoint", "ignore_unused_parameters", "load_from_fp32_weights",
-            "cpu_offload", "zero_hpz_partition_size", "zero_quantized_weights",
-            "zero_quantized_gradients", "memory_efficient_linear",
-            "use_multi_rank_bucket_allreduce"});
   if (z.offload_param.device != "none" && z.stage != 3)
     r.fail("offload_param", "needs stage 3 (parameters are only partitioned in stage 3)");
   r.finish();
@@ -100,11 +201,14 @@ void read_aio(ConfigReader r, AioConfig& a) {
   a.block_size = r.get_int("block_size", a.block_size, 4096, int64_t{1} << 30);
   if (a.block_size % 4096 != 0) r.fail("block_size", "must be a multiple of 4096 (O_DIRECT)");
   a.queue_depth = r.get_int("queue_depth", a.queue_depth, 1, 4096);
-  a.intra_op_parallelism = r.get_int("intra_op_parallelism", a.intra_op_parallelism, 1, 256);
-  if (r.has("thread_count"))  // older DeepSpeed name for the same knob
-    a.intra_op_parallelism = r.get_int("thread_count", a.intra_op_parallelism, 1, 256);
+  // thread_count is DeepSpeed's older name for intra_op_parallelism.
+  for (const char* key : {"intra_op_parallelism", "thread_count"})
+    only_number(r, key, 1.0,
+                "TierZero's io_uring engine submits from one thread and keeps queue_depth "
+                "requests in flight; raise aio.queue_depth for more parallel I/O");
   a.single_submit = r.get_bool("single_submit", a.single_submit);
-  a.overlap_events = r.get_bool("overlap_events", a.overlap_events);
+  only_bool(r, "overlap_events", true,
+            "the io_uring engine always overlaps submission and completion");
   if (r.get_bool("use_gds", false))
     r.fail("use_gds",
            "= true: GPUDirect Storage is not supported; TierZero stages NVMe I/O "
@@ -113,17 +217,17 @@ void read_aio(ConfigReader r, AioConfig& a) {
 }
 
 // DeepSpeed's activation_checkpointing section: checkpointing itself is switched on by
-// tierzero.activation_checkpointing (in DeepSpeed the model code decides), so these keys are
-// validated and, apart from the two refused features, have no effect.
-void read_activation_checkpointing(ConfigReader r, DeepSpeedActivationCheckpointing& a) {
-  a.partition_activations = r.get_bool("partition_activations", a.partition_activations);
-  if (a.partition_activations)
+// tierzero.activation_checkpointing (in DeepSpeed the model code decides). Partitioned and CPU
+// checkpoints are refused; contiguous_memory_optimization is what TierZero does anyway (one
+// allocation per micro-batch); the timing and profiling switches go into `ignored`.
+void read_activation_checkpointing(ConfigReader r, DeepSpeedActivationCheckpointing& a,
+                                   std::vector<std::string>& ignored) {
+  if (r.get_bool("partition_activations", false))
     r.fail("partition_activations",
            "= true is not supported: TierZero does not partition activations across "
            "model-parallel ranks (remove the key or set it false; "
            "tierzero.activation_checkpointing turns checkpointing on)");
-  a.cpu_checkpointing = r.get_bool("cpu_checkpointing", a.cpu_checkpointing);
-  if (a.cpu_checkpointing)
+  if (r.get_bool("cpu_checkpointing", false))
     r.fail("cpu_checkpointing",
            "= true is not supported: checkpoints stay in device memory (remove the key or set "
            "it false; tierzero.activation_checkpointing turns checkpointing on)");
@@ -133,29 +237,82 @@ void read_activation_checkpointing(ConfigReader r, DeepSpeedActivationCheckpoint
     r.accept({"number_checkpoints"});
   else
     a.number_checkpoints = r.get_int("number_checkpoints", a.number_checkpoints, 0, 1 << 20);
-  a.synchronize_checkpoint_boundary =
-      r.get_bool("synchronize_checkpoint_boundary", a.synchronize_checkpoint_boundary);
-  a.profile = r.get_bool("profile", a.profile);
+  r.get_bool("synchronize_checkpoint_boundary", false);  // type-checked, then:
+  cosmetic(r, "synchronize_checkpoint_boundary", ignored);
+  r.get_bool("profile", false);
+  cosmetic(r, "profile", ignored);
   r.finish();
 }
 
-bool read_enabled(ConfigReader r, LossScaleConfig* scaling = nullptr) {
-  bool on = r.get_bool("enabled", false);
-  if (scaling) {
-    scaling->loss_scale = r.get_number("loss_scale", scaling->loss_scale, 0.0, 1.0e30);
-    scaling->initial_scale_power =
-        r.get_int("initial_scale_power", scaling->initial_scale_power, 0, 127);
-    scaling->loss_scale_window =
-        r.get_int("loss_scale_window", scaling->loss_scale_window, 1, kMaxInt);
-    scaling->hysteresis = r.get_int("hysteresis", scaling->hysteresis, 1, kMaxInt);
-    scaling->min_loss_scale =
-        r.get_number("min_loss_scale", scaling->min_loss_scale, 1.0e-30, 1.0e30);
-  }
-  r.accept({"loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
-            "consecutive_hysteresis", "min_loss_scale", "auto_cast", "immediate_grad_update",
-            "fp16_master_weights_and_grads"});
+bool read_bf16(ConfigReader r) {
+  const bool on = r.get_bool("enabled", false);
+  // Gradients are accumulated in fp32 as they are produced; either value reads.
+  r.get_bool("immediate_grad_update", true);
   r.finish();
   return on;
+}
+
+bool read_fp16(ConfigReader r, LossScaleConfig& scaling) {
+  const bool on = r.get_bool("enabled", false);
+  scaling.loss_scale = r.get_number("loss_scale", scaling.loss_scale, 0.0, 1.0e30);
+  scaling.initial_scale_power =
+      r.get_int("initial_scale_power", scaling.initial_scale_power, 0, 127);
+  scaling.loss_scale_window = r.get_int("loss_scale_window", scaling.loss_scale_window, 1, kMaxInt);
+  scaling.hysteresis = r.get_int("hysteresis", scaling.hysteresis, 1, kMaxInt);
+  scaling.consecutive_hysteresis =
+      r.get_bool("consecutive_hysteresis", scaling.consecutive_hysteresis);
+  scaling.min_loss_scale = r.get_number("min_loss_scale", scaling.min_loss_scale, 1.0e-30, 1.0e30);
+  only_bool(r, "auto_cast", false, "the model's inputs are token ids; there is nothing to cast");
+  only_bool(r, "fp16_master_weights_and_grads", false,
+            "TierZero keeps fp32 master weights, gradients and Adam states");
+  r.get_bool("immediate_grad_update", true);  // as in bf16
+  r.finish();
+  return on;
+}
+
+// A dtype as DeepSpeed names it (fp32, fp16 or bf16; null: `fallback`).
+std::string read_dtype(ConfigReader& r, const std::string& key, const std::string& fallback) {
+  if (r.is_null(key)) {
+    r.accept({key});
+    return fallback;
+  }
+  return r.get_string(key, fallback, {"fp32", "fp16", "bf16"});
+}
+
+// A collective's or accumulator's dtype that TierZero keeps in fp32: other values are refused.
+void only_fp32(ConfigReader& r, const std::string& key, const std::string& why) {
+  const std::string v = read_dtype(r, key, "fp32");
+  if (v != "fp32") r.fail(key, "= \"" + v + "\" is not supported: " + why);
+}
+
+// DeepSpeed's Apex AMP section: only off (its other keys are Apex's options, unused then).
+void read_amp(ConfigReader r) {
+  only_bool(r, "enabled", false,
+            "Apex AMP is not supported; use bf16.enabled or fp16.enabled (16-bit working "
+            "parameters, fp32 master weights)");
+  r.accept(r.keys());
+  r.finish();
+}
+
+void read_data_types(ConfigReader r) {
+  only_fp32(r, "grad_accum_dtype", "gradients are accumulated in fp32");
+  r.finish();
+}
+
+// DeepSpeed's "checkpoint" section. TierZero's training checkpoints (tierzero.checkpoint) are
+// always validated against the run and reshard to any layout, and every rank writes its own
+// shard into the shared directory.
+void read_ds_checkpoint(ConfigReader r) {
+  r.get_string("tag_validation", "Warn", {"Ignore", "Warn", "Fail", "ignore", "warn", "fail"});
+  r.get_bool("load_universal", false);
+  only_bool(r, "use_node_local_storage", false,
+            "the checkpoint directory is one directory every rank writes to (shared storage)");
+  if (r.has("parallel_write")) {
+    ConfigReader p = r.child("parallel_write");
+    p.get_bool("pipeline_stage", false);
+    p.finish();
+  }
+  r.finish();
 }
 
 void read_model(ConfigReader r, ModelShape& m) {
@@ -251,15 +408,21 @@ TrainConfig TrainConfig::parse(const std::string& text, const std::string& sourc
       r.get_int("gradient_accumulation_steps", c.gradient_accumulation_steps, 1, 1 << 20);
   c.train_batch_size = r.get_int("train_batch_size", c.train_batch_size, 0, kMaxInt);
   c.gradient_clipping = r.get_number("gradient_clipping", c.gradient_clipping, 0.0, 1.0e9);
-  c.steps_per_print = r.get_int("steps_per_print", c.steps_per_print, 1, kMaxInt);
+  // TierZero prints every step (and writes each to --metrics).
+  r.get_int("steps_per_print", 10, 1, kMaxInt);
+  cosmetic(r, "steps_per_print", c.ignored_keys);
   read_optimizer(r.child("optimizer"), c.optimizer);
   read_scheduler(r.child("scheduler"), c.scheduler);
-  c.bf16 = read_enabled(r.child("bf16"));
-  c.fp16 = read_enabled(r.child("fp16"), &c.fp16_scaling);
+  c.bf16 = read_bf16(r.child("bf16"));
+  c.fp16 = read_fp16(r.child("fp16"), c.fp16_scaling);
   if (c.bf16 && c.fp16) r.fail("fp16", "and bf16 are both enabled; choose one");
   read_zero(r.child("zero_optimization"), c.zero);
   read_aio(r.child("aio"), c.aio);
-  read_activation_checkpointing(r.child("activation_checkpointing"), c.ds_activation_checkpointing);
+  read_activation_checkpointing(r.child("activation_checkpointing"), c.ds_activation_checkpointing,
+                                c.ignored_keys);
+  read_amp(r.child("amp"));
+  read_data_types(r.child("data_types"));
+  read_ds_checkpoint(r.child("checkpoint"));
   read_tierzero(r.child("tierzero"), c);
   if (c.train_batch_size != 0 &&
       c.train_batch_size % (c.micro_batch_size * c.gradient_accumulation_steps) != 0)
@@ -268,14 +431,29 @@ TrainConfig TrainConfig::parse(const std::string& text, const std::string& sourc
                " is not a multiple of train_micro_batch_size_per_gpu x "
                "gradient_accumulation_steps = " +
                std::to_string(c.micro_batch_size * c.gradient_accumulation_steps));
-  // Keys DeepSpeed knows that do not change what TierZero computes.
-  r.accept({"wall_clock_breakdown", "zero_allow_untested_optimizer", "gradient_predivide_factor",
-            "prescale_gradients", "dump_state", "communication_data_type", "tensorboard", "wandb",
-            "csv_monitor", "comms_logger", "flops_profiler", "memory_breakdown",
-            "zero_force_ds_cpu_optimizer", "amp", "data_types", "checkpoint",
-            "seq_parallel_communication_data_type"});
+  only_number(r, "gradient_predivide_factor", 1.0,
+              "gradients are averaged by the reduction itself (its mean over the ranks)");
+  only_bool(r, "prescale_gradients", false,
+            "gradients are averaged by the reduction itself (its mean over the ranks)");
+  c.communication_data_type = read_dtype(r, "communication_data_type", c.communication_data_type);
+  only_fp32(r, "seq_parallel_communication_data_type",
+            "the Ulysses all-to-alls move fp32 activations");
+  // Permissions for optimizers other than DeepSpeed's own: TierZero has one AdamW (on the host
+  // when offloaded), so they read at any value.
+  r.get_bool("zero_allow_untested_optimizer", false);
+  r.get_bool("zero_force_ds_cpu_optimizer", true);
+  for (const char* key : {"wall_clock_breakdown", "dump_state", "memory_breakdown", "tensorboard",
+                          "wandb", "csv_monitor", "comet", "comms_logger", "flops_profiler"})
+    cosmetic(r, key, c.ignored_keys);
   r.finish();
   return c;
+}
+
+std::string TrainConfig::ignored_keys_warning() const {
+  if (ignored_keys.empty()) return "";
+  std::string list;
+  for (const std::string& k : ignored_keys) list += (list.empty() ? "" : ", ") + k;
+  return "config keys ignored (in DeepSpeed they only log, time or report): " + list;
 }
 
 TrainConfig TrainConfig::load(const std::string& path) {

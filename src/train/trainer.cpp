@@ -152,58 +152,9 @@ void load_model_file(const std::string& path, const nn::ParamLayout& layout, flo
     load_checkpoint(path, layout, host);
 }
 
-// The working parameters' type: bf16 or fp16 when enabled, else fp32.
-DType working_dtype(const TrainConfig& c) {
-  return c.bf16 ? DType::bf16 : c.fp16 ? DType::f16 : DType::f32;
-}
-
 // A checkpoint block's element type: fp32 for 4-byte states, else the working type.
 std::string block_dtype(const TrainConfig& c, size_t elem_bytes) {
   return dtype_name(elem_bytes == sizeof(float) ? DType::f32 : working_dtype(c));
-}
-
-// The partition store's settings from the config: stage, stage-3 budgets, placements and the
-// offload resources they need.
-zero::StoreConfig store_config_from(const TrainConfig& c) {
-  zero::StoreConfig s;
-  s.stage = static_cast<int>(c.zero.stage);
-  auto elems = [](int64_t v) { return static_cast<size_t>(std::max<int64_t>(v, 0)); };
-  s.param_persistence_threshold = elems(c.zero.param_persistence_threshold);
-  s.prefetch_bucket_elems = elems(c.zero.prefetch_bucket_size);
-  s.max_live_elems = elems(c.zero.max_live_parameters);
-  s.max_reuse_distance = elems(c.zero.max_reuse_distance);
-  s.reduce_bucket_elems = std::max<size_t>(elems(c.zero.reduce_bucket_size), 1);
-  s.overlap_comm = c.zero.overlap_comm;
-  const OffloadConfig& op = c.zero.offload_param;
-  const OffloadConfig& oo = c.zero.offload_optimizer;
-  s.placement.param = {zero::offload_tier(op.device), op.ratio};
-  s.placement.optimizer = {zero::offload_tier(oo.device), oo.ratio};
-  s.placement.nvme_chunk_elems = elems(oo.buffer_size);
-  s.placement.working = working_dtype(c);
-  s.placement.nvme_grads = c.offload_gradients == "nvme" ? Tier::nvme : Tier::host;
-  // One engine for both: the union of the directories (each one drive) of what goes to NVMe.
-  std::vector<std::string> dirs;
-  for (const OffloadConfig* o : {&op, &oo}) {
-    if (o->device != "nvme") continue;
-    for (const std::string& d : nvme_options_from(c.aio, *o).directories)
-      if (std::find(dirs.begin(), dirs.end(), d) == dirs.end()) dirs.push_back(d);
-  }
-  if (!dirs.empty()) {
-    s.nvme = nvme_options_from(c.aio, op.device == "nvme" ? op : oo);
-    s.nvme.directories = dirs;
-  }
-  s.nvme_read_buffers = elems(op.buffer_count);
-  s.optimizer_swap_buffers = elems(oo.buffer_count);
-  if (c.host_memory_budget_gb > 0.0) {
-    s.host_budget_bytes = static_cast<size_t>(c.host_memory_budget_gb * 1073741824.0);
-  } else {
-    const long pages = sysconf(_SC_PHYS_PAGES);
-    const long page = sysconf(_SC_PAGESIZE);
-    const double physical =
-        pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 8.0e9;
-    s.host_budget_bytes = static_cast<size_t>(0.8 * physical);
-  }
-  return s;
 }
 
 // The configured device; "cuda" without an index under a launcher with several ranks is the GPU
@@ -306,6 +257,7 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)), state_(new St
     s.world_size = s.session->size();
     log::set_rank(s.rank, s.world_size);
   }
+  if (s.rank == 0 && !config_.ignored_keys.empty()) log::warn(config_.ignored_keys_warning());
   if (s.world_size == 1) {
     build();
     return;
@@ -1118,6 +1070,8 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
     if (s.store)
       std::fprintf(out, ", ZeRO stage %d on %d rank(s), %s", s.store->stage(), s.world_size,
                    describe_placement(config_).c_str());
+    if (s.store && config_.communication_data_type != "fp32")
+      std::fprintf(out, ", gradients reduced in %s", config_.communication_data_type.c_str());
     if (s.model->tensor_parallel() > 1)
       std::fprintf(out, ", dp %d x tensor-parallel %zu%s (%zu parameters per rank)", s.dp_size,
                    s.model->tensor_parallel(),
@@ -1221,7 +1175,9 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
       recorder->set_phase(profile::Phase::optimizer);
       recorder->set_unit(-1);
     }
-    const double lr = schedule.lr(step);
+    // The schedule follows the optimizer's steps, which an fp16 step skipped on overflow does
+    // not advance (as DeepSpeed skips its scheduler step); a checkpoint saves that count.
+    const double lr = schedule.lr(s.store ? s.store->steps_taken() : s.optimizer->steps_taken());
     double grad_norm = 0.0;
     if (s.store) {
       const zero::StoreStepStats st = s.store->step(lr, config_.gradient_clipping, scaler.scale());

@@ -30,9 +30,9 @@ GradientReducer::~GradientReducer() {
   pending_.clear();  // each request waits for its operation (errors are logged)
 }
 
-DeviceBuffer GradientReducer::allocate(size_t elems, const char* label) {
+DeviceBuffer GradientReducer::allocate(size_t elems, const char* label, DType dtype) {
   try {
-    return storage_.allocator().allocate(elems * sizeof(float), Category::comm, label);
+    return storage_.allocator().allocate(elems * dtype_size(dtype), Category::comm, label);
   } catch (const Error& e) {
     // The device budget may be too small for the buckets rather than for the model.
     throw Error(e.what_failed(), e.where(),
@@ -132,13 +132,19 @@ void GradientReducer::issue_bucket() {
   r.units = bucket_;
   r.elems = bucket_elems_;
   r.ready = device_.create_event();
+  const DType wire = config_.reduce_dtype;
   if (config_.stage >= 2) {
     size_t shard_elems = 0;
     for (size_t u : r.units) shard_elems += plan_.partition(u).shard_numel;
+    r.shard_elems = shard_elems;
     // Allocated before anything changes: a failed allocation leaves the bucket as it was.
     if (r.units.size() > 1)
       r.input = allocate(r.elems, "zero reduce-scatter bucket (packed)");  // (elems) fp32
     r.shard_mean = allocate(shard_elems, "zero reduce-scatter shard");     // (shard_elems) fp32
+    if (wire != DType::f32) {
+      r.wire_in = allocate(r.elems, "zero reduce-scatter bucket (16-bit)", wire);  // (elems)
+      r.wire_out = allocate(shard_elems, "zero reduce-scatter shard (16-bit)", wire);
+    }
     if (r.units.size() == 1) {
       r.input = std::move(units_[r.units[0]].full);  // one unit is already rank-major
     } else {
@@ -153,19 +159,30 @@ void GradientReducer::issue_bucket() {
         }
       for (size_t u : r.units) units_[u].full.reset();  // stream-ordered after the copies
     }
+    if (wire != DType::f32) {
+      device_.kernels().convert_from_f32(r.wire_in.data(), wire, r.input.f32(), r.elems);
+      r.input.reset();  // stream-ordered after the conversion
+    }
     // Backward's and the packing's writes (and earlier users of the new blocks) land before the
     // engine reads and writes.
     r.ready->record(st);
-    r.request = group_.reduce_scatter_async(r.input.data(), r.shard_mean.data(), shard_elems,
-                                            DType::f32, comm::ReduceOp::avg, r.ready.get());
+    r.request = wire == DType::f32
+                    ? group_.reduce_scatter_async(r.input.data(), r.shard_mean.data(), shard_elems,
+                                                  DType::f32, comm::ReduceOp::avg, r.ready.get())
+                    : group_.reduce_scatter_async(r.wire_in.data(), r.wire_out.data(), shard_elems,
+                                                  wire, comm::ReduceOp::avg, r.ready.get());
   } else {
     // Every rank ends with the mean gradient. Under accumulation this is still right: the part
     // already averaged is equal on every rank, so the mean of (it + local) is it + mean(local).
-    r.ready->record(st);  // backward's writes land before the engine reads
     const size_t first = *std::min_element(r.units.begin(), r.units.end());
-    float* g = storage_.arenas().ptr(StateBuffer::grads_full, first);
-    r.request =
-        group_.all_reduce_async(g, g, r.elems, DType::f32, comm::ReduceOp::avg, r.ready.get());
+    r.arena = storage_.arenas().ptr(StateBuffer::grads_full, first);
+    if (wire != DType::f32) {
+      r.wire_in = allocate(r.elems, "zero all-reduce bucket (16-bit)", wire);  // (elems)
+      device_.kernels().convert_from_f32(r.wire_in.data(), wire, r.arena, r.elems);
+    }
+    r.ready->record(st);  // backward's writes (and the conversion) land before the engine reads
+    void* g = wire == DType::f32 ? static_cast<void*>(r.arena) : r.wire_in.data();
+    r.request = group_.all_reduce_async(g, g, r.elems, wire, comm::ReduceOp::avg, r.ready.get());
   }
   for (size_t u : bucket_) units_[u].in_bucket = false;
   bucket_.clear();
@@ -248,10 +265,19 @@ void GradientReducer::finish_oldest() {
   // The background update must have read the shards this adds into.
   for (size_t u : r.units) counters_.stall_s += background_.wait(u, false);
   size_t bytes = 0;
-  for (size_t u : r.units) bytes += plan_.partition(u).padded_numel * sizeof(float);
+  for (size_t u : r.units)
+    bytes += plan_.partition(u).padded_numel * dtype_size(config_.reduce_dtype);
   ActivityLog::global().record(Track::collective,
                                config_.stage >= 2 ? "reduce_scatter" : "all_reduce", r.issued_s,
                                monotonic_seconds(), bytes, static_cast<int64_t>(r.units[0]));
+  if (config_.reduce_dtype != DType::f32) {
+    // The mean back in fp32: into the shard buffer (stages 2-3) or the arena (stages 0-1).
+    if (config_.stage >= 2)
+      device_.kernels().convert_to_f32(r.shard_mean.f32(), r.wire_out.data(), config_.reduce_dtype,
+                                       r.shard_elems);
+    else
+      device_.kernels().convert_to_f32(r.arena, r.wire_in.data(), config_.reduce_dtype, r.elems);
+  }
   if (config_.stage >= 2) accumulate(r);
   pending_elems_ -= r.elems;
   pending_.pop_front();
@@ -327,9 +353,24 @@ size_t bucket_capacity(const PartitionPlan& plan, size_t reduce_bucket_elems, bo
 
 ReductionBuffers reduction_buffer_bound(const PartitionPlan& plan, int stage,
                                         const std::vector<UnitPlacement>& placement,
-                                        size_t reduce_bucket_elems, bool overlap_comm) {
+                                        size_t reduce_bucket_elems, bool overlap_comm,
+                                        DType reduce_dtype) {
   ReductionBuffers out;
-  if (stage < 2) return out;  // stages 0-1 reduce in place in the full-gradient arena
+  if (stage < 2) {
+    // Stages 0-1 reduce in place in the full-gradient arena; a 16-bit reduce_dtype adds the
+    // buckets' 16-bit copies in flight: at most one bucket's worth, in at most two blocks.
+    if (reduce_dtype == DType::f32) return out;
+    size_t largest = 0, total = 0;
+    for (size_t u = 0; u < plan.num_units(); ++u) {
+      largest = std::max(largest, plan.partition(u).padded_numel);
+      total += plan.partition(u).padded_numel;
+    }
+    if (total == 0) return out;
+    const size_t bucket = std::max(
+        std::min(bucket_capacity(plan, reduce_bucket_elems, overlap_comm), total), largest);
+    out.device_comm = 2 * DeviceAllocator::round_size(bucket * dtype_size(reduce_dtype));
+    return out;
+  }
   // Units whose gradient is reduced at all (one rank with device gradients adds in place).
   size_t largest = 0, total = 0, slack = 0, host_units = 0;
   for (size_t u = 0; u < plan.num_units(); ++u) {
@@ -342,7 +383,9 @@ ReductionBuffers reduction_buffer_bound(const PartitionPlan& plan, int stage,
   }
   if (total == 0) return out;
   // A bucket of several units holds at most reduce_bucket_elems; a bucket of one unit is that
-  // unit. Its reduced shards are 1/ranks of it (shards pad units evenly).
+  // unit. Its reduced shards are 1/ranks of it (shards pad units evenly). With a 16-bit
+  // reduce_dtype a bucket holds 1.5x its fp32 blocks only while it is converted, and half its
+  // packed block in flight: the same bound holds.
   const size_t bucket =
       std::max(std::min(bucket_capacity(plan, reduce_bucket_elems, overlap_comm), total), largest);
   const auto ranks = static_cast<size_t>(plan.ranks());

@@ -15,6 +15,9 @@
 // overlapping the rest of the backward: at most max_pending_reductions buckets and at most one
 // bucket's worth of elements (always at least one bucket).
 //
+// communication_data_type (StoreConfig::reduce_dtype): a bucket is rounded to bf16 or fp16 right
+// before its collective and the mean widened back to fp32 when it lands; accumulation stays fp32.
+//
 // Deferred (no-sync) mode: with sync off, a unit's finished gradient stays local (stages 2-3 keep
 // its full gradient) and the next micro-batch accumulates into it; the first finish with sync on,
 // or the step, reduces the sum — one reduction per unit per step instead of one per micro-batch,
@@ -76,16 +79,22 @@ class GradientReducer {
     std::vector<size_t> units;  // in bucket order
     DeviceBuffer input;         // (sum padded_numel) fp32, stages 2-3: reduce-scatter input
     DeviceBuffer shard_mean;    // (sum shard_numel) fp32, stages 2-3: reduce-scatter output
+    // reduce_dtype other than fp32: the collective's input and output in it (wire_out only at
+    // stages 2-3; stages 0-1 reduce wire_in in place and widen it back into the arena).
+    DeviceBuffer wire_in;    // (elems) reduce_dtype
+    DeviceBuffer wire_out;   // (sum shard_numel) reduce_dtype, stages 2-3
+    float* arena = nullptr;  // stages 0-1: the span of the full-gradient arena reduced
     // Recorded after backward's (and the packing's) writes: the reduction starts after it, so
     // the training thread does not wait for them on the host.
     std::unique_ptr<Event> ready;
-    size_t elems = 0;  // padded elements of its units
+    size_t elems = 0;        // padded elements of its units
+    size_t shard_elems = 0;  // stages 2-3: elements of the reduced shards
     double issued_s = 0.0;
     comm::CommRequest request;
   };
 
-  // A comm buffer of `elems` fp32; an over-budget error also names reduce_bucket_size.
-  DeviceBuffer allocate(size_t elems, const char* label);
+  // A comm buffer of `elems` of `dtype`; an over-budget error also names reduce_bucket_size.
+  DeviceBuffer allocate(size_t elems, const char* label, DType dtype = DType::f32);
   void add_to_bucket(size_t unit);
   bool adjacent_to_bucket(size_t unit) const;  // stages 0-1: extends the bucket's span
   void issue_bucket();

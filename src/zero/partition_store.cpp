@@ -265,12 +265,20 @@ StoreStepStats PartitionStore::step(double lr, double clip, double loss_scale) {
     const double g0 = monotonic_seconds();
     size_t bytes = 0;
     std::vector<comm::CommRequest> gathers;
+    size_t in_flight = 0;  // padded elements of `gathers`
+    const size_t bucket = std::max<size_t>(1, config_.allgather_bucket_elems);
     const DType working = config_.placement.working;
     for (size_t u = 0; u < plan_.num_units(); ++u) {
       const UnitPartition& p = plan_.partition(u);
       if (p.padded_numel == 0) continue;
+      if (!gathers.empty() && in_flight + p.padded_numel > bucket) {
+        comm::wait_all(gathers);  // the bucket is full: it lands before the next one goes
+        gathers.clear();
+        in_flight = 0;
+      }
       gathers.push_back(group_.all_gather_async(
           storage_->param_shard_raw(u), storage_->full_params_raw(u), p.shard_numel, working));
+      in_flight += p.padded_numel;
       bytes += p.padded_numel * dtype_size(working);
     }
     comm::wait_all(gathers);

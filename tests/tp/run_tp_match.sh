@@ -31,11 +31,13 @@ layers=${TZ_LAYERS:-2}; ulysses=${TZ_ULYSSES:-1}
 dp=$((ranks / (tp * pp * ulysses)))
 ref_batch=$((2 * dp))
 
+# (buffer_size, the NVMe optimizer's chunk in elements, is the optimizer's key only.)
 nvme() { echo "{\"device\": \"nvme\", \"nvme_path\": \"$dir\", \"buffer_size\": 30000}"; }
+pnvme() { echo "{\"device\": \"nvme\", \"nvme_path\": \"$dir\"}"; }
 offload=""; ckpt=false
 case "$variant" in
   plain) ;;
-  nvme) if [ "$stage" -eq 3 ]; then offload=", \"offload_param\": $(nvme), \"offload_optimizer\": $(nvme)"
+  nvme) if [ "$stage" -eq 3 ]; then offload=", \"offload_param\": $(pnvme), \"offload_optimizer\": $(nvme)"
         else offload=", \"offload_optimizer\": $(nvme)"; fi ;;
   host) if [ "$stage" -eq 3 ]; then offload=", \"offload_param\": {\"device\": \"cpu\"}, \"offload_optimizer\": {\"device\": \"cpu\"}"
         else offload=", \"offload_optimizer\": {\"device\": \"cpu\"}"; fi ;;

@@ -3,7 +3,8 @@
 # rank, the fp32 reference path), zero3_nvme (2 ranks, ZeRO-3, parameters and optimizer on NVMe),
 # zero3_host (the same in pinned host memory),
 # bf16_zero2 (2 ranks), fp16_zero1 (one rank, dynamic loss scaling that changes scale within the
-# run), tp2, pp2 (1F1B, 2 micro-batches), ulysses2 (all 2 ranks, ZeRO-3); reshard (below).
+# run; its learning rate must not advance on the skipped steps), tp2, pp2 (1F1B, 2
+# micro-batches), ulysses2 (all 2 ranks, ZeRO-3); reshard (below).
 #  1. A 10-step run saves a checkpoint every 5 steps (--save-dir, --save-every 5, --keep-last 2).
 #  2. A run resumed from the step-5 checkpoint must give bit-identical results: the same loss and
 #     gradient norm bits for steps 6-10, and a byte-identical final llm.c model file.
@@ -29,8 +30,8 @@ case "$mode" in
   zero3_nvme) stage=3; extra=", \"offload_param\": $(nvme), \"offload_optimizer\": $(nvme)" ;;
   zero3_host) stage=3; extra=', "offload_param": {"device": "cpu"}, "offload_optimizer": {"device": "cpu"}' ;;
   bf16_zero2) stage=2; top=', "bf16": {"enabled": true}' ;;
-  # A scale that overflows at steps 1 and 2, doubles every 3 good steps and overflows again at
-  # step 9: the scaler's state crosses the step-5 checkpoint.
+  # A scale that overflows at steps 1 and 2, doubles every 3 good steps and overflows again
+  # after the step-5 checkpoint (at step 6): the scaler's state crosses the checkpoint.
   fp16_zero1) ranks=1; stage=1; top=', "fp16": {"enabled": true, "initial_scale_power": 63, "hysteresis": 1, "loss_scale_window": 3}' ;;
   tp2) args="--tp 2" ;;
   pp2) args="--pp 2 --micro-batches 2" ;;
@@ -117,8 +118,24 @@ else
 fi
 if [ "$mode" = fp16_zero1 ]; then
   grep "gradient overflow" "$dir/full.out" "$dir/res.out"
-  grep -q "step 9: gradient overflow" "$dir/res.out" ||
-    { echo "FAIL: the resumed run did not skip step 9 as the uninterrupted one"; fail=1; }
+  skipped_after_5() { sed -n 's/^step \([0-9]*\): gradient overflow.*/\1/p' "$1" | awk '$1 > 5'; }
+  skipped_after_5 "$dir/full.out" > "$dir/skip.full"
+  skipped_after_5 "$dir/res.out" > "$dir/skip.res"
+  if [ ! -s "$dir/skip.full" ] || ! cmp -s "$dir/skip.full" "$dir/skip.res"; then
+    echo "FAIL: the resumed run did not skip the steps after 5 that the uninterrupted one skipped"
+    fail=1
+  fi
+  # The learning rate follows the optimizer's steps, as DeepSpeed's scheduler does: a skipped step
+  # does not advance it (the step after it runs at the same rate); any other step does (the
+  # schedule is still warming up over these 10 steps).
+  sed -n 's/.*"step": \([0-9]*\),.*"lr": \([^,]*\),.*/\1 \2/p' "$dir/full.jsonl" > "$dir/lr.txt"
+  sed -n 's/^step \([0-9]*\): gradient overflow.*/\1/p' "$dir/full.out" > "$dir/skipped.txt"
+  echo "learning rate per step (skipped: $(tr '\n' ' ' < "$dir/skipped.txt")):"
+  awk 'NR == FNR { skipped[$1] = 1; next }
+       { if (n && (skipped[prev] ? $2 != lr : $2 <= lr)) { bad = 1; print "  step " $1 ": lr " $2 " after step " prev " (" (skipped[prev] ? "skipped" : "taken") ") at lr " lr " <- wrong" }
+         else print "  step " $1 ": lr " $2; prev = $1; lr = $2; n++ }
+       END { exit (n == 10 && !bad) ? 0 : 1 }' "$dir/skipped.txt" "$dir/lr.txt" ||
+    { echo "FAIL: the learning rate advanced on a skipped step (or stood still on a taken one)"; fail=1; }
 fi
 if cmp "$dir/full.bin" "$dir/res.bin"; then echo "final model: byte-identical"; else echo "FAIL: final model differs"; fail=1; fi
 

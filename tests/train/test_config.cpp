@@ -2,7 +2,10 @@
 // out-of-range values are errors that name the key's full path.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tierzero/core/error.hpp"
 #include "tierzero/train/train_config.hpp"
@@ -73,6 +76,139 @@ TEST(TrainConfig, ReadsADeepSpeedZero3ConfigUnchanged) {
   EXPECT_EQ(c.zero.prefetch_bucket_size, 50000000);
   EXPECT_EQ(c.zero.offload_optimizer.device, "cpu");
   EXPECT_EQ(c.aio.queue_depth, 8);
+  // Every other key states what TierZero does; only the print interval is ignored, and said so.
+  EXPECT_EQ(c.ignored_keys, std::vector<std::string>{"steps_per_print"});
+}
+
+TEST(TrainConfig, LegacyCpuOffloadIsTheOptimizerOnTheHost) {
+  TrainConfig c =
+      TrainConfig::parse(R"({"zero_optimization": {"stage": 2, "cpu_offload": true}})", "ds.json");
+  EXPECT_EQ(c.zero.offload_optimizer.device, "cpu");
+  EXPECT_EQ(c.zero.offload_param.device, "none");
+  c = TrainConfig::parse(R"({"zero_optimization": {"stage": 2, "cpu_offload": false}})", "ds.json");
+  EXPECT_EQ(c.zero.offload_optimizer.device, "none");
+  c = TrainConfig::parse(R"({"zero_optimization": {"stage": 3, "cpu_offload": true,
+      "cpu_offload_params": true, "offload_optimizer": {"device": "cpu"}}})",
+                         "ds.json");
+  EXPECT_EQ(c.zero.offload_optimizer.device, "cpu");
+  EXPECT_EQ(c.zero.offload_param.device, "cpu");
+  std::string e = parse_error(R"({"zero_optimization": {"stage": 2, "cpu_offload": true,
+      "offload_optimizer": {"device": "nvme", "nvme_path": "/x"}}})");
+  std::printf("error: %s\n", e.c_str());
+  EXPECT_NE(e.find("'zero_optimization.cpu_offload' = true contradicts "
+                   "offload_optimizer.device = \"nvme\""),
+            std::string::npos)
+      << e;
+  // Legacy param offload still needs stage 3, as offload_param does.
+  e = parse_error(R"({"zero_optimization": {"stage": 2, "cpu_offload_params": true}})");
+  EXPECT_NE(e.find("needs stage 3"), std::string::npos) << e;
+}
+
+TEST(TrainConfig, KeysThatWouldChangeTheRunAreAppliedOrRefusedByName) {
+  TrainConfig c = TrainConfig::parse(R"({"communication_data_type": "bf16",
+      "fp16": {"enabled": true, "consecutive_hysteresis": true},
+      "zero_optimization": {"stage": 1, "allgather_bucket_size": 1000, "reduce_bucket_size": 2000,
+                            "overlap_comm": false}})",
+                                     "ds.json");
+  EXPECT_EQ(c.communication_data_type, "bf16");
+  EXPECT_TRUE(c.fp16_scaling.consecutive_hysteresis);
+  EXPECT_EQ(c.zero.allgather_bucket_size, 1000);
+  EXPECT_EQ(c.zero.reduce_bucket_size, 2000);
+  EXPECT_FALSE(c.zero.overlap_comm);
+  EXPECT_EQ(TrainConfig::parse(R"({"communication_data_type": null})", "t").communication_data_type,
+            "fp32");
+  // Each: a config, the key's full path and value as the error must name them.
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {R"({"zero_optimization": {"reduce_scatter": false}})",
+       "'zero_optimization.reduce_scatter' = false is not supported"},
+      {R"({"zero_optimization": {"contiguous_gradients": false}})",
+       "'zero_optimization.contiguous_gradients' = false is not supported"},
+      {R"({"zero_optimization": {"allgather_partitions": false}})",
+       "'zero_optimization.allgather_partitions' = false is not supported"},
+      {R"({"zero_optimization": {"round_robin_gradients": true}})",
+       "'zero_optimization.round_robin_gradients' = true is not supported"},
+      {R"({"zero_optimization": {"sub_group_size": 1e8}})",
+       "'zero_optimization.sub_group_size' = 1e+08 is not supported"},
+      {R"({"zero_optimization": {"zero_hpz_partition_size": 8}})",
+       "'zero_optimization.zero_hpz_partition_size' = 8 is not supported: ZeRO++"},
+      {R"({"zero_optimization": {"zero_quantized_weights": true}})",
+       "'zero_optimization.zero_quantized_weights' = true is not supported"},
+      {R"({"zero_optimization": {"zero_quantized_gradients": true}})",
+       "'zero_optimization.zero_quantized_gradients' = true is not supported"},
+      {R"({"zero_optimization": {"load_from_fp32_weights": false}})",
+       "'zero_optimization.load_from_fp32_weights' = false is not supported"},
+      {R"({"zero_optimization": {"offload_optimizer": {"pin_memory": false}}})",
+       "'zero_optimization.offload_optimizer.pin_memory' = false is not supported"},
+      {R"({"zero_optimization": {"offload_optimizer": {"fast_init": true}}})",
+       "'zero_optimization.offload_optimizer.fast_init' = true is not supported"},
+      {R"({"zero_optimization": {"offload_param": {"max_in_cpu": 1e6}}})",
+       "'zero_optimization.offload_param.max_in_cpu' = 1e+06 is not supported"},
+      {R"({"zero_optimization": {"offload_param": {"buffer_size": 1e6}}})",
+       "'zero_optimization.offload_param.buffer_size' = 1e+06 is not supported"},
+      {R"({"aio": {"thread_count": 4}})", "'aio.thread_count' = 4 is not supported"},
+      {R"({"aio": {"intra_op_parallelism": 2}})",
+       "'aio.intra_op_parallelism' = 2 is not supported: TierZero's io_uring engine"},
+      {R"({"aio": {"overlap_events": false}})", "'aio.overlap_events' = false is not supported"},
+      {R"({"amp": {"enabled": true, "opt_level": "O1"}})",
+       "'amp.enabled' = true is not supported: Apex AMP"},
+      {R"({"data_types": {"grad_accum_dtype": "bf16"}})",
+       "'data_types.grad_accum_dtype' = \"bf16\" is not supported"},
+      {R"({"seq_parallel_communication_data_type": "bf16"})",
+       "'seq_parallel_communication_data_type' = \"bf16\" is not supported"},
+      {R"({"communication_data_type": "int8"})",
+       "'communication_data_type' = \"int8\" is not one of: fp32, fp16, bf16"},
+      {R"({"gradient_predivide_factor": 2.0})", "'gradient_predivide_factor' = 2 is not supported"},
+      {R"({"prescale_gradients": true})", "'prescale_gradients' = true is not supported"},
+      {R"({"fp16": {"auto_cast": true}})", "'fp16.auto_cast' = true is not supported"},
+      {R"({"fp16": {"fp16_master_weights_and_grads": true}})",
+       "'fp16.fp16_master_weights_and_grads' = true is not supported"},
+      {R"({"bf16": {"loss_scale": 0}})", "unknown key 'bf16.loss_scale'"},
+      {R"({"scheduler": {"params": {"last_batch_iteration": 10}}})",
+       "'scheduler.params.last_batch_iteration' = 10 is not supported"},
+      {R"({"checkpoint": {"use_node_local_storage": true}})",
+       "'checkpoint.use_node_local_storage' = true is not supported"},
+  };
+  for (const auto& [json, want] : refused) {
+    const std::string e = parse_error(json);
+    std::printf("%s -> %s\n", json.c_str(), e.c_str());
+    EXPECT_NE(e.find(want), std::string::npos) << json << " gave: " << e;
+  }
+  // The same keys at the value that states what TierZero does read silently.
+  c = TrainConfig::parse(R"({"zero_optimization": {"reduce_scatter": true,
+      "contiguous_gradients": true, "allgather_partitions": true, "round_robin_gradients": false,
+      "sub_group_size": 1000000000, "zero_hpz_partition_size": 1, "zero_quantized_weights": false,
+      "zero_quantized_gradients": false, "elastic_checkpoint": true,
+      "offload_optimizer": {"pin_memory": true, "pipeline_read": false, "pipeline_write": true}},
+      "aio": {"thread_count": 1, "intra_op_parallelism": 1, "overlap_events": true},
+      "amp": {"enabled": false, "opt_level": "O1"}, "data_types": {"grad_accum_dtype": "fp32"},
+      "scheduler": {"params": {"last_batch_iteration": -1}}, "communication_data_type": "fp32",
+      "checkpoint": {"tag_validation": "Fail", "load_universal": true}})",
+                         "ds.json");
+  EXPECT_TRUE(c.ignored_keys.empty());
+}
+
+TEST(TrainConfig, LoggingKeysAreNamedInOneWarningList) {
+  TrainConfig c = TrainConfig::parse(R"({"wall_clock_breakdown": true, "steps_per_print": 5,
+      "tensorboard": {"enabled": true, "output_path": "tb/"}, "wandb": {"enabled": false},
+      "csv_monitor": {"enabled": true}, "flops_profiler": {"enabled": false, "profile_step": 1},
+      "comms_logger": {"enabled": true}, "memory_breakdown": false, "dump_state": true,
+      "activation_checkpointing": {"profile": true}})",
+                                     "ds.json");
+  const std::vector<std::string> want = {"steps_per_print",      "activation_checkpointing.profile",
+                                         "wall_clock_breakdown", "dump_state",
+                                         "tensorboard",          "csv_monitor",
+                                         "comms_logger"};
+  EXPECT_EQ(c.ignored_keys, want);
+  std::printf("%s\n", c.ignored_keys_warning().c_str());
+  EXPECT_EQ(c.ignored_keys_warning(),
+            "config keys ignored (in DeepSpeed they only log, time or report): steps_per_print, "
+            "activation_checkpointing.profile, wall_clock_breakdown, dump_state, tensorboard, "
+            "csv_monitor, comms_logger");
+  EXPECT_EQ(TrainConfig::defaults().ignored_keys_warning(), "");
+  EXPECT_TRUE(TrainConfig::parse(R"({"wall_clock_breakdown": false, "wandb": {}})", "t")
+                  .ignored_keys.empty());
+  std::string e = parse_error(R"({"wall_clock_breakdwn": true})");
+  EXPECT_NE(e.find("did you mean 'wall_clock_breakdown'"), std::string::npos) << e;
 }
 
 TEST(TrainConfig, UnknownKeyNamesItsFullPathAndASuggestion) {
@@ -167,7 +303,8 @@ TEST(TrainConfig, ActivationCheckpointingKeys) {
                          "ds.json");
   EXPECT_FALSE(c.activation_checkpointing);  // the section alone does not turn it on
   EXPECT_TRUE(c.ds_activation_checkpointing.contiguous_memory_optimization);
-  EXPECT_TRUE(c.ds_activation_checkpointing.synchronize_checkpoint_boundary);
+  EXPECT_EQ(c.ignored_keys,
+            std::vector<std::string>{"activation_checkpointing.synchronize_checkpoint_boundary"});
   EXPECT_EQ(c.ds_activation_checkpointing.number_checkpoints, 0);
   c = TrainConfig::parse(R"({"activation_checkpointing": {"number_checkpoints": 4}})", "t");
   EXPECT_EQ(c.ds_activation_checkpointing.number_checkpoints, 4);

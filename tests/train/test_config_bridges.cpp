@@ -48,3 +48,44 @@ TEST(ConfigBridges, GptShapePadsTheVocabularyAndValidates) {
   s.n_embd = 130;  // not a multiple of n_head = 4
   EXPECT_THROW(gpt_config_from(s), Error);
 }
+
+// Every key the store reads reaches zero::StoreConfig: a changed value changes the store's
+// config (the keys a DeepSpeed user tunes most, and the legacy cpu_offload switch).
+TEST(ConfigBridges, StoreConfigFollowsTheZeroKeys) {
+  const zero::StoreConfig d = store_config_from(TrainConfig::defaults());
+  EXPECT_EQ(d.stage, 0);
+  EXPECT_EQ(d.reduce_bucket_elems, 500000000u);
+  EXPECT_TRUE(d.overlap_comm);
+  EXPECT_EQ(d.allgather_bucket_elems, 500000000u);
+  EXPECT_EQ(d.reduce_dtype, DType::f32);
+  EXPECT_EQ(d.placement.optimizer.tier, Tier::device);
+  EXPECT_EQ(d.placement.working, DType::f32);
+
+  const zero::StoreConfig c = store_config_from(TrainConfig::parse(
+      R"({"zero_optimization": {"stage": 2, "reduce_bucket_size": 12345, "overlap_comm": false,
+            "allgather_bucket_size": 777, "cpu_offload": true,
+            "stage3_prefetch_bucket_size": 99, "stage3_param_persistence_threshold": 11,
+            "stage3_max_live_parameters": 1234, "stage3_max_reuse_distance": 55,
+            "offload_optimizer": {"buffer_count": 6, "buffer_size": 4096}},
+          "communication_data_type": "bf16", "bf16": {"enabled": true},
+          "tierzero": {"host_memory_budget_gb": 2}})",
+      "ds.json"));
+  EXPECT_EQ(c.stage, 2);
+  EXPECT_EQ(c.reduce_bucket_elems, 12345u);
+  EXPECT_FALSE(c.overlap_comm);
+  EXPECT_EQ(c.allgather_bucket_elems, 777u);
+  EXPECT_EQ(c.reduce_dtype, DType::bf16);
+  EXPECT_EQ(c.placement.optimizer.tier, Tier::host);  // cpu_offload
+  EXPECT_EQ(c.placement.param.tier, Tier::device);
+  EXPECT_EQ(c.placement.working, DType::bf16);
+  EXPECT_EQ(c.prefetch_bucket_elems, 99u);
+  EXPECT_EQ(c.param_persistence_threshold, 11u);
+  EXPECT_EQ(c.max_live_elems, 1234u);
+  EXPECT_EQ(c.max_reuse_distance, 55u);
+  EXPECT_EQ(c.optimizer_swap_buffers, 6u);
+  EXPECT_EQ(c.placement.nvme_chunk_elems, 4096u);
+  EXPECT_EQ(c.host_budget_bytes, size_t{2} << 30);
+  EXPECT_EQ(store_config_from(TrainConfig::parse(R"({"communication_data_type": "fp16"})", "t"))
+                .reduce_dtype,
+            DType::f16);
+}

@@ -3,6 +3,8 @@
 // loss_scale_window clean steps; a fixed scale and disabled fp16 never move.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "tierzero/train/loss_scaler.hpp"
 
 using tierzero::train::LossScaleConfig;
@@ -37,6 +39,25 @@ TEST(LossScaler, DynamicHalvesAfterHysteresisAndGrowsAfterWindow) {
   s.update(false);
   EXPECT_EQ(s.scale(), 16.0);
   EXPECT_EQ(s.skipped_steps(), 7);
+}
+
+TEST(LossScaler, ConsecutiveHysteresisCountsOnlyOverflowsInARow) {
+  LossScaleConfig c;
+  c.initial_scale_power = 4;  // 16
+  c.hysteresis = 2;
+  c.loss_scale_window = 100;
+  for (bool consecutive : {false, true}) {
+    c.consecutive_hysteresis = consecutive;
+    LossScaler s(c, true);
+    s.update(true);   // tolerated
+    s.update(false);  // consecutive: the hysteresis is full again
+    s.update(true);
+    std::printf("consecutive_hysteresis %d: scale %g after overflow, clean, overflow\n",
+                consecutive, s.scale());
+    EXPECT_EQ(s.scale(), consecutive ? 16.0 : 8.0);
+    s.update(true);
+    EXPECT_EQ(s.scale(), 8.0) << "two in a row halve it either way";
+  }
 }
 
 TEST(LossScaler, FixedScaleAndDisabled) {

@@ -28,8 +28,10 @@ write_config() {  # <file> <offload>
                         "context_length": 32}}}
 JSON
 }
-nvme="{\"device\": \"nvme\", \"nvme_path\": \"$dir\", \"buffer_size\": 262144, \"buffer_count\": 4}"
-write_config "$dir/oversize.json" ", \"offload_param\": $nvme, \"offload_optimizer\": $nvme"
+# buffer_size (the optimizer's NVMe chunk, elements) is the optimizer's key only.
+pnvme="{\"device\": \"nvme\", \"nvme_path\": \"$dir\", \"buffer_count\": 4}"
+onvme="{\"device\": \"nvme\", \"nvme_path\": \"$dir\", \"buffer_size\": 262144, \"buffer_count\": 4}"
+write_config "$dir/oversize.json" ", \"offload_param\": $pnvme, \"offload_optimizer\": $onvme"
 write_config "$dir/memory.json" ""
 sed -i 's/"offload_gradients": "nvme",//' "$dir/memory.json"
 cat "$dir/oversize.json"

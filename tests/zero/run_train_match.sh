@@ -20,18 +20,20 @@ trap 'rm -rf "$dir"' EXIT
 . "$(dirname "$0")/../test_device_args.sh"
 ref_batch=$((2 * (ranks > 0 ? ranks : 1)))
 
+# (buffer_size, the NVMe optimizer's chunk in elements, is the optimizer's key only.)
 nvme() { echo "{\"device\": \"nvme\", \"nvme_path\": \"$dir\", \"buffer_size\": 3000$1}"; }
+pnvme() { echo "{\"device\": \"nvme\", \"nvme_path\": \"$dir\"$1}"; }
 offload=""; ckpt=false; blocks=1; precision=""; extra=""
 case "$variant" in
   plain) ;;
   opt_host) offload=', "offload_optimizer": {"device": "cpu"}' ;;
   opt_nvme) offload=", \"offload_optimizer\": $(nvme)" ;;
   all_host) offload=', "offload_param": {"device": "cpu"}, "offload_optimizer": {"device": "cpu"}' ;;
-  all_nvme) offload=", \"offload_param\": $(nvme), \"offload_optimizer\": $(nvme)" ;;
-  nvme_grads) offload=", \"offload_param\": $(nvme), \"offload_optimizer\": $(nvme)"
+  all_nvme) offload=", \"offload_param\": $(pnvme), \"offload_optimizer\": $(nvme)" ;;
+  nvme_grads) offload=", \"offload_param\": $(pnvme), \"offload_optimizer\": $(nvme)"
               extra='"offload_gradients": "nvme",' ;;
   opt_nvme_grads) offload=", \"offload_optimizer\": $(nvme)"; extra='"offload_gradients": "nvme",' ;;
-  half) offload=", \"offload_param\": $(nvme ', "ratio": 0.5'), \"offload_optimizer\": {\"device\": \"cpu\", \"ratio\": 0.5}" ;;
+  half) offload=", \"offload_param\": $(pnvme ', "ratio": 0.5'), \"offload_optimizer\": {\"device\": \"cpu\", \"ratio\": 0.5}" ;;
   ckpt) ckpt=true ;;
   blocks2) blocks=2 ;;
   bf16) precision='"bf16": {"enabled": true},' ;;

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -111,7 +112,8 @@ inline std::string nvme_dir() {
 struct Fixture {
   explicit Fixture(int stage, const std::string& placement = "device",
                    size_t max_live_elems = 1000000000, DType working = DType::f32,
-                   size_t reduce_bucket_elems = 500000000, bool overlap_comm = true)
+                   size_t reduce_bucket_elems = 500000000, bool overlap_comm = true,
+                   const std::function<void(zero::StoreConfig&)>& tweak = nullptr)
       : world(session().world()),
         ranks(world.size()),
         rank(world.rank()),
@@ -124,8 +126,9 @@ struct Fixture {
         ref_opt(optimizer, ref_model.layout(), ref_alloc),
         store_alloc(*device, 0, store_tracker),
         store(tierzero::train::units_from_layout(ref_model.layout()),
-              store_config(stage, placement, max_live_elems, working, reduce_bucket_elems,
-                           overlap_comm),
+              tweaked(store_config(stage, placement, max_live_elems, working, reduce_bucket_elems,
+                                   overlap_comm),
+                      tweak),
               zero::AdamWConfig{optimizer.beta1, optimizer.beta2, optimizer.eps,
                                 optimizer.weight_decay},
               world, store_alloc),
@@ -145,6 +148,13 @@ struct Fixture {
       x[i] = static_cast<int32_t>(rng.below(cfg.vocab_size));
       y[i] = static_cast<int32_t>(rng.below(cfg.vocab_size));
     }
+  }
+
+  // `c` with the caller's further settings applied.
+  static zero::StoreConfig tweaked(zero::StoreConfig c,
+                                   const std::function<void(zero::StoreConfig&)>& tweak) {
+    if (tweak) tweak(c);
+    return c;
   }
 
   static zero::StoreConfig store_config(int stage, const std::string& placement,

@@ -1,11 +1,14 @@
 // The partition store's gradient reducer under mpiexec: gradient buckets of every size (one unit
 // per bucket, pairs of units packed rank-major into one reduce-scatter, the whole model in one)
 // train alike and issue as many reductions as their size says, and the deferred (no-sync) mode
-// reduces once per step while tracking the one-rank reference. Bitwise on the CPU backend with
-// up to 2 ranks (a sum of two is the same in any order); with more ranks MPI may sum buckets of
-// another size in another order, so there the runs agree within the reference tolerances.
+// reduces once per step while tracking the one-rank reference; bf16 / fp16 reductions
+// (communication_data_type) track fp32 ones; allgather buckets of any size gather alike. Bitwise on
+// the CPU backend with up to 2 ranks (a sum of two is the same in any order); with more ranks MPI
+// may sum buckets of another size in another order, so there the runs agree within the reference
+// tolerances.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -135,6 +138,101 @@ TEST_P(ZeroReducerTest, DeferredSyncReducesOncePerStepAndTracksTheReference) {
       EXPECT_GE(f.store_tracker.peak(Tier::device, Category::comm), full) << what;
     }
   }
+}
+
+// communication_data_type: the same training with the reductions' payload in bf16 or fp16
+// against fp32. Each step's gradient norm (of the reduced gradient) must agree within the
+// 16-bit rounding of the local gradients and of their mean, and must differ from fp32 wherever
+// something is reduced (so the 16-bit path ran); after 5 steps the losses and parameters stay
+// close. With nothing to reduce (one rank, stages 2-3, device gradients) the runs are identical.
+TEST_P(ZeroReducerTest, SixteenBitReductionsTrackFp32Reductions) {
+  const int stage = GetParam();
+  const int ranks = session().world().size(), rank = session().world().rank();
+  for (const char* placement : {"device", "opt_host"}) {
+    if (stage == 0 && std::string(placement) != "device") continue;
+    const bool nothing = ranks == 1 && stage >= 2 && std::string(placement) == "device";
+    const size_t bucket = 2 * kBlockElems + 1;
+    auto run = [&](DType wire, std::vector<float>& norms) {
+      Fixture f(stage, placement, 1000000000, DType::f32, bucket, false,
+                [&](zero::StoreConfig& c) { c.reduce_dtype = wire; });
+      TrainedRun r;
+      for (int step = 0; step < 5; ++step) {
+        zero::StoreStepStats st;
+        r.losses.push_back(store_step(f, &st));
+        norms.push_back(static_cast<float>(st.grad_norm));
+      }
+      r.params = read_all_units(f);
+      // The reducer's device buffers stay within zero's bound (the one the estimator uses). The
+      // step's control exchange (two floats per rank) is the only other comm block; it comes
+      // after the reductions have finished.
+      const size_t peak = f.store_tracker.peak(Tier::device, Category::comm);
+      const size_t control = DeviceAllocator::round_size(2 * static_cast<size_t>(ranks) * 4);
+      const size_t bound = zero::reduction_buffer_bound(f.store.plan(), stage, f.store.placement(),
+                                                        bucket, false, wire)
+                               .device_comm;
+      std::printf("[rank %d] stage %d %s, %s reductions: device comm peak %zu <= bound %zu\n", rank,
+                  stage, placement, dtype_name(wire), peak, bound);
+      EXPECT_LE(peak, std::max(bound, control)) << dtype_name(wire);
+      return r;
+    };
+    std::vector<float> fp32_norms;
+    const TrainedRun fp32 = run(DType::f32, fp32_norms);
+    for (DType wire : {DType::bf16, DType::f16}) {
+      std::vector<float> norms;
+      const TrainedRun got = run(wire, norms);
+      const std::string what = "stage " + std::to_string(stage) + " " + placement + " on " +
+                               std::to_string(ranks) + " ranks, " + dtype_name(wire) +
+                               " reductions vs fp32";
+      // Two roundings (local gradient, mean) of half an ulp each, then fp32 sums.
+      const double rtol = wire == DType::bf16 ? 2.0 / 256.0 : 2.0 / 2048.0;
+      comm::test::ErrorStats norm_err, loss_err, param_err;
+      for (size_t i = 0; i < norms.size(); ++i) norm_err.compare(norms[i], fp32_norms[i], 0, rtol);
+      for (size_t i = 0; i < got.losses.size(); ++i)
+        loss_err.compare(got.losses[i], fp32.losses[i], 0, 1e-3);
+      // Adam moves a parameter by up to about lr a step whatever its gradient's size, so where
+      // rounding flips the sign of a near-zero gradient the runs part by up to 2 lr a step (a
+      // loose bound: the gradient norm and the losses above are the tight checks).
+      for (size_t i = 0; i < got.params.size(); ++i)
+        param_err.compare(got.params[i], fp32.params[i], 2 * kLr * 5, 0.0);
+      norm_err.print(what + ", gradient norm per step", rank);
+      loss_err.print(what + ", loss per step", rank);
+      param_err.print(what + ", parameters after 5 steps", rank);
+      EXPECT_EQ(norm_err.bad, 0u) << what;
+      EXPECT_EQ(loss_err.bad, 0u) << what;
+      EXPECT_EQ(param_err.bad, 0u) << what;
+      if (nothing)
+        EXPECT_EQ(norm_err.max_abs, 0.0) << what << ": nothing is reduced, nothing is rounded";
+      else
+        EXPECT_GT(norm_err.max_abs, 0.0) << what << ": the 16-bit reduction did not run";
+    }
+  }
+}
+
+// allgather_bucket_size at stages 1-2: the updated parameters gathered a unit at a time (a bucket
+// of 1 element) or all at once give the same parameters, bit for bit.
+TEST_P(ZeroReducerTest, AllgatherBucketsGatherTheSameParameters) {
+  const int stage = GetParam();
+  if (stage != 1 && stage != 2) GTEST_SKIP() << "stages 1-2 gather after the step";
+  const int ranks = session().world().size(), rank = session().world().rank();
+  auto run = [&](size_t bucket) {
+    Fixture f(stage, "device", 1000000000, DType::f32, 500000000, true,
+              [&](zero::StoreConfig& c) { c.allgather_bucket_elems = bucket; });
+    TrainedRun r;
+    for (int step = 0; step < 3; ++step) r.losses.push_back(store_step(f));
+    r.params = read_all_units(f);
+    return r;
+  };
+  const TrainedRun one = run(1), all = run(500000000);
+  const std::string what =
+      "stage " + std::to_string(stage) + " on " + std::to_string(ranks) + " ranks";
+  std::vector<float> a = one.losses, b = all.losses;
+  a.insert(a.end(), one.params.begin(), one.params.end());
+  b.insert(b.end(), all.params.begin(), all.params.end());
+  EXPECT_EQ(count_disagreements(a, b, 0.0, 0.0,
+                                what + ", allgather bucket of 1 element vs 5e8, losses and "
+                                       "parameters",
+                                rank, true),
+            0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, ZeroReducerTest, ::testing::Values(0, 1, 2, 3),

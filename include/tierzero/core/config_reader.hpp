@@ -32,9 +32,14 @@ class ConfigReader {
                          const std::vector<std::string>& allowed = {});
   std::vector<double> get_numbers(const std::string& key, const std::vector<double>& fallback,
                                   size_t count, double min, double max);
+  // The value as it is (marked read), for keys of any type; null if absent.
+  const nlohmann::json* get_json(const std::string& key);
+  // The keys this object holds, read or not.
+  std::vector<std::string> keys() const;
   // A nested object (an empty one if absent). Finish it before finishing this reader.
   ConfigReader child(const std::string& key);
-  // Keys that are valid (DeepSpeed knows them) but that TierZero does not use.
+  // Keys that are valid (DeepSpeed knows them) and that, at any value, change nothing TierZero
+  // does (e.g. the choice between implementations of the same optimizer).
   void accept(const std::vector<std::string>& keys);
   // Throws Error for the first key that was never read or accepted.
   void finish() const;

@@ -1,23 +1,34 @@
 // The trainer's settings (train_config.hpp) turned into the option structs of the layers below:
-// the GPT's shape (nn), the NVMe engine's and the streaming pipeline's options (offload), and the
-// estimator's input (profile). Those layers know nothing of TrainConfig; the train layer, which
-// sits above them all, is where a DeepSpeed-style config meets them.
+// the GPT's shape (nn), the partition store's settings (zero), the NVMe engine's and the
+// streaming pipeline's options (offload), and the estimator's input (profile). Those layers know
+// nothing of TrainConfig; the train layer, which sits above them all, is where a DeepSpeed-style
+// config meets them.
 #pragma once
 
 #include <cstddef>
 #include <vector>
 
+#include "tierzero/core/dtype.hpp"
 #include "tierzero/nn/gpt_config.hpp"
 #include "tierzero/offload/nvme_engine.hpp"
 #include "tierzero/offload/stream_pipeline.hpp"
 #include "tierzero/profile/estimator.hpp"
 #include "tierzero/train/train_config.hpp"
 #include "tierzero/zero/partition.hpp"
+#include "tierzero/zero/store_config.hpp"
 
 namespace tierzero::train {
 
 // The model shape as nn's GPTConfig: validated, V padded to a multiple of 128 unless given.
 nn::GPTConfig gpt_config_from(const ModelShape& shape);
+
+// The working parameters' type: bf16 or fp16 when enabled, else fp32.
+DType working_dtype(const TrainConfig& config);
+
+// The partition store's settings as the trainer applies them: stage, stage-3 budgets, gradient
+// and gather buckets, placements and the offload resources they need (the host budget defaults to
+// 80% of physical memory).
+zero::StoreConfig store_config_from(const TrainConfig& config);
 
 // The NVMe engine's options for an offload section (nvme_path may name several comma-separated
 // directories, one per drive) and the aio section. Throws Error when nvme_path is empty or aio's

@@ -2,7 +2,8 @@
 // multiplied by scale() before backward, so small fp16 gradients do not flush to zero; the
 // optimizer divides it out. Dynamic scaling starts at 2^initial_scale_power, halves the scale
 // after `hysteresis` overflowing steps (those steps update nothing) and doubles it after
-// loss_scale_window steps without an overflow, never going below min_loss_scale. A fixed
+// loss_scale_window steps without an overflow, never going below min_loss_scale (with
+// consecutive_hysteresis, a step without one refills the hysteresis). A fixed
 // loss_scale > 0, or no fp16 at all, keeps the scale constant.
 #pragma once
 

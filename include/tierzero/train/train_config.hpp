@@ -44,7 +44,6 @@ struct SchedulerConfig {
 struct OffloadConfig {
   std::string device = "none";  // none, cpu, nvme
   std::string nvme_path;
-  bool pin_memory = true;
   int64_t buffer_count = 5;
   int64_t buffer_size = 100000000;  // elements, as in DeepSpeed
   double ratio = 1.0;               // fraction of units offloaded (the first ones)
@@ -62,8 +61,8 @@ struct ZeroConfig {
   OffloadConfig offload_param;
   OffloadConfig offload_optimizer = optimizer_offload_defaults();
   bool overlap_comm = true;
-  bool contiguous_gradients = true;
   int64_t reduce_bucket_size = 500000000;
+  // Stages 1-2: elements of updated parameters all-gathered at once after the step.
   int64_t allgather_bucket_size = 500000000;
   int64_t prefetch_bucket_size = 50000000;       // stage3_prefetch_bucket_size
   int64_t param_persistence_threshold = 100000;  // stage3_param_persistence_threshold
@@ -74,22 +73,18 @@ struct ZeroConfig {
 struct AioConfig {
   int64_t block_size = 1048576;
   int64_t queue_depth = 8;
-  int64_t intra_op_parallelism = 1;
   bool single_submit = false;
-  bool overlap_events = true;
 };
 
 // DeepSpeed's "activation_checkpointing" section, read so DeepSpeed configs parse and validate.
 // In DeepSpeed the model code decides what to checkpoint; here tierzero.activation_checkpointing
-// does. partition_activations and cpu_checkpointing = true are refused (not implemented); the
-// other keys have no effect on TierZero.
+// does. partition_activations and cpu_checkpointing = true are refused (not implemented);
+// contiguous_memory_optimization (and its number_checkpoints) is what TierZero does anyway (a
+// micro-batch's checkpoints are one allocation); synchronize_checkpoint_boundary and profile only
+// time or report, and are named in the ignored-keys warning when on.
 struct DeepSpeedActivationCheckpointing {
-  bool partition_activations = false;
-  bool cpu_checkpointing = false;
   bool contiguous_memory_optimization = false;
   int64_t number_checkpoints = 0;  // 0: unset (DeepSpeed's null)
-  bool synchronize_checkpoint_boundary = false;
-  bool profile = false;
 };
 
 // fp16's loss scaling (DeepSpeed's "fp16" keys): loss_scale 0 is dynamic, starting at
@@ -101,6 +96,9 @@ struct LossScaleConfig {
   int64_t loss_scale_window = 1000;
   int64_t hysteresis = 2;
   double min_loss_scale = 1.0;
+  // DeepSpeed's consecutive_hysteresis: every step without an overflow refills the hysteresis,
+  // so only `hysteresis` overflows in a row lower the scale.
+  bool consecutive_hysteresis = false;
 };
 
 struct TrainConfig {
@@ -109,15 +107,22 @@ struct TrainConfig {
   int64_t gradient_accumulation_steps = 1;
   int64_t train_batch_size = 0;    // 0: micro * accumulation * data-parallel ranks
   double gradient_clipping = 1.0;  // 0 disables
-  int64_t steps_per_print = 10;
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;
   bool bf16 = false;
   bool fp16 = false;
   LossScaleConfig fp16_scaling;
+  // The gradient reductions' payload: fp32, or bf16 / fp16 (half the bytes; the mean is
+  // accumulated in fp32). Parameter gathers always move the working dtype.
+  std::string communication_data_type = "fp32";
   ZeroConfig zero;
   AioConfig aio;
   DeepSpeedActivationCheckpointing ds_activation_checkpointing;  // "activation_checkpointing"
+  // DeepSpeed keys that only change what is logged or reported (monitors, profilers, print
+  // intervals), set to something other than off, by full path: a run names them in one warning
+  // line (ignored_keys_warning(), "" when there are none; rank 0 prints it).
+  std::vector<std::string> ignored_keys;
+  std::string ignored_keys_warning() const;
 
   // "tierzero" section
   ModelShape model;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "tierzero/core/dtype.hpp"
 #include "tierzero/offload/nvme_engine.hpp"
 #include "tierzero/zero/partition.hpp"
 #include "tierzero/zero/placement.hpp"
@@ -48,6 +49,16 @@ struct StoreConfig {
   // (never more than reduce_bucket_elems), so reductions overlap the rest of the backward while
   // small units are still fused; off, buckets fill to reduce_bucket_elems.
   bool overlap_comm = true;
+  // Stages 1-2 (allgather_bucket_size): after the step each rank's updated slice of the
+  // parameters is all-gathered in place, unit by unit; at most this many elements are in flight
+  // at once (a larger unit goes alone). Small values bound what the transport queues; large ones
+  // issue every gather at once.
+  size_t allgather_bucket_elems = 500000000;
+  // The reductions' payload (communication_data_type): f32, or bf16 / f16 to halve the bytes on
+  // the wire. A bucket is rounded to it (nearest even) just before its collective, which sums in
+  // fp32 and rounds the mean once; the mean is widened back to fp32 and accumulated in fp32.
+  // Under gradient accumulation at stages 0-1 the running mean is rounded at each reduction.
+  DType reduce_dtype = DType::f32;
   // Buckets being reduced at once (at least 1) before the next one waits for the oldest.
   size_t max_pending_reductions = 2;
   PlacementConfig placement;
@@ -110,9 +121,11 @@ struct ReductionBuffers {
   size_t device_comm = 0;
   size_t host_io = 0;
 };
+// A 16-bit reduce_dtype (communication_data_type) adds, at stages 0-1, the buckets' 16-bit copies.
 ReductionBuffers reduction_buffer_bound(const PartitionPlan& plan, int stage,
                                         const std::vector<UnitPlacement>& placement,
-                                        size_t reduce_bucket_elems, bool overlap_comm);
+                                        size_t reduce_bucket_elems, bool overlap_comm,
+                                        DType reduce_dtype = DType::f32);
 // The elements at which the reducer sends a bucket: reduce_bucket_elems, or with overlap_comm at
 // most the largest unit's padded elements (at least 1).
 size_t bucket_capacity(const PartitionPlan& plan, size_t reduce_bucket_elems, bool overlap_comm);
