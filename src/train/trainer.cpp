@@ -1103,6 +1103,7 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
   std::vector<int32_t> x(B * T), y(B * T);  // (B, T) inputs and targets
   for (int64_t step = first_step; step < config_.steps; ++step) {
     Timer timer;
+    const double cpu_at_start = process_cpu_seconds();
     if (recorder) recorder->begin_step(step + 1);
     for (nn::GPT* m : s.chunk_models()) {
       m->reset_tensor_parallel_traffic();
@@ -1167,6 +1168,7 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
     r.lr = lr;
     r.grad_norm = grad_norm;
     r.seconds = timer.seconds();
+    r.cpu_seconds = std::max(0.0, process_cpu_seconds() - cpu_at_start);
     r.tokens_per_second =
         static_cast<double>(B * T * static_cast<size_t>(accum) * static_cast<size_t>(s.dp_size)) /
         r.seconds;
@@ -1219,12 +1221,12 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
                    "\"on_demand_fetches\": %zu, \"stall_ms\": %.3f, \"nvme_reads\": %zu, "
                    "\"handoffs\": %zu, \"tp_all_reduce_bytes\": %zu, "
                    "\"tp_all_gather_bytes\": %zu, \"tp_reduce_scatter_bytes\": %zu, "
-                   "\"ulysses_all_to_all_bytes\": %zu, \"ulysses_calls\": %zu",
+                   "\"ulysses_all_to_all_bytes\": %zu, \"ulysses_calls\": %zu, \"cpu_ms\": %.3f",
                    static_cast<long long>(r.step), r.loss, r.lr, r.grad_norm, r.seconds * 1e3,
                    r.tokens_per_second, r.prefetch_hits, r.on_demand_fetches, r.stall_s * 1e3,
                    r.nvme_reads, r.handoffs, tp.all_reduce_bytes, tp.all_gather_bytes,
                    tp.reduce_scatter_bytes, s.model->ulysses_traffic().all_to_all_bytes,
-                   s.model->ulysses_traffic().calls);
+                   s.model->ulysses_traffic().calls, r.cpu_seconds * 1e3);
       if (pipe) {
         // Stage 0's times (this rank's) and the bubble averaged over the stages.
         const PipelineExecutor::StepTiming& t = pipe->last_step();
