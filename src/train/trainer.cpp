@@ -1181,6 +1181,12 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
       r.nvme_reads = fc.nvme_reads;
       r.handoffs = fc.handoffs;
     }
+    if (s.store) {
+      const zero::FetchCounters& fc = s.store->fetch_counters();
+      r.reductions = fc.reductions;
+      r.reduction_s = fc.reduction_s;
+      r.reduction_exposed_s = fc.reduction_exposed_s;
+    }
     result.steps.push_back(r);
     if (recorder) {
       profile::StepCounters counters;
@@ -1190,6 +1196,9 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
       counters.step_s = r.seconds;
       counters.loss = r.loss;
       counters.tokens = B * T * static_cast<size_t>(accum);
+      counters.reductions = r.reductions;
+      counters.reduction_s = r.reduction_s;
+      counters.reduction_exposed_s = r.reduction_exposed_s;
       recorder->end_step(counters);
     }
     print_step_line(out, r, config_.steps, MemoryTracker::global());
@@ -1221,12 +1230,14 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
                    "\"on_demand_fetches\": %zu, \"stall_ms\": %.3f, \"nvme_reads\": %zu, "
                    "\"handoffs\": %zu, \"tp_all_reduce_bytes\": %zu, "
                    "\"tp_all_gather_bytes\": %zu, \"tp_reduce_scatter_bytes\": %zu, "
-                   "\"ulysses_all_to_all_bytes\": %zu, \"ulysses_calls\": %zu, \"cpu_ms\": %.3f",
+                   "\"ulysses_all_to_all_bytes\": %zu, \"ulysses_calls\": %zu, \"cpu_ms\": %.3f, "
+                   "\"reductions\": %zu, \"reduce_ms\": %.3f, \"reduce_exposed_ms\": %.3f",
                    static_cast<long long>(r.step), r.loss, r.lr, r.grad_norm, r.seconds * 1e3,
                    r.tokens_per_second, r.prefetch_hits, r.on_demand_fetches, r.stall_s * 1e3,
                    r.nvme_reads, r.handoffs, tp.all_reduce_bytes, tp.all_gather_bytes,
                    tp.reduce_scatter_bytes, s.model->ulysses_traffic().all_to_all_bytes,
-                   s.model->ulysses_traffic().calls, r.cpu_seconds * 1e3);
+                   s.model->ulysses_traffic().calls, r.cpu_seconds * 1e3, r.reductions,
+                   r.reduction_s * 1e3, r.reduction_exposed_s * 1e3);
       if (pipe) {
         // Stage 0's times (this rank's) and the bubble averaged over the stages.
         const PipelineExecutor::StepTiming& t = pipe->last_step();

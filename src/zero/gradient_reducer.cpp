@@ -156,6 +156,7 @@ void GradientReducer::issue_bucket() {
     // Backward's and the packing's writes (and earlier users of the new blocks) land before the
     // engine reads and writes.
     r.ready->record(st);
+    r.issued_s = monotonic_seconds();
     r.request = group_.reduce_scatter_async(r.input.data(), r.shard_mean.data(), shard_elems,
                                             DType::f32, comm::ReduceOp::avg, r.ready.get());
   } else {
@@ -164,16 +165,19 @@ void GradientReducer::issue_bucket() {
     r.ready->record(st);  // backward's writes land before the engine reads
     const size_t first = *std::min_element(r.units.begin(), r.units.end());
     float* g = storage_.arenas().ptr(StateBuffer::grads_full, first);
+    r.issued_s = monotonic_seconds();
     r.request =
         group_.all_reduce_async(g, g, r.elems, DType::f32, comm::ReduceOp::avg, r.ready.get());
   }
   for (size_t u : bucket_) units_[u].in_bucket = false;
   bucket_.clear();
   bucket_elems_ = 0;
-  r.issued_s = monotonic_seconds();
   ++counters_.reductions;
   pending_elems_ += r.elems;
   pending_.push_back(std::move(r));
+  // Without overlap_comm a reduction is waited for at once, as DeepSpeed's: none is in flight
+  // while the backward computes.
+  if (!config_.overlap_comm) finish_oldest();
 }
 
 void GradientReducer::accumulate(const Pending& r) {
@@ -216,7 +220,12 @@ void GradientReducer::accumulate(const Pending& r) {
 
 void GradientReducer::finish_oldest() {
   Pending& r = pending_.front();
+  // Without overlap_comm the training thread did nothing between issuing and this wait.
+  const double wait_from = config_.overlap_comm ? monotonic_seconds() : r.issued_s;
   r.request.wait();
+  const double completed = std::max(r.request.completed_s(), r.issued_s);
+  counters_.reduction_s += completed - r.issued_s;
+  counters_.reduction_exposed_s += std::max(0.0, completed - wait_from);
   // The background update must have read the shards this adds into.
   for (size_t u : r.units) counters_.stall_s += background_.wait(u, false);
   size_t bytes = 0;

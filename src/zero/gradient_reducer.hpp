@@ -13,7 +13,9 @@
 // units holds at most its capacity — reduce_bucket_elems, or with overlap_comm the largest unit,
 // so the reductions overlap the backward — and a bucket of one unit is that unit. In flight,
 // overlapping the rest of the backward: at most max_pending_reductions buckets and at most one
-// bucket's worth of elements (always at least one bucket).
+// bucket's worth of elements (always at least one bucket). Without overlap_comm each bucket is
+// waited for as soon as it is issued. Each reduction's time in flight and the part the training
+// thread waited for it go to FetchCounters (reduction_s, reduction_exposed_s).
 //
 // Deferred (no-sync) mode: with sync off, a unit's finished gradient stays local (stages 2-3 keep
 // its full gradient) and the next micro-batch accumulates into it; the first finish with sync on,
@@ -79,8 +81,8 @@ class GradientReducer {
     // Recorded after backward's (and the packing's) writes: the reduction starts after it, so
     // the training thread does not wait for them on the host.
     std::unique_ptr<Event> ready;
-    size_t elems = 0;  // padded elements of its units
-    double issued_s = 0.0;
+    size_t elems = 0;       // padded elements of its units
+    double issued_s = 0.0;  // monotonic_seconds() when handed to the communicator
     comm::CommRequest request;
   };
 

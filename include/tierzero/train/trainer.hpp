@@ -32,6 +32,11 @@ struct StepRecord {
   double stall_s = 0.0;
   size_t nvme_reads = 0;  // parameter shards read from NVMe
   size_t handoffs = 0;    // parameter shards the NVMe optimizer handed over instead
+  // Gradient reductions of the partition store (any stage; 0 without one): buckets reduced,
+  // seconds in flight and the part the step waited for (FetchCounters).
+  size_t reductions = 0;
+  double reduction_s = 0.0;
+  double reduction_exposed_s = 0.0;
 };
 
 struct TrainResult {
