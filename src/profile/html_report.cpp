@@ -270,7 +270,7 @@ void counters_section(std::string& h, const Profile& p, const ProfileSummary& s)
        format_text("%.3f s", s.mean_step_s) + "</p>";
   if (s.reductions > 0.0)
     h += "<p>gradient reductions per step: " + format_text("%.1f", s.reductions) +
-         " buckets in flight " + format_text("%.4f s", s.reduction_s) + ", hidden under the " +
+         " buckets, in flight " + format_text("%.4f s", s.reduction_s) + ", hidden under the " +
          "backward " + format_text("%.4f s", s.reduction_s - s.reduction_exposed_s) +
          ", exposed (waited for) " + format_text("%.4f s", s.reduction_exposed_s) +
          (s.reduction_s > 0.0 ? format_text(" (%.0f%% hidden)",
