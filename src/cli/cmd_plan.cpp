@@ -1,6 +1,7 @@
 // `tierzero plan`: the fastest configuration that fits the given memory budgets, with its predicted
 // step time and why it was chosen, and the faster ones that would not fit. Optionally writes it as
 // a TrainConfig JSON that `tierzero train --config` runs. Model: profile::plan (docs/estimator.md).
+// With --check it trains the choice here for a few steps and prints the prediction's error.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -8,8 +9,11 @@
 
 #include "commands.hpp"
 #include "estimate_model.hpp"
+#include "plan_check.hpp"
+#include "plan_kernel_times.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/device/device.hpp"
+#include "tierzero/kernels/cpu_ops.hpp"
 #include "tierzero/profile/planner.hpp"
 
 namespace tierzero::cli {
@@ -28,8 +32,16 @@ struct PlanFlags {
   double margin = 0.10;
   std::string calibration;
   std::string device = "cpu";
+  int64_t threads = 0;  // CPU kernel threads; 0: OpenMP's default (every core)
   std::string output;
+  bool check = false;
+  int64_t check_steps = 5;
 };
+
+// The step-time model's error that tests/profile/run_plan_time.sh holds it to: a small GPT on one
+// CPU thread, predicted from the quick measurement against the measured median step (both as on
+// an idle machine). Printed with every plan so its step times are read with it.
+constexpr double kValidatedTimeError = 0.25;
 
 size_t physical_memory() {
   std::ifstream f("/proc/meminfo");
@@ -75,6 +87,7 @@ nlohmann::json config_json(const PlanFlags& f, const nn::GPTConfig& m, size_t se
                    {"pipeline_parallel", f.world.pp > 0 ? f.world.pp : 1},
                    {"ulysses_parallel", f.world.sp > 0 ? f.world.sp : 1},
                    {"device_memory_budget_gb", static_cast<double>(f.device_mem) / 1073741824.0}};
+  if (f.threads > 0) j["tierzero"]["threads"] = f.threads;
   return j;
 }
 
@@ -128,16 +141,28 @@ int run_plan(const PlanFlags& f) {
   req.ulysses_wire_bytes = [&](size_t b, bool ckpt) {
     return ulysses_wire_bytes(model, b, seq, ckpt, world);
   };
+  TZ_CHECK(!f.check || world.ranks() == 1,
+           "plan --check trains the chosen configuration in this process, on one rank; this plan "
+           "is for " +
+               std::to_string(world.ranks()) + " ranks",
+           "run the written config under mpiexec with `tierzero train --metrics` and compare its "
+           "step times with the prediction, or plan for one rank");
+  kernels::cpu::set_threads(static_cast<int>(f.threads));  // also for the CPU Adam on a GPU
+  LayerKernelTimes layer;
   if (!f.calibration.empty()) {
     req.rates = profile::load_calibration(f.calibration);
   } else {
-    std::unique_ptr<Device> dev = make_device(f.device);
+    std::unique_ptr<Device> dev = make_device(f.device, static_cast<int>(f.threads));
     std::string nvme_dir;
     if (f.nvme > 0) {
       std::filesystem::create_directories(f.nvme_path);
       nvme_dir = f.nvme_path;
     }
     req.rates = profile::measure_rates(*dev, nvme_dir);
+    layer = measure_layer_kernels(*dev, model, seq, world);
+    req.other_kernel_seconds = [&](size_t b, bool ckpt) {
+      return other_kernel_seconds(layer, b, ckpt);
+    };
   }
   const profile::Rates& r = req.rates;
 
@@ -152,6 +177,14 @@ int run_plan(const PlanFlags& f) {
       "cpu adam %.2f GB/s, comm %.2f GB/s\n",
       r.source.c_str(), r.gemm_gflops, r.copy_gbps, r.nvme_read_gbps, r.nvme_write_gbps,
       r.adam_cpu_gbps, r.comm_gbps);
+  if (layer.layers > 0)
+    std::printf(
+        "kernels  per layer and sequence: attention %.2f ms forward + %.2f ms backward, GELU "
+        "%.2f + %.2f ms (%d CPU threads)\n",
+        layer.attention_forward_s * 1e3, layer.attention_backward_s * 1e3,
+        layer.gelu_forward_s * 1e3, layer.gelu_backward_s * 1e3, kernels::cpu::threads());
+  else
+    std::printf("kernels  outside the GEMMs: not counted (rates from --calibration)\n");
 
   const profile::PlanResult result = profile::plan(req);
   std::printf("searched %zu configurations, %zu fit\n", result.considered, result.fitting);
@@ -178,10 +211,10 @@ int run_plan(const PlanFlags& f) {
       "tokens (%.0f tokens/s)\n",
       b.time.total_s * 1e3, tokens, tokens / b.time.total_s);
   std::printf(
-      "    compute %.1f ms + exposed transfer %.1f ms (of %.1f ms, the rest overlaps "
-      "compute) + optimizer %.1f ms\n",
-      b.time.compute_s * 1e3, b.time.exposed_s * 1e3, b.time.transfer_s * 1e3,
-      b.time.optimizer_s * 1e3);
+      "    compute %.1f ms (GEMMs %.1f, attention and GELU %.1f) + exposed transfer %.1f ms (of "
+      "%.1f ms, the rest overlaps compute) + optimizer %.1f ms\n",
+      b.time.compute_s * 1e3, b.time.gemm_s * 1e3, b.time.other_kernels_s * 1e3,
+      b.time.exposed_s * 1e3, b.time.transfer_s * 1e3, b.time.optimizer_s * 1e3);
   if (world.tp > 1)
     std::printf("    + tensor-parallel collectives %.1f ms (on the critical path)\n",
                 b.time.tensor_parallel_s * 1e3);
@@ -191,6 +224,11 @@ int run_plan(const PlanFlags& f) {
   if (world.pp > 1)
     std::printf("    + pipeline bubble %.1f ms ((pp - 1) / m of the compute, 1F1B)\n",
                 b.time.pipeline_bubble_s * 1e3);
+  std::printf(
+      "error    step times are predicted for a machine the run has to itself; tests hold the "
+      "model to within %.0f%% of a measured step (a small GPT, one CPU thread); --check measures "
+      "this plan's\n",
+      100.0 * kValidatedTimeError);
   std::printf("  bytes per rank vs budget:\n");
   print_bytes_vs_budget(req, b.estimate);
   if (!f.output.empty()) {
@@ -200,6 +238,26 @@ int run_plan(const PlanFlags& f) {
     TZ_CHECK(out.good(), "writing '" + f.output + "' failed", "check free space");
     std::printf("\nwrote    %s (run it with `tierzero train --config %s`)\n", f.output.c_str(),
                 f.output.c_str());
+  }
+  if (f.check) {
+    std::fflush(stdout);
+    const PlanCheck k = run_plan_check(config_json(f, model, seq, b), 1, f.check_steps);
+    const double predicted = b.time.total_s;
+    std::printf(
+        "\ncheck    trained the choice here for %lld + %lld steps (%d CPU threads); median step "
+        "%.1f ms wall, %.1f ms CPU time per thread\n",
+        static_cast<long long>(k.warmup), static_cast<long long>(k.steps), k.threads,
+        k.wall_s * 1e3, k.cpu_s * 1e3);
+    std::printf(
+        "check    predicted %.1f ms vs measured %.1f ms on an idle machine (the lower of the "
+        "two): error %+.1f%%, ratio measured / predicted %.2f\n",
+        predicted * 1e3, k.idle_s * 1e3, 100.0 * (predicted - k.idle_s) / k.idle_s,
+        k.idle_s / predicted);
+    if (k.wall_s > 1.2 * k.idle_s)
+      std::printf(
+          "check    the wall time was %.0f%% longer: other processes shared this machine's "
+          "cores\n",
+          100.0 * (k.wall_s / k.idle_s - 1.0));
   }
   return 0;
 }
@@ -234,7 +292,16 @@ Command add_plan_command(CLI::App& app) {
                   "(default: measure quickly)");
   sub->add_option("--device", f->device, "cpu, cuda or cuda:N (measured, and written to -o)")
       ->capture_default_str();
+  sub->add_option("--threads", f->threads,
+                  "CPU kernel threads, measured with and written to -o (default: every core)")
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   sub->add_option("-o,--output", f->output, "write the chosen configuration as a config JSON");
+  sub->add_flag("--check", f->check,
+                "train the choice here for 1 + --check-steps steps and print the predicted step "
+                "time's error (one rank)");
+  sub->add_option("--check-steps", f->check_steps, "steps --check measures after one warm-up")
+      ->check(CLI::Range(int64_t{1}, int64_t{1000}))
+      ->capture_default_str();
   return {sub, [f] { return run_plan(*f); }};
 }
 

@@ -172,9 +172,11 @@ Command add_train_command(CLI::App& app) {
   sub->add_option("--seed", flags->seed, "seed of the initial weights")
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--save", flags->save, "write an llm.c checkpoint at the end");
-  sub->add_option("--metrics", flags->metrics,
-                  "write one JSON line per step to this file (step, loss, lr, grad_norm, ms, "
-                  "tokens_per_s, prefetch_hits, on_demand_fetches, stall_ms; full precision)");
+  sub->add_option(
+      "--metrics", flags->metrics,
+      "write one JSON line per step to this file (step, loss, lr, grad_norm, ms, "
+      "tokens_per_s, prefetch_hits, on_demand_fetches, stall_ms, cpu_ms: the process's CPU "
+      "time in the step; full precision)");
   sub->add_option("--memory-json", flags->memory_json,
                   "write each rank's tracked bytes per tier and category (current and peak) at "
                   "the end to this file (ranks > 0: <file>.rank<r>)");

@@ -11,6 +11,7 @@
 #include "comm_internal.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/log.hpp"
+#include "tierzero/core/timer.hpp"
 
 namespace tierzero::comm {
 
@@ -103,6 +104,7 @@ CommRequest& CommRequest::operator=(CommRequest&& other) noexcept {
   if (this != &other) {
     finish_quietly();
     op_ = std::move(other.op_);
+    completed_s_ = other.completed_s_;
   }
   return *this;
 }
@@ -122,15 +124,22 @@ void CommRequest::finish_quietly() noexcept {
   op_.reset();
 }
 
+void CommRequest::note_completion(const comm_detail::PendingOp& op) {
+  const double stamp = op.completed_s();
+  completed_s_ = stamp >= 0.0 ? stamp : monotonic_seconds();
+}
+
 void CommRequest::wait() {
   if (!op_) return;
   std::shared_ptr<comm_detail::PendingOp> op = std::move(op_);
   op->wait();
+  note_completion(*op);
 }
 
 bool CommRequest::test() {
   if (!op_) return true;
   if (!op_->test()) return false;
+  note_completion(*op_);
   op_.reset();
   return true;
 }

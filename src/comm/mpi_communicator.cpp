@@ -40,6 +40,7 @@
 #include "mpi_check.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/log.hpp"
+#include "tierzero/core/timer.hpp"
 #include "tierzero/device/device.hpp"
 
 namespace tierzero::comm {
@@ -117,8 +118,10 @@ class MpiOp final : public comm_detail::PendingOp {
 
   void complete(std::exception_ptr error) {
     if (error) comm_detail::mark_failed();
+    const double now = monotonic_seconds();
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      completed_s_ = now;
       done_ = true;
       error_ = std::move(error);
     }
@@ -149,15 +152,21 @@ class MpiOp final : public comm_detail::PendingOp {
     if (error_) std::rethrow_exception(error_);
   }
 
+  double completed_s() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return done_ ? completed_s_ : -1.0;
+  }
+
  private:
   std::string what_;
   double timeout_s_;
   Clock::time_point deadline_;
   Event* ready_ = nullptr;                   // starting thread only
   std::atomic<bool> awaiting_ready_{false};  // read by waiters too
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable cv_;
   bool done_ = false;
+  double completed_s_ = -1.0;  // monotonic_seconds() at complete()
   std::exception_ptr error_;
 };
 

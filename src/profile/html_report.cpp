@@ -269,6 +269,15 @@ void counters_section(std::string& h, const Profile& p, const ProfileSummary& s)
                 : std::string()) +
        ", stall " + format_text("%.3f s", s.mean_stall_s) + " per step of " +
        format_text("%.3f s", s.mean_step_s) + "</p>";
+  if (s.reductions > 0.0)
+    h += "<p>gradient reductions per step: " + format_text("%.1f", s.reductions) +
+         " buckets, in flight " + format_text("%.4f s", s.reduction_s) + ", hidden under the " +
+         "backward " + format_text("%.4f s", s.reduction_s - s.reduction_exposed_s) +
+         ", exposed (waited for) " + format_text("%.4f s", s.reduction_exposed_s) +
+         (s.reduction_s > 0.0 ? format_text(" (%.0f%% hidden)",
+                                            100.0 * (1.0 - s.reduction_exposed_s / s.reduction_s))
+                              : std::string()) +
+         "</p>";
   h += "<div class=scroll><table><thead><tr><th>step</th><th>time (s)</th><th>stall (s)</th>"
        "<th>prefetch hits</th><th>on-demand</th><th>loss</th><th>device peak</th>"
        "<th>host peak</th><th>nvme peak</th><th>process RSS</th><th>driver device use</th>"

@@ -64,7 +64,10 @@ StepTime predict_step_time(const PlanRequest& req, const Candidate& c) {
 
   StepTime t;
   // 6 FLOPs per parameter per token (2 forward, 4 backward), 2 more to recompute the forward.
-  t.compute_s = micro * (c.checkpointing ? 8.0 : 6.0) * psi * tokens / (r.gemm_gflops * 1e9);
+  t.gemm_s = micro * (c.checkpointing ? 8.0 : 6.0) * psi * tokens / (r.gemm_gflops * 1e9);
+  if (req.other_kernel_seconds)
+    t.other_kernels_s = micro * req.other_kernel_seconds(c.micro_batch, c.checkpointing);
+  t.compute_s = t.gemm_s + t.other_kernels_s;
 
   double per_micro = 0.0;
   if (c.stage == 3) {

@@ -63,7 +63,10 @@ json step_to_json(const StepProfile& s) {
                    {"stall_s", s.counters.stall_s},
                    {"step_s", s.counters.step_s},
                    {"loss", number_or_null(s.counters.loss)},
-                   {"tokens", s.counters.tokens}};
+                   {"tokens", s.counters.tokens},
+                   {"reductions", s.counters.reductions},
+                   {"reduction_s", s.counters.reduction_s},
+                   {"reduction_exposed_s", s.counters.reduction_exposed_s}};
   j["at_start"] = bytes_to_json(s.at_start);
   j["at_end"] = bytes_to_json(s.at_end);
   json peaks = json::array();
@@ -108,6 +111,10 @@ StepProfile step_from_json(const json& j) {
   s.counters.step_s = c.at("step_s").get<double>();
   s.counters.loss = number_from(c.at("loss"));
   s.counters.tokens = c.at("tokens").get<size_t>();
+  // Absent in profiles written before the reductions were timed.
+  s.counters.reductions = c.value("reductions", size_t{0});
+  s.counters.reduction_s = c.value("reduction_s", 0.0);
+  s.counters.reduction_exposed_s = c.value("reduction_exposed_s", 0.0);
   s.at_start = bytes_from_json(j.at("at_start"));
   s.at_end = bytes_from_json(j.at("at_end"));
   const json& peaks = j.at("peak");

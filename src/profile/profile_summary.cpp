@@ -57,6 +57,9 @@ ProfileSummary summarize(const Profile& p) {
     stall_track += st.tracks[static_cast<size_t>(Track::stall)].seconds;
     s.prefetch_hits += st.counters.prefetch_hits;
     s.on_demand_fetches += st.counters.on_demand_fetches;
+    s.reductions += static_cast<double>(st.counters.reductions);
+    s.reduction_s += st.counters.reduction_s;
+    s.reduction_exposed_s += st.counters.reduction_exposed_s;
     for (size_t t = 0; t < kNumTracks; ++t) {
       s.track_per_step[t].seconds += st.tracks[t].seconds;
       s.track_per_step[t].bytes += st.tracks[t].bytes;
@@ -67,6 +70,9 @@ ProfileSummary summarize(const Profile& p) {
     const auto n = static_cast<double>(s.steady_steps);
     s.mean_step_s /= n;
     s.mean_stall_s = (stall_counter > 0.0 ? stall_counter : stall_track) / n;
+    s.reductions /= n;
+    s.reduction_s /= n;
+    s.reduction_exposed_s /= n;
     for (size_t t = 0; t < kNumTracks; ++t) {
       s.track_per_step[t].seconds /= n;
       s.track_per_step[t].bytes /= s.steady_steps;

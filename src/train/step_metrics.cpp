@@ -23,6 +23,10 @@ nlohmann::ordered_json step_metrics_json(const StepRecord& r, const nn::TensorPa
   line["tp_reduce_scatter_bytes"] = tp.reduce_scatter_bytes;
   line["ulysses_all_to_all_bytes"] = ulysses_all_to_all_bytes;
   line["ulysses_calls"] = ulysses_calls;
+  line["cpu_ms"] = r.cpu_seconds * 1e3;
+  line["reductions"] = r.reductions;
+  line["reduce_ms"] = r.reduction_s * 1e3;
+  line["reduce_exposed_ms"] = r.reduction_exposed_s * 1e3;
   return line;
 }
 

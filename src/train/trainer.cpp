@@ -1137,6 +1137,7 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
   std::vector<int32_t> x(B * T), y(B * T);  // (B, T) inputs and targets
   for (int64_t step = first_step; step < config_.steps; ++step) {
     Timer timer;
+    const double cpu_at_start = process_cpu_seconds();
     if (recorder) recorder->begin_step(step + 1);
     for (nn::GPT* m : s.chunk_models()) {
       m->reset_tensor_parallel_traffic();
@@ -1203,6 +1204,7 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
     r.lr = lr;
     r.grad_norm = grad_norm;
     r.seconds = timer.seconds();
+    r.cpu_seconds = std::max(0.0, process_cpu_seconds() - cpu_at_start);
     r.tokens_per_second =
         static_cast<double>(B * T * static_cast<size_t>(accum) * static_cast<size_t>(s.dp_size)) /
         r.seconds;
@@ -1215,6 +1217,12 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
       r.nvme_reads = fc.nvme_reads;
       r.handoffs = fc.handoffs;
     }
+    if (s.store) {
+      const zero::FetchCounters& fc = s.store->fetch_counters();
+      r.reductions = fc.reductions;
+      r.reduction_s = fc.reduction_s;
+      r.reduction_exposed_s = fc.reduction_exposed_s;
+    }
     result.steps.push_back(r);
     if (recorder) {
       profile::StepCounters counters;
@@ -1224,6 +1232,9 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
       counters.step_s = r.seconds;
       counters.loss = r.loss;
       counters.tokens = B * T * static_cast<size_t>(accum);
+      counters.reductions = r.reductions;
+      counters.reduction_s = r.reduction_s;
+      counters.reduction_exposed_s = r.reduction_exposed_s;
       recorder->end_step(counters);
     }
     print_step_line(out, r, config_.steps, MemoryTracker::global());

@@ -166,6 +166,7 @@ void GradientReducer::issue_bucket() {
     // Backward's and the packing's writes (and earlier users of the new blocks) land before the
     // engine reads and writes.
     r.ready->record(st);
+    r.issued_s = monotonic_seconds();
     r.request = wire == DType::f32
                     ? group_.reduce_scatter_async(r.input.data(), r.shard_mean.data(), shard_elems,
                                                   DType::f32, comm::ReduceOp::avg, r.ready.get())
@@ -182,15 +183,18 @@ void GradientReducer::issue_bucket() {
     }
     r.ready->record(st);  // backward's writes (and the conversion) land before the engine reads
     void* g = wire == DType::f32 ? static_cast<void*>(r.arena) : r.wire_in.data();
+    r.issued_s = monotonic_seconds();
     r.request = group_.all_reduce_async(g, g, r.elems, wire, comm::ReduceOp::avg, r.ready.get());
   }
   for (size_t u : bucket_) units_[u].in_bucket = false;
   bucket_.clear();
   bucket_elems_ = 0;
-  r.issued_s = monotonic_seconds();
   ++counters_.reductions;
   pending_elems_ += r.elems;
   pending_.push_back(std::move(r));
+  // Without overlap_comm a reduction is waited for at once, as DeepSpeed's: none is in flight
+  // while the backward computes.
+  if (!config_.overlap_comm) finish_oldest();
 }
 
 void GradientReducer::accumulate(const Pending& r) {
@@ -261,7 +265,12 @@ void GradientReducer::accumulate_on_nvme(size_t unit, float* mean) {
 
 void GradientReducer::finish_oldest() {
   Pending& r = pending_.front();
+  // Without overlap_comm the training thread did nothing between issuing and this wait.
+  const double wait_from = config_.overlap_comm ? monotonic_seconds() : r.issued_s;
   r.request.wait();
+  const double completed = std::max(r.request.completed_s(), r.issued_s);
+  counters_.reduction_s += completed - r.issued_s;
+  counters_.reduction_exposed_s += std::max(0.0, completed - wait_from);
   // The background update must have read the shards this adds into.
   for (size_t u : r.units) counters_.stall_s += background_.wait(u, false);
   size_t bytes = 0;

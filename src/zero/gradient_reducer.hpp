@@ -13,7 +13,9 @@
 // units holds at most its capacity — reduce_bucket_elems, or with overlap_comm the largest unit,
 // so the reductions overlap the backward — and a bucket of one unit is that unit. In flight,
 // overlapping the rest of the backward: at most max_pending_reductions buckets and at most one
-// bucket's worth of elements (always at least one bucket).
+// bucket's worth of elements (always at least one bucket). Without overlap_comm each bucket is
+// waited for as soon as it is issued. Each reduction's time in flight and the part the training
+// thread waited for it go to FetchCounters (reduction_s, reduction_exposed_s).
 //
 // communication_data_type (StoreConfig::reduce_dtype): a bucket is rounded to bf16 or fp16 right
 // before its collective and the mean widened back to fp32 when it lands; accumulation stays fp32.
@@ -89,7 +91,7 @@ class GradientReducer {
     std::unique_ptr<Event> ready;
     size_t elems = 0;        // padded elements of its units
     size_t shard_elems = 0;  // stages 2-3: elements of the reduced shards
-    double issued_s = 0.0;
+    double issued_s = 0.0;   // monotonic_seconds() when handed to the communicator
     comm::CommRequest request;
   };
 

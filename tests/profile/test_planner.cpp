@@ -78,6 +78,27 @@ TEST(Planner, TimeModelParts) {
   EXPECT_NEAR(predict_step_time(req, c).compute_s, flops / 1e12 * 8.0 / 6.0, 1e-9);
 }
 
+TEST(Planner, OtherKernelsAddToComputeOncePerMicroStep) {
+  PlanRequest req = gpt2_request(80 * GiB, 64 * GiB, 0);
+  req.rates.gemm_gflops = 1000.0;
+  // Attention and GELU: 1 ms per sequence, 1.5 ms with the recomputed forward.
+  req.other_kernel_seconds = [](size_t b, bool ckpt) {
+    return static_cast<double>(b) * (ckpt ? 1.5e-3 : 1e-3);
+  };
+  Candidate c;
+  c.micro_batch = 4;
+  c.accumulation = 3;
+  c.estimate = estimate(req.base);
+  StepTime t = predict_step_time(req, c);
+  std::printf("gemm %.4f s + other kernels %.4f s\n", t.gemm_s, t.other_kernels_s);
+  EXPECT_NEAR(t.other_kernels_s, 3 * 4 * 1e-3, 1e-12);
+  EXPECT_NEAR(t.gemm_s, 3 * 6.0 * 124475904.0 * 4 * 1024 / 1e12, 1e-9);
+  EXPECT_NEAR(t.compute_s, t.gemm_s + t.other_kernels_s, 1e-12);
+  EXPECT_NEAR(t.total_s, t.compute_s + t.exposed_s + t.optimizer_s, 1e-12);
+  c.checkpointing = true;
+  EXPECT_NEAR(predict_step_time(req, c).other_kernels_s, 3 * 4 * 1.5e-3, 1e-12);
+}
+
 TEST(Planner, TensorParallelCollectivesAreOnTheCriticalPath) {
   PlanRequest req = gpt2_request(80 * GiB, 64 * GiB, 0);
   req.rates.gemm_gflops = 1000.0;

@@ -56,6 +56,9 @@ Profile recorded_profile(bool timeline) {
     StepCounters c;
     c.loss = 1.0 / 3.0;  // not exactly representable in decimal: must still round-trip
     c.stall_s = 0.1 * static_cast<double>(step);
+    c.reductions = static_cast<size_t>(step) + 2;  // the gradient reductions' counters too
+    c.reduction_s = 0.3 / 7.0;
+    c.reduction_exposed_s = 0.1 / 7.0;
     rec.end_step(c);
   }
   return rec.profile();
@@ -119,4 +122,25 @@ TEST(ProfileJson, BadFilesGiveClearErrors) {
   const std::string damaged = temp_path("damaged.json");
   std::ofstream(damaged) << j.dump();
   expect_error(damaged, "steps[1]");
+}
+
+TEST(ProfileJson, ProfilesWithoutReductionCountersReadAsZero) {
+  // Profiles written before the gradient reductions were timed lack their three counters.
+  const std::string path = temp_path("old.json");
+  write_profile(recorded_profile(false), path);
+  std::ifstream in(path);
+  auto j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["steps"][0]["counters"]["reductions"].get<size_t>(), 2u);
+  for (auto& step : j["steps"])
+    for (const char* key : {"reductions", "reduction_s", "reduction_exposed_s"})
+      step["counters"].erase(key);
+  const std::string old = temp_path("old_stripped.json");
+  std::ofstream(old) << j.dump();
+  const Profile q = read_profile(old);
+  ASSERT_EQ(q.steps.size(), 3u);
+  for (const StepProfile& s : q.steps) {
+    EXPECT_EQ(s.counters.reductions, 0u);
+    EXPECT_EQ(s.counters.reduction_s, 0.0);
+    EXPECT_EQ(s.counters.reduction_exposed_s, 0.0);
+  }
 }

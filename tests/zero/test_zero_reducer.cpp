@@ -36,6 +36,7 @@ struct TrainedRun {
   std::vector<float> losses;
   std::vector<float> params;
   size_t reductions_per_step = 0;
+  double reduction_s = 0.0, exposed_s = 0.0;  // the last step's, from FetchCounters
 };
 
 TrainedRun train(int stage, const std::string& placement, size_t bucket_elems, bool overlap) {
@@ -44,6 +45,8 @@ TrainedRun train(int stage, const std::string& placement, size_t bucket_elems, b
   for (int step = 0; step < 5; ++step) {
     run.losses.push_back(store_step(f));
     run.reductions_per_step = f.store.fetch_counters().reductions;
+    run.reduction_s = f.store.fetch_counters().reduction_s;
+    run.exposed_s = f.store.fetch_counters().reduction_exposed_s;
   }
   run.params = read_all_units(f);
   return run;
@@ -75,6 +78,20 @@ TEST_P(ZeroReducerTest, BucketSizesTrainAlikeAndIssueTheirReductions) {
     EXPECT_EQ(pairs.reductions_per_step, nothing ? 0u : 2u) << what;
     EXPECT_EQ(whole.reductions_per_step, nothing ? 0u : 1u) << what;
     EXPECT_EQ(overlap.reductions_per_step, nothing ? 0u : 4u) << what;
+    // The reductions' timing: exposed (waited for) within in flight; without overlap_comm each
+    // bucket is waited for as soon as it is issued, so all of it is exposed.
+    std::printf(
+        "[rank %d] %s: reductions in flight / exposed, ms: %.3f / %.3f (overlap_comm), "
+        "%.3f / %.3f (one unit per bucket, no overlap)\n",
+        rank, what.c_str(), overlap.reduction_s * 1e3, overlap.exposed_s * 1e3,
+        per_unit.reduction_s * 1e3, per_unit.exposed_s * 1e3);
+    EXPECT_GE(overlap.exposed_s, 0.0) << what;
+    EXPECT_LE(overlap.exposed_s, overlap.reduction_s) << what;
+    for (const TrainedRun* r : {&per_unit, &pairs, &whole})
+      EXPECT_EQ(r->exposed_s, r->reduction_s) << what << ": without overlap_comm all is exposed";
+    if (!nothing) {
+      EXPECT_GT(per_unit.reduction_s, 0.0) << what;
+    }
     for (const TrainedRun* r : {&pairs, &whole, &overlap}) {
       const std::string which = what + (r == &pairs   ? ", pairs"
                                         : r == &whole ? ", whole model"

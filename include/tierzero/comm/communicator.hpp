@@ -56,6 +56,9 @@ class PendingOp {
   virtual ~PendingOp() = default;
   virtual bool test() = 0;  // true when complete; throws Error when failed or past its deadline
   virtual void wait() = 0;  // returns when complete; throws Error when failed or timed out
+  // monotonic_seconds() when the backend saw the operation complete; -1: it does not say (then
+  // CommRequest takes the time its wait or test saw it).
+  virtual double completed_s() const { return -1.0; }
 };
 }  // namespace comm_detail
 
@@ -75,10 +78,15 @@ class CommRequest {
   void wait();
   bool test();
   bool pending() const { return op_ != nullptr; }
+  // After wait() or a true test(): monotonic_seconds() when the operation completed (the
+  // backend's own stamp where it keeps one, else when wait or test saw it); -1 before.
+  double completed_s() const { return completed_s_; }
 
  private:
   void finish_quietly() noexcept;
+  void note_completion(const comm_detail::PendingOp& op);
   std::shared_ptr<comm_detail::PendingOp> op_;
+  double completed_s_ = -1.0;
 };
 
 // Waits for every request, in order; the first failure is rethrown after the others are waited.

@@ -20,4 +20,8 @@ class Timer {
 // Seconds since the process first asked; the shared time base of the memory event timeline.
 double monotonic_seconds();
 
+// CPU seconds the whole process (every thread) has run; -1 where the clock cannot be read. Other
+// processes on a shared machine stretch a computation's wall time but not this.
+double process_cpu_seconds();
+
 }  // namespace tierzero

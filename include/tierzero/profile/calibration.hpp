@@ -4,6 +4,7 @@
 // few seconds. A rate nobody supplied keeps a documented conservative default and says so.
 #pragma once
 
+#include <functional>
 #include <string>
 
 namespace tierzero {
@@ -38,8 +39,16 @@ Rates load_calibration(const std::string& path);  // throws Error if unreadable
 // Quick measurement on `device` (a few seconds): a 1024^3 sgemm, a 64 MiB host-to-device copy,
 // CPU AdamW over 4M parameters, and a 64 MiB NVMe write and read with offload::NvmeEngine in a
 // private directory under `nvme_dir` (skipped, keeping the defaults, when nvme_dir is empty).
-// The collective rate keeps its default (one process cannot measure it).
+// The collective rate keeps its default (one process cannot measure it). Kernels run with the
+// calling thread's CPU thread count (kernels::cpu::threads()); CPU-bound parts are timed as on
+// an idle machine (see compute_seconds).
 Rates measure_rates(Device& device, const std::string& nvme_dir);
+
+// Seconds of one run of `fn`, best of `runs` after a warm-up run. With cpu_threads > 0 (fn is
+// work of this process's cpu_threads threads that waits on nothing else: CPU kernels) a run
+// counts as the lower of its wall time and its process CPU time per thread, so other processes
+// on a shared machine, which stretch the wall time but not the CPU time, do not slow it.
+double compute_seconds(int runs, int cpu_threads, const std::function<void()>& fn);
 
 // The rates as one JSON object (the second calibration file form), so a measurement can be saved.
 std::string rates_json(const Rates& r);

@@ -30,15 +30,21 @@ struct PlanRequest {
   std::function<double(size_t micro_batch, bool checkpointing)> tensor_parallel_wire_bytes;
   // The same for the Ulysses all-to-alls; optional, none without Ulysses (world.sp 1).
   std::function<double(size_t micro_batch, bool checkpointing)> ulysses_wire_bytes;
+  // Seconds per micro-step per rank of the kernels outside the GEMMs (attention, the activation
+  // function, with the recomputed forward under checkpointing), which the caller measures at the
+  // model's shapes; optional (none: the GEMMs alone count as compute).
+  std::function<double(size_t micro_batch, bool checkpointing)> other_kernel_seconds;
   Rates rates;
 };
 
 // Predicted seconds of one optimizer step, by part (the overlap model is in docs/estimator.md).
 struct StepTime {
-  double compute_s = 0;    // GEMM FLOPs / GEMM rate, all micro-steps
-  double transfer_s = 0;   // gathers, reduce-scatters, parameter fetches, all micro-steps
-  double exposed_s = 0;    // the part of transfer_s that compute does not hide
-  double optimizer_s = 0;  // optimizer step incl. its own I/O; not overlapped
+  double compute_s = 0;        // gemm_s + other_kernels_s
+  double gemm_s = 0;           // GEMM FLOPs / GEMM rate, all micro-steps
+  double other_kernels_s = 0;  // the request's other_kernel_seconds, all micro-steps
+  double transfer_s = 0;       // gathers, reduce-scatters, parameter fetches, all micro-steps
+  double exposed_s = 0;        // the part of transfer_s that compute does not hide
+  double optimizer_s = 0;      // optimizer step incl. its own I/O; not overlapped
   // Tensor-parallel collectives, all micro-steps: on the critical path (each layer waits for
   // its all-reduce or reduce-scatter), so not overlapped.
   double tensor_parallel_s = 0;

@@ -99,6 +99,11 @@ struct StepCounters {
   double step_s = 0.0;           // the step's wall time; 0: the recorder measures it
   double loss = 0.0;
   size_t tokens = 0;  // tokens processed in the step
+  // Gradient reductions (buckets) finished in the step: seconds in flight, summed, and the part
+  // the training thread waited for them (exposed); the rest was hidden under the backward.
+  size_t reductions = 0;
+  double reduction_s = 0.0;
+  double reduction_exposed_s = 0.0;
   bool operator==(const StepCounters&) const = default;
 };
 

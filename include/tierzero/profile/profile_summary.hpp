@@ -24,6 +24,11 @@ struct ProfileSummary {
   double mean_stall_s = 0.0;  // the trainer's stall counter, else the stall track
   size_t prefetch_hits = 0;   // summed over the steady steps
   size_t on_demand_fetches = 0;
+  // Gradient reductions, means per steady step: buckets, seconds in flight, and the part the
+  // training thread waited for (exposed); in flight - exposed was hidden under the backward.
+  double reductions = 0.0;
+  double reduction_s = 0.0;
+  double reduction_exposed_s = 0.0;
   std::array<std::array<PeakInStep, kNumCategories>, kNumTiers> peak{};  // max over all steps
   std::array<PeakInStep, kNumTiers> tier_peak{};
   std::array<TrackStep, kNumTracks> track_per_step{};  // mean per steady step (count rounded)

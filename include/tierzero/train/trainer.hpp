@@ -21,6 +21,9 @@ struct StepRecord {
   double lr = 0.0;
   double grad_norm = 0.0;
   double seconds = 0.0;
+  // CPU time of the process during the step (every thread, the MPI engine's polling included):
+  // with one kernel thread and one rank, the step's time on an otherwise idle machine.
+  double cpu_seconds = 0.0;
   double tokens_per_second = 0.0;
   // Stage 3 fetching during the step (the partition store's FetchCounters); 0 elsewhere.
   bool fetch_counted = false;
@@ -29,6 +32,11 @@ struct StepRecord {
   double stall_s = 0.0;
   size_t nvme_reads = 0;  // parameter shards read from NVMe
   size_t handoffs = 0;    // parameter shards the NVMe optimizer handed over instead
+  // Gradient reductions of the partition store (any stage; 0 without one): buckets reduced,
+  // seconds in flight and the part the step waited for (FetchCounters).
+  size_t reductions = 0;
+  double reduction_s = 0.0;
+  double reduction_exposed_s = 0.0;
 };
 
 struct TrainResult {

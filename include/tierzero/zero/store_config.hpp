@@ -106,7 +106,13 @@ struct FetchCounters {
   size_t handoffs = 0;           // shards taken from the NVMe optimizer's update instead (no read)
   size_t gathers = 0;            // all-gathers issued
   size_t reductions = 0;         // gradient reductions issued (one per bucket)
-  double stall_s = 0.0;          // time acquire_params waited for reads and gathers
+  // Gradient reductions finished this step: seconds each was in flight (issued to completed),
+  // summed, and the part of that the training thread spent waiting for them (exposed); the rest
+  // was hidden under the backward. Without overlap_comm every reduction is waited for as soon as
+  // it is issued, so exposed = in flight.
+  double reduction_s = 0.0;
+  double reduction_exposed_s = 0.0;
+  double stall_s = 0.0;  // time acquire_params waited for reads and gathers
 };
 
 enum class PassKind { train, eval };

@@ -1,0 +1,76 @@
+// Timing attention and GELU at a GPT's per-rank shapes for the planner (see plan_kernel_times.hpp).
+#include "plan_kernel_times.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include "tierzero/device/device_allocator.hpp"
+#include "tierzero/kernels/cpu_ops.hpp"
+#include "tierzero/kernels/kernels.hpp"
+#include "tierzero/profile/calibration.hpp"
+
+namespace tierzero::cli {
+
+LayerKernelTimes measure_layer_kernels(Device& device, const nn::GPTConfig& model, size_t seq,
+                                       const profile::WorldLayout& world) {
+  LayerKernelTimes t;
+  const auto split = static_cast<size_t>(std::max(1, world.tp * world.sp));
+  const size_t head_size = model.channels / model.num_heads;
+  const size_t heads = std::max<size_t>(1, model.num_heads / split);
+  const size_t C = heads * head_size;  // the rank's attention channels
+  const size_t T = seq;
+  const size_t gelu_elems =
+      std::max<size_t>(1, (seq / static_cast<size_t>(std::max(1, world.sp))) * 4 * model.channels /
+                              static_cast<size_t>(std::max(1, world.tp)));
+  const auto pp = static_cast<size_t>(std::max(1, world.pp));
+  t.layers = (model.num_layers + pp - 1) / pp;
+
+  DeviceAllocator alloc(device, 0);
+  Stream& s = device.default_stream();
+  kernels::Kernels& k = device.kernels();
+  const int threads = device.kind() == DeviceKind::cpu ? std::max(kernels::cpu::threads(), 1) : 0;
+  auto buffer = [&](size_t elems, const char* label) {
+    DeviceBuffer b = alloc.allocate(elems * sizeof(float), Category::workspace, label);
+    std::vector<float> host(elems, 0.01f);  // (elems) small values: no overflow in exp or tanh
+    device.copy(b.data(), host.data(), elems * sizeof(float), CopyKind::host_to_device, s);
+    return b;
+  };
+  {
+    DeviceBuffer qkv = buffer(T * 3 * C, "plan qkv");        // (1, T, 3C)
+    DeviceBuffer out = buffer(T * C, "plan attention out");  // (1, T, C)
+    DeviceBuffer att = buffer(heads * T * T, "plan att");    // (1, NH_r, T, T)
+    DeviceBuffer datt = buffer(heads * T * T, "plan datt");  // (1, NH_r, T, T)
+    DeviceBuffer dqkv = buffer(T * 3 * C, "plan dqkv");      // (1, T, 3C)
+    t.attention_forward_s = profile::compute_seconds(3, threads, [&] {
+      k.attention_forward(out.f32(), att.f32(), qkv.f32(), 1, T, C, heads);
+      s.synchronize();
+    });
+    t.attention_backward_s = profile::compute_seconds(3, threads, [&] {
+      k.attention_backward(dqkv.f32(), datt.f32(), out.f32(), qkv.f32(), att.f32(), 1, T, C, heads);
+      s.synchronize();
+    });
+  }
+  {
+    DeviceBuffer inp = buffer(gelu_elems, "plan gelu in");     // (gelu_elems)
+    DeviceBuffer out = buffer(gelu_elems, "plan gelu out");    // (gelu_elems)
+    DeviceBuffer dinp = buffer(gelu_elems, "plan gelu dinp");  // (gelu_elems)
+    t.gelu_forward_s = profile::compute_seconds(3, threads, [&] {
+      k.gelu_forward(out.f32(), inp.f32(), gelu_elems);
+      s.synchronize();
+    });
+    t.gelu_backward_s = profile::compute_seconds(3, threads, [&] {
+      k.gelu_backward(dinp.f32(), inp.f32(), out.f32(), gelu_elems);
+      s.synchronize();
+    });
+  }
+  return t;
+}
+
+double other_kernel_seconds(const LayerKernelTimes& t, size_t micro_batch, bool checkpointing) {
+  const double forward = t.attention_forward_s + t.gelu_forward_s;
+  const double backward = t.attention_backward_s + t.gelu_backward_s;
+  return static_cast<double>(t.layers * micro_batch) *
+         ((checkpointing ? 2.0 : 1.0) * forward + backward);
+}
+
+}  // namespace tierzero::cli

@@ -1,0 +1,33 @@
+// The planner's time for the kernels outside the GEMMs: a GPT step also runs attention (its T^2
+// score work is not in the 6 FLOPs per parameter per token) and the GELU of every MLP element,
+// which on a CPU take a quarter of a small model's step. `tierzero plan` times both once on the
+// device at the rank's shapes (one sequence) and scales them to each candidate's micro-batch.
+#pragma once
+
+#include <cstddef>
+
+#include "tierzero/device/device.hpp"
+#include "tierzero/nn/gpt_config.hpp"
+#include "tierzero/profile/estimator.hpp"
+
+namespace tierzero::cli {
+
+// Seconds of one layer's kernels for one sequence of `seq` tokens on one rank.
+struct LayerKernelTimes {
+  double attention_forward_s = 0.0;
+  double attention_backward_s = 0.0;
+  double gelu_forward_s = 0.0;
+  double gelu_backward_s = 0.0;
+  size_t layers = 0;  // on this rank: ceil(L / pp)
+};
+
+// Times the kernels on `device` (best of a few runs, as on an idle machine: see
+// profile::compute_seconds). A rank computes the attention of NH / (tp * sp) heads over all
+// `seq` tokens and the GELU of seq / sp tokens' 4C / tp hidden features.
+LayerKernelTimes measure_layer_kernels(Device& device, const nn::GPTConfig& model, size_t seq,
+                                       const profile::WorldLayout& world);
+
+// Seconds per micro-step of `micro_batch` sequences; checkpointing runs the forward twice.
+double other_kernel_seconds(const LayerKernelTimes& t, size_t micro_batch, bool checkpointing);
+
+}  // namespace tierzero::cli
