@@ -90,7 +90,7 @@ Estimate estimate(const EstimateInput& in) {
   // The gradient reducer's buckets: full gradients being accumulated or waiting to be reduced,
   // packed buckets and their reduced shards in flight (zero's rule: reduction_buffer_bound).
   const zero::ReductionBuffers reduction = zero::reduction_buffer_bound(
-      plan, in.stage, placement, in.reduce_bucket_elems, in.overlap_comm);
+      plan, in.stage, placement, in.reduce_bucket_elems, in.overlap_comm, in.reduce_dtype);
   slot(e.buffers, Tier::device, Category::comm) += reduction.device_comm;
 
   // From stage 1 each rank owns only part of the gradient, so clipping exchanges the partial sums

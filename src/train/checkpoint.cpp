@@ -134,38 +134,9 @@ void load_checkpoint(const std::string& path, const nn::ParamLayout& layout, flo
 
 void save_checkpoint(const std::string& path, const nn::GPTConfig& c, const nn::ParamLayout& layout,
                      const float* host_params) {
-  const std::string tmp = path + ".tmp";
-  File file{std::fopen(tmp.c_str(), "wb")};
-  if (!file.f)
-    TZ_THROW("cannot create checkpoint '" + tmp + "': " + errno_string(),
-             "check that the directory exists and is writable");
-  int32_t h[kHeaderInts] = {};
-  h[0] = kCheckpointMagic;
-  h[1] = kCheckpointVersionF32;
-  h[2] = static_cast<int32_t>(c.max_seq_len);
-  h[3] = static_cast<int32_t>(c.vocab_size);
-  h[4] = static_cast<int32_t>(c.num_layers);
-  h[5] = static_cast<int32_t>(c.num_heads);
-  h[6] = static_cast<int32_t>(c.channels);
-  h[7] = static_cast<int32_t>(c.padded_vocab_size);
-  bool ok = std::fwrite(h, sizeof(int32_t), kHeaderInts, file.f) == kHeaderInts;
-  for_each_in_file_order(layout, c.num_layers, [&](const nn::ParamTensor& t) {
-    ok = ok && std::fwrite(host_params + t.offset, sizeof(float), t.numel, file.f) == t.numel;
-  });
-  ok = ok && std::fflush(file.f) == 0 && ::fsync(::fileno(file.f)) == 0;
-  std::string err = ok ? "" : errno_string();
-  ok = (std::fclose(file.f) == 0) && ok;
-  file.f = nullptr;
-  if (!ok) {
-    std::remove(tmp.c_str());
-    TZ_THROW("cannot write checkpoint '" + tmp + "': " + (err.empty() ? errno_string() : err),
-             "is the disk full? the previous checkpoint at '" + path + "' is untouched");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::string e = errno_string();
-    std::remove(tmp.c_str());
-    TZ_THROW("cannot rename '" + tmp + "' to '" + path + "': " + e, "");
-  }
+  ModelFileWriter writer(path, c, layout);
+  writer.write(0, layout.total_numel(), host_params);
+  writer.commit();
 }
 
 ModelFileRanges::ModelFileRanges(const std::string& path, const nn::ParamLayout& layout)
@@ -248,8 +219,9 @@ void ModelFileWriter::write(size_t begin, size_t count, const float* values) {
     const auto* src = reinterpret_cast<const char*>(values + at);
     const size_t bytes = n * sizeof(float);
     for (size_t done = 0; done < bytes;) {
-      const ssize_t w = ::pwrite(fd_, src + done, bytes - done,
-                                 static_cast<off_t>(file_offset_[i] + first * sizeof(float) + done));
+      const ssize_t w =
+          ::pwrite(fd_, src + done, bytes - done,
+                   static_cast<off_t>(file_offset_[i] + first * sizeof(float) + done));
       if (w < 0 && errno == EINTR) continue;
       if (w <= 0)
         TZ_THROW("cannot write " + layout_.tensors()[i].name() + " to checkpoint '" + tmp_ +

@@ -68,6 +68,7 @@ zero::StoreConfig store_config_from(const TrainConfig& c) {
   s.placement.optimizer = {zero::offload_tier(oo.device), oo.ratio};
   s.placement.nvme_chunk_elems = elems(oo.buffer_size);
   s.placement.working = working_dtype(c);
+  s.placement.nvme_grads = c.offload_gradients == "nvme" ? Tier::nvme : Tier::host;
   // One engine for both: the union of the directories (each one drive) of what goes to NVMe.
   std::vector<std::string> dirs;
   for (const OffloadConfig* o : {&op, &oo}) {
@@ -128,6 +129,7 @@ profile::EstimateInput estimate_input_from(const TrainConfig& c, std::vector<zer
   in.param_persistence_threshold = static_cast<size_t>(z.param_persistence_threshold);
   in.reduce_bucket_elems = static_cast<size_t>(std::max<int64_t>(z.reduce_bucket_size, 1));
   in.overlap_comm = z.overlap_comm;
+  in.reduce_dtype = dtype_from_name(c.communication_data_type);
   in.max_live_parameters = static_cast<size_t>(z.max_live_parameters);
   in.activation_bytes = activation_bytes;
   return in;

@@ -113,6 +113,8 @@ done
 echo "placement: ranks 0-1 on node 1, 2-3 on node 2, each writing nvme_path on its node's drive"
 
 # The configs: persistence threshold 0, so that stage 3 gathers and releases every unit each step.
+# (buffer_size, the NVMe optimizer's chunk in elements, is the optimizer's key only.)
+pnvme="{\"device\": \"nvme\", \"nvme_path\": \"$TZ_MN_NVME\"}"
 nvme="{\"device\": \"nvme\", \"nvme_path\": \"$TZ_MN_NVME\", \"buffer_size\": 30000}"
 write_config() {
   cat > "$1" <<JSON
@@ -125,7 +127,7 @@ write_config() {
 JSON
 }
 write_config "$dir/ref.json" 0 8 ""
-write_config "$dir/nodes.json" 3 2 ", \"offload_param\": $nvme, \"offload_optimizer\": $nvme"
+write_config "$dir/nodes.json" 3 2 ", \"offload_param\": $pnvme, \"offload_optimizer\": $nvme"
 echo "two nodes: $(cat "$dir/nodes.json")"
 
 echo "reference: one rank, stage 0, micro-batch 8"
@@ -159,7 +161,7 @@ echo "veth $v1: node 1 -> node 2 $sent bytes, node 2 -> node 1 $received bytes;"
   fail "the nodes exchanged less than the parameter gathers need: not over the network"
 
 # 3. Against the reference.
-field() { sed -n "s/.*\"$1\": \([^,]*\),.*/\1/p" "$2"; }
+field() { sed -n "s/.*\"$1\": *\([^,]*\),.*/\1/p" "$2"; }
 bad=0
 for f in loss grad_norm; do
   field "$f" "$dir/ref.jsonl" > "$dir/ref.$f"

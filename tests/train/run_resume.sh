@@ -128,7 +128,7 @@ if [ "$mode" = fp16_zero1 ]; then
   # The learning rate follows the optimizer's steps, as DeepSpeed's scheduler does: a skipped step
   # does not advance it (the step after it runs at the same rate); any other step does (the
   # schedule is still warming up over these 10 steps).
-  sed -n 's/.*"step": \([0-9]*\),.*"lr": \([^,]*\),.*/\1 \2/p' "$dir/full.jsonl" > "$dir/lr.txt"
+  sed -n 's/.*"step": *\([0-9]*\),.*"lr": *\([^,]*\),.*/\1 \2/p' "$dir/full.jsonl" > "$dir/lr.txt"
   sed -n 's/^step \([0-9]*\): gradient overflow.*/\1/p' "$dir/full.out" > "$dir/skipped.txt"
   echo "learning rate per step (skipped: $(tr '\n' ' ' < "$dir/skipped.txt")):"
   awk 'NR == FNR { skipped[$1] = 1; next }

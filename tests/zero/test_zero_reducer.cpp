@@ -200,8 +200,11 @@ TEST_P(ZeroReducerTest, SixteenBitReductionsTrackFp32Reductions) {
       const std::string what = "stage " + std::to_string(stage) + " " + placement + " on " +
                                std::to_string(ranks) + " ranks, " + dtype_name(wire) +
                                " reductions vs fp32";
-      // Two roundings (local gradient, mean) of half an ulp each, then fp32 sums.
-      const double rtol = wire == DType::bf16 ? 2.0 / 256.0 : 2.0 / 2048.0;
+      // A rounding of the local gradient, then one per partial sum of the reduction (ranks - 1)
+      // and of the mean, each of at most the unit roundoff u (2^-8 bf16, 2^-11 fp16); then fp32
+      // sums. (Measured at 4 ranks: fp16 1.66e-3 relative on the norm, above 2u = 9.8e-4.)
+      const double u = wire == DType::bf16 ? 1.0 / 256.0 : 1.0 / 2048.0;
+      const double rtol = std::max(2, ranks) * u;
       comm::test::ErrorStats norm_err, loss_err, param_err;
       for (size_t i = 0; i < norms.size(); ++i) norm_err.compare(norms[i], fp32_norms[i], 0, rtol);
       for (size_t i = 0; i < got.losses.size(); ++i)

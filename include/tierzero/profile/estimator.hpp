@@ -39,6 +39,7 @@ struct EstimateInput {
   size_t max_live_parameters = 1000000000;      // stage3_max_live_parameters (elements)
   size_t reduce_bucket_elems = 500000000;       // reduce_bucket_size (elements per bucket)
   bool overlap_comm = true;                     // buckets go out at the largest unit's size
+  DType reduce_dtype = DType::f32;              // communication_data_type of the reductions
   size_t staging_buffer_count = 4;   // NVMe optimizer slots (offload_optimizer.buffer_count)
   size_t param_staging_buffers = 5;  // NVMe parameter shards staged (offload_param.buffer_count)
   size_t nvme_bounce_bytes = 0;      // the NVMe engine's pinned bounce buffers (aio queue_depth x
