@@ -413,7 +413,55 @@ struct MpiCommunicator::Engine {
 
 // --- MpiSession and process-level helpers ---
 
+namespace {
+
+// MPI's start-up (MPI_Init_thread, the world's MPI_Comm_dup) can block for ever when a rank
+// cannot reach the others (a firewall, the wrong network interface): Open MPI prints that it will
+// abort and then does not. No TierZero timeout applies inside MPI, so a watchdog thread ends the
+// process, with a message, if start-up has not finished within the communication timeout; every
+// rank has one, so the launcher sees every rank fail.
+class StartupWatchdog {
+ public:
+  explicit StartupWatchdog(double timeout_s) {
+    if (!(timeout_s > 0.0)) return;
+    thread_ = std::thread([this, timeout_s] {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (done_.wait_for(lock, std::chrono::duration<double>(timeout_s),
+                         [this] { return finished_; }))
+        return;
+      std::fprintf(stderr,
+                   "tierzero: error: MPI start-up did not finish within %.0f s: this rank cannot "
+                   "reach the others (hint: check that every node can open TCP connections to "
+                   "every other on the interfaces Open MPI uses (btl_tcp_if_include, "
+                   "oob_tcp_if_include), or raise TIERZERO_COMM_TIMEOUT_S for a slow start)\n",
+                   timeout_s);
+      std::fflush(stderr);
+      std::_Exit(1);
+    });
+  }
+  ~StartupWatchdog() {
+    if (!thread_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      finished_ = true;
+    }
+    done_.notify_all();
+    thread_.join();
+  }
+  StartupWatchdog(const StartupWatchdog&) = delete;
+  StartupWatchdog& operator=(const StartupWatchdog&) = delete;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable done_;
+  bool finished_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
 MpiSession::MpiSession(int* argc, char*** argv, CommOptions options) {
+  const StartupWatchdog watchdog(options.timeout_s);
   int initialised = 0;
   TZ_MPI_CHECK(MPI_Initialized(&initialised), "starting MPI");
   if (!initialised) {

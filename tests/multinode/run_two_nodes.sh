@@ -87,7 +87,7 @@ launcher="$*"
 on_two_nodes() {
   limit=$1; shift
   timeout -k 5 "$limit" sh "$here/enter_node.sh" "$a1" $launcher --hostfile "$dir/hostfile" -n 4 \
-    --map-by ppr:2:node --mca plm_rsh_agent "sh $here/netns_rsh_agent.sh" --mca btl self,vader,tcp \
+    --map-by ppr:2:node --mca plm_rsh_agent "sh $here/netns_rsh_agent.sh" --mca btl "${btl:-self,vader,tcp}" \
     --mca btl_tcp_if_include "$subnet" --mca oob_tcp_if_include "$subnet" \
     -x TIERZERO_COMM_TIMEOUT_S -x OMP_NUM_THREADS "$@"
 }
@@ -178,4 +178,20 @@ for f in loss grad_norm; do
 done
 "$check" checkpoints "$dir/ref.bin" "$dir/nodes.bin" "$tol" "$tol" || bad=1
 [ $bad -eq 0 ] || fail "the two-node run does not match the one-rank reference"
+
+# 4. Nodes that cannot reach each other (no TCP transport between them): Open MPI says it will
+# abort and does not; TierZero's start-up watchdog must end every rank with a clear error within
+# the communication timeout, not hang.
+echo "unreachable nodes (btl self,vader): every rank must stop within TIERZERO_COMM_TIMEOUT_S=10"
+start=$(date +%s)
+TIERZERO_COMM_TIMEOUT_S=10 btl=self,vader on_two_nodes 90 "$tierzero" train \
+  --config "$dir/nodes.json" > "$dir/unreachable.out" 2>&1
+rc=$?
+took=$(($(date +%s) - start))
+grep -m 4 "error" "$dir/unreachable.out"
+echo "unreachable nodes: exit $rc after $took s"
+[ $rc -ne 0 ] || fail "a job whose nodes cannot reach each other exited 0"
+[ $rc -ne 124 ] && [ $rc -ne 137 ] || fail "a job whose nodes cannot reach each other hung"
+grep -q "MPI start-up did not finish\|error" "$dir/unreachable.out" ||
+  fail "no start-up timeout message from a job whose nodes cannot reach each other"
 echo "run_two_nodes: OK"
