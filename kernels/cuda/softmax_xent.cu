@@ -109,19 +109,30 @@ __global__ void __launch_bounds__(kSoftmaxBlockSize)
                              size_t V) {
   __shared__ float shared_max;
   __shared__ float shared_inv_sum;
+  // This row's partials, one rank per thread, then combined by thread 0 from shared memory (the
+  // launcher checks ranks <= kSoftmaxBlockSize). (Thread 0 reading them from global memory in a
+  // loop over the ranks read past the partials on an H200 at 4 ranks, compute-sanitizer showed.)
+  __shared__ float row_max[kSoftmaxBlockSize];
+  __shared__ float row_sum[kSoftmaxBlockSize];
+  __shared__ float row_target[kSoftmaxBlockSize];
   const size_t row = blockIdx.x;
+  const auto rank_count = static_cast<unsigned>(ranks);
+  if (threadIdx.x < rank_count) {
+    const float* p = all_partials + (static_cast<size_t>(threadIdx.x) * N + row) * 3;  // (3)
+    row_max[threadIdx.x] = p[0];
+    row_sum[threadIdx.x] = p[1];
+    row_target[threadIdx.x] = p[2];
+  }
+  __syncthreads();
   if (threadIdx.x == 0) {
-    // A few partials per row: one thread combines them.
     float max_logit = -CUDART_INF_F;
-    for (size_t r = 0; r < ranks; ++r)
-      max_logit = fmaxf(max_logit, all_partials[(r * N + row) * 3]);
+    for (unsigned r = 0; r < rank_count; ++r) max_logit = fmaxf(max_logit, row_max[r]);
     float sum = 0.0f;
     float target_logit = 0.0f;  // exactly one rank holds the target, the others add 0
-    for (size_t r = 0; r < ranks; ++r) {
-      const float* p = all_partials + (r * N + row) * 3;  // (3)
+    for (unsigned r = 0; r < rank_count; ++r) {
       // A rank without real columns (m = -inf, s = 0) adds nothing.
-      if (p[1] > 0.0f) sum += p[1] * expf(p[0] - max_logit);
-      target_logit += p[2];
+      if (row_sum[r] > 0.0f) sum += row_sum[r] * expf(row_max[r] - max_logit);
+      target_logit += row_target[r];
     }
     // target - max first, as softmax_xent_kernel does.
     losses[row] = logf(sum) - (target_logit - max_logit);
@@ -196,6 +207,10 @@ void launch_vocab_xent_finish(cudaStream_t stream, float* dlogits, float* losses
   check_vocab_xent_args("vocab_xent_finish", N, V);
   TZ_CHECK(ranks > 0, "vocab_xent_finish: no partials (ranks is 0)",
            "pass every rank's partials, all-gathered in rank order");
+  TZ_CHECK(ranks <= static_cast<size_t>(kSoftmaxBlockSize),
+           "vocab_xent_finish: " + std::to_string(ranks) + " vocabulary ranks, more than " +
+               std::to_string(kSoftmaxBlockSize) + " the kernel combines",
+           "use at most that many tensor-parallel ranks");
   if (N == 0) return;
   vocab_xent_finish_kernel<<<static_cast<unsigned>(N), kSoftmaxBlockSize, 0, stream>>>(
       dlogits, losses, logits, all_partials, ranks, targets, dloss, N, Vl,

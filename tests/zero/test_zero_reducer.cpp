@@ -220,10 +220,11 @@ TEST_P(ZeroReducerTest, SixteenBitReductionsTrackFp32Reductions) {
       EXPECT_EQ(norm_err.bad, 0u) << what;
       EXPECT_EQ(loss_err.bad, 0u) << what;
       EXPECT_EQ(param_err.bad, 0u) << what;
-      if (nothing)
-        EXPECT_EQ(norm_err.max_abs, 0.0) << what << ": nothing is reduced, nothing is rounded";
-      else
+      if (!nothing) {
         EXPECT_GT(norm_err.max_abs, 0.0) << what << ": the 16-bit reduction did not run";
+      } else if (!on_cuda()) {  // on CUDA two runs differ anyway (atomics in backward)
+        EXPECT_EQ(norm_err.max_abs, 0.0) << what << ": nothing is reduced, nothing is rounded";
+      }
     }
   }
 }
@@ -248,10 +249,15 @@ TEST_P(ZeroReducerTest, AllgatherBucketsGatherTheSameParameters) {
   std::vector<float> a = one.losses, b = all.losses;
   a.insert(a.end(), one.params.begin(), one.params.end());
   b.insert(b.end(), all.params.begin(), all.params.end());
-  EXPECT_EQ(count_disagreements(a, b, 0.0, 0.0,
-                                what + ", allgather bucket of 1 element vs 5e8, losses and "
-                                       "parameters",
-                                rank, true),
+  // Bitwise on the CPU; on CUDA within compare_runs' floor (atomics in backward, see there).
+  EXPECT_EQ(on_cuda() ? compare_runs(a, b, 1e-4,
+                                     what + ", allgather bucket of 1 element vs 5e8, losses and "
+                                            "parameters",
+                                     ranks, rank)
+                      : count_disagreements(a, b, 0.0, 0.0,
+                                            what + ", allgather bucket of 1 element vs 5e8, "
+                                                   "losses and parameters",
+                                            rank, true),
             0u);
 }
 
