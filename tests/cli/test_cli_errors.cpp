@@ -116,6 +116,13 @@ TEST(Cli, ImpossibleOffloadIsRefusedClearly) {
       "offload_optimizer": {"device": "nvme", "nvme_path": "/nonexistent/tz_swap"}},
       "tierzero": {"steps": 1}})");
   expect_clean_error(tierzero_cli("train --config " + missing), "/nonexistent/tz_swap");
+  // Gradients on NVMe without the NVMe optimizer would be ignored: refused instead.
+  expect_clean_error(tierzero_cli("train --offload-grads nvme --steps 1"),
+                     "offload_gradients = nvme needs the optimizer on NVMe");
+  std::string opt_cpu = write_file("grads_nvme.json", R"({"zero_optimization": {"stage": 3,
+      "offload_optimizer": {"device": "cpu"}}, "tierzero": {"offload_gradients": "nvme"}})");
+  expect_clean_error(tierzero_cli("train --config " + opt_cpu),
+                     "offload_gradients = nvme needs the optimizer on NVMe");
 }
 
 // A device budget too small for what must be on the device at once is a clear error naming the
