@@ -7,7 +7,6 @@
 #include <sys/statvfs.h>
 
 #include <algorithm>
-#include <cinttypes>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -22,6 +21,8 @@
 #include "tierzero/core/memory_tracker.hpp"
 #include "tierzero/nn/gpt_config.hpp"
 #include "tierzero/nn/param_layout.hpp"
+#include "tierzero/train/config_bridges.hpp"
+#include "tierzero/train/train_config.hpp"
 
 namespace tierzero::cli {
 
@@ -45,20 +46,12 @@ double baseline_of(const std::vector<nlohmann::json>& lines, const std::string& 
            "run the command in the log by hand");
 }
 
-// The whole-model shape the run trains (train --model's rules), for its FLOPs and bytes.
+// The whole-model shape the run trains (train --model's rule on the default config), for its
+// FLOPs and bytes.
 nn::GPTConfig model_shape(const std::string& model) {
-  int64_t l = 0, h = 0, c = 0;
-  char tail = 0;
-  if (std::sscanf(model.c_str(), "%" SCNd64 ",%" SCNd64 ",%" SCNd64 "%c", &l, &h, &c, &tail) == 3) {
-    nn::GPTConfig g;  // the default config's vocabulary and context (the byte tokenizer's)
-    g.vocab_size = 257;
-    g.padded_vocab_size = 384;
-    g.num_layers = static_cast<size_t>(l);
-    g.num_heads = static_cast<size_t>(h);
-    g.channels = static_cast<size_t>(c);
-    return g;
-  }
-  return nn::GPTConfig::preset(model);
+  train::ModelShape shape = train::TrainConfig::defaults().model;
+  train::apply_model_name(model, shape);
+  return train::gpt_config_from(shape);
 }
 
 struct ChildIo {

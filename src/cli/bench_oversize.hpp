@@ -17,11 +17,11 @@
 namespace tierzero::cli {
 
 struct BenchOversizeOptions {
-  std::string model = "gpt2-xl";        // a preset or layers,heads,channels (train --model)
-  int64_t seq = 128;                    // tokens per sequence
-  int64_t batch = 1;                    // micro-batch
-  int64_t steps = 3;                    // steps of the long run (the short run takes 1 fewer)
-  int64_t host_mem = int64_t{6} << 30;  // pinned host budget (train --host-mem)
+  std::string model = "gpt2-xl";          // a preset or layers,heads,channels (train --model)
+  int64_t seq = 128;                      // tokens per sequence
+  int64_t batch = 1;                      // micro-batch
+  int64_t steps = 3;                      // steps of the long run (the short run takes 1 fewer)
+  int64_t host_mem = int64_t{6} << 30;    // pinned host budget (train --host-mem)
   int64_t device_mem = int64_t{2} << 30;  // device budget (on the CPU backend: its arena)
   std::string grads = "nvme";             // offload_gradients
   int64_t threads = 2;                    // OpenMP threads of the run

@@ -1,6 +1,5 @@
 // `tierzero train` and `tierzero eval`: a config file (DeepSpeed keys + a "tierzero" section) with
 // command-line flags on top.
-#include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -9,8 +8,6 @@
 #include <vector>
 
 #include "commands.hpp"
-#include "tierzero/core/error.hpp"
-#include "tierzero/nn/gpt_config.hpp"
 #include "tierzero/train/train_config.hpp"
 #include "tierzero/train/trainer.hpp"
 
@@ -38,32 +35,9 @@ struct TrainFlags {
   int64_t micro_batches = 0;                // gradient_accumulation_steps; 0: from the config
   int64_t virtual_stages = 0;               // pipeline_virtual_stages; 0: from the config
   std::vector<int64_t> pipeline_stages;
-  std::string model;           // a preset or "layers,heads,channels"; empty: from the config
-  std::string offload_grads;   // cpu or nvme; empty: from the config
+  std::string model;          // a preset or "layers,heads,channels"; empty: from the config
+  std::string offload_grads;  // cpu or nvme; empty: from the config
 };
-
-// --model: a GPT-2 preset (its whole shape: 50257 tokens, 1024 positions) or a custom
-// "layers,heads,channels" (the vocabulary and context stay the config's).
-void apply_model_flag(const std::string& text, train::ModelShape& m) {
-  int64_t layers = 0, heads = 0, channels = 0;
-  char tail = 0;
-  if (std::sscanf(text.c_str(), "%" SCNd64 ",%" SCNd64 ",%" SCNd64 "%c", &layers, &heads,
-                  &channels, &tail) == 3) {
-    TZ_CHECK(layers > 0 && heads > 0 && channels > 0 && channels % heads == 0,
-             "--model " + text + ": layers, heads and channels must be positive and heads must "
-             "divide channels",
-             "e.g. --model 48,25,1600 (GPT-2 XL's shape)");
-    m.n_layer = layers, m.n_head = heads, m.n_embd = channels;
-    return;
-  }
-  const nn::GPTConfig p = nn::GPTConfig::preset(text);  // its error lists the presets
-  m.vocab_size = static_cast<int64_t>(p.vocab_size);
-  m.padded_vocab_size = static_cast<int64_t>(p.padded_vocab_size);
-  m.context_length = static_cast<int64_t>(p.max_seq_len);
-  m.n_layer = static_cast<int64_t>(p.num_layers);
-  m.n_head = static_cast<int64_t>(p.num_heads);
-  m.n_embd = static_cast<int64_t>(p.channels);
-}
 
 void add_common(CLI::App* sub, TrainFlags& f) {
   sub->add_option("--config", f.config, "JSON config (DeepSpeed keys + a \"tierzero\" section)");
@@ -85,9 +59,10 @@ void add_common(CLI::App* sub, TrainFlags& f) {
                   "the compute arena's budget, so an offloaded run behaves as on a GPU of that "
                   "size)")
       ->transform(CLI::AsSizeValue(false));
-  sub->add_option("--host-mem", f.host_mem,
-                  "pinned host memory budget for offloaded state and staging, per node (its ranks share "
-                  "it equally), e.g. 64GiB; default 80% of RAM")
+  sub->add_option(
+         "--host-mem", f.host_mem,
+         "pinned host memory budget for offloaded state and staging, per node (its ranks share "
+         "it equally), e.g. 64GiB; default 80% of RAM")
       ->transform(CLI::AsSizeValue(false));
   sub->add_option("--tp", f.tensor_parallel,
                   "tensor-parallel ranks (Megatron): split heads, MLP and vocabulary; the world "
@@ -156,7 +131,7 @@ train::TrainConfig resolve(const TrainFlags& f) {
   if (f.device_mem > 0)
     c.device_memory_budget_gb = static_cast<double>(f.device_mem) / 1073741824.0;
   if (f.host_mem > 0) c.host_memory_budget_gb = static_cast<double>(f.host_mem) / 1073741824.0;
-  if (!f.model.empty()) apply_model_flag(f.model, c.model);
+  if (!f.model.empty()) train::apply_model_name(f.model, c.model);
   if (!f.offload_grads.empty()) c.offload_gradients = f.offload_grads;
   return c;
 }

@@ -69,8 +69,8 @@ void init_gpt2_range(const ParamLayout& layout, const GPTConfig& config, uint64_
       const auto first = static_cast<int64_t>(a), last = static_cast<int64_t>(b);
 #pragma omp parallel for schedule(static) if (last - first > 65536)
       for (int64_t x = first; x < last; ++x)
-        dst[x] = static_cast<float>(
-            std * counter_normal(key, full + (static_cast<size_t>(x) - local)));
+        dst[x] =
+            static_cast<float>(std * counter_normal(key, full + (static_cast<size_t>(x) - local)));
     });
   }
 }

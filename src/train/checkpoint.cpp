@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -59,6 +60,34 @@ void for_each_tensor_part(const nn::ParamLayout& layout, size_t begin, size_t co
     const size_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + t.numel);
     if (lo < hi) fn(i, lo - t.offset, lo - begin, hi - lo);
   }
+}
+
+// Transfers `bytes` through op(done) (a pread or pwrite of the rest from `done` on), retrying
+// short and interrupted transfers; "" when all moved, else why not.
+template <typename Op>
+std::string transfer_all(size_t bytes, const char* when_no_progress, Op op) {
+  for (size_t done = 0; done < bytes;) {
+    const ssize_t n = op(done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno_string();
+    if (n == 0) return when_no_progress;
+    done += static_cast<size_t>(n);
+  }
+  return "";
+}
+
+std::string pread_all(int fd, void* dst, size_t bytes, size_t offset) {
+  auto* d = static_cast<char*>(dst);
+  return transfer_all(bytes, "the file ended early", [&](size_t done) {
+    return ::pread(fd, d + done, bytes - done, static_cast<off_t>(offset + done));
+  });
+}
+
+std::string pwrite_all(int fd, const void* src, size_t bytes, size_t offset) {
+  const auto* s = static_cast<const char*>(src);
+  return transfer_all(bytes, "no progress", [&](size_t done) {
+    return ::pwrite(fd, s + done, bytes - done, static_cast<off_t>(offset + done));
+  });
 }
 
 struct File {
@@ -157,19 +186,12 @@ ModelFileRanges::~ModelFileRanges() {
 void ModelFileRanges::read(size_t begin, size_t count, float* out) const {
   std::memset(out, 0, count * sizeof(float));
   for_each_tensor_part(layout_, begin, count, [&](size_t i, size_t first, size_t at, size_t n) {
-    auto* dst = reinterpret_cast<char*>(out + at);
-    size_t done = 0;
-    const size_t bytes = n * sizeof(float);
-    while (done < bytes) {
-      const ssize_t r = ::pread(fd_, dst + done, bytes - done,
-                                static_cast<off_t>(file_offset_[i] + first * sizeof(float) + done));
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0)
-        TZ_THROW("cannot read " + layout_.tensors()[i].name() + " from checkpoint '" + path_ +
-                     "': " + (r < 0 ? errno_string() : std::string("the file ended early")),
-                 "the file is incomplete or unreadable; re-copy or re-save it");
-      done += static_cast<size_t>(r);
-    }
+    const std::string failed =
+        pread_all(fd_, out + at, n * sizeof(float), file_offset_[i] + first * sizeof(float));
+    if (!failed.empty())
+      TZ_THROW("cannot read " + layout_.tensors()[i].name() + " from checkpoint '" + path_ +
+                   "': " + failed,
+               "the file is incomplete or unreadable; re-copy or re-save it");
   });
 }
 
@@ -190,19 +212,13 @@ ModelFileWriter::ModelFileWriter(const std::string& path, const nn::GPTConfig& c
   h[5] = static_cast<int32_t>(c.num_heads);
   h[6] = static_cast<int32_t>(c.channels);
   h[7] = static_cast<int32_t>(c.padded_vocab_size);
-  const auto* bytes = reinterpret_cast<const char*>(h);
-  for (size_t done = 0; done < kHeaderBytes;) {
-    const ssize_t w = ::pwrite(fd_, bytes + done, kHeaderBytes - done, static_cast<off_t>(done));
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      const std::string e = errno_string();
-      ::close(fd_);
-      fd_ = -1;
-      std::remove(tmp_.c_str());
-      TZ_THROW("cannot write checkpoint '" + tmp_ + "': " + e,
-               "is the disk full? the previous checkpoint at '" + path + "' is untouched");
-    }
-    done += static_cast<size_t>(w);
+  const std::string failed = pwrite_all(fd_, h, kHeaderBytes, 0);
+  if (!failed.empty()) {
+    ::close(fd_);
+    fd_ = -1;
+    std::remove(tmp_.c_str());
+    TZ_THROW("cannot write checkpoint '" + tmp_ + "': " + failed,
+             "is the disk full? the previous checkpoint at '" + path + "' is untouched");
   }
 }
 
@@ -216,19 +232,12 @@ ModelFileWriter::~ModelFileWriter() {
 void ModelFileWriter::write(size_t begin, size_t count, const float* values) {
   TZ_CHECK(fd_ >= 0, "checkpoint '" + path_ + "' is already committed", "");
   for_each_tensor_part(layout_, begin, count, [&](size_t i, size_t first, size_t at, size_t n) {
-    const auto* src = reinterpret_cast<const char*>(values + at);
-    const size_t bytes = n * sizeof(float);
-    for (size_t done = 0; done < bytes;) {
-      const ssize_t w =
-          ::pwrite(fd_, src + done, bytes - done,
-                   static_cast<off_t>(file_offset_[i] + first * sizeof(float) + done));
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0)
-        TZ_THROW("cannot write " + layout_.tensors()[i].name() + " to checkpoint '" + tmp_ +
-                     "': " + (w < 0 ? errno_string() : std::string("no progress")),
-                 "is the disk full? the previous checkpoint at '" + path_ + "' is untouched");
-      done += static_cast<size_t>(w);
-    }
+    const std::string failed =
+        pwrite_all(fd_, values + at, n * sizeof(float), file_offset_[i] + first * sizeof(float));
+    if (!failed.empty())
+      TZ_THROW("cannot write " + layout_.tensors()[i].name() + " to checkpoint '" + tmp_ +
+                   "': " + failed,
+               "is the disk full? the previous checkpoint at '" + path_ + "' is untouched");
   });
 }
 

@@ -4,6 +4,7 @@
 // otherwise), or, when it only logs or reports, is named in one warning line.
 #include "tierzero/train/train_config.hpp"
 
+#include <cinttypes>
 #include <cstdio>
 #include <fstream>
 #include <limits>
@@ -11,6 +12,7 @@
 
 #include "tierzero/core/config_reader.hpp"
 #include "tierzero/core/error.hpp"
+#include "tierzero/nn/gpt_config.hpp"
 
 namespace tierzero::train {
 
@@ -464,6 +466,28 @@ TrainConfig TrainConfig::load(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return parse(ss.str(), "'" + path + "'");
+}
+
+void apply_model_name(const std::string& text, ModelShape& m) {
+  int64_t layers = 0, heads = 0, channels = 0;
+  char tail = 0;
+  if (std::sscanf(text.c_str(), "%" SCNd64 ",%" SCNd64 ",%" SCNd64 "%c", &layers, &heads, &channels,
+                  &tail) == 3) {
+    TZ_CHECK(layers > 0 && heads > 0 && channels > 0 && channels % heads == 0,
+             "--model " + text +
+                 ": layers, heads and channels must be positive and heads must "
+                 "divide channels",
+             "e.g. --model 48,25,1600 (GPT-2 XL's shape)");
+    m.n_layer = layers, m.n_head = heads, m.n_embd = channels;
+    return;
+  }
+  const nn::GPTConfig p = nn::GPTConfig::preset(text);  // its error lists the presets
+  m.vocab_size = static_cast<int64_t>(p.vocab_size);
+  m.padded_vocab_size = static_cast<int64_t>(p.padded_vocab_size);
+  m.context_length = static_cast<int64_t>(p.max_seq_len);
+  m.n_layer = static_cast<int64_t>(p.num_layers);
+  m.n_head = static_cast<int64_t>(p.num_heads);
+  m.n_embd = static_cast<int64_t>(p.channels);
 }
 
 }  // namespace tierzero::train

@@ -36,7 +36,7 @@ class GradientNorm {
   double global_sum_squares();
 
  private:
-  double local_sum_squares();  // what this rank owns and counts
+  double local_sum_squares();            // what this rank owns and counts
   double nvme_sum_squares(size_t unit);  // a gradient shard on NVMe, streamed chunk by chunk
   void check_tied_shapes();
 

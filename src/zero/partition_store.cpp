@@ -364,7 +364,8 @@ void PartitionStore::save_state(
     const std::function<void(const StateBlock&, const void* data)>& sink) {
   background_->join();  // every update published (and written to NVMe)
   for (const StateBlock& b : state_blocks()) {
-    HostStaging host = host_staging(*storage_, b.bytes(), "checkpoint staging");  // (elems x elem_bytes)
+    HostStaging host =
+        host_staging(*storage_, b.bytes(), "checkpoint staging");  // (elems x elem_bytes)
     storage_->read_slot(b.kind, b.unit, host.data());
     sink(b, host.data());
   }
@@ -378,7 +379,8 @@ void PartitionStore::load_state(const std::function<void(const StateBlock&, void
     TZ_CHECK(fetcher_->references(b.unit) == 0,
              "PartitionStore::load_state: unit " + plan_.units()[b.unit].name + " is acquired",
              "load a checkpoint before training or between steps");
-    HostStaging host = host_staging(*storage_, b.bytes(), "checkpoint staging");  // (elems x elem_bytes)
+    HostStaging host =
+        host_staging(*storage_, b.bytes(), "checkpoint staging");  // (elems x elem_bytes)
     source(b, host.data());
     // The gathered copy is stale, and a read-ahead of these extents must not race the write.
     if (b.kind == StateBuffer::param_shard) fetcher_->drop(b.unit);

@@ -72,11 +72,22 @@ cat "$dir/ref.out"
 if [ "$ranks" -gt 0 ]; then
   echo "store: $* -n $ranks, stage $stage, micro-batch 2"
   timeout -k 5 120 "$@" -n "$ranks" "$tierzero" train --config "$dir/zero.json" \
-    --metrics "$dir/zero.jsonl" $device_args || exit 1
+    --metrics "$dir/zero.jsonl" --memory-json "$dir/zero.mem.json" $device_args || exit 1
 else
   echo "store: one rank without a launcher, stage $stage, micro-batch 2"
   timeout -k 5 120 "$tierzero" train --config "$dir/zero.json" --metrics "$dir/zero.jsonl" \
-    $device_args || exit 1
+    --memory-json "$dir/zero.mem.json" $device_args || exit 1
+fi
+# The gradient variants must really keep their gradient shards on NVMe (a setting that did not
+# reach the store would train alike with them on the host).
+if [ -n "$extra" ]; then
+  python3 - "$dir/zero.mem.json" <<'PY' || exit 1
+import json, sys
+grad = {t: json.load(open(sys.argv[1]))["tiers"][t]["grad"]["current"] for t in ("host", "nvme")}
+print(f"gradient shards: nvme {grad['nvme']} bytes, host {grad['host']} bytes")
+if grad["nvme"] == 0 or grad["host"] != 0:
+    print("FAIL: the gradient shards are not on NVMe"); sys.exit(1)
+PY
 fi
 
 # Pairs the "loss" fields of the two files line by line.

@@ -21,6 +21,11 @@ struct ModelShape {
   int64_t n_embd = 128;
 };
 
+// `train --model`: a GPT-2 preset name (gpt2 ... gpt2-xl: its whole shape, 50257 tokens and 1024
+// positions) or a custom "layers,heads,channels" (the vocabulary and context stay as they are).
+// Throws Error naming the text when it is neither.
+void apply_model_name(const std::string& text, ModelShape& shape);
+
 struct OptimizerConfig {
   std::string type = "AdamW";
   double lr = 3e-3;
