@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tierzero/core/error.hpp"
+#include "tierzero/train/safetensors_gpt2.hpp"
 
 namespace tierzero::train {
 
@@ -166,6 +167,12 @@ void save_checkpoint(const std::string& path, const nn::GPTConfig& c, const nn::
   ModelFileWriter writer(path, c, layout);
   writer.write(0, layout.total_numel(), host_params);
   writer.commit();
+}
+
+std::unique_ptr<ModelRanges> open_model_ranges(const std::string& path,
+                                               const nn::ParamLayout& layout) {
+  if (is_safetensors_path(path)) return open_gpt2_safetensors_ranges(path, layout);
+  return std::make_unique<ModelFileRanges>(path, layout);
 }
 
 ModelFileRanges::ModelFileRanges(const std::string& path, const nn::ParamLayout& layout)

@@ -270,6 +270,28 @@ void load_gpt2_safetensors(const std::string& path, const nn::ParamLayout& layou
   }
 }
 
+namespace {
+// Placeholder until the ranged reader lands: the whole file read once.
+class WholeSafetensors final : public ModelRanges {
+ public:
+  WholeSafetensors(const std::string& path, const nn::ParamLayout& layout)
+      : values_(layout.total_numel()) {
+    load_gpt2_safetensors(path, layout, values_.data());
+  }
+  void read(size_t begin, size_t count, float* out) const override {
+    std::memcpy(out, values_.data() + begin, count * sizeof(float));
+  }
+
+ private:
+  std::vector<float> values_;  // (total_numel) fp32
+};
+}  // namespace
+
+std::unique_ptr<ModelRanges> open_gpt2_safetensors_ranges(const std::string& path,
+                                                          const nn::ParamLayout& layout) {
+  return std::make_unique<WholeSafetensors>(path, layout);
+}
+
 bool is_safetensors_path(const std::string& path) {
   const std::string ext = ".safetensors";
   return path.size() > ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;

@@ -3,6 +3,7 @@
 // per-layer kind stacked over layers. Existing GPT-2 checkpoints in this format train or evaluate.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,9 +24,22 @@ void load_checkpoint(const std::string& path, const nn::ParamLayout& layout,
 void save_checkpoint(const std::string& path, const nn::GPTConfig& config,
                      const nn::ParamLayout& layout, const float* host_params);
 
-// Reads any range of a layout's flat buffer from an llm.c file (its tensors stored elsewhere in
-// the file, in llm.c's order) without reading the rest: a rank loads only what it keeps.
-class ModelFileRanges {
+// Any range of a whole one-rank model's flat buffer (tp 1, every stage) read from a model file
+// without reading the rest: a rank loads only what it keeps.
+class ModelRanges {
+ public:
+  virtual ~ModelRanges() = default;
+  // Elements [begin, begin + count) of the layout's flat buffer (padding zero).
+  virtual void read(size_t begin, size_t count, float* out) const = 0;  // (count)
+};
+
+// Opens `path` by its kind (an llm.c file, or safetensors by its name's extension) for reading
+// `layout` (the one-rank layout of the file's own model) by range. Error names the file.
+std::unique_ptr<ModelRanges> open_model_ranges(const std::string& path,
+                                               const nn::ParamLayout& layout);
+
+// ModelRanges over an llm.c file (its tensors stored elsewhere in the file, in llm.c's order).
+class ModelFileRanges final : public ModelRanges {
  public:
   // Validates the file as read_checkpoint_config does and checks it matches `layout` (a whole
   // one-rank model: tp 1, every stage).
@@ -33,8 +47,7 @@ class ModelFileRanges {
   ~ModelFileRanges();
   ModelFileRanges(const ModelFileRanges&) = delete;
   ModelFileRanges& operator=(const ModelFileRanges&) = delete;
-  // Elements [begin, begin + count) of the layout's flat buffer (padding zero).
-  void read(size_t begin, size_t count, float* out) const;  // (count)
+  void read(size_t begin, size_t count, float* out) const override;  // (count)
 
  private:
   std::string path_;

@@ -9,11 +9,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "tierzero/nn/gpt_config.hpp"
 #include "tierzero/nn/param_layout.hpp"
+#include "tierzero/train/checkpoint.hpp"
 
 namespace tierzero::train {
 
@@ -43,6 +45,10 @@ nn::GPTConfig read_gpt2_safetensors_config(const std::string& path);
 // Loads its weights into a host buffer laid out by `layout` (built from that config, tp 1).
 void load_gpt2_safetensors(const std::string& path, const nn::ParamLayout& layout,
                            float* host_params);  // (layout.total_numel())
+// Reads any range of `layout` (the file's model, tp 1, every stage) from the file without reading
+// the rest (see ModelRanges in checkpoint.hpp).
+std::unique_ptr<ModelRanges> open_gpt2_safetensors_ranges(const std::string& path,
+                                                          const nn::ParamLayout& layout);
 // Whether `path` looks like a safetensors file (by its name's extension).
 bool is_safetensors_path(const std::string& path);
 
