@@ -1,6 +1,8 @@
 // Whole-model parameters to and from tensor-parallel ranks' flat buffers, tensor by tensor.
 #include "tierzero/nn/tensor_parallel_params.hpp"
 
+#include <algorithm>
+
 #include "tierzero/core/error.hpp"
 
 namespace tierzero::nn {
@@ -35,6 +37,21 @@ void assemble_full_params(const ParamLayout& local_layout, const float* all_rank
       l.place_local_piece(TensorParallel{tp, r}, all_ranks + r * stride + l.offset,
                           full + whole_of(full_layout, l).offset);
     }
+}
+
+void for_each_whole_run(const ParamLayout& local_layout, const ParamLayout& full_layout,
+                        size_t begin, size_t count,
+                        const std::function<void(const ParamTensor&, size_t, size_t, size_t)>& fn) {
+  const size_t end = begin + count;
+  for (const ParamTensor& l : local_layout.tensors()) {
+    if (l.offset >= end || l.offset + l.numel <= begin) continue;
+    const size_t whole = whole_of(full_layout, l).offset;
+    l.for_each_local_run(local_layout.tp(), [&](size_t f, size_t lo, size_t n) {
+      const size_t from = std::max(begin, l.offset + lo);
+      const size_t to = std::min(end, l.offset + lo + n);
+      if (from < to) fn(l, whole + f + (from - l.offset - lo), from - begin, to - from);
+    });
+  }
 }
 
 }  // namespace tierzero::nn

@@ -149,16 +149,8 @@ std::vector<nn::PipelineStage> check_parallel(const TrainConfig& c, const nn::GP
   return stages;
 }
 
-// The weights of an llm.c checkpoint or a safetensors file (by its name) into a host buffer.
 // The initial fp32 values of elements [begin, begin + count) of a layout's flat buffer.
 using InitialValues = std::function<void(size_t begin, size_t count, float* out)>;
-
-void load_model_file(const std::string& path, const nn::ParamLayout& layout, float* host) {
-  if (is_safetensors_path(path))
-    load_gpt2_safetensors(path, layout, host);
-  else
-    load_checkpoint(path, layout, host);
-}
 
 // A checkpoint block's element type: fp32 for 4-byte states, else the working type.
 std::string block_dtype(const TrainConfig& c, size_t elem_bytes) {
@@ -404,32 +396,29 @@ void Trainer::build() {
   // elements alone, straight into their tier, and no rank builds the whole model. Every rank gets
   // the same values for the same elements, at any world size, so no broadcast is needed.
   const nn::ParamLayout& layout = s.layout();
-  InitialValues initial;                  // (begin, count, out) over the layout's flat buffer
-  std::vector<float> host;                // (total_numel) fp32: only a file read whole
-  std::unique_ptr<ModelFileRanges> file;  // an llm.c file read by range
+  InitialValues initial;  // (begin, count, out) over the layout's flat buffer
+  // A model file is read by range: this rank's layout is a piece of the file's one-rank layout
+  // (its tp pieces, its pipeline stage's tensors), mapped run by run.
+  std::unique_ptr<nn::ParamLayout> file_layout;  // the file's model, tp 1, every stage
+  std::unique_ptr<ModelRanges> file;
   if (config_.load_checkpoint.empty()) {
     initial = [&layout, &s, seed = config_.seed](size_t begin, size_t count, float* out) {
       nn::init_gpt2_range(layout, s.model_config, seed, begin, count, out);
     };
-  } else if (layout.tp().size == 1 && stage.stages == 1 &&
-             !is_safetensors_path(config_.load_checkpoint)) {
-    file = std::make_unique<ModelFileRanges>(config_.load_checkpoint, layout);
-    initial = [&file](size_t begin, size_t count, float* out) { file->read(begin, count, out); };
   } else {
-    // A safetensors file, or a tensor- or pipeline-parallel layout: read whole, then this rank's
-    // pieces kept (see docs/oversize.md).
-    host.resize(layout.total_numel());
+    file_layout = std::make_unique<nn::ParamLayout>(s.model_config);
+    file = open_model_ranges(config_.load_checkpoint, *file_layout);
     if (layout.tp().size == 1 && stage.stages == 1) {
-      load_model_file(config_.load_checkpoint, layout, host.data());
+      initial = [&file](size_t begin, size_t count, float* out) { file->read(begin, count, out); };
     } else {
-      const nn::ParamLayout full_layout(s.model_config);
-      std::vector<float> full(full_layout.total_numel());  // (whole model) fp32
-      load_model_file(config_.load_checkpoint, full_layout, full.data());
-      nn::scatter_full_params(full_layout, full.data(), layout, host.data());
+      initial = [&file, &file_layout, &layout](size_t begin, size_t count, float* out) {
+        std::fill_n(out, count, 0.0f);
+        nn::for_each_whole_run(layout, *file_layout, begin, count,
+                               [&](const nn::ParamTensor&, size_t full, size_t at, size_t n) {
+                                 file->read(full, n, out + at);
+                               });
+      };
     }
-    initial = [&host](size_t begin, size_t count, float* out) {
-      std::memcpy(out, host.data() + begin, count * sizeof(float));
-    };
   }
   for (nn::GPT* m : s.chunk_models())
     m->set_activation_checkpointing(config_.activation_checkpointing);
@@ -753,76 +742,129 @@ void print_rank_memory_summary(std::FILE* out, int rank, const MemoryTracker& tr
 
 }  // namespace
 
-// Rank 0 writes the whole model from the pieces of data-parallel replica 0: every stage's tensors
-// from each of its tensor-parallel ranks, sent to rank 0 (host buffers, MPI) in chunks a count of
-// MPI's int holds. The first stage's embeddings win over the last stage's tied copy (they are
-// equal: their gradients are summed every step). The other replicas hold the same.
-void Trainer::save_parallel_checkpoint(const std::vector<float>& host) {
+void Trainer::for_each_param_piece(const std::function<void(size_t, size_t, const float*)>& fn) {
   State& s = *state_;
-  comm::Communicator& world = s.session->world();
-  constexpr size_t kChunk = size_t{1} << 28;  // elements per message
-  const int tag = 7;
-  if (s.rank != 0) {
-    for (size_t at = 0; at < host.size(); at += kChunk)
-      world.send(host.data() + at, std::min(kChunk, host.size() - at), DType::f32, 0, tag);
-    return;
-  }
-  const comm::MeshLayout& mesh = s.mesh->layout();
-  const auto tp = static_cast<size_t>(mesh.shape().tp);
-  const nn::ParamLayout full_layout(s.model_config);
-  std::vector<float> full(full_layout.total_numel(), 0.0f);  // (whole model) fp32
-  const auto pp = static_cast<size_t>(mesh.shape().pp);
-  for (size_t st = pp; st-- > 0;) {
-    const nn::ParamLayout stage_layout = nn::chunks_param_layout(
-        s.model_config, nn::rank_chunks(s.stages, pp, st), nn::TensorParallel{tp, 0});
-    const size_t n = stage_layout.total_numel();
-    std::vector<float> all(n * tp);  // (tp, n) the stage's tp ranks' buffers
-    for (size_t t = 0; t < tp; ++t) {
-      comm::MeshCoord c{};
-      c[static_cast<size_t>(comm::MeshDim::tp)] = static_cast<int>(t);
-      c[static_cast<size_t>(comm::MeshDim::pp)] = static_cast<int>(st);
-      const int from = mesh.rank_of(c);
-      if (from == 0) {
-        std::copy(host.begin(), host.end(), all.begin());
-        continue;
-      }
-      for (size_t at = 0; at < n; at += kChunk)
-        world.recv(all.data() + t * n + at, std::min(kChunk, n - at), DType::f32, from, tag);
-    }
-    nn::assemble_full_params(stage_layout, all.data(), full_layout, full.data());
-  }
-  save_checkpoint(config_.save_checkpoint, s.model_config, full_layout, full.data());
-}
-
-// A one-rank layout's model, unit by unit: every rank reads each unit (a gather at stage 3, so
-// all take part) and rank 0 writes it into the file at its tensors' places, so host memory holds
-// one unit (or one chunk of a local model) at a time.
-void Trainer::save_model_streamed() {
-  State& s = *state_;
-  const nn::ParamLayout& layout = s.layout();
-  std::unique_ptr<ModelFileWriter> writer;
-  if (s.rank == 0)
-    writer = std::make_unique<ModelFileWriter>(config_.save_checkpoint, s.model_config, layout);
   std::vector<float> part;  // (unit numel or chunk) fp32
   if (s.store) {
     const std::vector<size_t>& starts = s.store_params->grouping().start;
     for (size_t g = 0; g < starts.size(); ++g) {
       part.resize(s.store->plan().units()[g].numel);
       s.store->read_unit(g, part.data());
-      if (writer) writer->write(starts[g], part.size(), part.data());
+      fn(starts[g], part.size(), part.data());
     }
-  } else {
-    const size_t total = layout.total_numel();
-    part.resize(std::min<size_t>(total, size_t{1} << 22));
-    for (size_t at = 0; at < total; at += part.size()) {
-      const size_t n = std::min(part.size(), total - at);
-      s.device->copy(part.data(), s.params->params() + at, n * sizeof(float),
-                     CopyKind::device_to_host, s.device->default_stream());
-      s.device->default_stream().synchronize();
-      if (writer) writer->write(at, n, part.data());
-    }
+    return;
   }
-  if (writer) writer->commit();
+  const size_t total = s.layout().total_numel();
+  part.resize(std::min<size_t>(total, size_t{1} << 22));
+  for (size_t at = 0; at < total; at += part.size()) {
+    const size_t n = std::min(part.size(), total - at);
+    s.device->copy(part.data(), s.params->params() + at, n * sizeof(float),
+                   CopyKind::device_to_host, s.device->default_stream());
+    s.device->default_stream().synchronize();
+    fn(at, n, part.data());
+  }
+}
+
+void Trainer::save_model_streamed() {
+  State& s = *state_;
+  const nn::ParamLayout& layout = s.layout();
+  const bool split = layout.tp().size > 1 || config_.pipeline_parallel > 1;
+  if (!split) {
+    std::unique_ptr<ModelFileWriter> writer;
+    if (s.rank == 0)
+      writer = std::make_unique<ModelFileWriter>(config_.save_checkpoint, s.model_config, layout);
+    for_each_param_piece([&](size_t begin, size_t count, const float* values) {
+      if (writer) writer->write(begin, count, values);
+    });
+    if (writer) writer->commit();
+    return;
+  }
+  // Data-parallel replica 0 (sequence-parallel rank 0) holds every piece once; the other
+  // replicas only take part in reads.
+  constexpr size_t kChunk = size_t{1} << 22;  // elements per message (16 MiB)
+  const int tag = 7;
+  comm::Communicator& world = s.session->world();
+  const comm::MeshLayout& mesh = s.mesh->layout();
+  const comm::MeshCoord me = mesh.coords(s.rank);
+  if (me[static_cast<size_t>(comm::MeshDim::dp)] != 0 ||
+      me[static_cast<size_t>(comm::MeshDim::sp)] != 0) {
+    for_each_param_piece([](size_t, size_t, const float*) {});
+    return;
+  }
+  if (s.rank != 0) {
+    std::vector<float> chunk;  // (up to kChunk) fp32, the next message
+    chunk.reserve(kChunk);
+    const auto send = [&] {
+      world.send(chunk.data(), chunk.size(), DType::f32, 0, tag);
+      chunk.clear();
+    };
+    for_each_param_piece([&](size_t, size_t count, const float* values) {
+      for (size_t i = 0; i < count;) {
+        const size_t take = std::min(kChunk - chunk.size(), count - i);
+        chunk.insert(chunk.end(), values + i, values + i + take);
+        i += take;
+        if (chunk.size() == kChunk) send();
+      }
+    });
+    if (!chunk.empty()) send();
+    return;
+  }
+  // Rank 0: the file's layout is the one-rank model's; every rank's layout maps onto it run by
+  // run. Replicated tensors come from tp rank 0, the tied embeddings from the first stage.
+  const nn::ParamLayout full_layout(s.model_config);
+  ModelFileWriter writer(config_.save_checkpoint, s.model_config, full_layout);
+  struct Source {
+    int from;
+    size_t tp_rank, stage;
+    nn::ParamLayout layout;
+    size_t done = 0;  // elements received
+  };
+  const auto write = [&](const nn::ParamLayout& from_layout, size_t tp_rank, size_t stage,
+                         size_t begin, size_t count, const float* values) {
+    nn::for_each_whole_run(from_layout, full_layout, begin, count,
+                           [&](const nn::ParamTensor& t, size_t full, size_t at, size_t n) {
+                             if (t.replicated() && tp_rank > 0) return;
+                             if (t.kind == nn::ParamKind::wte && stage > 0) return;
+                             writer.write(full, n, values + at);
+                           });
+  };
+  const auto tp = static_cast<size_t>(mesh.shape().tp);
+  const auto pp = static_cast<size_t>(mesh.shape().pp);
+  std::vector<Source> sources;
+  for (size_t st = 0; st < pp; ++st)
+    for (size_t t = 0; t < tp; ++t) {
+      comm::MeshCoord c{};
+      c[static_cast<size_t>(comm::MeshDim::tp)] = static_cast<int>(t);
+      c[static_cast<size_t>(comm::MeshDim::pp)] = static_cast<int>(st);
+      const int from = mesh.rank_of(c);
+      if (from != 0)
+        sources.push_back(
+            {from, t, st,
+             nn::chunks_param_layout(s.model_config, nn::rank_chunks(s.stages, pp, st),
+                                     nn::TensorParallel{tp, t})});
+    }
+  std::vector<float> chunk(kChunk);  // (kChunk) fp32, a received message
+  const auto receive_until = [&](Source& src, size_t target) {
+    const size_t total = src.layout.total_numel();
+    while (src.done < std::min(target, total)) {
+      const size_t n = std::min(kChunk, total - src.done);
+      world.recv(chunk.data(), n, DType::f32, src.from, tag);
+      write(src.layout, src.tp_rank, src.stage, src.done, n, chunk.data());
+      src.done += n;
+    }
+  };
+  // Rank 0's own pieces, and after each the others' chunks in the same proportion: every source
+  // (and the data-parallel peers its reads wait on) moves at rank 0's pace.
+  const size_t own_total = layout.total_numel();
+  for_each_param_piece([&](size_t begin, size_t count, const float* values) {
+    write(layout, 0, 0, begin, count, values);
+    const double share = static_cast<double>(begin + count) / static_cast<double>(own_total);
+    for (Source& src : sources)
+      receive_until(src,
+                    static_cast<size_t>(share * static_cast<double>(src.layout.total_numel())));
+  });
+  for (Source& src : sources) receive_until(src, src.layout.total_numel());
+  writer.commit();
 }
 
 nlohmann::ordered_json Trainer::checkpoint_identity() const {
@@ -1333,22 +1375,7 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
     if (out) std::fputs(line, out);
   }
   if (!config_.save_checkpoint.empty()) {
-    const nn::ParamLayout& layout = s.layout();
-    if (layout.tp().size == 1 && config_.pipeline_parallel == 1) {
-      save_model_streamed();
-    } else {
-      std::vector<float> host(layout.total_numel());  // (total_numel) fp32, this rank's pieces
-      if (s.store) {
-        // Every rank reads (a gather at stage 3, so all must take part).
-        const std::vector<size_t>& starts = s.store_params->grouping().start;
-        for (size_t g = 0; g < starts.size(); ++g) s.store->read_unit(g, host.data() + starts[g]);
-      } else {
-        s.device->copy(host.data(), s.params->params(), host.size() * sizeof(float),
-                       CopyKind::device_to_host, s.device->default_stream());
-        s.device->default_stream().synchronize();
-      }
-      if (s.dp_rank == 0) save_parallel_checkpoint(host);
-    }
+    save_model_streamed();
     if (out) std::fprintf(out, "saved checkpoint '%s'\n", config_.save_checkpoint.c_str());
   }
   if (!memory_json_path.empty()) {

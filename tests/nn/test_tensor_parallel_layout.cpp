@@ -4,8 +4,10 @@
 // split. A GPT itself refuses tp > 1 until the tensor-parallel collectives exist.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -327,4 +329,44 @@ TEST(TensorParallelLayout, WholeParamsScatterToRanksAndAssembleBack) {
       for (size_t i = 0; i < t.numel; ++i)
         ASSERT_EQ(back[t.offset + i], full[t.offset + i]) << t.name() << " tp " << tp;
   }
+}
+
+// for_each_whole_run over any range of a rank's buffer (a tp piece of a pipeline stage) gives the
+// same values as scatter_full_params: what range loads and streamed saves of model files rely on.
+TEST(TensorParallelLayout, WholeRunsOfAnyRangeMatchTheScatter) {
+  const nn::GPTConfig c = tiny_config(61, 64, 16, 4, 4, 32);
+  const nn::ParamLayout full_layout(c);
+  std::vector<float> full(full_layout.total_numel(), 0.0f);  // (whole model) fp32
+  nn::init_gpt2_params(full_layout, c, 9, full.data());
+  std::mt19937_64 rng(3);
+  size_t ranges = 0, mismatches = 0;
+  for (size_t pp : {1u, 2u})
+    for (size_t tp : {1u, 2u, 4u}) {
+      const std::vector<nn::PipelineStage> stages = nn::partition_pipeline(c, pp);
+      for (size_t st = 0; st < pp; ++st)
+        for (size_t r = 0; r < tp; ++r) {
+          const nn::ParamLayout local = nn::chunks_param_layout(c, nn::rank_chunks(stages, pp, st),
+                                                                nn::TensorParallel{tp, r});
+          const size_t n = local.total_numel();
+          std::vector<float> want(n, 0.0f);  // (n) the scatter's pieces
+          nn::scatter_full_params(full_layout, full.data(), local, want.data());
+          for (size_t k = 0; k < 200; ++k) {
+            const size_t begin = k == 0 ? 0 : rng() % n;
+            const size_t count = k == 0 ? n : 1 + rng() % std::min<size_t>(n - begin, 3000);
+            std::vector<float> got(count, 0.0f);  // (count) the runs' values
+            nn::for_each_whole_run(local, full_layout, begin, count,
+                                   [&](const nn::ParamTensor&, size_t f, size_t at, size_t m) {
+                                     ASSERT_LE(at + m, count);
+                                     std::copy_n(full.begin() + static_cast<std::ptrdiff_t>(f), m,
+                                                 got.begin() + static_cast<std::ptrdiff_t>(at));
+                                   });
+            ++ranges;
+            if (!std::equal(got.begin(), got.end(),
+                            want.begin() + static_cast<std::ptrdiff_t>(begin)))
+              ++mismatches;
+          }
+        }
+    }
+  std::printf("whole runs: %zu ranges checked, %zu differ from the scatter\n", ranges, mismatches);
+  EXPECT_EQ(mismatches, 0u);
 }

@@ -6,6 +6,9 @@
 // the model): assembling then fills only that stage's tensors of `full`.
 #pragma once
 
+#include <cstddef>
+#include <functional>
+
 #include "tierzero/nn/param_layout.hpp"
 
 namespace tierzero::nn {
@@ -21,5 +24,16 @@ void scatter_full_params(const ParamLayout& full_layout, const float* full,
 // taken from rank 0.
 void assemble_full_params(const ParamLayout& local_layout, const float* all_ranks,
                           const ParamLayout& full_layout, float* full);
+
+// Where the elements [begin, begin + count) of a rank's flat buffer (local_layout: its tp piece,
+// its pipeline stage's tensors) live in the whole model (full_layout, tp 1): fn(tensor,
+// full_offset, at, n) for each contiguous run, `tensor` the local tensor it belongs to,
+// `full_offset` an element of full_layout's flat buffer and `at` the run's start relative to
+// `begin`. Padding between tensors has no run. Lets a rank read or write its pieces of a model
+// file by range, without either side holding the whole model.
+void for_each_whole_run(const ParamLayout& local_layout, const ParamLayout& full_layout,
+                        size_t begin, size_t count,
+                        const std::function<void(const ParamTensor& tensor, size_t full_offset,
+                                                 size_t at, size_t n)>& fn);
 
 }  // namespace tierzero::nn

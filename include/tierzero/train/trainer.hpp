@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -70,10 +71,14 @@ class Trainer {
 
  private:
   void build();  // everything after the MPI session: data, model, parameters, optimizer
-  // Under tensor or pipeline parallelism: data-parallel replica 0's pieces assembled on rank 0,
-  // which writes the whole model (collective over that replica; host: this rank's layout).
-  void save_parallel_checkpoint(const std::vector<float>& host);
-  // Otherwise: the model written unit by unit by rank 0 (collective: every rank reads).
+  // fn(begin, count, values) for consecutive pieces of this rank's flat parameter buffer, every
+  // element once, in order: a store unit at a time (a gather at stage 3, so every rank of the
+  // store's group must call it) or a chunk of a local model. Host memory: one piece.
+  void for_each_param_piece(const std::function<void(size_t, size_t, const float*)>& fn);
+  // The model written by rank 0 piece by piece at its tensors' places in the file (collective:
+  // every rank reads). Under tensor or pipeline parallelism data-parallel replica 0's other ranks
+  // send their pieces in chunks, which rank 0 takes in step with its own, so no rank holds more
+  // than a piece and a chunk, and no group waits on another for long.
   void save_model_streamed();
   TrainResult run_loop(std::FILE* out, const std::string& metrics_path,
                        const std::string& memory_json_path);
