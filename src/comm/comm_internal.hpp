@@ -25,20 +25,24 @@ std::string describe_op(const char* op, size_t count, DType dtype, const std::st
 // Throws the Error for an operation issued after another one in this process failed.
 [[noreturn]] void throw_after_failure(const std::string& what);
 
-// A grow-only host buffer, reported to the MemoryTracker as tier host, category comm. Used by
-// one thread at a time (an engine thread), so it needs no lock.
+// A grow-only host buffer from the process's staging source (host_staging.hpp): the heap,
+// reported to the MemoryTracker as tier host, category comm, or the allocator set, which
+// accounts for it. Used by one thread at a time (an engine thread); the source's lock guards it
+// against set_host_staging_allocator.
 class HostScratch {
  public:
-  explicit HostScratch(const char* label) : label_(label) {}
+  explicit HostScratch(const char* label);
   ~HostScratch();
   HostScratch(const HostScratch&) = delete;
   HostScratch& operator=(const HostScratch&) = delete;
   void* get(size_t bytes);  // at least `bytes`, 64-byte aligned; contents undefined
+  void release_locked();    // frees the buffer (the caller holds the source's lock)
 
  private:
   const char* label_;
   void* data_ = nullptr;  // (bytes_) raw bytes
   size_t bytes_ = 0;
+  bool from_allocator_ = false;  // else the heap
 };
 
 // Whether `ptr` is CUDA device memory that the host cannot read (false in builds without CUDA

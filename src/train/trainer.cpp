@@ -45,6 +45,7 @@
 #include "tierzero/train/progress.hpp"
 #include "tierzero/train/run_identity.hpp"
 #include "tierzero/train/safetensors_gpt2.hpp"
+#include "tierzero/zero/comm_staging_pool.hpp"
 #include "tierzero/train/step_metrics.hpp"
 #include "tierzero/train/store_provider.hpp"
 #include "tierzero/train/synthetic_corpus.hpp"
@@ -236,6 +237,8 @@ struct Trainer::State {
   std::unique_ptr<nn::LocalParams> params;
   std::unique_ptr<AdamWOptimizer> optimizer;
   std::unique_ptr<zero::PartitionStore> store;  // the ZeRO path: params, grads, AdamW states
+  // The comm layer's staging from the store's pool; after the store, so it goes first.
+  std::unique_ptr<zero::CommStagingPool> comm_staging;
   std::unique_ptr<StoreParamProvider> store_params;
   std::unique_ptr<DataLoader> train_loader;
   std::unique_ptr<DataLoader> val_loader;
@@ -454,6 +457,10 @@ void Trainer::build() {
     s.store = std::make_unique<zero::PartitionStore>(grouping.specs, store_config,
                                                      adamw_config_from(config_.optimizer),
                                                      *partition, *s.allocator, groups);
+    // With a pinned pool (state off the device), the comm layer's staging comes from it too, so
+    // the host budget covers it.
+    if (offload::HostPool* pool = s.store->host_pool())
+      s.comm_staging = std::make_unique<zero::CommStagingPool>(*pool);
     for (size_t g = 0; g < grouping.specs.size(); ++g)
       s.store->load_unit_from(g, [&, start = grouping.start[g]](size_t b, size_t n, float* out) {
         initial(start + b, n, out);

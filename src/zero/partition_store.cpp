@@ -390,4 +390,6 @@ void PartitionStore::load_state(const std::function<void(const StateBlock&, void
   t_ = steps_taken;
 }
 
+offload::HostPool* PartitionStore::host_pool() { return storage_->host_pool(); }
+
 }  // namespace tierzero::zero

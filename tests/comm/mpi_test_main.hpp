@@ -67,19 +67,28 @@ inline float round_to(float v, DType dtype) {
 struct ErrorStats {
   double max_abs = 0.0;
   double max_rel = 0.0;
+  double first_rel = 0.0;  // of the first value: before any training step amplifies a difference
+  size_t worst_at = 0;     // the value (in compare order) with the largest relative error
   size_t compared = 0;
   size_t bad = 0;
   void compare(float got, float want, double atol, double rtol) {
     const double w = static_cast<double>(want);
     const double abs_err = std::fabs(static_cast<double>(got) - w);
+    const double rel = w != 0.0 ? abs_err / std::fabs(w) : 0.0;
+    if (compared == 0) first_rel = rel;
     if (!(abs_err <= max_abs)) max_abs = abs_err;  // also records a NaN
-    if (w != 0.0 && abs_err / std::fabs(w) > max_rel) max_rel = abs_err / std::fabs(w);
+    if (rel > max_rel) {
+      max_rel = rel;
+      worst_at = compared;
+    }
     if (!(abs_err <= atol + rtol * std::fabs(w))) ++bad;  // NaN counts as bad
     ++compared;
   }
   void print(const std::string& what, int rank) const {
-    std::printf("[rank %d] %s: %zu values, max abs err %.3g, max rel err %.3g\n", rank,
-                what.c_str(), compared, max_abs, max_rel);
+    std::printf(
+        "[rank %d] %s: %zu values, max abs err %.3g, max rel err %.3g (value %zu), first value's "
+        "rel err %.3g\n",
+        rank, what.c_str(), compared, max_abs, max_rel, worst_at, first_rel);
   }
 };
 

@@ -43,6 +43,10 @@
 #include "tierzero/zero/placement.hpp"
 #include "tierzero/zero/store_config.hpp"
 
+namespace tierzero::offload {
+class HostPool;
+}
+
 namespace tierzero::zero {
 
 class ShardStorage;
@@ -158,6 +162,8 @@ class PartitionStore {
   const FetchCounters& fetch_counters() const { return counters_; }
   // Elements of gathered units alive now (stage 3; persistent units not counted).
   size_t live_elems() const;
+  // The pinned pool under the host budget (null when no state lives off the device).
+  offload::HostPool* host_pool();
 
  private:
   void check_unit(const char* op, size_t unit) const;
