@@ -135,8 +135,8 @@ TEST(SafetensorsRanges, EveryRangeEqualsTheWholeFileLoadBitwise) {
       elements += r.count;
       if (std::memcmp(got.data(), whole.data() + r.begin, r.count * sizeof(float)) != 0) {
         ++mismatched;
-        ADD_FAILURE() << "block " << block << ": range [" << r.begin << ", " << r.begin + r.count
-                      << ") differs from load_gpt2_safetensors";
+        ADD_FAILURE() << "block " << block << ", skip " << b.skip << ": range [" << r.begin << ", "
+                      << r.begin + r.count << ") differs from load_gpt2_safetensors";
       }
     }
     // One element at a time, all of them.
