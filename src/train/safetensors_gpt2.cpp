@@ -371,20 +371,21 @@ void Gpt2SafetensorsRanges::read(size_t begin, size_t count, float* out) const {
                "' is outside the model's " + std::to_string(layout_.total_numel()) + " elements",
            "");
   std::memset(out, 0, count * sizeof(float));  // padding, and wte's padded rows
-  detail::for_each_tensor_part(layout_, begin, count,
-                               [&](size_t i, size_t first, size_t at, size_t n) {
-                                 const Gpt2Tensor& t = tensor_[i];
-                                 if (t.transpose) {
-                                   read_transposed(i, first, n, out + at);
-                                   return;
-                                 }
-                                 // Same order as ours; only the first kept_rows rows are in the
-                                 // file.
-                                 const size_t kept = t.kept_rows * t.cols;
-                                 if (first < kept)
-                                   pread_tensor(i, first * sizeof(float), out + at,
-                                                std::min(n, kept - first) * sizeof(float));
-                               });
+  detail::for_each_tensor_part(
+      layout_, begin, count,
+      [&](size_t i, size_t first, size_t at, size_t n) { read_part(i, first, n, out + at); });
+}
+
+void Gpt2SafetensorsRanges::read_part(size_t i, size_t first, size_t n, float* out) const {
+  const Gpt2Tensor& t = tensor_[i];
+  if (t.transpose) {
+    read_transposed(i, first, n, out);
+    return;
+  }
+  // Ours and the file's in the same order; only the first kept_rows rows are in the file.
+  const size_t kept = t.kept_rows * t.cols;
+  if (first < kept)
+    pread_tensor(i, first * sizeof(float), out, std::min(n, kept - first) * sizeof(float));
 }
 
 // Ours (R, C) is the file's (C, R): our element (r, c) is the file's (c, r). Elements [first,

@@ -62,7 +62,7 @@ class Gpt2SafetensorsRanges final : public ModelRanges {
   static constexpr size_t kDefaultSkipFloats = 1024;  // 4 KiB cost about what a pread does
   // Validates the header as load_gpt2_safetensors does (every tensor present, F32, HF's shape,
   // its data inside the file) and checks the file's model is `layout`'s (a whole one-rank model).
-  // Throws Error naming the file (and the tensor).
+  // Throws Error naming the file (and the tensor). `layout` must outlive the reader.
   Gpt2SafetensorsRanges(const std::string& path, const nn::ParamLayout& layout,
                         size_t block_floats = kDefaultBlockFloats,
                         size_t skip_floats = kDefaultSkipFloats);
@@ -76,6 +76,9 @@ class Gpt2SafetensorsRanges final : public ModelRanges {
  private:
   // `bytes` of tensor t (layout index) from `offset` bytes into its data; Error on failure.
   void pread_tensor(size_t t, size_t offset, void* dst, size_t bytes) const;
+  // Elements [first, first + n) of tensor t (layout index), read from the file (wte's padded rows
+  // left as they are: zero).
+  void read_part(size_t t, size_t first, size_t n, float* out) const;  // (n)
   // Elements [first, first + n) of a transposed tensor (ours (rows, cols), the file's (cols,
   // rows)).
   void read_transposed(size_t t, size_t first, size_t n, float* out) const;  // (n)
