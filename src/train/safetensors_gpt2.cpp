@@ -1,8 +1,11 @@
-// GPT-2 safetensors: the HF name table, a streamed writer and a checked reader.
+// GPT-2 safetensors: the HF name table, a streamed writer, a checked whole-file reader and a
+// ranged reader that preads only what a range needs.
 #include "tierzero/train/safetensors_gpt2.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -10,6 +13,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "model_file_io.hpp"
 #include "tierzero/core/error.hpp"
 
 namespace tierzero::train {
@@ -94,6 +98,7 @@ void from_hf(const Gpt2Tensor& t, const float* hf, float* ours) {
 struct Header {
   nlohmann::json json;
   uint64_t data_start = 0;  // bytes from the file's start
+  uint64_t file_size = 0;   // bytes
 };
 
 Header read_header(const std::string& path, std::ifstream& in) {
@@ -105,7 +110,7 @@ Header read_header(const std::string& path, std::ifstream& in) {
   for (int i = 7; i >= 0; --i) n = (n << 8) | len_bytes[i];  // little-endian
   std::error_code ec;
   const uintmax_t size = std::filesystem::file_size(path, ec);
-  TZ_CHECK(in.good() && !ec && n > 0 && 8 + n <= size,
+  TZ_CHECK(in.good() && !ec && n > 0 && size >= 8 && n <= size - 8,
            "'" + path + "' is not a safetensors file (header length " + std::to_string(n) +
                " in a file of " + std::to_string(size) + " bytes)",
            "give --load an llm.c checkpoint or a safetensors file");
@@ -118,25 +123,82 @@ Header read_header(const std::string& path, std::ifstream& in) {
     TZ_THROW("the header of safetensors file '" + path + "' is not JSON: " + e.what(),
              "the file is damaged");
   }
+  TZ_CHECK(h.json.is_object(), "the header of safetensors file '" + path + "' is not a JSON object",
+           "the file is damaged");
   h.data_start = 8 + n;
+  h.file_size = size;
   return h;
 }
 
-// The header's entry of tensor `name`: F32 and HF's shape, or an Error naming both.
+// The header's entry of tensor `name`: F32, HF's shape and its data inside the file, or an Error
+// naming both. Returns its data's [begin, end) in bytes from data_start.
 std::pair<uint64_t, uint64_t> entry(const std::string& path, const Header& h, const Gpt2Tensor& t) {
   TZ_CHECK(h.json.contains(t.name),
            "safetensors file '" + path + "' has no tensor '" + t.name + "'",
            "give a GPT-2 checkpoint with Hugging Face's names (as tierzero export writes)");
   const nlohmann::json& e = h.json.at(t.name);
-  const std::vector<size_t> shape = e.at("shape").get<std::vector<size_t>>();
-  TZ_CHECK(e.at("dtype") == "F32" && shape == t.shape,
-           "tensor '" + t.name + "' of '" + path + "' is " + e.at("dtype").dump() + " " +
+  std::vector<size_t> shape;
+  std::vector<uint64_t> offsets;
+  std::string dtype;
+  try {
+    shape = e.at("shape").get<std::vector<size_t>>();
+    offsets = e.at("data_offsets").get<std::vector<uint64_t>>();
+    dtype = e.at("dtype").get<std::string>();
+  } catch (const nlohmann::json::exception& x) {
+    TZ_THROW("the header entry of tensor '" + t.name + "' of '" + path +
+                 "' is not understood: " + x.what(),
+             "the file is damaged");
+  }
+  TZ_CHECK(dtype == "F32" && shape == t.shape,
+           "tensor '" + t.name + "' of '" + path + "' is " + dtype + " " +
                nlohmann::json(shape).dump() + ", expected F32 " + nlohmann::json(t.shape).dump(),
            "give a float32 GPT-2 checkpoint of one consistent shape");
-  const auto offsets = e.at("data_offsets").get<std::vector<uint64_t>>();
-  TZ_CHECK(offsets.size() == 2 && offsets[1] - offsets[0] == t.numel() * sizeof(float),
+  TZ_CHECK(offsets.size() == 2 && offsets[0] <= offsets[1] &&
+               offsets[1] - offsets[0] == t.numel() * sizeof(float),
            "tensor '" + t.name + "' of '" + path + "' has bad data_offsets", "the file is damaged");
+  TZ_CHECK(offsets[1] <= h.file_size - h.data_start,
+           "safetensors file '" + path + "' ends inside tensor '" + t.name +
+               "' (its data ends at byte " + std::to_string(h.data_start + offsets[1]) +
+               " of a file of " + std::to_string(h.file_size) + " bytes)",
+           "the file is truncated");
   return {offsets[0], offsets[1]};
+}
+
+// The model shape the header describes.
+nn::GPTConfig config_of(const std::string& path, const Header& h) {
+  const auto shape_of = [&](const std::string& name) {
+    TZ_CHECK(h.json.contains(name), "safetensors file '" + path + "' has no tensor '" + name + "'",
+             "give a GPT-2 checkpoint with Hugging Face's names (as tierzero export writes)");
+    try {
+      return h.json.at(name).at("shape").get<std::vector<size_t>>();
+    } catch (const nlohmann::json::exception& x) {
+      TZ_THROW(
+          "the shape of tensor '" + name + "' of '" + path + "' is not understood: " + x.what(),
+          "the file is damaged");
+    }
+  };
+  const std::vector<size_t> wte = shape_of("wte.weight"), wpe = shape_of("wpe.weight");
+  TZ_CHECK(wte.size() == 2 && wpe.size() == 2 && wte[1] == wpe[1],
+           "wte.weight and wpe.weight of '" + path + "' are not (V, C) and (T, C)", "");
+  nn::GPTConfig c;
+  c.vocab_size = wte[0];
+  c.channels = wte[1];
+  c.max_seq_len = wpe[0];
+  size_t layers = 0;
+  while (h.json.contains("h." + std::to_string(layers) + ".ln_1.weight")) ++layers;
+  c.num_layers = layers;
+  const nlohmann::json meta = h.json.value("__metadata__", nlohmann::json::object());
+  try {
+    c.num_heads = meta.contains("n_head") ? std::stoul(meta.at("n_head").get<std::string>())
+                                          : c.channels / 64;
+    c.padded_vocab_size = meta.contains("padded_vocab_size")
+                              ? std::stoul(meta.at("padded_vocab_size").get<std::string>())
+                              : (c.vocab_size + 127) / 128 * 128;
+  } catch (const std::exception& e) {
+    TZ_THROW("the __metadata__ of '" + path + "' is not understood: " + e.what(), "");
+  }
+  c.validate();
+  return c;
 }
 
 }  // namespace
@@ -219,41 +281,14 @@ void write_gpt2_safetensors(const std::string& path, const nn::GPTConfig& config
 
 nn::GPTConfig read_gpt2_safetensors_config(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  const Header h = read_header(path, in);
-  const auto shape_of = [&](const std::string& name) {
-    TZ_CHECK(h.json.contains(name), "safetensors file '" + path + "' has no tensor '" + name + "'",
-             "give a GPT-2 checkpoint with Hugging Face's names (as tierzero export writes)");
-    return h.json.at(name).at("shape").get<std::vector<size_t>>();
-  };
-  const std::vector<size_t> wte = shape_of("wte.weight"), wpe = shape_of("wpe.weight");
-  TZ_CHECK(wte.size() == 2 && wpe.size() == 2 && wte[1] == wpe[1],
-           "wte.weight and wpe.weight of '" + path + "' are not (V, C) and (T, C)", "");
-  nn::GPTConfig c;
-  c.vocab_size = wte[0];
-  c.channels = wte[1];
-  c.max_seq_len = wpe[0];
-  size_t layers = 0;
-  while (h.json.contains("h." + std::to_string(layers) + ".ln_1.weight")) ++layers;
-  c.num_layers = layers;
-  const nlohmann::json meta = h.json.value("__metadata__", nlohmann::json::object());
-  try {
-    c.num_heads = meta.contains("n_head") ? std::stoul(meta.at("n_head").get<std::string>())
-                                          : c.channels / 64;
-    c.padded_vocab_size = meta.contains("padded_vocab_size")
-                              ? std::stoul(meta.at("padded_vocab_size").get<std::string>())
-                              : (c.vocab_size + 127) / 128 * 128;
-  } catch (const std::exception& e) {
-    TZ_THROW("the __metadata__ of '" + path + "' is not understood: " + e.what(), "");
-  }
-  c.validate();
-  return c;
+  return config_of(path, read_header(path, in));
 }
 
 void load_gpt2_safetensors(const std::string& path, const nn::ParamLayout& layout,
                            float* host_params) {
   std::ifstream in(path, std::ios::binary);
   const Header h = read_header(path, in);
-  const nn::GPTConfig config = read_gpt2_safetensors_config(path);
+  const nn::GPTConfig config = config_of(path, h);
   std::vector<float> hf, ours;
   for (const Gpt2Tensor& t : gpt2_tensors(config)) {
     const auto [begin, end] = entry(path, h, t);
@@ -270,26 +305,128 @@ void load_gpt2_safetensors(const std::string& path, const nn::ParamLayout& layou
   }
 }
 
-namespace {
-// Placeholder until the ranged reader lands: the whole file read once.
-class WholeSafetensors final : public ModelRanges {
- public:
-  WholeSafetensors(const std::string& path, const nn::ParamLayout& layout)
-      : values_(layout.total_numel()) {
-    load_gpt2_safetensors(path, layout, values_.data());
-  }
-  void read(size_t begin, size_t count, float* out) const override {
-    std::memcpy(out, values_.data() + begin, count * sizeof(float));
-  }
-
- private:
-  std::vector<float> values_;  // (total_numel) fp32
-};
-}  // namespace
-
 std::unique_ptr<ModelRanges> open_gpt2_safetensors_ranges(const std::string& path,
                                                           const nn::ParamLayout& layout) {
-  return std::make_unique<WholeSafetensors>(path, layout);
+  return std::make_unique<Gpt2SafetensorsRanges>(path, layout);
+}
+
+Gpt2SafetensorsRanges::Gpt2SafetensorsRanges(const std::string& path, const nn::ParamLayout& layout,
+                                             size_t block_floats, size_t skip_floats)
+    : path_(path), layout_(layout), block_floats_(block_floats), skip_floats_(skip_floats) {
+  TZ_CHECK(block_floats > 0, "Gpt2SafetensorsRanges of '" + path + "' given a block of 0 floats",
+           "");
+  Header h;
+  {
+    std::ifstream in(path, std::ios::binary);
+    h = read_header(path, in);
+  }
+  const nn::GPTConfig config = config_of(path, h);
+  TZ_CHECK(
+      layout.tp().size == 1 && nn::ParamLayout(config).total_numel() == layout.total_numel(),
+      "safetensors file '" + path + "' (" + config.str() + ") does not match the model's layout",
+      "build the model from the file's own shape (tensor parallel 1, every stage)");
+  tensor_.resize(layout.tensors().size());
+  file_offset_.assign(layout.tensors().size(), 0);
+  std::vector<bool> found(layout.tensors().size(), false);
+  size_t largest_transposed = 0;  // floats
+  for (Gpt2Tensor& t : gpt2_tensors(config)) {
+    const uint64_t begin = entry(path, h, t).first;
+    const nn::ParamTensor* p = layout.find(t.kind, t.layer);
+    TZ_CHECK(p != nullptr && p->numel == t.rows * t.cols,
+             "tensor '" + t.name + "' of '" + path + "' does not fit the model's layout",
+             "build the model from the file's own shape (tensor parallel 1, every stage)");
+    const size_t i = static_cast<size_t>(p - layout.tensors().data());
+    if (t.transpose) largest_transposed = std::max(largest_transposed, t.numel());
+    file_offset_[i] = h.data_start + begin;
+    tensor_[i] = std::move(t);
+    found[i] = true;
+  }
+  for (size_t i = 0; i < found.size(); ++i)
+    TZ_CHECK(
+        found[i],
+        "the model's tensor " + layout.tensors()[i].name() + " has no tensor in '" + path + "'",
+        "give a GPT-2 model file");
+  // Once, so that no read allocates and the buffer never grows past the bound.
+  block_.reserve(std::min(block_floats_, largest_transposed));
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  TZ_CHECK(fd_ >= 0, "cannot open safetensors file '" + path + "': " + errno_string(),
+           "check the path given to --load");
+}
+
+Gpt2SafetensorsRanges::~Gpt2SafetensorsRanges() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void Gpt2SafetensorsRanges::pread_tensor(size_t t, size_t offset, void* dst, size_t bytes) const {
+  const std::string failed = detail::pread_all(fd_, dst, bytes, file_offset_[t] + offset);
+  TZ_CHECK(failed.empty(),
+           "cannot read tensor '" + tensor_[t].name + "' from safetensors file '" + path_ +
+               "': " + failed,
+           "the file is truncated or unreadable; re-copy or re-export it");
+}
+
+void Gpt2SafetensorsRanges::read(size_t begin, size_t count, float* out) const {
+  TZ_CHECK(begin <= layout_.total_numel() && count <= layout_.total_numel() - begin,
+           "range [" + std::to_string(begin) + ", +" + std::to_string(count) + ") of '" + path_ +
+               "' is outside the model's " + std::to_string(layout_.total_numel()) + " elements",
+           "");
+  std::memset(out, 0, count * sizeof(float));  // padding, and wte's padded rows
+  detail::for_each_tensor_part(
+      layout_, begin, count,
+      [&](size_t i, size_t first, size_t at, size_t n) { read_part(i, first, n, out + at); });
+}
+
+void Gpt2SafetensorsRanges::read_part(size_t i, size_t first, size_t n, float* out) const {
+  const Gpt2Tensor& t = tensor_[i];
+  if (t.transpose) {
+    read_transposed(i, first, n, out);
+    return;
+  }
+  // Ours and the file's in the same order; only the first kept_rows rows are in the file.
+  const size_t kept = t.kept_rows * t.cols;
+  if (first < kept)
+    pread_tensor(i, first * sizeof(float), out, std::min(n, kept - first) * sizeof(float));
+}
+
+// Ours (R, C) is the file's (C, R): our element (r, c) is the file's (c, r). Elements [first,
+// first + n) of ours are our rows [r0, r1), so file rows c in [c0, c1) (all C unless one of our
+// rows), at file columns [r0, r1). Blocks of at most block_floats_ floats are read: when few of a
+// file row's floats would be skipped, whole stretches of file rows in one pread (stride R), else
+// each file row's needed columns alone (stride w).
+void Gpt2SafetensorsRanges::read_transposed(size_t i, size_t first, size_t n, float* out) const {
+  const size_t R = tensor_[i].rows, C = tensor_[i].cols;
+  const size_t last = first + n - 1;
+  const size_t r0 = first / C, r1 = last / C + 1;
+  const bool one_row = r0 + 1 == r1;
+  const size_t c0 = one_row ? first % C : 0, c1 = one_row ? last % C + 1 : C;
+  for (size_t ra = r0; ra < r1;) {
+    const size_t w = std::min(r1 - ra, block_floats_), rb = ra + w;
+    const bool span = R - w <= std::max(w, skip_floats_);
+    const size_t stride = span ? R : w;
+    const size_t per_block = span ? 1 + (block_floats_ - w) / R : block_floats_ / w;  // file rows
+    for (size_t ca = c0; ca < c1;) {
+      const size_t cb = std::min(c1, ca + per_block);
+      if (span) {
+        block_.resize((cb - ca - 1) * R + w);  // (file rows cb - ca, stride R)
+        pread_tensor(i, (ca * R + ra) * sizeof(float), block_.data(),
+                     block_.size() * sizeof(float));
+      } else {
+        block_.resize((cb - ca) * w);  // (file rows cb - ca, w)
+        for (size_t c = ca; c < cb; ++c)
+          pread_tensor(i, (c * R + ra) * sizeof(float), block_.data() + (c - ca) * w,
+                       w * sizeof(float));
+      }
+      for (size_t r = ra; r < rb; ++r) {
+        // Our row r's columns inside [first, last] and this block.
+        const size_t lo = std::max(ca, r == r0 ? first % C : 0);
+        const size_t hi = std::min(cb, r + 1 == r1 ? last % C + 1 : C);
+        for (size_t c = lo; c < hi; ++c)
+          out[r * C + c - first] = block_[(c - ca) * stride + (r - ra)];
+      }
+      ca = cb;
+    }
+    ra = rb;
+  }
 }
 
 bool is_safetensors_path(const std::string& path) {

@@ -46,9 +46,52 @@ nn::GPTConfig read_gpt2_safetensors_config(const std::string& path);
 void load_gpt2_safetensors(const std::string& path, const nn::ParamLayout& layout,
                            float* host_params);  // (layout.total_numel())
 // Reads any range of `layout` (the file's model, tp 1, every stage) from the file without reading
-// the rest (see ModelRanges in checkpoint.hpp).
+// the rest (see ModelRanges in checkpoint.hpp): a Gpt2SafetensorsRanges.
 std::unique_ptr<ModelRanges> open_gpt2_safetensors_ranges(const std::string& path,
                                                           const nn::ParamLayout& layout);
+
+// ModelRanges over a GPT-2 safetensors file: each layout tensor part of a range is pread from its
+// place in the file. A transposed (Conv1D) tensor's part is gathered block by block, a block being
+// at most `block_floats` floats of the file (host memory: that block, never the tensor or the
+// model); a block spans whole stretches of file rows in one pread when the floats it skips per
+// row are at most max(`skip_floats`, the ones it keeps), else it preads each row's needed floats.
+// read() is for one thread at a time (the block buffer is shared between calls).
+class Gpt2SafetensorsRanges final : public ModelRanges {
+ public:
+  static constexpr size_t kDefaultBlockFloats = size_t{1} << 20;  // 4 MiB
+  static constexpr size_t kDefaultSkipFloats = 1024;  // 4 KiB cost about what a pread does
+  // Validates the header as load_gpt2_safetensors does (every tensor present, F32, HF's shape,
+  // its data inside the file) and checks the file's model is `layout`'s (a whole one-rank model).
+  // Throws Error naming the file (and the tensor). `layout` must outlive the reader.
+  Gpt2SafetensorsRanges(const std::string& path, const nn::ParamLayout& layout,
+                        size_t block_floats = kDefaultBlockFloats,
+                        size_t skip_floats = kDefaultSkipFloats);
+  ~Gpt2SafetensorsRanges();
+  Gpt2SafetensorsRanges(const Gpt2SafetensorsRanges&) = delete;
+  Gpt2SafetensorsRanges& operator=(const Gpt2SafetensorsRanges&) = delete;
+  void read(size_t begin, size_t count, float* out) const override;  // (count)
+  // The block buffer's allocated floats: at most block_floats whatever was read.
+  size_t buffer_floats() const { return block_.capacity(); }
+
+ private:
+  // `bytes` of tensor t (layout index) from `offset` bytes into its data; Error on failure.
+  void pread_tensor(size_t t, size_t offset, void* dst, size_t bytes) const;
+  // Elements [first, first + n) of tensor t (layout index), read from the file (wte's padded rows
+  // left as they are: zero).
+  void read_part(size_t t, size_t first, size_t n, float* out) const;  // (n)
+  // Elements [first, first + n) of a transposed tensor (ours (rows, cols), the file's (cols,
+  // rows)).
+  void read_transposed(size_t t, size_t first, size_t n, float* out) const;  // (n)
+
+  std::string path_;
+  const nn::ParamLayout& layout_;
+  size_t block_floats_;
+  size_t skip_floats_;
+  std::vector<Gpt2Tensor> tensor_;     // (layout tensors) the file's tensor behind each
+  std::vector<uint64_t> file_offset_;  // (layout tensors) byte offset in the file of its data
+  mutable std::vector<float> block_;   // (<= block_floats) file rows of a transposed tensor
+  int fd_ = -1;
+};
 // Whether `path` looks like a safetensors file (by its name's extension).
 bool is_safetensors_path(const std::string& path);
 
