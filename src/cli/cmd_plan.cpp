@@ -64,7 +64,10 @@ nlohmann::json config_json(const PlanFlags& f, const nn::GPTConfig& m, size_t se
   nlohmann::json off_optim = {{"device", offload_device(c.placement.optimizer.tier)},
                               {"ratio", c.placement.optimizer.ratio}};
   if (c.placement.param.tier == Tier::nvme) off_param["nvme_path"] = f.nvme_path;
-  if (c.placement.optimizer.tier == Tier::nvme) off_optim["nvme_path"] = f.nvme_path;
+  if (c.placement.optimizer.tier == Tier::nvme) {
+    off_optim["nvme_path"] = f.nvme_path;
+    off_optim["buffer_size"] = c.placement.nvme_chunk_elems;
+  }
   nlohmann::json j;
   j["train_micro_batch_size_per_gpu"] = c.micro_batch;
   j["gradient_accumulation_steps"] = c.accumulation;
@@ -88,6 +91,7 @@ nlohmann::json config_json(const PlanFlags& f, const nn::GPTConfig& m, size_t se
                    {"ulysses_parallel", f.world.sp > 0 ? f.world.sp : 1},
                    {"device_memory_budget_gb", static_cast<double>(f.device_mem) / 1073741824.0}};
   if (f.threads > 0) j["tierzero"]["threads"] = f.threads;
+  if (c.grads_on_nvme()) j["tierzero"]["offload_gradients"] = "nvme";
   return j;
 }
 

@@ -36,11 +36,15 @@ std::string Candidate::describe() const {
   if (placement.optimizer.tier == Tier::device)
     std::snprintf(optim, sizeof optim, "optimizer device");
   else
-    std::snprintf(optim, sizeof optim, "optimizer %s %.2g",
-                  offload_device_name(placement.optimizer.tier), placement.optimizer.ratio);
-  std::snprintf(buf, sizeof buf, "stage %d, %s, %s, %s, micro-batch %zu x %zu accumulation%s",
-                stage, param.c_str(), optim, checkpointing ? "checkpointing" : "no checkpointing",
-                micro_batch, accumulation,
+    std::snprintf(
+        optim, sizeof optim, "optimizer %s %.2g%s", offload_device_name(placement.optimizer.tier),
+        placement.optimizer.ratio,
+        placement.optimizer.tier == Tier::nvme && placement.nvme_chunk_elems == kSmallNvmeChunk
+            ? " (chunk 16M elements)"
+            : "");
+  std::snprintf(buf, sizeof buf, "stage %d, %s, %s%s, %s, micro-batch %zu x %zu accumulation%s",
+                stage, param.c_str(), optim, grads_on_nvme() ? ", gradients nvme" : "",
+                checkpointing ? "checkpointing" : "no checkpointing", micro_batch, accumulation,
                 stage == 3 && max_live_parameters == 0 ? ", stage3_max_live_parameters 0" : "");
   return buf;
 }
@@ -80,12 +84,19 @@ StepTime predict_step_time(const PlanRequest& req, const Candidate& c) {
     per_micro += full_bytes * ring / comm_bps;      // reduce-scatter
     per_micro += f_optim * shard_bytes / copy_bps;  // the host grad shard accumulator
   }
+  // Gradient shards on NVMe: each micro-step writes them, and from the second on reads them first
+  // to add (once more each step in the update, with m and v).
+  double nvme_grad_s = 0.0;
+  if (c.grads_on_nvme()) {
+    nvme_grad_s = micro * f_optim * shard_bytes / (r.nvme_write_gbps * 1e9) +
+                  (micro - 1.0) * f_optim * shard_bytes / (r.nvme_read_gbps * 1e9);
+  }
   double per_step = 0.0;
   if (c.stage <= 1) {
     per_step += 2.0 * full_bytes * ring / comm_bps;  // all-reduce after the last micro-step
     per_step += f_optim * shard_bytes / copy_bps;    // the rank's slice to the host
   }
-  t.transfer_s = micro * per_micro + per_step;
+  t.transfer_s = micro * per_micro + per_step + nvme_grad_s;
   // Units are gathered ahead and reduced behind compute, so per unit the step takes the longer
   // of its compute and its transfers; with units alike that sums to max(compute, transfer).
   t.exposed_s = std::max(0.0, t.transfer_s - t.compute_s);
@@ -98,9 +109,11 @@ StepTime predict_step_time(const PlanRequest& req, const Candidate& c) {
   t.optimizer_s = dev_elems * 30.0 / (r.device_adam_gbps() * 1e9);
   if (off_elems > 0) {
     double adam = off_elems * 30.0 / (r.adam_cpu_gbps * 1e9);
-    if (c.placement.optimizer.tier == Tier::nvme)
-      adam = std::max(adam, off_elems * 12.0 / (r.nvme_read_gbps * 1e9) +
+    if (c.placement.optimizer.tier == Tier::nvme) {
+      const double read_bytes = c.grads_on_nvme() ? 16.0 : 12.0;  // m, v, master (+ gradient)
+      adam = std::max(adam, off_elems * read_bytes / (r.nvme_read_gbps * 1e9) +
                                 off_elems * 12.0 / (r.nvme_write_gbps * 1e9));
+    }
     const bool param_with_optimizer = c.placement.param.tier == c.placement.optimizer.tier;
     if (!param_with_optimizer) adam += off_elems * 4.0 / copy_bps;
     t.optimizer_s += adam;
@@ -139,50 +152,61 @@ PlanResult plan(const PlanRequest& req, size_t keep_rejected) {
   for (int stage = 0; stage <= 3; ++stage)
     for (const zero::OffloadTarget& param : param_options)
       for (const zero::OffloadTarget& optim : optim_options)
-        for (bool ckpt : {false, true})
-          for (size_t b = 1; b <= per_rank_batch; b *= 2)
-            for (size_t max_live : {req.base.max_live_parameters, size_t{0}}) {
-              if (param.tier != Tier::device && stage != 3) continue;
-              if (max_live != req.base.max_live_parameters && stage != 3) continue;
-              // A tier without a budget is not offered (rather than listed as not fitting).
-              if (req.budget[static_cast<size_t>(param.tier)] == 0 ||
-                  req.budget[static_cast<size_t>(optim.tier)] == 0)
-                continue;
-              if (optim.tier != Tier::device && stage == 0) continue;
-              Candidate c;
-              c.stage = stage;
-              c.placement = req.base.placement;
-              c.placement.param = param;
-              c.placement.optimizer = optim;
-              c.checkpointing = ckpt;
-              c.micro_batch = b;
-              c.accumulation = (per_rank_batch + b - 1) / b;
-              c.max_live_parameters = max_live;
-              EstimateInput in = req.base;
-              in.max_live_parameters = max_live;
-              in.stage = stage;
-              in.placement = c.placement;
-              in.activation_bytes = req.activation_bytes(b, ckpt);
-              c.estimate = estimate(in);
-              c.time = predict_step_time(req, c);
-              c.fits = true;
-              for (size_t t = 0; t < kNumTiers && c.fits; ++t) {
-                const size_t need = c.estimate.tier_total(static_cast<Tier>(t));
-                const double room = static_cast<double>(req.budget[t]) * (1.0 - req.margin);
-                if (need > 0 && static_cast<double>(need) > room) {
-                  c.fits = false;
-                  c.overflow = static_cast<Tier>(t);
-                  c.overflow_bytes = need;
+        for (Tier grads : {Tier::host, Tier::nvme})
+          for (size_t chunk : {req.base.placement.nvme_chunk_elems, kSmallNvmeChunk})
+            for (bool ckpt : {false, true})
+              for (size_t b = 1; b <= per_rank_batch; b *= 2)
+                for (size_t max_live : {req.base.max_live_parameters, size_t{0}}) {
+                  if (param.tier != Tier::device && stage != 3) continue;
+                  // Gradient shards go to NVMe only with the optimizer there, at stages 2-3.
+                  if (grads == Tier::nvme && (stage < 2 || optim.tier != Tier::nvme)) continue;
+                  // A smaller NVMe optimizer chunk (fewer host bytes in its pipeline's slots) only
+                  // where the optimizer streams from NVMe and the request's chunk is larger.
+                  if (chunk != req.base.placement.nvme_chunk_elems &&
+                      (optim.tier != Tier::nvme || chunk >= req.base.placement.nvme_chunk_elems))
+                    continue;
+                  if (max_live != req.base.max_live_parameters && stage != 3) continue;
+                  // A tier without a budget is not offered (rather than listed as not fitting).
+                  if (req.budget[static_cast<size_t>(param.tier)] == 0 ||
+                      req.budget[static_cast<size_t>(optim.tier)] == 0)
+                    continue;
+                  if (optim.tier != Tier::device && stage == 0) continue;
+                  Candidate c;
+                  c.stage = stage;
+                  c.placement = req.base.placement;
+                  c.placement.param = param;
+                  c.placement.optimizer = optim;
+                  c.placement.nvme_grads = grads;
+                  c.placement.nvme_chunk_elems = chunk;
+                  c.checkpointing = ckpt;
+                  c.micro_batch = b;
+                  c.accumulation = (per_rank_batch + b - 1) / b;
+                  c.max_live_parameters = max_live;
+                  EstimateInput in = req.base;
+                  in.max_live_parameters = max_live;
+                  in.stage = stage;
+                  in.placement = c.placement;
+                  in.activation_bytes = req.activation_bytes(b, ckpt);
+                  c.estimate = estimate(in);
+                  c.time = predict_step_time(req, c);
+                  c.fits = true;
+                  for (size_t t = 0; t < kNumTiers && c.fits; ++t) {
+                    const size_t need = c.estimate.tier_total(static_cast<Tier>(t));
+                    const double room = static_cast<double>(req.budget[t]) * (1.0 - req.margin);
+                    if (need > 0 && static_cast<double>(need) > room) {
+                      c.fits = false;
+                      c.overflow = static_cast<Tier>(t);
+                      c.overflow_bytes = need;
+                    }
+                  }
+                  ++result.considered;
+                  if (!c.fits) {
+                    rejected.push_back(std::move(c));
+                    continue;
+                  }
+                  ++result.fitting;
+                  fitting.push_back(std::move(c));
                 }
-              }
-              ++result.considered;
-              if (!c.fits) {
-                rejected.push_back(std::move(c));
-                continue;
-              }
-              ++result.fitting;
-              fitting.push_back(std::move(c));
-            }
   // Fastest per token; candidates within kTie of the fastest count as equal (the model is not
   // that precise) and the simplest of them wins: the largest micro-batch (better GEMM efficiency,
   // which the model does not see), no recompute, the fewest bytes off the device, the lowest stage.
@@ -211,12 +235,13 @@ PlanResult plan(const PlanRequest& req, size_t keep_rejected) {
     return std::make_pair(a.time.per_token_s, a.overflow_bytes) <
            std::make_pair(b.time.per_token_s, b.overflow_bytes);
   });
-  std::map<std::tuple<int, int, int, double, bool, size_t>, bool> seen;
+  std::map<std::tuple<int, int, int, double, bool, size_t, bool, size_t>, bool> seen;
   for (Candidate& c : rejected) {
     if (result.rejected.size() >= keep_rejected) break;
     auto key = std::make_tuple(c.stage, static_cast<int>(c.placement.param.tier),
                                static_cast<int>(c.placement.optimizer.tier),
-                               c.placement.optimizer.ratio, c.checkpointing, c.max_live_parameters);
+                               c.placement.optimizer.ratio, c.checkpointing, c.max_live_parameters,
+                               c.grads_on_nvme(), c.placement.nvme_chunk_elems);
     if (seen[key]) continue;
     seen[key] = true;
     result.rejected.push_back(std::move(c));

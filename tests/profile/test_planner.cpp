@@ -16,9 +16,10 @@ namespace {
 
 constexpr size_t GiB = size_t{1} << 30;
 
-PlanRequest gpt2_request(size_t device, size_t host, size_t nvme, int dp = 1) {
+PlanRequest gpt2_request(size_t device, size_t host, size_t nvme, int dp = 1,
+                         const char* preset = "gpt2") {
   PlanRequest r;
-  r.base.units = train::units_from_layout(nn::ParamLayout(nn::GPTConfig::preset("gpt2")));
+  r.base.units = train::units_from_layout(nn::ParamLayout(nn::GPTConfig::preset(preset)));
   r.base.world.dp = dp;
   r.seq_len = 1024;
   r.target_global_batch = 8;
@@ -52,6 +53,30 @@ TEST(Planner, SmallDeviceForcesOffloadAndTheChoiceFits) {
   EXPECT_NE(p.best.placement.optimizer.tier, Tier::nvme);  // no NVMe budget given
   ASSERT_FALSE(p.rejected.empty());
   for (const Candidate& c : p.rejected) EXPECT_FALSE(c.fits);
+}
+
+// GPT-2 medium (5.6 GB of state) on a 4 GiB device and a 2 GiB host, with room on NVMe: neither
+// holds the optimizer states, and the host cannot hold the gradient shards (1.4 GB) beside the
+// NVMe pipeline's slots, so only the gradients on NVMe too fit, and the planner finds that.
+TEST(Planner, SmallHostPutsTheGradientsOnNvme) {
+  PlanRequest req = gpt2_request(4 * GiB, 2 * GiB, 32 * GiB, 1, "gpt2-medium");
+  req.base.placement.nvme_chunk_elems = size_t{1} << 26;  // DeepSpeed's 1e8-ish default
+  const PlanResult p = plan(req);
+  for (const Candidate& c : p.rejected)
+    std::printf("rejected: %s: %s needs %zu\n", c.describe().c_str(), tier_name(c.overflow),
+                c.overflow_bytes);
+  ASSERT_TRUE(p.found);
+  std::printf("chose: %s; host %zu of %zu\n", p.best.describe().c_str(),
+              p.best.estimate.tier_total(Tier::host), req.budget[1]);
+  EXPECT_TRUE(p.best.grads_on_nvme());
+  // The request's large chunk's slots do not fit beside the rest: the planner's smaller one does.
+  EXPECT_EQ(p.best.placement.nvme_chunk_elems, kSmallNvmeChunk);
+  EXPECT_LE(static_cast<double>(p.best.estimate.tier_total(Tier::host)),
+            0.9 * static_cast<double>(req.budget[1]));
+  // Gradients on NVMe cost time: with a roomy host they are not chosen.
+  const PlanResult roomy = plan(gpt2_request(4 * GiB, 64 * GiB, 32 * GiB, 1, "gpt2-medium"));
+  ASSERT_TRUE(roomy.found);
+  EXPECT_FALSE(roomy.best.grads_on_nvme()) << roomy.best.describe();
 }
 
 TEST(Planner, NothingFits) {

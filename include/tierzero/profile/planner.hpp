@@ -58,6 +58,11 @@ struct StepTime {
   double per_token_s = 0;  // total_s / tokens per step (all ranks)
 };
 
+// The NVMe optimizer chunk (offload_optimizer.buffer_size, elements) the planner also tries when
+// the request's is larger: the pipeline's host slots shrink with it, so an oversize model fits a
+// small host budget.
+constexpr size_t kSmallNvmeChunk = size_t{1} << 24;
+
 struct Candidate {
   int stage = 0;
   zero::PlacementConfig placement;
@@ -73,6 +78,11 @@ struct Candidate {
   Tier overflow = Tier::device;  // the first tier that did not fit (when !fits)
   size_t overflow_bytes = 0;     // estimate of that tier
   std::string describe() const;  // "stage 3, param cpu 1, optimizer nvme 0.5, ckpt, micro 4 x 8"
+  // The gradient shards of the NVMe optimizer's units on NVMe too (tierzero.offload_gradients).
+  bool grads_on_nvme() const {
+    return stage >= 2 && placement.optimizer.tier == Tier::nvme &&
+           placement.nvme_grads == Tier::nvme;
+  }
 };
 
 struct PlanResult {
