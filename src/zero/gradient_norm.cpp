@@ -60,28 +60,73 @@ void GradientNorm::sum_tied_gradients() {
   Device& device = storage_.device();
   Stream& st = device.default_stream();
   flush_collectives_();
+  // In pieces of the NVMe chunk on every tier, so the ranks of the tie group issue the same
+  // all-reduces wherever each keeps its copy's gradients (the sum is element by element).
+  const size_t piece = std::max<size_t>(storage_.arenas().chunk_elems, 1);
   for (size_t u = 0; u < plan.num_units(); ++u) {
     if (!plan.units()[u].tied) continue;
     const size_t n = plan.partition(u).shard_numel;
     if (n == 0) continue;
-    float* shard = storage_.grad_shard_ptr(u);
     const double t0 = monotonic_seconds();
-    if (storage_.placement(u).grad == Tier::device) {
+    const Tier tier = storage_.placement(u).grad;
+    if (tier == Tier::device) {
+      float* shard = storage_.grad_shard_ptr(u);
       st.synchronize();
-      groups_.tie->all_reduce(shard, shard, n, DType::f32, comm::ReduceOp::sum);
+      for (size_t at = 0; at < n; at += piece)
+        groups_.tie->all_reduce(shard + at, shard + at, std::min(piece, n - at), DType::f32,
+                                comm::ReduceOp::sum);
     } else {
       // Through device memory: a communicator may take device buffers only (NCCL).
-      DeviceBuffer staged = storage_.allocator().allocate(n * sizeof(float), Category::comm,
-                                                          "zero tied gradient");  // (n) fp32
-      device.copy(staged.data(), shard, n * sizeof(float), CopyKind::host_to_device, st);
-      st.synchronize();
-      groups_.tie->all_reduce(staged.data(), staged.data(), n, DType::f32, comm::ReduceOp::sum);
-      device.copy(shard, staged.data(), n * sizeof(float), CopyKind::device_to_host, st);
-      st.synchronize();
+      DeviceBuffer staged = storage_.allocator().allocate(
+          std::min(piece, n) * sizeof(float), Category::comm, "zero tied gradient");  // fp32
+      const auto reduce = [&](size_t count, float* values) {
+        device.copy(staged.data(), values, count * sizeof(float), CopyKind::host_to_device, st);
+        st.synchronize();
+        groups_.tie->all_reduce(staged.data(), staged.data(), count, DType::f32,
+                                comm::ReduceOp::sum);
+        device.copy(values, staged.data(), count * sizeof(float), CopyKind::device_to_host, st);
+        st.synchronize();
+      };
+      if (tier == Tier::nvme) {
+        each_nvme_grad_chunk(u, true, [&](size_t, size_t count, float* values) {
+          for (size_t at = 0; at < count; at += piece)
+            reduce(std::min(piece, count - at), values + at);
+        });
+      } else {
+        float* shard = storage_.grad_shard_ptr(u);
+        for (size_t at = 0; at < n; at += piece) reduce(std::min(piece, n - at), shard + at);
+      }
     }
     ActivityLog::global().record(Track::collective, "all_reduce tied grads", t0,
                                  monotonic_seconds(), n * sizeof(float), static_cast<int64_t>(u));
   }
+}
+
+void GradientNorm::each_nvme_grad_chunk(
+    size_t unit, bool write_back, const std::function<void(size_t, size_t, float*)>& fn) {
+  StateArenas& arenas = storage_.arenas();
+  const size_t n = storage_.plan().partition(unit).shard_numel;
+  if (n == 0) return;
+  const bool clear = storage_.grad_clear(unit);
+  const size_t chunk = std::min(arenas.chunk_elems, n);
+  offload::PinnedBuffer buffer = storage_.host_pool()->allocate(
+      chunk * sizeof(float), Category::io, "zero nvme grad chunk");  // (chunk) fp32
+  auto* values = static_cast<float*>(buffer.data());
+  for (size_t at = 0; at < n; at += chunk) {
+    const size_t count = std::min(chunk, n - at);
+    if (clear) {
+      std::fill_n(values, count, 0.0f);
+    } else {
+      auto reads = arenas.read(StateBuffer::grad_shard, unit, at, count, values);
+      wait_io(reads);
+    }
+    fn(at, count, values);
+    if (write_back) {
+      auto writes = arenas.write(StateBuffer::grad_shard, unit, at, count, values);
+      wait_io(writes);
+    }
+  }
+  if (write_back) storage_.set_grad_clear(unit, false);
 }
 
 size_t replicated_shard_elems(const PartitionPlan& plan) {
@@ -123,12 +168,21 @@ void GradientNorm::sync_replicated_gradients() {
   DeviceBuffer packed = storage_.allocator().allocate(total * sizeof(float), Category::comm,
                                                       "zero replicated gradients");  // (total) fp32
   const double t0 = monotonic_seconds();
-  auto each_segment = [&](auto&& fn) {
+  // fn(shard part, packed slot, elements, copy kind to the device) per replicated segment in
+  // memory; fn_nvme(unit, first segment's slot) per unit whose gradient shard is on NVMe.
+  auto each_segment = [&](auto&& fn, auto&& fn_nvme) {
     size_t at = 0;
     for (size_t u = 0; u < plan.num_units(); ++u) {
-      const CopyKind to_device = storage_.placement(u).grad == Tier::device
-                                     ? CopyKind::device_to_device
-                                     : CopyKind::host_to_device;
+      const Tier tier = storage_.placement(u).grad;
+      const CopyKind to_device =
+          tier == Tier::device ? CopyKind::device_to_device : CopyKind::host_to_device;
+      if (tier == Tier::nvme) {
+        const size_t first = at;
+        for (const ShardSegment& seg : plan.segments(u))
+          if (plan.units()[u].tensors[seg.tensor].replicated) at += seg.numel;
+        if (at > first) fn_nvme(u, first);
+        continue;
+      }
       for (const ShardSegment& seg : plan.segments(u)) {
         if (!plan.units()[u].tensors[seg.tensor].replicated) continue;
         fn(storage_.grad_shard_ptr(u) + seg.shard_offset, packed.f32() + at, seg.numel, to_device);
@@ -136,16 +190,47 @@ void GradientNorm::sync_replicated_gradients() {
       }
     }
   };
-  each_segment([&](float* shard, float* slot, size_t n, CopyKind kind) {
-    device.copy(slot, shard, n * sizeof(float), kind, st);
-  });
+  // The parts of an NVMe shard's chunk [at, at + count) that are replicated segments:
+  // fn(chunk offset, packed slot, elements).
+  auto replicated_parts = [&](size_t u, size_t slot, size_t at, size_t count, auto&& fn) {
+    for (const ShardSegment& seg : plan.segments(u)) {
+      if (!plan.units()[u].tensors[seg.tensor].replicated) continue;
+      const size_t lo = std::max(at, seg.shard_offset);
+      const size_t hi = std::min(at + count, seg.shard_offset + seg.numel);
+      if (lo < hi) fn(lo - at, slot + (lo - seg.shard_offset), hi - lo);
+      slot += seg.numel;
+    }
+  };
+  each_segment(
+      [&](float* shard, float* slot, size_t n, CopyKind kind) {
+        device.copy(slot, shard, n * sizeof(float), kind, st);
+      },
+      [&](size_t u, size_t slot) {
+        each_nvme_grad_chunk(u, false, [&](size_t at, size_t count, float* values) {
+          replicated_parts(u, slot, at, count, [&](size_t off, size_t s, size_t n) {
+            device.copy(packed.f32() + s, values + off, n * sizeof(float),
+                        CopyKind::host_to_device, st);
+          });
+          st.synchronize();  // the chunk buffer is refilled next
+        });
+      });
   st.synchronize();
   groups_.replica->broadcast(packed.data(), total, DType::f32, 0);
-  each_segment([&](float* shard, float* slot, size_t n, CopyKind kind) {
-    const CopyKind back =
-        kind == CopyKind::device_to_device ? CopyKind::device_to_device : CopyKind::device_to_host;
-    device.copy(shard, slot, n * sizeof(float), back, st);
-  });
+  each_segment(
+      [&](float* shard, float* slot, size_t n, CopyKind kind) {
+        const CopyKind back = kind == CopyKind::device_to_device ? CopyKind::device_to_device
+                                                                 : CopyKind::device_to_host;
+        device.copy(shard, slot, n * sizeof(float), back, st);
+      },
+      [&](size_t u, size_t slot) {
+        each_nvme_grad_chunk(u, true, [&](size_t at, size_t count, float* values) {
+          replicated_parts(u, slot, at, count, [&](size_t off, size_t s, size_t n) {
+            device.copy(values + off, packed.f32() + s, n * sizeof(float),
+                        CopyKind::device_to_host, st);
+          });
+          st.synchronize();  // before the chunk is written
+        });
+      });
   st.synchronize();
   ActivityLog::global().record(Track::collective, "broadcast replicated grads", t0,
                                monotonic_seconds(), total * sizeof(float), -1);
@@ -163,7 +248,7 @@ double GradientNorm::local_sum_squares() {
     if (skip_tied && spec.tied) continue;
     const size_t n = plan.partition(u).shard_numel;
     if (storage_.placement(u).grad == Tier::nvme) {
-      local += nvme_sum_squares(u);  // no replicated tensors: refused with NVMe gradients
+      local += nvme_sum_squares(u, skip_replicated);
       continue;
     }
     const float* g = storage_.grad_shard_ptr(u);
@@ -181,20 +266,24 @@ double GradientNorm::local_sum_squares() {
   return local;
 }
 
-double GradientNorm::nvme_sum_squares(size_t unit) {
+double GradientNorm::nvme_sum_squares(size_t unit, bool skip_replicated) {
   if (storage_.grad_clear(unit)) return 0.0;
-  StateArenas& arenas = storage_.arenas();
-  const size_t n = storage_.plan().partition(unit).shard_numel;
-  const size_t chunk = std::min(arenas.chunk_elems, n);
-  offload::PinnedBuffer buffer = storage_.host_pool()->allocate(
-      chunk * sizeof(float), Category::io, "zero nvme grad norm");  // (chunk) fp32
+  const PartitionPlan& plan = storage_.plan();
+  const UnitSpec& spec = plan.units()[unit];
+  kernels::Kernels& k = storage_.host_kernels();
   double sum = 0.0;
-  for (size_t at = 0; at < n; at += chunk) {
-    const size_t count = std::min(chunk, n - at);
-    auto reads = arenas.read(StateBuffer::grad_shard, unit, at, count, buffer.data());
-    wait_io(reads);
-    sum += storage_.host_kernels().sum_squares(static_cast<const float*>(buffer.data()), count);
-  }
+  each_nvme_grad_chunk(unit, false, [&](size_t at, size_t count, const float* values) {
+    if (!skip_replicated) {
+      sum += k.sum_squares(values, count);
+      return;
+    }
+    for (const ShardSegment& seg : plan.segments(unit)) {
+      if (spec.tensors[seg.tensor].replicated) continue;
+      const size_t lo = std::max(at, seg.shard_offset);
+      const size_t hi = std::min(at + count, seg.shard_offset + seg.numel);
+      if (lo < hi) sum += k.sum_squares(values + (lo - at), hi - lo);
+    }
+  });
   return sum;
 }
 

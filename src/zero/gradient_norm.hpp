@@ -36,8 +36,15 @@ class GradientNorm {
   double global_sum_squares();
 
  private:
-  double local_sum_squares();            // what this rank owns and counts
-  double nvme_sum_squares(size_t unit);  // a gradient shard on NVMe, streamed chunk by chunk
+  double local_sum_squares();  // what this rank owns and counts
+  // A gradient shard on NVMe, streamed chunk by chunk; without the replicated tensors' segments
+  // when `skip_replicated`.
+  double nvme_sum_squares(size_t unit, bool skip_replicated);
+  // fn(at, count, values) for each chunk of the unit's NVMe gradient shard, in order (zeros for a
+  // clear shard), through one pinned chunk buffer. With `write_back` every chunk is written back
+  // after fn (which may change it) and the shard is no longer clear.
+  void each_nvme_grad_chunk(size_t unit, bool write_back,
+                            const std::function<void(size_t at, size_t count, float* values)>& fn);
   void check_tied_shapes();
 
   int stage_;

@@ -97,13 +97,6 @@ PartitionStore::PartitionStore(std::vector<UnitSpec> units, const StoreConfig& c
       group_(group),
       plan_(std::move(units), plan_ranks(config, group), plan_rank(config, group),
             config.shard_align_elems) {
-  const bool model_parallel =
-      groups.tie != nullptr || groups.replica != nullptr ||
-      std::any_of(groups.model_parallel.begin(), groups.model_parallel.end(),
-                  [](const comm::Communicator* g) { return g != nullptr && g->size() > 1; });
-  TZ_CHECK(config.placement.nvme_grads != Tier::nvme || !model_parallel,
-           "gradients on NVMe with tensor or pipeline parallelism are not supported",
-           "keep the gradients on the host (tierzero.offload_gradients: cpu) under tp or pp");
   storage_ = std::make_unique<ShardStorage>(
       plan_, config_.stage, place_units(plan_, config.stage, config.placement), config_, allocator);
   background_ = std::make_unique<BackgroundUpdate>(plan_.num_units(), config_.nvme_read_buffers);

@@ -34,18 +34,24 @@ ref_batch=$((2 * dp))
 # (buffer_size, the NVMe optimizer's chunk in elements, is the optimizer's key only.)
 nvme() { echo "{\"device\": \"nvme\", \"nvme_path\": \"$dir\", \"buffer_size\": 30000}"; }
 pnvme() { echo "{\"device\": \"nvme\", \"nvme_path\": \"$dir\"}"; }
-offload=""; ckpt=false
+offload=""; ckpt=false; grads=""
 case "$variant" in
   plain) ;;
   nvme) if [ "$stage" -eq 3 ]; then offload=", \"offload_param\": $(pnvme), \"offload_optimizer\": $(nvme)"
         else offload=", \"offload_optimizer\": $(nvme)"; fi ;;
   host) if [ "$stage" -eq 3 ]; then offload=", \"offload_param\": {\"device\": \"cpu\"}, \"offload_optimizer\": {\"device\": \"cpu\"}"
         else offload=", \"offload_optimizer\": {\"device\": \"cpu\"}"; fi ;;
+  # Gradient shards on NVMe too (stages 2-3): the tied embeddings' sum over the pipeline's ends,
+  # the replicated tensors' broadcast over tp and the norm stream them chunk by chunk.
+  nvme_grads) if [ "$stage" -eq 3 ]; then offload=", \"offload_param\": $(pnvme), \"offload_optimizer\": $(nvme)"
+        else offload=", \"offload_optimizer\": $(nvme)"; fi
+        grads='"offload_gradients": "nvme",' ;;
   ckpt) ckpt=true ;;
   *) echo "unknown variant $variant"; exit 2 ;;
 esac
 
-# write_config <file> <stage> <micro_batch> <offload> <checkpointing> <tp> <sp> <pp> <virtual> <ulysses>:
+# write_config <file> <stage> <micro_batch> <offload> <checkpointing> <tp> <sp> <pp> <virtual> <ulysses>
+#              <extra tierzero keys>:
 # persistence threshold 0 so that stage 3 really gathers and releases every unit; 4 heads so tp 2
 # and 4 split.
 write_config() {
@@ -53,7 +59,7 @@ write_config() {
 {"train_micro_batch_size_per_gpu": $3, "gradient_clipping": 0.5,
  "gradient_accumulation_steps": $micro,
  "zero_optimization": {"stage": $2, "stage3_param_persistence_threshold": 0 $4},
- "tierzero": {"steps": 10, "seq_len": 16, "seed": 7, "threads": 1, "val_batches": 2,
+ "tierzero": {"steps": 10, "seq_len": 16, "seed": 7, "threads": 1, "val_batches": 2, ${11}
               "activation_checkpointing": $5, "tensor_parallel": $6, "sequence_parallel": $7,
               "pipeline_parallel": $8, "pipeline_schedule": "$schedule",
               "pipeline_virtual_stages": $9, "pipeline_receive_ahead": $ahead,
@@ -62,8 +68,9 @@ write_config() {
                         "context_length": 16}}}
 JSON
 }
-write_config "$dir/ref.json" 0 "$ref_batch" "" false 1 false 1 1 1
-write_config "$dir/tp.json" "$stage" 2 "$offload" "$ckpt" "$tp" "$sp" "$pp" "$virtual" "$ulysses"
+write_config "$dir/ref.json" 0 "$ref_batch" "" false 1 false 1 1 1 ""
+write_config "$dir/tp.json" "$stage" 2 "$offload" "$ckpt" "$tp" "$sp" "$pp" "$virtual" "$ulysses" \
+  "$grads"
 echo "variant $variant: $(cat "$dir/tp.json")"
 
 echo "reference: one rank, stage 0, micro-batch $ref_batch ${device_args}"
@@ -113,6 +120,20 @@ if [ "$stage" -eq 0 ]; then
   "$check" param-ratio "$dir/ref.mem.json" "$dir/tp.mem.json" "$ratio" || fail=1
 else
   "$check" param-ratio "$dir/ref.mem.json" "$dir/tp.mem.json" 1e9 || fail=1
+fi
+# The gradient variant must really keep every rank's gradient shards on NVMe (a setting that did
+# not reach the store would train alike with them on the host).
+if [ -n "$grads" ]; then
+  python3 - "$dir/tp.mem.json" "$ranks" <<'PY' || fail=1
+import json, sys
+path, ranks = sys.argv[1], int(sys.argv[2])
+for r in range(ranks):
+    tiers = json.load(open(path if r == 0 else f"{path}.rank{r}"))["tiers"]
+    nvme, host = tiers["nvme"]["grad"]["current"], tiers["host"]["grad"]["current"]
+    print(f"rank {r}: gradient shards on nvme {nvme} bytes, host {host} bytes")
+    if nvme == 0 or host != 0:
+        print("FAIL: the gradient shards are not on NVMe"); sys.exit(1)
+PY
 fi
 if [ "$ulysses" -gt 1 ]; then
   "$check" ulysses-activations "$dir/ref.mem.json" "$dir/tp.mem.json" "$ranks" \
