@@ -130,6 +130,7 @@ profile::EstimateInput estimate_input_from(const TrainConfig& c, std::vector<zer
   in.reduce_bucket_elems = static_cast<size_t>(std::max<int64_t>(z.reduce_bucket_size, 1));
   in.overlap_comm = z.overlap_comm;
   in.reduce_dtype = dtype_from_name(c.communication_data_type);
+  in.host_widening = c.device == "cpu";
   in.max_live_parameters = static_cast<size_t>(z.max_live_parameters);
   in.activation_bytes = activation_bytes;
   return in;

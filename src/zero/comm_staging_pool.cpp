@@ -9,7 +9,9 @@ CommStagingPool::CommStagingPool(offload::HostPool& pool) : pool_(pool) {
   comm::set_host_staging_allocator(this);
 }
 
-CommStagingPool::~CommStagingPool() { comm::set_host_staging_allocator(nullptr); }
+CommStagingPool::~CommStagingPool() {
+  comm::set_host_staging_allocator(nullptr);
+}
 
 void* CommStagingPool::allocate(size_t bytes, const char* label) {
   offload::PinnedBuffer block = pool_.allocate(bytes, Category::comm, label);

@@ -102,8 +102,8 @@ void GradientNorm::sum_tied_gradients() {
   }
 }
 
-void GradientNorm::each_nvme_grad_chunk(
-    size_t unit, bool write_back, const std::function<void(size_t, size_t, float*)>& fn) {
+void GradientNorm::each_nvme_grad_chunk(size_t unit, bool write_back,
+                                        const std::function<void(size_t, size_t, float*)>& fn) {
   StateArenas& arenas = storage_.arenas();
   const size_t n = storage_.plan().partition(unit).shard_numel;
   if (n == 0) return;
@@ -201,19 +201,17 @@ void GradientNorm::sync_replicated_gradients() {
       slot += seg.numel;
     }
   };
-  each_segment(
-      [&](float* shard, float* slot, size_t n, CopyKind kind) {
-        device.copy(slot, shard, n * sizeof(float), kind, st);
-      },
-      [&](size_t u, size_t slot) {
-        each_nvme_grad_chunk(u, false, [&](size_t at, size_t count, float* values) {
-          replicated_parts(u, slot, at, count, [&](size_t off, size_t s, size_t n) {
-            device.copy(packed.f32() + s, values + off, n * sizeof(float),
-                        CopyKind::host_to_device, st);
-          });
-          st.synchronize();  // the chunk buffer is refilled next
-        });
-      });
+  each_segment([&](float* shard, float* slot, size_t n,
+                   CopyKind kind) { device.copy(slot, shard, n * sizeof(float), kind, st); },
+               [&](size_t u, size_t slot) {
+                 each_nvme_grad_chunk(u, false, [&](size_t at, size_t count, float* values) {
+                   replicated_parts(u, slot, at, count, [&](size_t off, size_t s, size_t n) {
+                     device.copy(packed.f32() + s, values + off, n * sizeof(float),
+                                 CopyKind::host_to_device, st);
+                   });
+                   st.synchronize();  // the chunk buffer is refilled next
+                 });
+               });
   st.synchronize();
   groups_.replica->broadcast(packed.data(), total, DType::f32, 0);
   each_segment(
@@ -225,8 +223,8 @@ void GradientNorm::sync_replicated_gradients() {
       [&](size_t u, size_t slot) {
         each_nvme_grad_chunk(u, true, [&](size_t at, size_t count, float* values) {
           replicated_parts(u, slot, at, count, [&](size_t off, size_t s, size_t n) {
-            device.copy(values + off, packed.f32() + s, n * sizeof(float),
-                        CopyKind::device_to_host, st);
+            device.copy(values + off, packed.f32() + s, n * sizeof(float), CopyKind::device_to_host,
+                        st);
           });
           st.synchronize();  // before the chunk is written
         });

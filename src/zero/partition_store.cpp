@@ -383,6 +383,8 @@ void PartitionStore::load_state(const std::function<void(const StateBlock&, void
   t_ = steps_taken;
 }
 
-offload::HostPool* PartitionStore::host_pool() { return storage_->host_pool(); }
+offload::HostPool* PartitionStore::host_pool() {
+  return storage_->host_pool();
+}
 
 }  // namespace tierzero::zero

@@ -28,6 +28,16 @@ foreach(n 1 2 4)
                        ENVIRONMENT "${TZ_ESTIMATE_MPI_ENV}")
 endforeach()
 
+# With bf16 reductions on 2 ranks: MPI widens them to fp32 in host staging, which the estimate
+# counts (in the pinned pool's size classes where the store has a pool, which then holds it).
+add_test(NAME estimate_matches_train_np2_bf16_wire
+         COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/run_estimate_match.sh $<TARGET_FILE:tierzero>
+                 $<TARGET_FILE:estimate_match_check> 2
+                 ${MPIEXEC_EXECUTABLE} --oversubscribe --bind-to none)
+set_tests_properties(estimate_matches_train_np2_bf16_wire PROPERTIES
+                     TIMEOUT 600 LABELS "mpi;zero" RESOURCE_LOCK mpi_ranks
+                     ENVIRONMENT "${TZ_ESTIMATE_MPI_ENV};TIERZERO_TEST_WIRE=bf16")
+
 # The same with tensor parallelism (issue 14): tp 2 on 2 ranks, and tp 2 x dp 2 with sequence
 # parallelism on 4; the estimate takes each rank's real layout and activation extents.
 foreach(tp_case "2;2;false" "4;2;true")

@@ -6,10 +6,13 @@
 # peaks within their bounds). Needs the store's offload support and train's --memory-json.
 # TIERZERO_TEST_TP (default 1) and TIERZERO_TEST_SP (true/false, default false) run every case
 # tensor-parallel (issue 14): each rank's memory against the estimate for its per-rank layout.
+# TIERZERO_TEST_WIRE (default fp32) is communication_data_type: with bf16 the reductions are
+# widened to fp32 in MPI's host staging, which the pinned pool holds where there is one.
 # usage: run_estimate_match.sh <tierzero> <estimate_match_check> <ranks> <mpiexec and args...>
 tierzero=$1; check=$2; ranks=$3; shift 3
 tp=${TIERZERO_TEST_TP:-1}
 sp=${TIERZERO_TEST_SP:-false}
+wire=${TIERZERO_TEST_WIRE:-fp32}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 mkdir -p "$dir/nvme"
@@ -29,7 +32,7 @@ for stage in 0 1 2 3; do
     mkdir -p "$case_dir"
     # Persistence threshold 0 so stage 3 really gathers and releases every unit.
     cat > "$case_dir/config.json" <<JSON
-{"train_micro_batch_size_per_gpu": 2,
+{"train_micro_batch_size_per_gpu": 2, "communication_data_type": "$wire",
  "zero_optimization": {"stage": $stage, "stage3_param_persistence_threshold": 0,
    "offload_param": {"device": "$param", "nvme_path": "$dir/nvme"},
    "offload_optimizer": {"device": "$optim", "nvme_path": "$dir/nvme", "buffer_size": 65536}},
@@ -38,7 +41,7 @@ for stage in 0 1 2 3; do
               "model": {"vocab_size": 257, "n_layer": 2, "n_head": 2, "n_embd": 32,
                         "context_length": 16}}}
 JSON
-    echo "== stage $stage, $option, $ranks ranks, tensor_parallel $tp, sequence_parallel $sp"
+    echo "== stage $stage, $option, $ranks ranks, tensor_parallel $tp, sequence_parallel $sp, wire $wire"
     "$tierzero" estimate --config "$case_dir/config.json" --ranks "$ranks" --json \
       > "$case_dir/estimate.json" || { fail=1; continue; }
     timeout -k 5 120 "$@" -n "$ranks" "$tierzero" train --config "$case_dir/config.json" \

@@ -40,6 +40,9 @@ struct EstimateInput {
   size_t reduce_bucket_elems = 500000000;       // reduce_bucket_size (elements per bucket)
   bool overlap_comm = true;                     // buckets go out at the largest unit's size
   DType reduce_dtype = DType::f32;              // communication_data_type of the reductions
+  // The partition group is MPI on host memory (the CPU backend; CUDA's is NCCL on the device):
+  // a 16-bit reduction is widened to fp32 in the comm layer's host staging.
+  bool host_widening = false;
   size_t staging_buffer_count = 4;   // NVMe optimizer slots (offload_optimizer.buffer_count)
   size_t param_staging_buffers = 5;  // NVMe parameter shards staged (offload_param.buffer_count)
   size_t nvme_bounce_bytes = 0;      // the NVMe engine's pinned bounce buffers (aio queue_depth x
