@@ -27,12 +27,15 @@ copy_paths() { tar -C / -chf - "$@" 2>/dev/null | tar -C "$stage/root" -xf -; }
 for d in "${ompi_dirs[@]}"; do [ -e "$d" ] && tar -C / -cf - "${d#/}" | tar -C "$stage/root" -xf -; done
 mkdir -p "$stage/root/usr/bin"
 for b in orterun orted ompi_info; do cp "$(readlink -f /usr/bin/$b)" "$stage/root/usr/bin/$b"; done
+# fio: `tierzero bench io` (and the benches built on it) measure the drive's ceiling with it.
+[ -x /usr/bin/fio ] && cp /usr/bin/fio "$stage/root/usr/bin/fio"
 
 # Every shared library those need, except glibc's and CUDA's (taken from that machine).
 {
   find "$build" -type f -perm -u+x ! -name '*.sh' ! -name '*.py'
   find /usr/lib/x86_64-linux-gnu/openmpi /usr/lib/x86_64-linux-gnu/pmix2 -name '*.so*' -type f
   readlink -f /usr/bin/orterun /usr/bin/orted
+  [ -x /usr/bin/fio ] && echo /usr/bin/fio
 } | while read -r f; do ldd "$f" 2>/dev/null; done | awk '/=> \//{print $3}' | sort -u |
   grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux-x86-64|libcuda|libcudart|libcublas|libcublasLt|libnccl|libnvidia)[.-]' |
   while read -r lib; do

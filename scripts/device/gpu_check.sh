@@ -4,6 +4,7 @@
 # runs the CUDA tests and the GPU benchmarks. Logs go to $OUT (or ./gpu-out). Usage:
 #   scripts/device/gpu_check.sh [tests|bench|all] [ctest -R pattern]
 #   scripts/device/gpu_check.sh sanitize <gtest filter of test_kernels>
+#   scripts/device/gpu_check.sh oversize "<bench oversize arguments>"
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 what=${1:-all}
@@ -68,6 +69,12 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
   timeout 60 mpiexec -n $((gpus + 1)) $tz train --config examples/zero3_nvme_offload.json \
     --device cuda --steps 1 >"$out/train_too_many.log" 2>&1
   log "exit $?"; grep -m2 "error" "$out/train_too_many.log" | tee -a "$out/summary.txt"
+fi
+if [ "$what" = oversize ]; then  # `bench oversize` on cuda; pattern: its extra arguments
+  log "bench oversize --device cuda $pattern"
+  # shellcheck disable=SC2086
+  timeout 480 $tz bench oversize --device cuda --dir /var/tmp $pattern >"$out/oversize.log" 2>&1
+  log "exit $?"; tail -30 "$out/oversize.log" | tee -a "$out/summary.txt"
 fi
 if [ "$what" = sanitize ]; then  # compute-sanitizer over the GoogleTest filter given
   log "compute-sanitizer on test_kernels --gtest_filter=${pattern}"
