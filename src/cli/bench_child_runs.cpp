@@ -196,18 +196,24 @@ std::string find_mpiexec(const std::string& given) {
 }
 
 std::vector<std::string> child_environment(int64_t threads) {
+  // The launcher's job variables (OMPI_COMM_WORLD_*, PMIX_RANK, ...) stay behind: a child is its
+  // own job, not a rank of this one. MCA settings (OMPI_MCA_*, PMIX_MCA_*, PRTE_MCA_*) go along:
+  // a machine may need them for MPI to start at all (a container's plm=isolated).
   std::vector<std::string> env;
+  bool btl_set = false;
   for (char** e = environ; e && *e; ++e) {
     const std::string kv = *e;
     const auto starts = [&](const char* p) { return kv.rfind(p, 0) == 0; };
-    if (starts("OMPI_") || starts("PMIX_") || starts("PRTE_") || starts("OMP_NUM_THREADS=") ||
-        starts("OPENBLAS_NUM_THREADS="))
+    const bool mca = starts("OMPI_MCA_") || starts("PMIX_MCA_") || starts("PRTE_MCA_");
+    if ((!mca && (starts("OMPI_") || starts("PMIX_") || starts("PRTE_"))) ||
+        starts("OMP_NUM_THREADS=") || starts("OPENBLAS_NUM_THREADS="))
       continue;
+    btl_set = btl_set || starts("OMPI_MCA_btl=");
     env.push_back(kv);
   }
   env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT=1");
   env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
-  env.emplace_back("OMPI_MCA_btl=self,vader");
+  if (!btl_set) env.emplace_back("OMPI_MCA_btl=self,vader");
   env.push_back("OMP_NUM_THREADS=" + std::to_string(threads));
   env.emplace_back("OPENBLAS_NUM_THREADS=1");
   return env;
