@@ -45,11 +45,11 @@
 #include "tierzero/train/progress.hpp"
 #include "tierzero/train/run_identity.hpp"
 #include "tierzero/train/safetensors_gpt2.hpp"
-#include "tierzero/zero/comm_staging_pool.hpp"
 #include "tierzero/train/step_metrics.hpp"
 #include "tierzero/train/store_provider.hpp"
 #include "tierzero/train/synthetic_corpus.hpp"
 #include "tierzero/train/training_checkpoint.hpp"
+#include "tierzero/zero/comm_staging_pool.hpp"
 
 namespace tierzero::train {
 
