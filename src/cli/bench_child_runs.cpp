@@ -22,6 +22,7 @@
 #include <sstream>
 #include <thread>
 
+#include "tierzero/comm/mpi_communicator.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/timer.hpp"
 #include "tierzero/train/config_bridges.hpp"
@@ -197,14 +198,17 @@ std::string find_mpiexec(const std::string& given) {
 
 std::vector<std::string> child_environment(int64_t threads) {
   // The launcher's job variables (OMPI_COMM_WORLD_*, PMIX_RANK, ...) stay behind: a child is its
-  // own job, not a rank of this one. MCA settings (OMPI_MCA_*, PMIX_MCA_*, PRTE_MCA_*) go along:
-  // a machine may need them for MPI to start at all (a container's plm=isolated).
+  // own job, not a rank of this one. MCA settings (OMPI_MCA_*, PMIX_MCA_*, PRTE_MCA_*) go along
+  // when this process was not launched by mpiexec (which puts its job's own among them): a
+  // machine may need them for MPI to start at all (a container's plm=isolated).
+  const bool keep_mca = !comm::launched_by_mpi();
   std::vector<std::string> env;
   bool btl_set = false;
   for (char** e = environ; e && *e; ++e) {
     const std::string kv = *e;
     const auto starts = [&](const char* p) { return kv.rfind(p, 0) == 0; };
-    const bool mca = starts("OMPI_MCA_") || starts("PMIX_MCA_") || starts("PRTE_MCA_");
+    const bool mca =
+        keep_mca && (starts("OMPI_MCA_") || starts("PMIX_MCA_") || starts("PRTE_MCA_"));
     if ((!mca && (starts("OMPI_") || starts("PMIX_") || starts("PRTE_"))) ||
         starts("OMP_NUM_THREADS=") || starts("OPENBLAS_NUM_THREADS="))
       continue;

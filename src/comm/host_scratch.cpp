@@ -37,6 +37,12 @@ void set_host_staging_allocator(HostStagingAllocator* allocator) {
   s.allocator = allocator;
 }
 
+HostStagingAllocator* host_staging_allocator() {
+  StagingSource& s = source();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.allocator;
+}
+
 namespace comm_detail {
 
 HostScratch::HostScratch(const char* label) : label_(label) {

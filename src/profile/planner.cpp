@@ -147,23 +147,26 @@ PlanResult plan(const PlanRequest& req, size_t keep_rejected) {
   for (Tier t : {Tier::host, Tier::nvme})
     for (double ratio : {0.25, 0.5, 0.75, 1.0}) optim_options.push_back({t, ratio});
 
+  // The request's NVMe chunk, and the smaller one where it is larger (each once).
+  std::vector<size_t> chunk_options = {req.base.placement.nvme_chunk_elems};
+  if (kSmallNvmeChunk < req.base.placement.nvme_chunk_elems)
+    chunk_options.push_back(kSmallNvmeChunk);
   PlanResult result;
   std::vector<Candidate> rejected, fitting;
   for (int stage = 0; stage <= 3; ++stage)
     for (const zero::OffloadTarget& param : param_options)
       for (const zero::OffloadTarget& optim : optim_options)
         for (Tier grads : {Tier::host, Tier::nvme})
-          for (size_t chunk : {req.base.placement.nvme_chunk_elems, kSmallNvmeChunk})
+          for (size_t chunk : chunk_options)
             for (bool ckpt : {false, true})
               for (size_t b = 1; b <= per_rank_batch; b *= 2)
                 for (size_t max_live : {req.base.max_live_parameters, size_t{0}}) {
                   if (param.tier != Tier::device && stage != 3) continue;
                   // Gradient shards go to NVMe only with the optimizer there, at stages 2-3.
                   if (grads == Tier::nvme && (stage < 2 || optim.tier != Tier::nvme)) continue;
-                  // A smaller NVMe optimizer chunk (fewer host bytes in its pipeline's slots) only
-                  // where the optimizer streams from NVMe and the request's chunk is larger.
-                  if (chunk != req.base.placement.nvme_chunk_elems &&
-                      (optim.tier != Tier::nvme || chunk >= req.base.placement.nvme_chunk_elems))
+                  // The smaller NVMe optimizer chunk (fewer host bytes in its pipeline's slots)
+                  // only where the optimizer streams from NVMe.
+                  if (chunk != req.base.placement.nvme_chunk_elems && optim.tier != Tier::nvme)
                     continue;
                   if (max_live != req.base.max_live_parameters && stage != 3) continue;
                   // A tier without a budget is not offered (rather than listed as not fitting).

@@ -134,6 +134,31 @@ void save_checkpoint(const std::string& path, const nn::GPTConfig& c, const nn::
   writer.commit();
 }
 
+void ModelRanges::read_runs(const std::vector<Run>& runs, float* out, std::vector<float>& scratch,
+                            size_t block_elems) const {
+  if (runs.empty()) return;
+  if (runs.size() == 1) {
+    read(runs[0].full, runs[0].n, out + runs[0].at);
+    return;
+  }
+  const size_t lo = runs.front().full, hi = runs.back().full + runs.back().n;
+  const size_t block = std::max<size_t>(1, std::min(block_elems, hi - lo));
+  scratch.resize(block);
+  size_t first = 0;  // the first run not yet wholly copied
+  for (size_t b = lo; b < hi && first < runs.size(); b += block) {
+    const size_t e = std::min(hi, b + block);
+    if (runs[first].full >= e) continue;  // a gap between runs: nothing needed here
+    read(b, e - b, scratch.data());
+    for (size_t i = first; i < runs.size() && runs[i].full < e; ++i) {
+      const Run& r = runs[i];
+      const size_t from = std::max(b, r.full), to = std::min(e, r.full + r.n);
+      if (from < to)
+        std::copy_n(scratch.data() + (from - b), to - from, out + r.at + (from - r.full));
+    }
+    while (first < runs.size() && runs[first].full + runs[first].n <= e) ++first;
+  }
+}
+
 std::unique_ptr<ModelRanges> open_model_ranges(const std::string& path,
                                                const nn::ParamLayout& layout) {
   if (is_safetensors_path(path)) return open_gpt2_safetensors_ranges(path, layout);

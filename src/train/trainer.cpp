@@ -414,12 +414,23 @@ void Trainer::build() {
     if (layout.tp().size == 1 && stage.stages == 1) {
       initial = [&file](size_t begin, size_t count, float* out) { file->read(begin, count, out); };
     } else {
+      // A tensor's runs are read together (ModelRanges::read_runs): a row-parallel piece is a
+      // part of every row, which read run by run would cost a read per row.
       initial = [&file, &file_layout, &layout](size_t begin, size_t count, float* out) {
         std::fill_n(out, count, 0.0f);
+        std::vector<ModelRanges::Run> runs;  // of one tensor
+        std::vector<float> scratch;          // (block) fp32
+        const nn::ParamTensor* tensor = nullptr;
         nn::for_each_whole_run(layout, *file_layout, begin, count,
-                               [&](const nn::ParamTensor&, size_t full, size_t at, size_t n) {
-                                 file->read(full, n, out + at);
+                               [&](const nn::ParamTensor& t, size_t full, size_t at, size_t n) {
+                                 if (&t != tensor) {
+                                   file->read_runs(runs, out, scratch);
+                                   runs.clear();
+                                   tensor = &t;
+                                 }
+                                 runs.push_back({full, at, n});
                                });
+        file->read_runs(runs, out, scratch);
       };
     }
   }
@@ -788,7 +799,11 @@ void Trainer::save_model_streamed() {
   }
   // Data-parallel replica 0 (sequence-parallel rank 0) holds every piece once; the other
   // replicas only take part in reads.
-  constexpr size_t kChunk = size_t{1} << 22;  // elements per message (16 MiB)
+  // Elements per message: 16 MiB; TIERZERO_TEST_SAVE_CHUNK_ELEMS makes it small enough for the
+  // tests' tiny models to take several (partial chunks, chunks across units).
+  size_t kChunk = size_t{1} << 22;
+  if (const char* v = std::getenv("TIERZERO_TEST_SAVE_CHUNK_ELEMS"); v != nullptr && *v != '\0')
+    kChunk = std::max<size_t>(1, std::strtoull(v, nullptr, 10));
   const int tag = 7;
   comm::Communicator& world = s.session->world();
   const comm::MeshLayout& mesh = s.mesh->layout();

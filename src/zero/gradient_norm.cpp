@@ -103,7 +103,8 @@ void GradientNorm::sum_tied_gradients() {
 }
 
 void GradientNorm::each_nvme_grad_chunk(size_t unit, bool write_back,
-                                        const std::function<void(size_t, size_t, float*)>& fn) {
+                                        const std::function<void(size_t, size_t, float*)>& fn,
+                                        const std::function<bool(size_t, size_t)>& wanted) {
   StateArenas& arenas = storage_.arenas();
   const size_t n = storage_.plan().partition(unit).shard_numel;
   if (n == 0) return;
@@ -114,6 +115,8 @@ void GradientNorm::each_nvme_grad_chunk(size_t unit, bool write_back,
   auto* values = static_cast<float*>(buffer.data());
   for (size_t at = 0; at < n; at += chunk) {
     const size_t count = std::min(chunk, n - at);
+    // A clear shard's chunks hold stale bytes on NVMe: once it is written, all of it must be.
+    if (wanted && !wanted(at, count) && !(clear && write_back)) continue;
     if (clear) {
       std::fill_n(values, count, 0.0f);
     } else {
@@ -201,16 +204,31 @@ void GradientNorm::sync_replicated_gradients() {
       slot += seg.numel;
     }
   };
+  const bool root = groups_.replica->rank() == 0;
+  // The chunks of an NVMe shard that a replicated segment touches.
+  auto touched = [&plan](size_t u) {
+    return [&plan, u](size_t at, size_t count) {
+      for (const ShardSegment& seg : plan.segments(u))
+        if (plan.units()[u].tensors[seg.tensor].replicated && seg.shard_offset < at + count &&
+            at < seg.shard_offset + seg.numel)
+          return true;
+      return false;
+    };
+  };
   each_segment([&](float* shard, float* slot, size_t n,
                    CopyKind kind) { device.copy(slot, shard, n * sizeof(float), kind, st); },
                [&](size_t u, size_t slot) {
-                 each_nvme_grad_chunk(u, false, [&](size_t at, size_t count, float* values) {
-                   replicated_parts(u, slot, at, count, [&](size_t off, size_t s, size_t n) {
-                     device.copy(packed.f32() + s, values + off, n * sizeof(float),
-                                 CopyKind::host_to_device, st);
-                   });
-                   st.synchronize();  // the chunk buffer is refilled next
-                 });
+                 if (!root) return;  // the others' packed values are overwritten by the broadcast
+                 each_nvme_grad_chunk(
+                     u, false,
+                     [&](size_t at, size_t count, float* values) {
+                       replicated_parts(u, slot, at, count, [&](size_t off, size_t s, size_t n) {
+                         device.copy(packed.f32() + s, values + off, n * sizeof(float),
+                                     CopyKind::host_to_device, st);
+                       });
+                       st.synchronize();  // the chunk buffer is refilled next
+                     },
+                     touched(u));
                });
   st.synchronize();
   groups_.replica->broadcast(packed.data(), total, DType::f32, 0);
@@ -221,13 +239,17 @@ void GradientNorm::sync_replicated_gradients() {
         device.copy(shard, slot, n * sizeof(float), back, st);
       },
       [&](size_t u, size_t slot) {
-        each_nvme_grad_chunk(u, true, [&](size_t at, size_t count, float* values) {
-          replicated_parts(u, slot, at, count, [&](size_t off, size_t s, size_t n) {
-            device.copy(values + off, packed.f32() + s, n * sizeof(float), CopyKind::device_to_host,
-                        st);
-          });
-          st.synchronize();  // before the chunk is written
-        });
+        if (root) return;  // the broadcast's values are its own
+        each_nvme_grad_chunk(
+            u, true,
+            [&](size_t at, size_t count, float* values) {
+              replicated_parts(u, slot, at, count, [&](size_t off, size_t s, size_t n) {
+                device.copy(values + off, packed.f32() + s, n * sizeof(float),
+                            CopyKind::device_to_host, st);
+              });
+              st.synchronize();  // before the chunk is written
+            },
+            touched(u));
       });
   st.synchronize();
   ActivityLog::global().record(Track::collective, "broadcast replicated grads", t0,

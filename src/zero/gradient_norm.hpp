@@ -41,10 +41,12 @@ class GradientNorm {
   // when `skip_replicated`.
   double nvme_sum_squares(size_t unit, bool skip_replicated);
   // fn(at, count, values) for each chunk of the unit's NVMe gradient shard, in order (zeros for a
-  // clear shard), through one pinned chunk buffer. With `write_back` every chunk is written back
-  // after fn (which may change it) and the shard is no longer clear.
+  // clear shard), through one pinned chunk buffer; only chunks `wanted(at, count)` accepts (all
+  // when it is empty), except that a clear shard written back is written whole. With `write_back`
+  // each chunk is written back after fn (which may change it) and the shard is no longer clear.
   void each_nvme_grad_chunk(size_t unit, bool write_back,
-                            const std::function<void(size_t at, size_t count, float* values)>& fn);
+                            const std::function<void(size_t at, size_t count, float* values)>& fn,
+                            const std::function<bool(size_t at, size_t count)>& wanted = {});
   void check_tied_shapes();
 
   int stage_;

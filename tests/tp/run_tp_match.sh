@@ -108,8 +108,10 @@ for f in loss grad_norm; do
 done
 "$check" checkpoints "$dir/ref.bin" "$dir/tp.bin" "$tol" "$tol" || fail=1
 # The parallel layout loads a model file by range (each rank only its pieces) and saves it back
-# piece by piece: with no step between, the file must come back bit for bit.
-if timeout -k 5 120 "$@" -n "$ranks" "$tierzero" train --config "$dir/tp.json" --steps 0 \
+# piece by piece: with no step between, the file must come back bit for bit. Messages of 1000
+# elements to rank 0, so the save's chunking and pacing are exercised (the default is 4M).
+if TIERZERO_TEST_SAVE_CHUNK_ELEMS=1000 timeout -k 5 120 "$@" -n "$ranks" -x TIERZERO_TEST_SAVE_CHUNK_ELEMS \
+    "$tierzero" train --config "$dir/tp.json" --steps 0 \
     --load "$dir/ref.bin" --save "$dir/round.bin" $device_args > "$dir/round.out" 2>&1 &&
     cmp "$dir/ref.bin" "$dir/round.bin"; then
   echo "load and save by range on the parallel layout: the file came back bit for bit"

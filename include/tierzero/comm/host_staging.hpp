@@ -23,5 +23,7 @@ class HostStagingAllocator {
 // (null: the heap again). Buffers held from the previous source are released first, so the
 // previous allocator may go once this returns. Call it while no communication is in flight.
 void set_host_staging_allocator(HostStagingAllocator* allocator);
+// The allocator set now (null: the heap).
+HostStagingAllocator* host_staging_allocator();
 
 }  // namespace tierzero::comm

@@ -31,6 +31,16 @@ class ModelRanges {
   virtual ~ModelRanges() = default;
   // Elements [begin, begin + count) of the layout's flat buffer (padding zero).
   virtual void read(size_t begin, size_t count, float* out) const = 0;  // (count)
+
+  // One contiguous run of elements: [full, full + n) of the layout's flat buffer into out[at...].
+  struct Run {
+    size_t full = 0, at = 0, n = 0;
+  };
+  // Many runs in increasing `full` order (a tensor-parallel rank's pieces of one tensor: a part
+  // of every row) in one pass over their span, in blocks of at most block_elems through
+  // `scratch`, instead of one read per run (one per row, or per element of a transposed file).
+  void read_runs(const std::vector<Run>& runs, float* out, std::vector<float>& scratch,
+                 size_t block_elems = size_t{1} << 22) const;
 };
 
 // Opens `path` by its kind (an llm.c file, or safetensors by its name's extension) for reading

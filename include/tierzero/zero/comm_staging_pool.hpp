@@ -17,7 +17,7 @@ class CommStagingPool final : public comm::HostStagingAllocator {
   // Sets itself as the process's staging source; `pool` must outlive it. No communication may be
   // in flight while it is made or destroyed (set_host_staging_allocator's rule).
   explicit CommStagingPool(offload::HostPool& pool);
-  ~CommStagingPool() override;  // back to the heap; every block returned to the pool
+  ~CommStagingPool() override;  // back to the heap (if still the source); blocks returned
   CommStagingPool(const CommStagingPool&) = delete;
   CommStagingPool& operator=(const CommStagingPool&) = delete;
 
