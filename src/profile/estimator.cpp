@@ -164,23 +164,16 @@ Estimate estimate(const EstimateInput& in) {
   host_io = std::max(host_io, zero::optimizer_swap_host_bytes(swap) + load_staging);
 
   // MPI on host memory widens a 16-bit reduction to fp32 in two grow-only staging buffers (the
-  // comm layer's HostScratch): the largest bucket's input and its result (its shard at stages
-  // 2-3); from the pinned pool where the store has one, else the heap.
-  if (in.host_widening && in.reduce_dtype != DType::f32 && in.world.partition_group() > 1) {
-    size_t largest = 0, total = 0;
-    for (size_t u = 0; u < plan.num_units(); ++u) {
-      largest = std::max(largest, plan.partition(u).padded_numel);
-      total += plan.partition(u).padded_numel;
-    }
-    const size_t bucket = std::max(
-        std::min(zero::bucket_capacity(plan, in.reduce_bucket_elems, in.overlap_comm), total),
-        largest);
-    const size_t result = in.stage >= 2 ? bucket / static_cast<size_t>(group) : bucket;  // fp32
-    const auto round = [host_pool](size_t bytes) {
+  // comm layer's HostScratch), sized by zero's rule; from the pinned pool where the store has one,
+  // else the heap.
+  if (in.host_widening && in.world.partition_group() > 1) {
+    const auto round = [host_pool](size_t elems) {
+      const size_t bytes = elems * sizeof(float);
       return host_pool ? offload::HostPool::round_size(bytes) : (bytes + 63) / 64 * 64;
     };
-    slot(e.buffers, Tier::host, Category::comm) +=
-        round(bucket * sizeof(float)) + round(result * sizeof(float));
+    if (reduction.widened_in_elems > 0)
+      slot(e.buffers, Tier::host, Category::comm) +=
+          round(reduction.widened_in_elems) + round(reduction.widened_out_elems);
   }
 
   slot(e.buffers, Tier::device, Category::activation) += in.activation_bytes;

@@ -13,6 +13,26 @@
 
 namespace tierzero::zero {
 
+namespace {
+
+// fn(chunk offset, slot, elements) for each part of unit u's shard range [at, at + count) that
+// lies in a segment of a replicated tensor (`replicated`) or of the others; `slot` is where the
+// part falls when those segments are packed one after another.
+template <typename Fn>
+void segment_parts(const PartitionPlan& plan, size_t u, bool replicated, size_t at, size_t count,
+                   Fn fn) {
+  size_t slot = 0;
+  for (const ShardSegment& seg : plan.segments(u)) {
+    if (plan.units()[u].tensors[seg.tensor].replicated != replicated) continue;
+    const size_t lo = std::max(at, seg.shard_offset);
+    const size_t hi = std::min(at + count, seg.shard_offset + seg.numel);
+    if (lo < hi) fn(lo - at, slot + (lo - seg.shard_offset), hi - lo);
+    slot += seg.numel;
+  }
+}
+
+}  // namespace
+
 GradientNorm::GradientNorm(int stage, ShardStorage& storage, comm::Communicator& group,
                            const StoreGroups& groups, std::function<void()> flush_collectives)
     : stage_(stage),
@@ -193,26 +213,13 @@ void GradientNorm::sync_replicated_gradients() {
       }
     }
   };
-  // The parts of an NVMe shard's chunk [at, at + count) that are replicated segments:
-  // fn(chunk offset, packed slot, elements).
-  auto replicated_parts = [&](size_t u, size_t slot, size_t at, size_t count, auto&& fn) {
-    for (const ShardSegment& seg : plan.segments(u)) {
-      if (!plan.units()[u].tensors[seg.tensor].replicated) continue;
-      const size_t lo = std::max(at, seg.shard_offset);
-      const size_t hi = std::min(at + count, seg.shard_offset + seg.numel);
-      if (lo < hi) fn(lo - at, slot + (lo - seg.shard_offset), hi - lo);
-      slot += seg.numel;
-    }
-  };
   const bool root = groups_.replica->rank() == 0;
   // The chunks of an NVMe shard that a replicated segment touches.
   auto touched = [&plan](size_t u) {
     return [&plan, u](size_t at, size_t count) {
-      for (const ShardSegment& seg : plan.segments(u))
-        if (plan.units()[u].tensors[seg.tensor].replicated && seg.shard_offset < at + count &&
-            at < seg.shard_offset + seg.numel)
-          return true;
-      return false;
+      bool any = false;
+      segment_parts(plan, u, true, at, count, [&](size_t, size_t, size_t) { any = true; });
+      return any;
     };
   };
   each_segment([&](float* shard, float* slot, size_t n,
@@ -222,8 +229,8 @@ void GradientNorm::sync_replicated_gradients() {
                  each_nvme_grad_chunk(
                      u, false,
                      [&](size_t at, size_t count, float* values) {
-                       replicated_parts(u, slot, at, count, [&](size_t off, size_t s, size_t n) {
-                         device.copy(packed.f32() + s, values + off, n * sizeof(float),
+                       segment_parts(plan, u, true, at, count, [&](size_t off, size_t s, size_t n) {
+                         device.copy(packed.f32() + slot + s, values + off, n * sizeof(float),
                                      CopyKind::host_to_device, st);
                        });
                        st.synchronize();  // the chunk buffer is refilled next
@@ -243,8 +250,8 @@ void GradientNorm::sync_replicated_gradients() {
         each_nvme_grad_chunk(
             u, true,
             [&](size_t at, size_t count, float* values) {
-              replicated_parts(u, slot, at, count, [&](size_t off, size_t s, size_t n) {
-                device.copy(values + off, packed.f32() + s, n * sizeof(float),
+              segment_parts(plan, u, true, at, count, [&](size_t off, size_t s, size_t n) {
+                device.copy(values + off, packed.f32() + slot + s, n * sizeof(float),
                             CopyKind::device_to_host, st);
               });
               st.synchronize();  // before the chunk is written
@@ -289,7 +296,6 @@ double GradientNorm::local_sum_squares() {
 double GradientNorm::nvme_sum_squares(size_t unit, bool skip_replicated) {
   if (storage_.grad_clear(unit)) return 0.0;
   const PartitionPlan& plan = storage_.plan();
-  const UnitSpec& spec = plan.units()[unit];
   kernels::Kernels& k = storage_.host_kernels();
   double sum = 0.0;
   each_nvme_grad_chunk(unit, false, [&](size_t at, size_t count, const float* values) {
@@ -297,12 +303,8 @@ double GradientNorm::nvme_sum_squares(size_t unit, bool skip_replicated) {
       sum += k.sum_squares(values, count);
       return;
     }
-    for (const ShardSegment& seg : plan.segments(unit)) {
-      if (spec.tensors[seg.tensor].replicated) continue;
-      const size_t lo = std::max(at, seg.shard_offset);
-      const size_t hi = std::min(at + count, seg.shard_offset + seg.numel);
-      if (lo < hi) sum += k.sum_squares(values + (lo - at), hi - lo);
-    }
+    segment_parts(plan, unit, false, at, count,
+                  [&](size_t off, size_t, size_t n) { sum += k.sum_squares(values + off, n); });
   });
   return sum;
 }

@@ -378,6 +378,7 @@ ReductionBuffers reduction_buffer_bound(const PartitionPlan& plan, int stage,
     const size_t bucket = std::max(
         std::min(bucket_capacity(plan, reduce_bucket_elems, overlap_comm), total), largest);
     out.device_comm = 2 * DeviceAllocator::round_size(bucket * dtype_size(reduce_dtype));
+    out.widened_in_elems = out.widened_out_elems = bucket;  // an all-reduce
     return out;
   }
   // Units whose gradient is reduced at all (one rank with device gradients adds in place).
@@ -407,6 +408,10 @@ ReductionBuffers reduction_buffer_bound(const PartitionPlan& plan, int stage,
   out.device_comm = 2 * DeviceAllocator::round_size(largest * sizeof(float)) +
                     bucket * sizeof(float) + slack + 2 * (packed + shard);
   if (host_units > 0) out.host_io = offload::HostPool::round_size(bucket / ranks * sizeof(float));
+  if (reduce_dtype != DType::f32) {  // a reduce-scatter
+    out.widened_in_elems = bucket;
+    out.widened_out_elems = bucket / ranks;
+  }
   return out;
 }
 

@@ -126,6 +126,10 @@ enum class PassKind { train, eval };
 struct ReductionBuffers {
   size_t device_comm = 0;
   size_t host_io = 0;
+  // With a 16-bit reduce_dtype, the fp32 elements of the largest bucket and of its result (its
+  // shard at stages 2-3): what MPI on host memory widens them into (the comm layer's staging).
+  size_t widened_in_elems = 0;
+  size_t widened_out_elems = 0;
 };
 // A 16-bit reduce_dtype (communication_data_type) adds, at stages 0-1, the buckets' 16-bit copies.
 ReductionBuffers reduction_buffer_bound(const PartitionPlan& plan, int stage,
