@@ -2,12 +2,14 @@
 // command-line flags on top.
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "commands.hpp"
+#include "tierzero/train/rank_agreement.hpp"
 #include "tierzero/train/train_config.hpp"
 #include "tierzero/train/trainer.hpp"
 
@@ -136,6 +138,33 @@ train::TrainConfig resolve(const TrainFlags& f) {
   return c;
 }
 
+// `eval`: the mean validation loss of the model; rank 0 prints it.
+int evaluate(const TrainFlags& f) {
+  train::TrainConfig c = resolve(f);
+  c.steps = 0;
+  if (c.val_data.empty()) c.val_data = c.train_data;
+  train::Trainer trainer(c);
+  train::TrainResult r = trainer.run(nullptr);
+  if (r.rank != 0) return std::isfinite(r.val_loss) ? 0 : 1;  // rank 0 reports
+  // nlohmann::json writes a non-finite loss as null, so the line stays valid JSON.
+  const nlohmann::ordered_json line = {{"eval_loss", r.val_loss}, {"batches", c.val_batches}};
+  std::printf("%s\n", line.dump().c_str());
+  std::fprintf(stderr, "eval loss %.4f over %lld batches\n", r.val_loss,
+               static_cast<long long>(c.val_batches));
+  return std::isfinite(r.val_loss) ? 0 : 1;
+}
+
+// Runs a command; when the ranks' settings differ, rank 0 reports it (main prints the error) and
+// the other ranks exit 1 without a line of their own, so the job prints the difference once.
+int once_per_job(const std::function<int()>& command) {
+  try {
+    return command();
+  } catch (const train::RanksDisagree& e) {
+    if (e.reported_here()) throw;
+    return 1;
+  }
+}
+
 }  // namespace
 
 Command add_train_command(CLI::App& app) {
@@ -161,11 +190,13 @@ Command add_train_command(CLI::App& app) {
   sub->add_flag("--profile-timeline", flags->profile_timeline,
                 "keep every memory event and activity in the profile (for `report --trace`)");
   return {sub, [flags] {
-            train::Trainer trainer(resolve(*flags));
-            if (!flags->profile.empty())
-              trainer.set_profile(flags->profile, flags->profile_timeline);
-            trainer.run(stderr, flags->metrics, flags->memory_json);
-            return 0;
+            return once_per_job([&] {
+              train::Trainer trainer(resolve(*flags));
+              if (!flags->profile.empty())
+                trainer.set_profile(flags->profile, flags->profile_timeline);
+              trainer.run(stderr, flags->metrics, flags->memory_json);
+              return 0;
+            });
           }};
 }
 
@@ -175,21 +206,7 @@ Command add_eval_command(CLI::App& app) {
   add_common(sub, *flags);
   sub->add_option("--batches", flags->batches, "batches to evaluate")
       ->check(CLI::Range(1, 1 << 30));
-  return {
-      sub, [flags] {
-        train::TrainConfig c = resolve(*flags);
-        c.steps = 0;
-        if (c.val_data.empty()) c.val_data = c.train_data;
-        train::Trainer trainer(c);
-        train::TrainResult r = trainer.run(nullptr);
-        if (r.rank != 0) return std::isfinite(r.val_loss) ? 0 : 1;  // rank 0 reports
-        // nlohmann::json writes a non-finite loss as null, so the line stays valid JSON.
-        const nlohmann::ordered_json line = {{"eval_loss", r.val_loss}, {"batches", c.val_batches}};
-        std::printf("%s\n", line.dump().c_str());
-        std::fprintf(stderr, "eval loss %.4f over %lld batches\n", r.val_loss,
-                     static_cast<long long>(c.val_batches));
-        return std::isfinite(r.val_loss) ? 0 : 1;
-      }};
+  return {sub, [flags] { return once_per_job([&] { return evaluate(*flags); }); }};
 }
 
 }  // namespace tierzero::cli

@@ -118,18 +118,22 @@ std::unique_ptr<TokenShard> open_token_shard(const std::string& path) {
   return std::make_unique<FileShard>(path);
 }
 
-std::vector<std::unique_ptr<TokenShard>> open_token_shards(const std::string& pattern) {
+std::vector<std::string> token_shard_paths(const std::string& pattern) {
   glob_t g{};
   int rc = ::glob(pattern.c_str(), GLOB_ERR, nullptr, &g);
   std::vector<std::string> paths;
   if (rc == 0)
     for (size_t i = 0; i < g.gl_pathc; ++i) paths.emplace_back(g.gl_pathv[i]);
   ::globfree(&g);
-  if (rc == GLOB_NOMATCH || paths.empty())
+  std::sort(paths.begin(), paths.end());
+  return paths;
+}
+
+std::vector<std::unique_ptr<TokenShard>> open_token_shards(const std::string& pattern) {
+  const std::vector<std::string> paths = token_shard_paths(pattern);
+  if (paths.empty())
     TZ_THROW("no data file matches '" + pattern + "'",
              "check the path; make shards with: tierzero prepare-data input.txt -o DIR");
-  if (rc != 0) TZ_THROW("cannot search for '" + pattern + "': " + errno_string(), "");
-  std::sort(paths.begin(), paths.end());
   std::vector<std::unique_ptr<TokenShard>> shards;
   for (const auto& p : paths) shards.push_back(open_token_shard(p));
   return shards;

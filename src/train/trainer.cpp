@@ -43,6 +43,7 @@
 #include "tierzero/train/pipeline_executor.hpp"
 #include "tierzero/train/profiling_provider.hpp"
 #include "tierzero/train/progress.hpp"
+#include "tierzero/train/rank_agreement.hpp"
 #include "tierzero/train/run_identity.hpp"
 #include "tierzero/train/safetensors_gpt2.hpp"
 #include "tierzero/train/step_metrics.hpp"
@@ -260,6 +261,8 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)), state_(new St
     s.world_size = s.session->size();
     log::set_rank(s.rank, s.world_size);
   }
+  // Before any collective that depends on them; thrown on every rank, so none waits on another.
+  if (s.world_size > 1) require_ranks_agree(run_settings(config_), s.session->world());
   if (s.rank == 0 && !config_.ignored_keys.empty()) log::warn(config_.ignored_keys_warning());
   if (s.world_size == 1) {
     build();

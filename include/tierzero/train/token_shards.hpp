@@ -26,6 +26,9 @@ class TokenShard {
 
 // A validated shard file, read with pread.
 std::unique_ptr<TokenShard> open_token_shard(const std::string& path);
+// The files matching `pattern` (glob), sorted; empty when none does or the search fails (a
+// directory in the pattern that cannot be read).
+std::vector<std::string> token_shard_paths(const std::string& pattern);
 // Every file matching `pattern` (glob), sorted; Error if none matches.
 std::vector<std::unique_ptr<TokenShard>> open_token_shards(const std::string& pattern);
 // Tokens held in memory (the built-in corpus).

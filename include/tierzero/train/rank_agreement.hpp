@@ -1,0 +1,34 @@
+// The ranks of a job agree on their run's settings (run_settings.hpp) before anything that
+// depends on them: a fixed-size all-gather of each rank's settings digest first, so that ranks
+// launched differently cannot hang or truncate each other there; only when the digests differ,
+// the texts of rank 0 and of the lowest differing rank, each sent as its length and then its
+// bytes, so every rank names the same first differing setting and refuses.
+#pragma once
+
+#include <string>
+
+#include "tierzero/comm/communicator.hpp"
+#include "tierzero/core/error.hpp"
+#include "tierzero/train/run_settings.hpp"
+
+namespace tierzero::train {
+
+// Thrown on every rank when the ranks' settings differ, with the same message. One rank (rank 0)
+// reports it; the others may stay silent so that a job prints the difference once.
+class RanksDisagree : public Error {
+ public:
+  RanksDisagree(std::string what, std::string where, std::string hint, bool reported_here)
+      : Error(std::move(what), std::move(where), std::move(hint)), reported_here_(reported_here) {}
+  bool reported_here() const { return reported_here_; }
+
+ private:
+  bool reported_here_;
+};
+
+// Collective over `world` (every rank calls it, before any other collective whose shape depends
+// on the settings): returns when every rank's settings equal rank 0's, else throws RanksDisagree
+// on every rank, naming the first setting where the lowest differing rank differs from rank 0
+// and both values, e.g. "tierzero.steps (--steps) is 3 on rank 0 but 4 on rank 1".
+void require_ranks_agree(const RunSettings& mine, comm::Communicator& world);
+
+}  // namespace tierzero::train
