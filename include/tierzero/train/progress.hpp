@@ -6,7 +6,7 @@
 #include <cstdio>
 
 #include "tierzero/core/memory_tracker.hpp"
-#include "tierzero/train/trainer.hpp"
+#include "tierzero/train/step_record.hpp"
 
 namespace tierzero::train {
 

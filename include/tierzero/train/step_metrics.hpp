@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tierzero/nn/tensor_parallel_group.hpp"
-#include "tierzero/train/trainer.hpp"
+#include "tierzero/train/step_record.hpp"
 
 namespace tierzero::train {
 

@@ -12,42 +12,20 @@
 #include <vector>
 
 #include "tierzero/train/loss_scaler.hpp"
+#include "tierzero/train/step_record.hpp"
 #include "tierzero/train/train_config.hpp"
+
+namespace tierzero {
+class Timer;
+}
+namespace tierzero::profile {
+class ProfileRecorder;
+}
 
 namespace tierzero::train {
 
-struct StepRecord {
-  int64_t step = 0;  // 1-based
-  double loss = 0.0;
-  double lr = 0.0;
-  double grad_norm = 0.0;
-  double seconds = 0.0;
-  // CPU time of the process during the step (every thread, the MPI engine's polling included):
-  // with one kernel thread and one rank, the step's time on an otherwise idle machine.
-  double cpu_seconds = 0.0;
-  double tokens_per_second = 0.0;
-  // Stage 3 fetching during the step (the partition store's FetchCounters); 0 elsewhere.
-  bool fetch_counted = false;
-  size_t prefetch_hits = 0;
-  size_t on_demand_fetches = 0;
-  double stall_s = 0.0;
-  size_t nvme_reads = 0;  // parameter shards read from NVMe
-  size_t handoffs = 0;    // parameter shards the NVMe optimizer handed over instead
-  // Gradient reductions of the partition store (any stage; 0 without one): buckets reduced,
-  // seconds in flight and the part the step waited for (FetchCounters).
-  size_t reductions = 0;
-  double reduction_s = 0.0;
-  double reduction_exposed_s = 0.0;
-};
-
-struct TrainResult {
-  std::vector<StepRecord> steps;
-  double val_loss = 0.0;         // mean validation loss at the end (NaN if no validation ran)
-  double unigram_entropy = 0.0;  // of the training data's tokens (built-in corpus), nats; or NaN
-  size_t parameter_count = 0;
-  std::string device_name;
-  int rank = 0;  // this process's data-parallel rank (0 on the one-rank path)
-};
+class StepSchedule;  // src/train/step_schedule.hpp
+class StepObserver;  // src/train/step_observers.hpp
 
 class Trainer {
  public:
@@ -70,18 +48,35 @@ class Trainer {
                   const std::string& memory_json_path = "");
 
  private:
-  void build();  // everything after the MPI session: data, model, parameters, optimizer
-  // fn(begin, count, values) for consecutive pieces of this rank's flat parameter buffer, every
-  // element once, in order: a store unit at a time (a gather at stage 3, so every rank of the
-  // store's group must call it) or a chunk of a local model. Host memory: one piece.
-  void for_each_param_piece(const std::function<void(size_t, size_t, const float*)>& fn);
+  // Everything after the MPI session: shape, data, device, groups, model, parameter state.
+  void build();
+  // Start-up checks before any step, on every rank in the same order (a failure stops the run
+  // before its first collective of training), then the opening line on `out`. Returns the
+  // metrics file (rank 0, when a path is given; else null).
+  using MetricsFile = std::unique_ptr<std::FILE, int (*)(std::FILE*)>;
+  MetricsFile begin_run(std::FILE* out, const std::string& metrics_path);
+  TrainResult run_loop(std::FILE* out, const std::string& metrics_path,
+                       const std::string& memory_json_path);
+  // End-of-run outputs after the last step, on every rank (collective): the final validation
+  // (unless a stop signal ended the run), the model file, --memory-json, the profile and the
+  // memory summaries.
+  void end_run(std::FILE* all_ranks_out, StepSchedule& schedule, profile::ProfileRecorder* recorder,
+               bool stopped, const std::string& memory_json_path, TrainResult& result);
+  // The observers of each step but the checkpoints, in the order they see it.
+  std::vector<std::unique_ptr<StepObserver>> make_observers(std::FILE* out, MetricsFile metrics,
+                                                            const std::string& metrics_path,
+                                                            StepSchedule& schedule,
+                                                            profile::ProfileRecorder* recorder);
+  double validate_now(StepSchedule& schedule);  // collective: the mean validation loss
+  // The global loss from this rank's (collective with an MPI session).
+  double mean_over_ranks(double loss) const;
+  StepRecord step_record(int64_t step, double loss, double lr, double grad_norm, const Timer& timer,
+                         double cpu_at_start) const;
   // The model written by rank 0 piece by piece at its tensors' places in the file (collective:
   // every rank reads). Under tensor or pipeline parallelism data-parallel replica 0's other ranks
   // send their pieces in chunks, which rank 0 takes in step with its own, so no rank holds more
   // than a piece and a chunk, and no group waits on another for long.
   void save_model_streamed();
-  TrainResult run_loop(std::FILE* out, const std::string& metrics_path,
-                       const std::string& memory_json_path);
   // Training checkpoints (training_checkpoint.hpp): what must match to resume, writing one after
   // `steps_done` steps (collective), and restoring one; resume returns the steps done.
   nlohmann::ordered_json checkpoint_identity() const;

@@ -1,0 +1,27 @@
+// Trainer::State: what a run is made of once built (run_setup.hpp, param_state.hpp), shared by
+// the trainer's files (trainer.cpp: build and loop; trainer_checkpoint.cpp: checkpoints and the
+// model file). Members are destroyed in reverse order: the parameter state before the model and
+// the groups it runs collectives over, the NCCL wrappings before the device, the MPI session last.
+// Private to src/train.
+#pragma once
+
+#include <memory>
+
+#include "param_state.hpp"
+#include "run_setup.hpp"
+#include "tierzero/train/trainer.hpp"
+
+namespace tierzero::train {
+
+struct Trainer::State {
+  RunSession run;  // first, so destroyed last: the store's collectives need MPI alive
+  RunShape shape;
+  RunData data;
+  std::unique_ptr<Device> device;
+  std::unique_ptr<DeviceAllocator> allocator;
+  ProcessGroups groups;
+  ModelChunks chunks;
+  std::unique_ptr<ParamState> params;
+};
+
+}  // namespace tierzero::train
