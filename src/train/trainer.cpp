@@ -24,6 +24,7 @@
 #include "tierzero/comm/mpi_communicator.hpp"
 #include "tierzero/comm/nccl_communicator.hpp"
 #include "tierzero/core/error.hpp"
+#include "tierzero/core/error_report.hpp"
 #include "tierzero/core/log.hpp"
 #include "tierzero/core/timer.hpp"
 #include "tierzero/device/device_allocator.hpp"
@@ -62,6 +63,14 @@ void check_supported(const TrainConfig& c) {
   TZ_CHECK(c.zero.stage >= 0 && c.zero.stage <= 3,
            "zero_optimization.stage " + std::to_string(c.zero.stage) + " does not exist",
            "use a stage from 0 to 3");
+  // (The config reader says these too; the command line's --stage and --offload-* come after it.)
+  if (c.zero.offload_param.device != "none" && c.zero.stage != 3)
+    TZ_THROW(
+        "zero_optimization.offload_param needs stage 3 (parameters are only partitioned in "
+        "stage 3; stage is " +
+            std::to_string(c.zero.stage) + ")",
+        "set zero_optimization.stage (--stage) to 3, or offload_param (--offload-param) to "
+        "none");
   if (c.zero.offload_optimizer.device != "none" && c.zero.stage == 0)
     TZ_THROW("zero_optimization.offload_optimizer needs stage 1, 2 or 3 (stage is 0)",
              "set zero_optimization.stage to 1 or more, or offload_optimizer.device to none");
@@ -139,10 +148,11 @@ std::vector<nn::PipelineStage> check_parallel(const TrainConfig& c, const nn::GP
     shape.schedule = nn::pipeline_schedule_from_name(c.pipeline_schedule);
     nn::validate(shape);
   }
-  // Names the tensor or the extent that does not split.
-  (void)nn::ParamLayout(model, nn::TensorParallel{tp, 0});
+  // The plain divisibility checks (heads, vocabulary, tokens) first; then the layout names any
+  // tensor extent that still does not split.
   (void)nn::ActivationDims::of(model, static_cast<size_t>(c.micro_batch_size),
                                static_cast<size_t>(c.seq_len), tp, c.sequence_parallel, u);
+  (void)nn::ParamLayout(model, nn::TensorParallel{tp, 0});
   if (c.sequence_parallel && tp == 1)
     log::warn(
         "tierzero.sequence_parallel has no effect without tensor parallelism "
@@ -243,11 +253,17 @@ struct Trainer::State {
   std::unique_ptr<DataLoader> train_loader;
   std::unique_ptr<DataLoader> val_loader;
   double unigram_entropy = std::numeric_limits<double>::quiet_NaN();
+  int64_t lr_schedule_steps = 0;          // the schedule's length in use (saved in checkpoints)
+  int64_t resumed_lr_schedule_steps = 0;  // the resumed checkpoint's (0: none or not recorded)
 };
 
 Trainer::Trainer(TrainConfig config) : config_(std::move(config)), state_(new State) {
   log::set_level(log::level_from_name(config_.log_level));
-  check_supported(config_);
+  try {
+    check_supported(config_);
+  } catch (const Error& e) {
+    throw SameOnEveryRankError(e);  // a function of the config alone
+  }
   State& s = *state_;
   // The reference path stays exactly the one-rank loop; anything else goes through the store.
   // The whole world is the data-parallel (partition) group for now.
@@ -261,6 +277,11 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)), state_(new St
     log::set_rank(s.rank, s.world_size);
   }
   if (s.rank == 0 && !config_.ignored_keys.empty()) log::warn(config_.ignored_keys_warning());
+  try {
+    validate_layout();
+  } catch (const Error& e) {
+    throw SameOnEveryRankError(e);  // every rank: the session ends normally, no abort
+  }
   if (s.world_size == 1) {
     build();
     return;
@@ -269,8 +290,22 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)), state_(new St
   try {
     build();
   } catch (const Error& e) {
-    comm::abort_job(e.what());
+    comm::abort_job(user_message(e));
   }
+}
+
+void Trainer::validate_layout() {
+  State& s = *state_;
+  // A model read from a checkpoint file is checked in build(): a file one rank cannot read must
+  // end the whole job, not leave the others in a collective.
+  if (!config_.load_checkpoint.empty()) return;
+  s.model_config = gpt_config_from(config_.model);
+  const auto T = static_cast<size_t>(config_.seq_len);
+  TZ_CHECK(T <= s.model_config.max_seq_len,
+           "seq_len " + std::to_string(T) + " exceeds the model's context length " +
+               std::to_string(s.model_config.max_seq_len),
+           "lower tierzero.seq_len");
+  s.stages = check_parallel(config_, s.model_config, s.world_size);
 }
 
 void Trainer::build() {
@@ -278,19 +313,18 @@ void Trainer::build() {
   const auto B = static_cast<size_t>(config_.micro_batch_size);
   const auto T = static_cast<size_t>(config_.seq_len);
 
-  s.model_config = gpt_config_from(config_.model);
   if (!config_.load_checkpoint.empty()) {
     s.model_config = is_safetensors_path(config_.load_checkpoint)
                          ? read_gpt2_safetensors_config(config_.load_checkpoint)
                          : read_checkpoint_config(config_.load_checkpoint);
     log::info("model shape from checkpoint '" + config_.load_checkpoint +
               "': " + s.model_config.str());
+    TZ_CHECK(T <= s.model_config.max_seq_len,
+             "seq_len " + std::to_string(T) + " exceeds the model's context length " +
+                 std::to_string(s.model_config.max_seq_len),
+             "lower tierzero.seq_len");
+    s.stages = check_parallel(config_, s.model_config, s.world_size);
   }
-  TZ_CHECK(T <= s.model_config.max_seq_len,
-           "seq_len " + std::to_string(T) + " exceeds the model's context length " +
-               std::to_string(s.model_config.max_seq_len),
-           "lower tierzero.seq_len");
-  s.stages = check_parallel(config_, s.model_config, s.world_size);
   comm::MeshShape shape;
   shape.tp = static_cast<int>(config_.tensor_parallel);
   shape.pp = static_cast<int>(config_.pipeline_parallel);
@@ -980,6 +1014,27 @@ std::vector<std::string> source_kinds(const std::string& kind) {
   return {kind};
 }
 
+// The schedule a resumed run follows: the checkpoint's length (a different --steps only moves
+// where training stops), unless tierzero.checkpoint.reset_lr_schedule; one line says which when
+// they differ.
+LrSchedule resumed_schedule(const TrainConfig& c, int64_t checkpoint_steps,
+                            const LrSchedule& current) {
+  if (checkpoint_steps <= 0 || checkpoint_steps == current.total_steps()) return current;
+  const std::string theirs = std::to_string(checkpoint_steps);
+  const std::string ours = std::to_string(current.total_steps());
+  if (c.checkpoint.reset_lr_schedule) {
+    log::info("learning-rate schedule: this run's, over " + ours +
+              " steps (--reset-lr-schedule; the checkpoint's ran over " + theirs + ")");
+    return current;
+  }
+  log::info("learning-rate schedule: the checkpoint's, over " + theirs + " steps (this run's is " +
+            ours + "; training stops after step " + std::to_string(c.steps) +
+            "); --reset-lr-schedule follows this run's");
+  SchedulerConfig kept = c.scheduler;
+  kept.total_num_steps = checkpoint_steps;
+  return LrSchedule(kept, c.optimizer.lr, checkpoint_steps);
+}
+
 }  // namespace
 
 std::string Trainer::save_training_checkpoint(int64_t steps_done, const LossScaler& scaler) {
@@ -990,6 +1045,7 @@ std::string Trainer::save_training_checkpoint(int64_t steps_done, const LossScal
   point.step = steps_done;
   point.scaler = scaler.state();
   point.data = s.train_loader->position();
+  point.lr_schedule_steps = s.lr_schedule_steps;
   const auto add = [&](const std::string& unit, const std::string& kind, size_t elem_bytes,
                        const std::string& tier, size_t begin, size_t elems, const void* data) {
     nlohmann::ordered_json meta;
@@ -1045,6 +1101,7 @@ int64_t Trainer::resume_training(LossScaler& scaler) {
   State& s = *state_;
   CheckpointReader reader(config_.checkpoint.resume, s.rank, checkpoint_identity(),
                           kCheckpointLayoutKeys);
+  s.resumed_lr_schedule_steps = reader.point().lr_schedule_steps;
   std::unique_ptr<CheckpointRanges> ranges;
   if (!reader.same_layout()) {
     ranges = std::make_unique<CheckpointRanges>(reader.directory());
@@ -1104,7 +1161,7 @@ TrainResult Trainer::run(std::FILE* out, const std::string& metrics_path,
   try {
     return run_loop(out, metrics_path, memory_json_path);
   } catch (const Error& e) {
-    comm::abort_job(e.what());
+    comm::abort_job(user_message(e));
   }
 }
 
@@ -1196,6 +1253,8 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
 
   LossScaler scaler(config_.fp16_scaling, config_.fp16);
   const int64_t first_step = config_.checkpoint.resume.empty() ? 0 : resume_training(scaler);
+  if (first_step > 0) schedule = resumed_schedule(config_, s.resumed_lr_schedule_steps, schedule);
+  s.lr_schedule_steps = schedule.total_steps();
   if (out && first_step > 0)
     std::fprintf(out, "resumed after step %lld from '%s'\n", static_cast<long long>(first_step),
                  config_.checkpoint.resume.c_str());

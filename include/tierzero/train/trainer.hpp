@@ -70,6 +70,9 @@ class Trainer {
                   const std::string& memory_json_path = "");
 
  private:
+  // The configured model against the parallel layout, before anything collective: the same
+  // values on every rank, so every rank fails alike (marked so, for the CLI to say it once).
+  void validate_layout();
   void build();  // everything after the MPI session: data, model, parameters, optimizer
   // fn(begin, count, values) for consecutive pieces of this rank's flat parameter buffer, every
   // element once, in order: a store unit at a time (a gather at stage 3, so every rank of the
