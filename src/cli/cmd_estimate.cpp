@@ -7,6 +7,7 @@
 #include "commands.hpp"
 #include "estimate_model.hpp"
 #include "tierzero/core/error.hpp"
+#include "tierzero/nn/param_layout.hpp"
 
 namespace tierzero::cli {
 
@@ -35,8 +36,27 @@ nlohmann::json tier_json(const profile::TierBytes& b, bool skip_zero) {
 void print_human(const EstimateSettings& s, const profile::Estimate& e,
                  const std::vector<profile::TableRow>& table) {
   const profile::WorldLayout& w = s.input.world;
-  std::printf("model     %s, %zu parameters per rank (%zu units)\n", s.model.str().c_str(),
-              e.parameters, e.units);
+  const size_t total = nn::ParamLayout(s.model).parameter_count();
+  std::printf("model     %s, %zu parameters\n", s.model.str().c_str(), total);
+  if (w.tp > 1 || w.pp > 1)
+    std::printf("          %zu of them on each rank's tensor/pipeline-parallel part (%zu units)\n",
+                e.parameters, e.units);
+  else
+    std::printf("          every rank works on all of them (%zu units)\n", e.units);
+  const size_t group = static_cast<size_t>(w.partition_group());
+  const int stage = s.input.stage;
+  if (stage == 0 || group == 1)
+    std::printf("          not sharded (%s): each rank holds its part's full state\n",
+                stage == 0 ? "stage 0" : "a partition group of one rank");
+  else
+    std::printf(
+        "          stage %d shards %s over the %zu ranks of a partition group: a shard of %zu "
+        "parameters per rank\n",
+        stage,
+        stage == 1   ? "the optimizer states"
+        : stage == 2 ? "the gradients and optimizer states"
+                     : "parameters, gradients and optimizer states",
+        group, (e.parameters + group - 1) / group);
   std::printf("world     %d ranks = dp %d x tp %d x pp %d x sp %d (partition group %d)%s\n",
               w.ranks(), w.dp, w.tp, w.pp, w.sp, w.partition_group(),
               s.sequence_parallel && w.tp > 1 ? ", Megatron sequence parallelism" : "");
@@ -94,7 +114,12 @@ int run_estimate(const EstimateFlags& f) {
                 {"vocab", s.model.vocab_size},
                 {"padded_vocab", s.model.padded_vocab_size},
                 {"context", s.model.max_seq_len}};
-  j["parameters"] = e.parameters;
+  j["parameters"] = e.parameters;  // of one rank's tensor/pipeline-parallel part
+  j["model_parameters"] = nn::ParamLayout(s.model).parameter_count();
+  j["shard_parameters"] = s.input.stage == 0
+                              ? e.parameters
+                              : (e.parameters + static_cast<size_t>(w.partition_group()) - 1) /
+                                    static_cast<size_t>(w.partition_group());
   j["world"] = {{"ranks", w.ranks()}, {"dp", w.dp},
                 {"tp", w.tp},         {"pp", w.pp},
                 {"sp", w.sp},         {"sequence_parallel", s.sequence_parallel && w.tp > 1}};

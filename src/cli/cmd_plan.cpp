@@ -31,7 +31,7 @@ struct PlanFlags {
   int64_t global_batch = 32;
   double margin = 0.10;
   std::string calibration;
-  std::string device = "cpu";
+  std::string device;   // empty: cuda when a GPU is present, else cpu (said in the output)
   int64_t threads = 0;  // CPU kernel threads; 0: OpenMP's default (every core)
   std::string output;
   bool check = false;
@@ -56,6 +56,40 @@ size_t physical_memory() {
 
 const char* offload_device(Tier t) {
   return t == Tier::device ? "none" : t == Tier::host ? "cpu" : "nvme";
+}
+
+// The device the plan is for: --device, else cuda when this machine has a GPU, else cpu; the
+// reason goes into the printout, since the step times are measured on it.
+std::string plan_device(const std::string& flag, std::string* why) {
+  if (!flag.empty()) {
+    *why = "--device";
+    return flag;
+  }
+  std::string reason;
+  if (cuda_device_count(&reason) > 0) {
+    *why = "assumed: this machine's GPU; --device cpu plans for the CPU";
+    return "cuda";
+  }
+  *why =
+      "assumed: no GPU found, so these are this CPU's step times; for a GPU's, plan on it or "
+      "pass --calibration";
+  return "cpu";
+}
+
+// Creates `dir` for the rates' NVMe measurement; returns the topmost directory it created (to
+// remove afterwards), or "" when it existed already.
+std::string create_measurement_dir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  fs::path top;
+  for (fs::path p = fs::absolute(dir); !p.empty() && !fs::exists(p); p = p.parent_path()) {
+    top = p;
+    if (p == p.parent_path()) break;
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  TZ_CHECK(!ec, "cannot create the NVMe directory '" + dir + "': " + ec.message(),
+           "give --nvme-path a directory on the NVMe drive that you may write");
+  return top.string();
 }
 
 nlohmann::json config_json(const PlanFlags& f, const nn::GPTConfig& m, size_t seq,
@@ -106,7 +140,12 @@ void print_bytes_vs_budget(const profile::PlanRequest& req, const profile::Estim
   }
 }
 
-int run_plan(const PlanFlags& f) {
+int run_plan(const PlanFlags& flags) {
+  PlanFlags f = flags;
+  std::string device_why;
+  f.device = plan_device(flags.device, &device_why);
+  if (!f.calibration.empty() && flags.device.empty())
+    device_why = "assumed, written to -o; the rates come from --calibration";
   const nn::GPTConfig model = resolve_model(f.model, nullptr);
   const profile::WorldLayout world = resolve_world(f.world);
   const size_t seq = f.seq > 0 ? static_cast<size_t>(f.seq) : model.max_seq_len;
@@ -157,12 +196,19 @@ int run_plan(const PlanFlags& f) {
     req.rates = profile::load_calibration(f.calibration);
   } else {
     std::unique_ptr<Device> dev = make_device(f.device, static_cast<int>(f.threads));
-    std::string nvme_dir;
+    std::string nvme_dir, created;
     if (f.nvme > 0) {
-      std::filesystem::create_directories(f.nvme_path);
+      created = create_measurement_dir(f.nvme_path);
       nvme_dir = f.nvme_path;
     }
-    req.rates = profile::measure_rates(*dev, nvme_dir);
+    try {
+      req.rates = profile::measure_rates(*dev, nvme_dir);
+    } catch (...) {
+      if (!created.empty()) std::filesystem::remove_all(created);
+      throw;
+    }
+    std::error_code ec;  // what the measurement created goes; a directory that was there stays
+    if (!created.empty()) std::filesystem::remove_all(created, ec);
     layer = measure_layer_kernels(*dev, model, seq, world);
     req.other_kernel_seconds = [&](size_t b, bool ckpt) {
       return other_kernel_seconds(layer, b, ckpt);
@@ -173,6 +219,7 @@ int run_plan(const PlanFlags& f) {
   std::printf("plan     %s on %d ranks (dp %d, tp %d, pp %d, sp %d), seq %zu, global batch %lld\n",
               model.str().c_str(), world.ranks(), world.dp, world.tp, world.pp, world.sp, seq,
               static_cast<long long>(f.global_batch));
+  std::printf("device   %s (%s)\n", f.device.c_str(), device_why.c_str());
   std::printf("budgets  device %s, host %s, nvme %s; a tier fits at <= %.0f%% of its budget\n",
               format_bytes(req.budget[0]).c_str(), format_bytes(req.budget[1]).c_str(),
               format_bytes(req.budget[2]).c_str(), 100.0 * (1.0 - req.margin));
@@ -230,8 +277,8 @@ int run_plan(const PlanFlags& f) {
                 b.time.pipeline_bubble_s * 1e3);
   std::printf(
       "error    step times are predicted for a machine the run has to itself; tests hold the "
-      "model to within %.0f%% of a measured step (a small GPT, one CPU thread); --check measures "
-      "this plan's\n",
+      "model to within %.0f%% of a measured step (a small GPT, one CPU thread); `plan --check` "
+      "trains the choice for a few steps and prints this plan's own error\n",
       100.0 * kValidatedTimeError);
   std::printf("  bytes per rank vs budget:\n");
   print_bytes_vs_budget(req, b.estimate);
@@ -294,8 +341,9 @@ Command add_plan_command(CLI::App& app) {
   sub->add_option("--calibration", f->calibration,
                   "rates file: `tierzero bench` JSON lines or an object of rates "
                   "(default: measure quickly)");
-  sub->add_option("--device", f->device, "cpu, cuda or cuda:N (measured, and written to -o)")
-      ->capture_default_str();
+  sub->add_option("--device", f->device,
+                  "cpu, cuda or cuda:N: measured, and written to -o (default: cuda when this "
+                  "machine has a GPU, else cpu)");
   sub->add_option("--threads", f->threads,
                   "CPU kernel threads, measured with and written to -o (default: every core)")
       ->check(CLI::Range(int64_t{1}, int64_t{4096}));

@@ -31,6 +31,7 @@ struct TrainFlags {
   bool sequence_parallel = false;
   int64_t ulysses = 0;  // 0: from the config
   std::string save_dir, resume;
+  bool reset_lr_schedule = false;
   int64_t save_every = -1, keep_last = -1;  // -1: from the config
   int64_t pipeline_parallel = 0;            // 0: from the config
   std::string pipeline_schedule;            // empty: from the config
@@ -39,7 +40,17 @@ struct TrainFlags {
   std::vector<int64_t> pipeline_stages;
   std::string model;          // a preset or "layers,heads,channels"; empty: from the config
   std::string offload_grads;  // cpu or nvme; empty: from the config
+  int64_t stage = -1;         // zero_optimization.stage; -1: from the config
+  double lr = -1.0;           // optimizer.params.lr; < 0: from the config
+  int64_t micro_batch = 0;    // train_micro_batch_size_per_gpu; 0: from the config
+  std::string offload_param, offload_optimizer;  // none, cpu (host) or nvme; empty: the config's
+  std::string nvme_path;                         // both offloads' nvme_path; empty: the config's
 };
+
+// The placement names the flags accept: DeepSpeed's (none, cpu, nvme), and host for cpu.
+std::string offload_device(const std::string& flag) {
+  return flag == "host" ? "cpu" : flag;
+}
 
 void add_common(CLI::App* sub, TrainFlags& f) {
   sub->add_option("--config", f.config, "JSON config (DeepSpeed keys + a \"tierzero\" section)");
@@ -50,10 +61,6 @@ void add_common(CLI::App* sub, TrainFlags& f) {
   sub->add_option("--model", f.model,
                   "gpt2, gpt2-medium, gpt2-large, gpt2-xl, or a custom layers,heads,channels "
                   "(e.g. 48,25,1600)");
-  sub->add_option("--offload-grads", f.offload_grads,
-                  "where gradient shards live when the optimizer is on NVMe: cpu or nvme "
-                  "(stages 2-3)")
-      ->check(CLI::IsMember({"cpu", "nvme"}));
   sub->add_option("--load", f.load, "llm.c model checkpoint (version 3, fp32) to start from");
   sub->add_option("--log-level", f.log_level, "debug, info, warn, error or off");
   sub->add_option("--device-mem", f.device_mem,
@@ -72,15 +79,6 @@ void add_common(CLI::App* sub, TrainFlags& f) {
       ->check(CLI::Range(1, 4096));
   sub->add_flag("--sequence-parallel", f.sequence_parallel,
                 "Megatron sequence parallelism over the tensor-parallel ranks");
-  sub->add_option("--save-dir", f.save_dir,
-                  "write training checkpoints (every rank its shards) under this directory");
-  sub->add_option("--save-every", f.save_every,
-                  "steps between checkpoints (0: only at the end and on SIGTERM/SIGINT)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
-  sub->add_option("--keep-last", f.keep_last, "checkpoints kept in --save-dir (0: all)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
-  sub->add_option("--resume", f.resume,
-                  "resume from a checkpoint: a step directory, or a --save-dir (its latest)");
   sub->add_option("--ulysses", f.ulysses,
                   "Ulysses sequence-parallel ranks (DeepSpeed-Ulysses): each holds a slice of "
                   "every sequence, all-to-all around the attention; the world is dp x ulysses")
@@ -103,6 +101,45 @@ void add_common(CLI::App* sub, TrainFlags& f) {
                   "blocks per (virtual) stage, e.g. 3,3,2 (default: balanced by parameters)")
       ->delimiter(',')
       ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--stage", f.stage, "ZeRO stage 0-3 (zero_optimization.stage)")
+      ->check(CLI::Range(0, 3));
+  sub->add_option("--micro-batch", f.micro_batch,
+                  "sequences per rank per micro-step (train_micro_batch_size_per_gpu)")
+      ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--offload-param,--offload-params", f.offload_param,
+                  "where parameter shards live: none (device), host (cpu) or nvme "
+                  "(zero_optimization.offload_param.device; stage 3)")
+      ->check(CLI::IsMember({"none", "host", "cpu", "nvme"}));
+  sub->add_option("--nvme-path", f.nvme_path,
+                  "directory on the NVMe drive for the swap files of offload_param and "
+                  "offload_optimizer (their nvme_path)");
+}
+
+// What only training uses: the optimizer's settings and placement, and checkpoints.
+void add_training_only(CLI::App* sub, TrainFlags& f) {
+  sub->add_option("--lr", f.lr, "peak learning rate (optimizer.params.lr)")
+      ->check(CLI::Range(0.0, 10.0));
+  sub->add_option("--offload-optimizer", f.offload_optimizer,
+                  "where optimizer states live: none (device), host (cpu) or nvme "
+                  "(zero_optimization.offload_optimizer.device; stages 1-3)")
+      ->check(CLI::IsMember({"none", "host", "cpu", "nvme"}));
+  sub->add_option("--offload-grads", f.offload_grads,
+                  "where gradient shards live when the optimizer is on NVMe: cpu or nvme "
+                  "(stages 2-3)")
+      ->check(CLI::IsMember({"cpu", "nvme"}));
+  sub->add_option("--save-dir", f.save_dir,
+                  "write training checkpoints (every rank its shards) under this directory");
+  sub->add_option("--save-every", f.save_every,
+                  "steps between checkpoints (0: only at the end and on SIGTERM/SIGINT)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  sub->add_option("--keep-last", f.keep_last, "checkpoints kept in --save-dir (0: all)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  sub->add_option("--resume", f.resume,
+                  "resume from a checkpoint: a step directory, or a --save-dir (its latest); its "
+                  "learning-rate schedule is kept unless --reset-lr-schedule");
+  sub->add_flag("--reset-lr-schedule", f.reset_lr_schedule,
+                "with --resume: follow the schedule of this run's --steps (and config) instead "
+                "of the checkpoint's");
 }
 
 train::TrainConfig resolve(const TrainFlags& f) {
@@ -135,6 +172,22 @@ train::TrainConfig resolve(const TrainFlags& f) {
   if (f.host_mem > 0) c.host_memory_budget_gb = static_cast<double>(f.host_mem) / 1073741824.0;
   if (!f.model.empty()) train::apply_model_name(f.model, c.model);
   if (!f.offload_grads.empty()) c.offload_gradients = f.offload_grads;
+  if (f.stage >= 0) c.zero.stage = f.stage;
+  if (f.lr >= 0.0) {
+    c.optimizer.lr = f.lr;
+    if (c.scheduler.warmup_max_lr >= 0.0) c.scheduler.warmup_max_lr = f.lr;  // WarmupLR's peak
+  }
+  if (f.micro_batch > 0) c.micro_batch_size = f.micro_batch;
+  // A config's train_batch_size no longer matches a changed batch: derived from the parts again.
+  if (f.micro_batch > 0 || f.micro_batches > 0) c.train_batch_size = 0;
+  if (!f.offload_param.empty()) c.zero.offload_param.device = offload_device(f.offload_param);
+  if (!f.offload_optimizer.empty())
+    c.zero.offload_optimizer.device = offload_device(f.offload_optimizer);
+  if (!f.nvme_path.empty()) {
+    c.zero.offload_param.nvme_path = f.nvme_path;
+    c.zero.offload_optimizer.nvme_path = f.nvme_path;
+  }
+  if (f.reset_lr_schedule) c.checkpoint.reset_lr_schedule = true;
   return c;
 }
 
@@ -172,6 +225,7 @@ Command add_train_command(CLI::App& app) {
   CLI::App* sub =
       app.add_subcommand("train", "train a GPT (defaults: a small GPT on the built-in corpus)");
   add_common(sub, *flags);
+  add_training_only(sub, *flags);
   sub->add_option("--steps", flags->steps, "optimizer steps")->check(CLI::NonNegativeNumber);
   sub->add_option("--seed", flags->seed, "seed of the initial weights")
       ->check(CLI::NonNegativeNumber);

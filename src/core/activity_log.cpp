@@ -37,6 +37,12 @@ void ActivityLog::record(Track track, const char* name, double start_s, double e
   std::lock_guard<std::mutex> lock(mutex_);
   TrackTotals& t = totals_[static_cast<size_t>(track)];
   t.seconds += end_s > start_s ? end_s - start_s : 0.0;
+  double& until = busy_until_[static_cast<size_t>(track)];
+  const double from = start_s > until ? start_s : until;  // the part not already counted
+  if (end_s > from) {
+    t.busy_s += end_s - from;
+    until = end_s;
+  }
   t.bytes += bytes;
   ++t.count;
   if (!recording_) return;
@@ -89,6 +95,7 @@ size_t ActivityLog::dropped() const {
 void ActivityLog::reset() {
   std::lock_guard<std::mutex> lock(mutex_);
   totals_ = {};
+  busy_until_ = {};
   kept_.clear();
   dropped_ = 0;
 }

@@ -1,6 +1,8 @@
 // Error composition and the location string shared by all check macros.
 #include "tierzero/core/error.hpp"
 
+#include "tierzero/core/error_report.hpp"
+
 #include <cerrno>
 #include <cstring>
 
@@ -26,6 +28,10 @@ std::string Error::compose(const std::string& what, const std::string& where,
 
 void set_error_rank(int rank) {
   g_error_rank = rank;
+}
+
+int error_rank() {
+  return g_error_rank;
 }
 
 std::string error_location(const char* file, int line, const char* tier) {

@@ -29,13 +29,16 @@ ActivationDims ActivationDims::of(const GPTConfig& config, size_t B, size_t T, s
            "choose seq_len a multiple of ulysses_parallel");
   const std::string tps = std::to_string(tp);
   TZ_CHECK(config.num_heads % tp == 0,
-           "tensor_parallel " + tps + " does not divide the model's " +
-               std::to_string(config.num_heads) + " attention heads",
-           "choose a tensor-parallel size that divides n_head");
+           "n_head " + std::to_string(config.num_heads) + " is not divisible by tensor_parallel " +
+               tps + ": each tensor-parallel rank computes whole attention heads",
+           "choose a tensor_parallel size that divides n_head");
   TZ_CHECK(config.padded_vocab_size % tp == 0,
-           "tensor_parallel " + tps + " does not divide the padded vocabulary of " +
-               std::to_string(config.padded_vocab_size),
-           "choose a tensor-parallel size that divides the padded vocabulary (a multiple of 128)");
+           "the padded vocabulary " + std::to_string(config.padded_vocab_size) +
+               " (vocab_size rounded up to a multiple of 128, or padded_vocab_size) is not "
+               "divisible by tensor_parallel " +
+               tps,
+           "choose a tensor_parallel size that divides it, or set model.padded_vocab_size to a "
+           "multiple of tensor_parallel");
   ActivationDims d;
   d.B = B;
   d.seq_len = T;

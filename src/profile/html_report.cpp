@@ -324,22 +324,43 @@ void predicted_section(std::string& h, const Profile& p, const ProfileSummary& s
        "categories where both are 0 are left out</p>";
 }
 
-void activity_section(std::string& h, const ProfileSummary& s) {
-  h += "<table><thead><tr><th class=l>activity</th><th>s per step</th><th>share of step</th>"
-       "<th>count per step</th><th>bytes per step</th><th>rate</th></tr></thead><tbody>";
+// Each activity's busy time (the union of its intervals: transfers on several threads or streams
+// at once count once) as a share of the step, so no share exceeds 100%; the summed time of all
+// its activities beside it. On one rank the collectives are local copies: no network traffic.
+void activity_section(std::string& h, const Profile& p, const ProfileSummary& s) {
+  const bool one_rank = p.run.ranks <= 1;
+  const auto share = [&](double busy) {
+    return s.mean_step_s > 0
+               ? format_text("%.1f%%", 100.0 * std::min(busy, s.mean_step_s) / s.mean_step_s)
+               : std::string();
+  };
+  h += "<table><thead><tr><th class=l>activity</th><th>busy s per step</th><th>share of step</th>"
+       "<th>summed s per step</th><th>count per step</th><th>bytes per step</th><th>rate while "
+       "busy</th></tr></thead><tbody>";
   for (size_t t = 0; t < kNumTracks; ++t) {
+    const auto track = static_cast<Track>(t);
     const TrackStep& ts = s.track_per_step[t];
+    const bool derived = track == Track::compute && s.compute_from_phases;
+    const double busy = track == Track::compute ? s.compute_s : ts.busy_s;
     const std::string rate =
-        ts.bytes && ts.seconds > 0.0
-            ? format_text("%.2f GB/s", static_cast<double>(ts.bytes) / ts.seconds / 1e9)
+        ts.bytes && busy > 0.0
+            ? format_text("%.2f GB/s", static_cast<double>(ts.bytes) / busy / 1e9)
             : std::string("&mdash;");
-    h += std::string("<tr><td class=l>") + track_name(static_cast<Track>(t)) + "</td><td>" +
-         format_text("%.4f", ts.seconds) + "</td><td>" +
-         (s.mean_step_s > 0 ? format_text("%.1f%%", 100.0 * ts.seconds / s.mean_step_s) : "") +
+    std::string name = track_name(track);
+    if (derived) name += " (forward + backward less waits)";
+    if (track == Track::collective && one_rank) name += " (one rank: local copies)";
+    h += "<tr><td class=l>" + name + "</td><td>" + format_text("%.4f", busy) + "</td><td>" +
+         share(busy) + "</td><td>" + (derived ? "&mdash;" : format_text("%.4f", ts.seconds)) +
          "</td><td>" + std::to_string(ts.count) + "</td><td>" +
          (ts.bytes ? format_bytes(ts.bytes) : "&mdash;") + "</td><td>" + rate + "</td></tr>";
   }
-  h += "</tbody></table>";
+  h += "</tbody></table><p class=note>busy: the time at least one activity of the kind was under "
+       "way (overlapping ones count once), as a share of the mean steady step; summed: their "
+       "durations added up (several threads or streams at once exceed the step)";
+  if (s.compute_from_phases)
+    h += "; no compute activities were recorded, so compute is the forward and backward phases' "
+         "time less the training thread's waits";
+  h += "</p>";
   struct Link {
     const char* name;
     Track track;
@@ -354,12 +375,18 @@ void activity_section(std::string& h, const ProfileSummary& s) {
        "<tbody>";
   for (const Link& l : links) {
     const TrackStep& ts = s.track_per_step[static_cast<size_t>(l.track)];
-    h += std::string("<tr><td class=l>") + l.name + "</td><td>" + format_bytes(ts.bytes) +
-         "</td><td>" + format_text("%.4f", ts.seconds) + "</td><td>" +
-         (ts.seconds > 0.0
-              ? format_text("%.2f GB/s", static_cast<double>(ts.bytes) / ts.seconds / 1e9)
-              : std::string("&mdash;")) +
-         "</td></tr>";
+    if (l.track == Track::collective && one_rank) {
+      h += std::string("<tr><td class=l>") + l.name +
+           "</td><td colspan=3 class=l>none: one rank (its collectives copy within the process)"
+           "</td></tr>";
+      continue;
+    }
+    h +=
+        std::string("<tr><td class=l>") + l.name + "</td><td>" + format_bytes(ts.bytes) +
+        "</td><td>" + format_text("%.4f", ts.busy_s) + "</td><td>" +
+        (ts.busy_s > 0.0 ? format_text("%.2f GB/s", static_cast<double>(ts.bytes) / ts.busy_s / 1e9)
+                         : std::string("&mdash;")) +
+        "</td></tr>";
   }
   h += "</tbody></table>";
 }
@@ -505,7 +532,7 @@ std::string render(const Profile& p, const std::string& source_name, const RankC
   h += "<h2>Steps: prefetch, stalls, peaks</h2><div id=tz-steps-chart></div>";
   counters_section(h, p, s);
   h += "<h2>Time per activity</h2>";
-  activity_section(h, s);
+  activity_section(h, p, s);
   h += "<h2>Bytes nobody accounted for</h2>";
   unaccounted_section(h, p, s);
   h += "<h2>Run</h2>";

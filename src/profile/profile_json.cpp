@@ -80,7 +80,7 @@ json step_to_json(const StepProfile& s) {
   for (const auto& p : s.tier_peak) tier_peaks.push_back(peak_to_json(p));
   j["tier_peak"] = tier_peaks;
   json tracks = json::array();
-  for (const auto& t : s.tracks) tracks.push_back({t.seconds, t.bytes, t.count});
+  for (const auto& t : s.tracks) tracks.push_back({t.seconds, t.bytes, t.count, t.busy_s});
   j["tracks"] = tracks;
   json phases = json::array();
   for (const auto& ph : s.phases)
@@ -132,9 +132,13 @@ StepProfile step_from_json(const json& j) {
   const json& tracks = j.at("tracks");
   if (!tracks.is_array() || tracks.size() != kNumTracks)
     throw std::invalid_argument("'tracks' must hold one entry per track");
-  for (size_t t = 0; t < kNumTracks; ++t)
-    s.tracks[t] = {tracks[t].at(0).get<double>(), tracks[t].at(1).get<size_t>(),
-                   tracks[t].at(2).get<size_t>()};
+  for (size_t t = 0; t < kNumTracks; ++t) {
+    // [seconds, bytes, count, busy_s]; profiles written before busy_s have 3 entries and read
+    // their summed seconds as busy (bounded by the step when the report shows it).
+    const double seconds = tracks[t].at(0).get<double>();
+    s.tracks[t] = {seconds, tracks[t].at(1).get<size_t>(), tracks[t].at(2).get<size_t>(),
+                   tracks[t].size() > 3 ? tracks[t].at(3).get<double>() : seconds};
+  }
   for (const json& ph : j.at("phases"))
     s.phases.push_back({phase_from_name(ph.at("phase").get<std::string>()),
                         ph.at("start_s").get<double>(), ph.at("end_s").get<double>(),

@@ -176,10 +176,13 @@ void ProfileRecorder::end_step(const StepCounters& counters) {
   for (auto& [id, u] : units) s.units.push_back(u);
 
   const auto totals = options_.activities->totals();
+  // Busy time of an activity begun before the step (a prefetch) counts in the step that records
+  // it; bounded by the step's wall so a share of the step never exceeds it.
   for (size_t t = 0; t < kNumTracks; ++t)
     s.tracks[t] = {totals[t].seconds - tracks_at_start_[t].seconds,
                    totals[t].bytes - tracks_at_start_[t].bytes,
-                   totals[t].count - tracks_at_start_[t].count};
+                   totals[t].count - tracks_at_start_[t].count,
+                   std::min(totals[t].busy_s - tracks_at_start_[t].busy_s, end - step_start_)};
   s.process_rss = process_rss_bytes();
   s.host_available = read_host_memory().available;
   if (options_.driver_device_used) s.driver_device_used = options_.driver_device_used();

@@ -18,6 +18,7 @@ ProfileSummary summarize(const Profile& p) {
   s.steady_steps = p.steps.size() - first_steady;
   double stall_counter = 0.0, stall_track = 0.0;
   std::array<double, kNumTracks> counts{};
+  double forward_backward_s = 0.0;
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const StepProfile& st = p.steps[i];
     for (size_t t = 0; t < kNumTiers; ++t) {
@@ -60,7 +61,11 @@ ProfileSummary summarize(const Profile& p) {
     s.reductions += static_cast<double>(st.counters.reductions);
     s.reduction_s += st.counters.reduction_s;
     s.reduction_exposed_s += st.counters.reduction_exposed_s;
+    for (const PhaseSegment& seg : st.phases)
+      if (seg.phase == Phase::forward || seg.phase == Phase::backward)
+        forward_backward_s += seg.end_s - seg.start_s;
     for (size_t t = 0; t < kNumTracks; ++t) {
+      s.track_per_step[t].busy_s += std::min(st.tracks[t].busy_s, st.counters.step_s);
       s.track_per_step[t].seconds += st.tracks[t].seconds;
       s.track_per_step[t].bytes += st.tracks[t].bytes;
       counts[t] += static_cast<double>(st.tracks[t].count);
@@ -74,10 +79,18 @@ ProfileSummary summarize(const Profile& p) {
     s.reduction_s /= n;
     s.reduction_exposed_s /= n;
     for (size_t t = 0; t < kNumTracks; ++t) {
+      s.track_per_step[t].busy_s /= n;
       s.track_per_step[t].seconds /= n;
       s.track_per_step[t].bytes /= s.steady_steps;
       s.track_per_step[t].count = static_cast<size_t>(counts[t] / n + 0.5);
     }
+    const TrackStep& compute = s.track_per_step[static_cast<size_t>(Track::compute)];
+    s.compute_from_phases = compute.count == 0;
+    s.compute_s =
+        s.compute_from_phases
+            ? std::max(0.0, forward_backward_s / n -
+                                s.track_per_step[static_cast<size_t>(Track::stall)].busy_s)
+            : compute.busy_s;
   }
   return s;
 }

@@ -89,10 +89,11 @@ std::vector<nn::PipelineStage> check_parallel(const TrainConfig& c, const nn::GP
     shape.schedule = nn::pipeline_schedule_from_name(c.pipeline_schedule);
     nn::validate(shape);
   }
-  // Names the tensor or the extent that does not split.
-  (void)nn::ParamLayout(model, nn::TensorParallel{tp, 0});
+  // The plain divisibility checks (heads, vocabulary, tokens) first; then the layout names any
+  // tensor extent that still does not split.
   (void)nn::ActivationDims::of(model, static_cast<size_t>(c.micro_batch_size),
                                static_cast<size_t>(c.seq_len), tp, c.sequence_parallel, u);
+  (void)nn::ParamLayout(model, nn::TensorParallel{tp, 0});
   if (c.sequence_parallel && tp == 1)
     log::warn(
         "tierzero.sequence_parallel has no effect without tensor parallelism "
@@ -106,6 +107,14 @@ void check_supported(const TrainConfig& c) {
   TZ_CHECK(c.zero.stage >= 0 && c.zero.stage <= 3,
            "zero_optimization.stage " + std::to_string(c.zero.stage) + " does not exist",
            "use a stage from 0 to 3");
+  // (The config reader says these too; the command line's --stage and --offload-* come after it.)
+  if (c.zero.offload_param.device != "none" && c.zero.stage != 3)
+    TZ_THROW(
+        "zero_optimization.offload_param needs stage 3 (parameters are only partitioned in "
+        "stage 3; stage is " +
+            std::to_string(c.zero.stage) + ")",
+        "set zero_optimization.stage (--stage) to 3, or offload_param (--offload-param) to "
+        "none");
   if (c.zero.offload_optimizer.device != "none" && c.zero.stage == 0)
     TZ_THROW("zero_optimization.offload_optimizer needs stage 1, 2 or 3 (stage is 0)",
              "set zero_optimization.stage to 1 or more, or offload_optimizer.device to none");

@@ -19,6 +19,7 @@
 #include "step_observers.hpp"
 #include "step_schedule.hpp"
 #include "tierzero/core/error.hpp"
+#include "tierzero/core/error_report.hpp"
 #include "tierzero/core/log.hpp"
 #include "tierzero/core/timer.hpp"
 #include "tierzero/profile/rank_profiles.hpp"
@@ -30,14 +31,53 @@
 
 namespace tierzero::train {
 
+namespace {
+
+// The schedule a resumed run follows: the checkpoint's length (a different --steps only moves
+// where training stops), unless tierzero.checkpoint.reset_lr_schedule; one line says which when
+// they differ.
+LrSchedule resumed_schedule(const TrainConfig& c, int64_t checkpoint_steps,
+                            const LrSchedule& current) {
+  if (checkpoint_steps <= 0 || checkpoint_steps == current.total_steps()) return current;
+  const std::string theirs = std::to_string(checkpoint_steps);
+  const std::string ours = std::to_string(current.total_steps());
+  if (c.checkpoint.reset_lr_schedule) {
+    log::info("learning-rate schedule: this run's, over " + ours +
+              " steps (--reset-lr-schedule; the checkpoint's ran over " + theirs + ")");
+    return current;
+  }
+  log::info("learning-rate schedule: the checkpoint's, over " + theirs + " steps (this run's is " +
+            ours + "; training stops after step " + std::to_string(c.steps) +
+            "); --reset-lr-schedule follows this run's");
+  SchedulerConfig kept = c.scheduler;
+  kept.total_num_steps = checkpoint_steps;
+  return LrSchedule(kept, c.optimizer.lr, checkpoint_steps);
+}
+
+}  // namespace
+
 Trainer::Trainer(TrainConfig config) : config_(std::move(config)), state_(new State) {
   log::set_level(log::level_from_name(config_.log_level));
-  check_supported(config_);
+  try {
+    check_supported(config_);
+  } catch (const Error& e) {
+    throw SameOnEveryRankError(e);  // a function of the config alone
+  }
   State& s = *state_;
   s.run = open_session(config_);
   // Before any collective that depends on them; thrown on every rank, so none waits on another.
   if (s.run.world_size > 1) require_ranks_agree(run_settings(config_), s.run.session->world());
   if (s.run.rank == 0 && !config_.ignored_keys.empty()) log::warn(config_.ignored_keys_warning());
+  // The configured model against the parallel layout, before anything collective: the same
+  // values on every rank, so every rank fails alike (the CLI says it once, no abort). A model
+  // read from a file is checked in build(): a file one rank cannot read must end the whole job.
+  if (config_.load_checkpoint.empty()) {
+    try {
+      s.shape = plan_run_shape(config_, s.run.rank, s.run.world_size);
+    } catch (const Error& e) {
+      throw SameOnEveryRankError(e);
+    }
+  }
   if (s.run.world_size == 1) {
     build();
     return;
@@ -46,13 +86,14 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)), state_(new St
   try {
     build();
   } catch (const Error& e) {
-    comm::abort_job(e.what());
+    comm::abort_job(user_message(e));
   }
 }
 
 void Trainer::build() {
   State& s = *state_;
-  s.shape = plan_run_shape(config_, s.run.rank, s.run.world_size);
+  if (!config_.load_checkpoint.empty())
+    s.shape = plan_run_shape(config_, s.run.rank, s.run.world_size);
   s.data = open_data(config_, s.shape);  // a bad path fails before any large allocation
   s.device = open_device(config_, s.run.session.get());
   const auto budget = static_cast<size_t>(config_.device_memory_budget_gb * 1073741824.0);
@@ -81,7 +122,7 @@ TrainResult Trainer::run(std::FILE* out, const std::string& metrics_path,
   try {
     return run_loop(out, metrics_path, memory_json_path);
   } catch (const Error& e) {
-    comm::abort_job(e.what());
+    comm::abort_job(user_message(e));
   }
 }
 
@@ -149,6 +190,9 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
   }
 
   LrSchedule lr_schedule(config_.scheduler, config_.optimizer.lr, config_.steps);
+  if (first_step > 0)
+    lr_schedule = resumed_schedule(config_, s.resumed_lr_schedule_steps, lr_schedule);
+  s.lr_schedule_steps = lr_schedule.total_steps();
   const auto accum = static_cast<double>(config_.gradient_accumulation_steps);
   int64_t steps_done = first_step;
   bool stopped = false;  // by an observer: a stop signal

@@ -189,6 +189,7 @@ std::string Trainer::save_training_checkpoint(int64_t steps_done, const LossScal
   point.step = steps_done;
   point.scaler = scaler.state();
   point.data = s.data.train->position();
+  point.lr_schedule_steps = s.lr_schedule_steps;
   const auto add = [&](const std::string& unit, const std::string& kind, size_t elem_bytes,
                        const std::string& tier, size_t begin, size_t elems, const void* data) {
     nlohmann::ordered_json meta;
@@ -226,6 +227,7 @@ int64_t Trainer::resume_training(LossScaler& scaler) {
   State& s = *state_;
   CheckpointReader reader(config_.checkpoint.resume, s.run.rank, checkpoint_identity(),
                           kCheckpointLayoutKeys);
+  s.resumed_lr_schedule_steps = reader.point().lr_schedule_steps;
   std::unique_ptr<CheckpointRanges> ranges;
   if (!reader.same_layout()) {
     ranges = std::make_unique<CheckpointRanges>(reader.directory());

@@ -5,6 +5,7 @@
 // Private to src/train.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "param_state.hpp"
@@ -22,6 +23,8 @@ struct Trainer::State {
   ProcessGroups groups;
   ModelChunks chunks;
   std::unique_ptr<ParamState> params;
+  int64_t lr_schedule_steps = 0;          // the schedule's length in use (saved in checkpoints)
+  int64_t resumed_lr_schedule_steps = 0;  // the resumed checkpoint's (0: none or not recorded)
 };
 
 }  // namespace tierzero::train

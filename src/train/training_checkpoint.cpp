@@ -182,6 +182,7 @@ std::string CheckpointWriter::commit(const nlohmann::ordered_json& identity,
     m["version"] = kVersion;
     m["step"] = point.step;
     m["optimizer_steps"] = point.steps_taken;
+    m["lr_schedule_steps"] = point.lr_schedule_steps;
     m["loss_scaler"] = {{"scale", point.scaler.scale},
                         {"good_steps", point.scaler.good_steps},
                         {"hysteresis_left", point.scaler.hysteresis_left},
@@ -249,6 +250,7 @@ CheckpointReader::CheckpointReader(const std::string& path, int rank,
     }
     point_.step = m.at("step").get<int64_t>();
     point_.steps_taken = m.at("optimizer_steps").get<int64_t>();
+    point_.lr_schedule_steps = m.value("lr_schedule_steps", int64_t{0});
     const nlohmann::json& s = m.at("loss_scaler");
     point_.scaler.scale = s.at("scale").get<double>();
     point_.scaler.good_steps = s.at("good_steps").get<int64_t>();

@@ -81,6 +81,7 @@ Profile synthetic_profile(size_t steps, size_t units, bool timeline) {
     auto activity = [&](Track track, const char* name, double dur, size_t bytes, int64_t unit) {
       TrackStep& ts = st.tracks[static_cast<size_t>(track)];
       ts.seconds += dur;
+      ts.busy_s += dur;  // one activity of a kind at a time here
       ts.bytes += bytes;
       ++ts.count;
       if (timeline) p.timeline.activities.push_back({t, t + dur, track, name, unit, bytes});

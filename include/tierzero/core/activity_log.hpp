@@ -38,9 +38,12 @@ struct Activity {
 };
 
 struct TrackTotals {
-  double seconds = 0.0;
+  double seconds = 0.0;  // summed over activities (several threads or streams add up)
   size_t bytes = 0;
   size_t count = 0;
+  // Time the track was busy: the union of its intervals, overlaps counted once (exact when the
+  // activities are recorded in order of their start; never more than the union).
+  double busy_s = 0.0;
 };
 
 class ActivityLog {
@@ -66,6 +69,7 @@ class ActivityLog {
  private:
   mutable std::mutex mutex_;
   std::array<TrackTotals, kNumTracks> totals_{};
+  std::array<double, kNumTracks> busy_until_{};  // the latest end recorded per track
   std::vector<Activity> kept_;
   bool recording_ = false;
   size_t capacity_ = 1000000;

@@ -108,9 +108,10 @@ struct StepCounters {
 };
 
 struct TrackStep {
-  double seconds = 0.0;
+  double seconds = 0.0;  // summed over the activities (overlapping ones add up)
   size_t bytes = 0;
   size_t count = 0;
+  double busy_s = 0.0;  // the union of the activities' intervals within the step (<= its wall)
   bool operator==(const TrackStep&) const = default;
 };
 

@@ -32,6 +32,11 @@ struct ProfileSummary {
   std::array<std::array<PeakInStep, kNumCategories>, kNumTiers> peak{};  // max over all steps
   std::array<PeakInStep, kNumTiers> tier_peak{};
   std::array<TrackStep, kNumTracks> track_per_step{};  // mean per steady step (count rounded)
+  // Compute per steady step: the compute track's busy time where compute activities were
+  // recorded (pipeline stages), else the forward and backward phases' time less the training
+  // thread's waits (it computes whenever it does not wait) with compute_from_phases set.
+  double compute_s = 0.0;
+  bool compute_from_phases = false;
 
   // Bytes nobody accounted for, at the step end where the gap was largest; -1 when unknown.
   int64_t unaccounted_device = -1;  // driver-reported in use - tracked device bytes

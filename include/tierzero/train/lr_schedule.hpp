@@ -13,6 +13,7 @@ class LrSchedule {
   // base_lr is optimizer.params.lr; total_steps is used when the scheduler gives none.
   LrSchedule(const SchedulerConfig& config, double base_lr, int64_t total_steps);
   double lr(int64_t step) const;  // step counts from 0
+  int64_t total_steps() const { return total_; }
 
  private:
   double warmup_fraction(int64_t step) const;

@@ -149,6 +149,10 @@ struct TrainConfig {
     int64_t save_every = 0;  // steps between checkpoints (0: only at the end, and on SIGTERM)
     int64_t keep_last = 0;   // step directories kept (0: all)
     std::string resume;      // a checkpoint directory (or its parent with `latest`) to resume
+    // On resume the learning-rate schedule's length is the checkpoint's (its scheduler total
+    // steps), whatever this run's `steps`; true follows this run's instead (train
+    // --reset-lr-schedule).
+    bool reset_lr_schedule = false;
   } checkpoint;
   std::string log_level = "info";
   double device_memory_budget_gb = 0.0;  // 0: the device's total memory

@@ -36,6 +36,9 @@ struct ResumePoint {
   int64_t steps_taken = 0;  // the optimizer's count (fp16 steps skipped on overflow excluded)
   LossScaler::State scaler;
   DataLoader::Position data;  // this rank's next training batch
+  // The learning-rate schedule's length (its total steps) the run followed; a resumed run keeps
+  // it. 0: not recorded (checkpoints written before it was).
+  int64_t lr_schedule_steps = 0;
 };
 
 // The step directory `path` names: itself when it holds manifest.json, else the one its `latest`

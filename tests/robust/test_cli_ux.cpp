@@ -1,0 +1,221 @@
+// The first hour of a new user, through the tierzero binary (issue 29): --version, an unknown
+// command with a suggestion, error lines without source locations (kept at --log-level debug),
+// the train flags people change most reaching the run, eval listing only its own options, plan
+// naming its device and leaving no directory behind, estimate saying total and per-rank
+// parameters apart, and a resumed run keeping its checkpoint's learning-rate schedule.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct RunResult {
+  int exit_code;
+  std::string output;
+};
+
+RunResult tierzero_cli(const std::string& args) {
+  // The store runs on an MPI singleton even on one rank; Open MPI's start-up allocations are not
+  // LeakSanitizer-clean (as for the tests labelled mpi).
+  const std::string cmd =
+      "env ASAN_OPTIONS=detect_leaks=0 " + std::string(TIERZERO_BINARY) + " " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  EXPECT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = ::pclose(p);
+  RunResult r{WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+  std::printf("$ tierzero %s\n-> exit %d\n%s\n", args.c_str(), r.exit_code, out.c_str());
+  return r;
+}
+
+std::string dir() {
+  static std::string d = [] {
+    std::string p = std::filesystem::temp_directory_path().string() + "/tz_cli_ux_" +
+                    std::to_string(::getpid());
+    std::filesystem::create_directories(p);
+    return p;
+  }();
+  return d;
+}
+
+std::string write_file(const std::string& name, const std::string& text) {
+  std::string path = dir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+bool has(const std::string& text, const std::string& needle) {
+  return text.find(needle) != std::string::npos;
+}
+
+// A tiny model; the cosine schedule's warmup is one step so the schedule's length shows at once.
+const char* kTinyConfig = R"({"train_micro_batch_size_per_gpu": 2,
+  "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 1}},
+  "tierzero": {"steps": 2, "seq_len": 16, "val_batches": 1, "threads": 1,
+               "model": {"n_layer": 1, "n_head": 2, "n_embd": 32, "context_length": 16}}})";
+
+// The "lr" of each --metrics line, by step.
+std::vector<double> metric_lrs(const std::string& path) {
+  std::ifstream f(path);
+  std::vector<double> lrs;
+  std::string line;
+  while (std::getline(f, line))
+    if (!line.empty()) lrs.push_back(nlohmann::json::parse(line).at("lr").get<double>());
+  return lrs;
+}
+
+}  // namespace
+
+TEST(CliUx, VersionIsPrinted) {
+  const RunResult r = tierzero_cli("--version");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_TRUE(has(r.output, "tierzero 0.")) << r.output;
+  EXPECT_FALSE(has(r.output, "subcommand is required")) << r.output;
+}
+
+TEST(CliUx, UnknownCommandSuggestsTheNearest) {
+  RunResult r = tierzero_cli("trian --steps 1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(has(r.output, "unknown command 'trian'; did you mean 'train'?")) << r.output;
+  EXPECT_FALSE(has(r.output, "subcommand is required")) << r.output;
+  r = tierzero_cli("estimat");
+  EXPECT_TRUE(has(r.output, "did you mean 'estimate'?")) << r.output;
+  r = tierzero_cli("frobnicate");  // nothing near: no suggestion
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(has(r.output, "unknown command 'frobnicate'")) << r.output;
+  EXPECT_FALSE(has(r.output, "did you mean")) << r.output;
+}
+
+TEST(CliUx, ErrorsShowTheSourceLocationOnlyAtDebug) {
+  const std::string cfg = write_file("unknown.json", R"({"zero_optimization": {"stagee": 1}})");
+  RunResult r = tierzero_cli("train --config " + cfg);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(has(r.output, "tierzero: error: config error in '" + cfg +
+                                "': unknown key 'zero_optimization.stagee'"))
+      << r.output;
+  EXPECT_FALSE(has(r.output, ".cpp:")) << r.output;
+  r = tierzero_cli("train --config " + cfg + " --log-level debug");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(has(r.output, "unknown key 'zero_optimization.stagee'")) << r.output;
+  EXPECT_TRUE(has(r.output, ".cpp:")) << r.output;
+}
+
+// --stage, --micro-batch and the offload flags reach the run (its header line says the stage,
+// the batch and where the states live); --lr scales every step's learning rate.
+TEST(CliUx, TrainFlagsOverrideTheConfig) {
+  const std::string cfg = write_file("tiny.json", kTinyConfig);
+  const std::string m1 = dir() + "/lr1.jsonl", m2 = dir() + "/lr2.jsonl";
+  RunResult r = tierzero_cli("train --config " + cfg +
+                             " --stage 3 --micro-batch 3 --offload-param host "
+                             "--offload-optimizer cpu --lr 0.01 --metrics " +
+                             m1);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "batch 3 x 16")) << r.output;
+  EXPECT_TRUE(has(r.output, "ZeRO stage 3 on 1 rank(s), params on host, optimizer on host"))
+      << r.output;
+  r = tierzero_cli("train --config " + cfg + " --lr 0.02 --metrics " + m2);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<double> a = metric_lrs(m1), b = metric_lrs(m2);
+  ASSERT_EQ(a.size(), 2u);
+  ASSERT_EQ(b.size(), 2u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_GT(a[i], 0.0);
+    EXPECT_NEAR(b[i] / a[i], 2.0, 1e-9) << "step " << i + 1;
+  }
+  EXPECT_NEAR(a[0], 0.01, 1e-12);  // the first step is the end of the one-step warmup
+  // The flags meet the same checks as the config's keys.
+  r = tierzero_cli("train --config " + cfg + " --offload-param host --steps 1");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(has(r.output, "offload_param needs stage 3")) << r.output;
+  r = tierzero_cli("train --config " + cfg + " --offload-param disk");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(has(r.output, "--offload-param")) << r.output;
+}
+
+TEST(CliUx, EvalListsOnlyItsOwnOptions) {
+  const RunResult eval = tierzero_cli("eval --help");
+  EXPECT_EQ(eval.exit_code, 0);
+  for (const char* o : {"--load", "--data", "--batches", "--tp", "--device-mem"})
+    EXPECT_TRUE(has(eval.output, o)) << o;
+  for (const char* o : {"--save-dir", "--save-every", "--keep-last", "--resume", "--offload-grads",
+                        "--lr", "--offload-optimizer", "--steps", "--metrics", "--profile"})
+    EXPECT_FALSE(has(eval.output, std::string(o) + " ")) << o << " in\n" << eval.output;
+  const RunResult train = tierzero_cli("train --help");
+  for (const char* o : {"--save-dir", "--resume", "--reset-lr-schedule", "--lr", "--stage",
+                        "--micro-batch", "--offload-param", "--offload-optimizer", "--steps"})
+    EXPECT_TRUE(has(train.output, o)) << o;
+}
+
+TEST(CliUx, EstimateSaysTotalAndPerRankParametersApart) {
+  RunResult r = tierzero_cli("estimate --model gpt2 --ranks 8 --stage 3");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "124475904 parameters\n")) << r.output;
+  EXPECT_FALSE(has(r.output, "parameters per rank (")) << r.output;
+  // ceil(124475904 / 8)
+  EXPECT_TRUE(has(r.output,
+                  "over the 8 ranks of a partition group: a shard of 15559488 "
+                  "parameters per rank"))
+      << r.output;
+  r = tierzero_cli("estimate --model gpt2 --ranks 8 --stage 3 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  EXPECT_EQ(j.at("model_parameters"), 124475904u);
+  EXPECT_EQ(j.at("shard_parameters"), 15559488u);
+}
+
+// plan names the device its step times are for, prints whole sentences, and removes the NVMe
+// directory it created for its measurement.
+TEST(CliUx, PlanSaysItsDeviceAndCleansUp) {
+  const std::string nvme = dir() + "/plan_nvme/swap";
+  const RunResult r = tierzero_cli(
+      "plan --layers 1 --heads 2 --channels 32 --vocab 257 --context 16 --device-mem 64MiB "
+      "--host-mem 1GiB --nvme 1GiB --nvme-path " +
+      nvme + " --threads 1 --global-batch 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "device   cpu (assumed: no GPU found") ||
+              has(r.output, "device   cuda (assumed: this machine's GPU"))
+      << r.output;
+  EXPECT_TRUE(has(r.output, "prints this plan's own error\n")) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir() + "/plan_nvme")) << "plan left its directory";
+}
+
+// Resuming with another --steps keeps the checkpoint's schedule (the same learning rates as the
+// run that was never interrupted), says so, and --reset-lr-schedule adopts the new one.
+TEST(CliUx, ResumeKeepsTheCheckpointsLearningRateSchedule) {
+  const std::string cfg = write_file("sched.json", kTinyConfig);
+  const std::string ckpt = dir() + "/ckpt";
+  const std::string whole = dir() + "/whole.jsonl", kept = dir() + "/kept.jsonl",
+                    reset = dir() + "/reset.jsonl";
+  RunResult r = tierzero_cli("train --config " + cfg + " --steps 6 --metrics " + whole);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = tierzero_cli("train --config " + cfg + " --steps 6 --save-dir " + ckpt +
+                   " --save-every 2 --keep-last 0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string from = ckpt + "/step-00000002";
+  r = tierzero_cli("train --config " + cfg + " --steps 4 --resume " + from + " --metrics " + kept);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "learning-rate schedule: the checkpoint's, over 6 steps")) << r.output;
+  r = tierzero_cli("train --config " + cfg + " --steps 4 --resume " + from +
+                   " --reset-lr-schedule --metrics " + reset);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "learning-rate schedule: this run's, over 4 steps")) << r.output;
+  const std::vector<double> w = metric_lrs(whole), k = metric_lrs(kept), n = metric_lrs(reset);
+  ASSERT_EQ(w.size(), 6u);
+  ASSERT_EQ(k.size(), 2u);  // steps 3 and 4
+  ASSERT_EQ(n.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_DOUBLE_EQ(k[i], w[i + 2]) << "step " << i + 3;
+    EXPECT_LT(n[i], w[i + 2]) << "step " << i + 3 << ": a 4-step cosine decays sooner";
+  }
+}
