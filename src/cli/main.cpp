@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "tierzero/core/agreed_failure.hpp"
 #include "tierzero/core/error.hpp"
 
 int main(int argc, char** argv) {
@@ -24,6 +25,8 @@ int main(int argc, char** argv) {
     for (auto& c : commands)
       if (c.app->parsed()) return c.run();
     return 0;
+  } catch (const tierzero::AgreedFailure& e) {
+    if (e.reports()) std::fprintf(stderr, "tierzero: error: %s\n", e.what());
   } catch (const tierzero::Error& e) {
     std::fprintf(stderr, "tierzero: error: %s\n", e.what());
   } catch (const std::exception& e) {

@@ -23,8 +23,10 @@
 #include "tierzero/comm/mesh.hpp"
 #include "tierzero/comm/mpi_communicator.hpp"
 #include "tierzero/comm/nccl_communicator.hpp"
+#include "tierzero/core/agreed_failure.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/log.hpp"
+#include "tierzero/core/output_files.hpp"
 #include "tierzero/core/timer.hpp"
 #include "tierzero/device/device_allocator.hpp"
 #include "tierzero/nn/gpt.hpp"
@@ -44,6 +46,7 @@
 #include "tierzero/train/profiling_provider.hpp"
 #include "tierzero/train/progress.hpp"
 #include "tierzero/train/run_identity.hpp"
+#include "tierzero/train/run_outputs.hpp"
 #include "tierzero/train/safetensors_gpt2.hpp"
 #include "tierzero/train/step_metrics.hpp"
 #include "tierzero/train/store_provider.hpp"
@@ -666,14 +669,7 @@ void write_memory_json(const std::string& path, int rank, int ranks,
   if (::getrusage(RUSAGE_SELF, &usage) == 0)
     j["process"] = {{"peak_rss_bytes", static_cast<int64_t>(usage.ru_maxrss) * 1024}};
   for (const auto& [key, value] : sections.items()) j[key] = value;
-  const std::string json = j.dump() + "\n";
-  std::FILE* f = std::fopen(file.c_str(), "w");
-  TZ_CHECK(f != nullptr, "cannot open the memory file '" + file + "': " + std::strerror(errno),
-           "check that the directory exists and is writable");
-  const bool ok = std::fwrite(json.data(), 1, json.size(), f) == json.size();
-  TZ_CHECK(std::fclose(f) == 0 && ok,
-           "writing the memory file '" + file + "' failed: " + std::strerror(errno),
-           "check the free space of its file system");
+  write_file_atomic(file, j.dump() + "\n");
 }
 
 // The --memory-json section of a Ulysses rank: its slice of the sequence, and its activation
@@ -783,19 +779,19 @@ void Trainer::for_each_param_piece(const std::function<void(size_t, size_t, cons
   }
 }
 
-void Trainer::save_model_streamed() {
+std::string Trainer::save_model_streamed(const std::string& path) {
   State& s = *state_;
   const nn::ParamLayout& layout = s.layout();
   const bool split = layout.tp().size > 1 || config_.pipeline_parallel > 1;
   if (!split) {
-    std::unique_ptr<ModelFileWriter> writer;
-    if (s.rank == 0)
-      writer = std::make_unique<ModelFileWriter>(config_.save_checkpoint, s.model_config, layout);
+    std::unique_ptr<TolerantModelWriter> writer;
+    if (s.rank == 0) writer = std::make_unique<TolerantModelWriter>(path, s.model_config, layout);
     for_each_param_piece([&](size_t begin, size_t count, const float* values) {
       if (writer) writer->write(begin, count, values);
     });
-    if (writer) writer->commit();
-    return;
+    if (!writer) return "";
+    writer->commit();
+    return writer->failure();
   }
   // Data-parallel replica 0 (sequence-parallel rank 0) holds every piece once; the other
   // replicas only take part in reads.
@@ -811,7 +807,7 @@ void Trainer::save_model_streamed() {
   if (me[static_cast<size_t>(comm::MeshDim::dp)] != 0 ||
       me[static_cast<size_t>(comm::MeshDim::sp)] != 0) {
     for_each_param_piece([](size_t, size_t, const float*) {});
-    return;
+    return "";
   }
   if (s.rank != 0) {
     std::vector<float> chunk;  // (up to kChunk) fp32, the next message
@@ -829,12 +825,12 @@ void Trainer::save_model_streamed() {
       }
     });
     if (!chunk.empty()) send();
-    return;
+    return "";
   }
   // Rank 0: the file's layout is the one-rank model's; every rank's layout maps onto it run by
   // run. Replicated tensors come from tp rank 0, the tied embeddings from the first stage.
   const nn::ParamLayout full_layout(s.model_config);
-  ModelFileWriter writer(config_.save_checkpoint, s.model_config, full_layout);
+  TolerantModelWriter writer(path, s.model_config, full_layout);
   struct Source {
     int from;
     size_t tp_rank, stage;
@@ -887,6 +883,7 @@ void Trainer::save_model_streamed() {
   });
   for (Source& src : sources) receive_until(src, src.layout.total_numel());
   writer.commit();
+  return writer.failure();
 }
 
 nlohmann::ordered_json Trainer::checkpoint_identity() const {
@@ -1097,15 +1094,26 @@ int64_t Trainer::resume_training(LossScaler& scaler) {
 
 TrainResult Trainer::run(std::FILE* out, const std::string& metrics_path,
                          const std::string& memory_json_path) {
+  // Every output is checked before the first step, on every rank, agreed (AgreedFailure).
+  comm::Communicator* group = state_->session ? &state_->session->world() : nullptr;
+  check_run_outputs({config_.save_checkpoint, metrics_path, memory_json_path, profile_path_,
+                     config_.checkpoint.save_dir},
+                    run_inputs(config_), state_->rank, group);
   // Under mpiexec a rank that throws must not leave the others waiting in a collective until
   // their timeout: end the whole job with the message.
-  if (!state_->session || state_->world_size == 1)
-    return run_loop(out, metrics_path, memory_json_path);
-  try {
-    return run_loop(out, metrics_path, memory_json_path);
-  } catch (const Error& e) {
-    comm::abort_job(e.what());
+  TrainResult result;
+  if (!state_->session || state_->world_size == 1) {
+    result = run_loop(out, metrics_path, memory_json_path);
+  } else {
+    try {
+      result = run_loop(out, metrics_path, memory_json_path);
+    } catch (const Error& e) {
+      comm::abort_job(e.what());
+    }
   }
+  // --save failed at the end and the model went elsewhere (or nowhere): after every other output.
+  if (!save_failure_.empty()) throw AgreedFailure(save_failure_, state_->rank == 0);
+  return result;
 }
 
 TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metrics_path,
@@ -1397,8 +1405,12 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
     if (out) std::fputs(line, out);
   }
   if (!config_.save_checkpoint.empty()) {
-    save_model_streamed();
-    if (out) std::fprintf(out, "saved checkpoint '%s'\n", config_.save_checkpoint.c_str());
+    save_failure_ =
+        save_or_rescue(config_.save_checkpoint, config_.checkpoint.save_dir, s.rank, group,
+                       [&](const std::string& path) { return save_model_streamed(path); });
+    if (out && save_failure_.empty())
+      std::fprintf(out, "saved checkpoint '%s'\n", config_.save_checkpoint.c_str());
+    if (out && !save_failure_.empty()) std::fprintf(out, "error: %s\n", save_failure_.c_str());
   }
   if (!memory_json_path.empty()) {
     nlohmann::ordered_json sections = nlohmann::ordered_json::object();
