@@ -24,6 +24,7 @@
 
 #include "tierzero/comm/mpi_communicator.hpp"
 #include "tierzero/core/error.hpp"
+#include "tierzero/core/output_files.hpp"
 #include "tierzero/core/timer.hpp"
 #include "tierzero/train/config_bridges.hpp"
 
@@ -323,10 +324,7 @@ std::vector<std::string> train_argv(const std::string& exe, const std::string& m
 }
 
 void write_text_file(const std::string& path, const std::string& text) {
-  std::ofstream f(path);
-  f << text << "\n";
-  f.close();
-  TZ_CHECK(f.good(), "cannot write " + path, "check the disk");
+  write_file_atomic(path, text + "\n");
 }
 
 std::vector<StepMetrics> read_metrics(const std::string& path, int64_t steps) {

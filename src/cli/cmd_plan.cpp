@@ -12,6 +12,7 @@
 #include "plan_check.hpp"
 #include "plan_kernel_times.hpp"
 #include "tierzero/core/error.hpp"
+#include "tierzero/core/output_files.hpp"
 #include "tierzero/device/device.hpp"
 #include "tierzero/kernels/cpu_ops.hpp"
 #include "tierzero/profile/planner.hpp"
@@ -158,6 +159,8 @@ int run_plan(const PlanFlags& flags) {
            "--sequence-parallel cuts each micro-batch's tokens over --tp " +
                std::to_string(world.tp) + ", which does not divide --seq " + std::to_string(seq),
            "choose a sequence length that is a multiple of the tensor-parallel size");
+  // Before the measurements: an output that cannot be written is found now, not after them.
+  if (!f.output.empty()) check_output_file("-o", f.output, {f.calibration});
   profile::PlanRequest req;
   const train::TrainConfig defaults = train::TrainConfig::defaults();
   req.base.units =
@@ -283,10 +286,7 @@ int run_plan(const PlanFlags& flags) {
   std::printf("  bytes per rank vs budget:\n");
   print_bytes_vs_budget(req, b.estimate);
   if (!f.output.empty()) {
-    std::ofstream out(f.output);
-    TZ_CHECK(out.good(), "cannot write '" + f.output + "'", "check the directory exists");
-    out << config_json(f, model, seq, b).dump(2) << "\n";
-    TZ_CHECK(out.good(), "writing '" + f.output + "' failed", "check free space");
+    write_file_atomic(f.output, config_json(f, model, seq, b).dump(2) + "\n");
     std::printf("\nwrote    %s (run it with `tierzero train --config %s`)\n", f.output.c_str(),
                 f.output.c_str());
   }

@@ -1,18 +1,26 @@
 // `tierzero prepare-data`: a text file -> llm.c token shards with the byte-level tokenizer.
-// The first val_fraction of the tokens become val_000000.bin, the rest train_NNNNNN.bin.
+// The first val_fraction of the tokens become val_000000.bin, the rest train_NNNNNN.bin. A
+// manifest in the directory lists what it wrote, so a later run replaces exactly those shards
+// (and refuses to touch shard-like files it did not write).
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "commands.hpp"
 #include "tierzero/core/error.hpp"
+#include "tierzero/core/output_files.hpp"
 #include "tierzero/train/byte_tokenizer.hpp"
 #include "tierzero/train/token_shards.hpp"
 
 namespace tierzero::cli {
 
 namespace {
+
+namespace fs = std::filesystem;
 
 struct PrepareFlags {
   std::string input;
@@ -21,37 +29,114 @@ struct PrepareFlags {
   int64_t shard_tokens = 100000000;
 };
 
+// What an earlier prepare-data wrote into the output directory: its manifest's shard names, so a
+// new run replaces exactly those and never mixes stale shards into a glob.
+constexpr const char* kManifestName = "tierzero-prepare-data.json";
+
+std::set<std::string> read_manifest(const fs::path& dir) {
+  const fs::path path = dir / kManifestName;
+  std::ifstream in(path);
+  if (!in) return {};
+  try {
+    const nlohmann::json j = nlohmann::json::parse(in);
+    return j.at("files").get<std::set<std::string>>();
+  } catch (const nlohmann::json::exception& e) {
+    TZ_THROW("the prepare-data manifest '" + path.string() + "' is damaged: " + e.what(),
+             "remove the directory's shards and the manifest, or write into a new directory");
+  }
+}
+
+void write_manifest(const fs::path& dir, const std::string& input,
+                    const std::set<std::string>& files) {
+  const nlohmann::json j = {
+      {"format", "tierzero-prepare-data"}, {"version", 1}, {"input", input}, {"files", files}};
+  write_file_atomic((dir / kManifestName).string(), j.dump(1) + "\n");
+}
+
+// Names a glob over this directory's shards would match (val_*.bin, train_*.bin).
+bool shard_like(const std::string& name) {
+  const bool bin = name.size() > 4 && name.compare(name.size() - 4, 4, ".bin") == 0;
+  return bin && (name.rfind("train_", 0) == 0 || name.rfind("val_", 0) == 0);
+}
+
+// Refuses when the directory holds shard-like files an earlier prepare-data did not write: they
+// are someone else's, and removing or keeping them would both be wrong.
+void check_no_foreign_shards(const fs::path& dir, const std::set<std::string>& ours) {
+  std::vector<std::string> foreign;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (shard_like(name) && ours.count(name) == 0) foreign.push_back(name);
+  }
+  TZ_CHECK(!ec, "cannot list '" + dir.string() + "': " + ec.message(), "check the directory");
+  if (foreign.empty()) return;
+  std::sort(foreign.begin(), foreign.end());
+  std::string names;
+  for (size_t i = 0; i < foreign.size() && i < 5; ++i) names += (i ? ", " : "") + foreign[i];
+  if (foreign.size() > 5) names += ", ... (" + std::to_string(foreign.size()) + " in all)";
+  TZ_THROW("output directory '" + dir.string() + "' already holds shards prepare-data did not " +
+               "write (" + names + "); a glob over the directory would mix them in",
+           "remove them, or give another -o directory");
+}
+
+// The shards' names and token ranges, in order: val_000000.bin first (when any), then train_*.
+struct ShardPlan {
+  std::string name;
+  size_t begin, count;
+};
+
+std::vector<ShardPlan> plan_shards(size_t tokens, size_t n_val, size_t per_shard) {
+  std::vector<ShardPlan> plan;
+  if (n_val > 0) plan.push_back({"val_000000.bin", 0, n_val});
+  for (size_t shard = 0, at = n_val; at < tokens; ++shard) {
+    const size_t n = std::min(per_shard, tokens - at);
+    char name[32];
+    std::snprintf(name, sizeof name, "train_%06zu.bin", shard);
+    plan.push_back({name, at, n});
+    at += n;
+  }
+  return plan;
+}
+
 int run_prepare(const PrepareFlags& f) {
   std::ifstream in(f.input, std::ios::binary);
   if (!in)
     TZ_THROW("cannot read input text '" + f.input + "': " + errno_string(), "check the path");
+  check_output_dir("-o", f.output);
+  const fs::path dir(f.output);
+  const std::set<std::string> before = read_manifest(dir);
+  check_no_foreign_shards(dir, before);
   std::stringstream ss;
   ss << in.rdbuf();
   std::vector<uint16_t> tokens = train::byte_tokenize(ss.str());
   tokens.insert(tokens.begin(), train::kEotToken);
   TZ_CHECK(tokens.size() >= 2, "input text '" + f.input + "' is empty", "give a non-empty file");
-  std::error_code ec;
-  std::filesystem::create_directories(f.output, ec);
-  if (ec) TZ_THROW("cannot create output directory '" + f.output + "': " + ec.message(), "");
 
   const auto n_val = static_cast<size_t>(static_cast<double>(tokens.size()) * f.val_fraction);
-  size_t written = 0;
-  if (n_val > 0) {
-    const std::string path = f.output + "/val_000000.bin";
-    train::write_token_shard(path, tokens.data(), n_val);
-    std::fprintf(stderr, "wrote %s (%zu tokens)\n", path.c_str(), n_val);
-    written = n_val;
+  const std::vector<ShardPlan> plan =
+      plan_shards(tokens.size(), n_val, static_cast<size_t>(f.shard_tokens));
+  std::set<std::string> now;
+  for (const ShardPlan& p : plan) {
+    TZ_CHECK(!same_file((dir / p.name).string(), f.input),
+             "input text '" + f.input + "' is the shard '" + p.name + "' this would write",
+             "write the shards into another -o directory");
+    now.insert(p.name);
   }
-  const auto per_shard = static_cast<size_t>(f.shard_tokens);
-  for (size_t shard = 0; written < tokens.size(); ++shard) {
-    const size_t n = std::min(per_shard, tokens.size() - written);
-    char name[32];
-    std::snprintf(name, sizeof name, "/train_%06zu.bin", shard);
-    const std::string path = f.output + name;
-    train::write_token_shard(path, tokens.data() + written, n);
-    std::fprintf(stderr, "wrote %s (%zu tokens)\n", path.c_str(), n);
-    written += n;
+  // The manifest names the old and the new shards while they are written, so a run cut short
+  // leaves only files the next run knows as its own.
+  std::set<std::string> both = before;
+  both.insert(now.begin(), now.end());
+  write_manifest(dir, f.input, both);
+  for (const ShardPlan& p : plan) {
+    const std::string path = (dir / p.name).string();
+    train::write_token_shard(path, tokens.data() + p.begin, p.count);
+    std::fprintf(stderr, "wrote %s (%zu tokens)\n", path.c_str(), p.count);
   }
+  for (const std::string& stale : before)
+    if (now.count(stale) == 0 && shard_like(stale) && fs::remove(dir / stale))
+      std::fprintf(stderr, "removed %s (from an earlier prepare-data)\n",
+                   (dir / stale).string().c_str());
+  write_manifest(dir, f.input, now);
   std::fprintf(stderr, "vocabulary: byte-level, vocab_size %lld (256 bytes + end-of-text %d)\n",
                static_cast<long long>(train::kByteVocabSize), train::kEotToken);
   return 0;

@@ -4,11 +4,11 @@
 // it finds the others by the trainer's naming (FILE, FILE.rank<r>); a directory stands for the
 // profiles in it. Several ranks give one report: the ranks side by side, then the slowest one's.
 #include <cstdio>
-#include <fstream>
 #include <memory>
 
 #include "commands.hpp"
 #include "tierzero/core/error.hpp"
+#include "tierzero/core/output_files.hpp"
 #include "tierzero/core/timer.hpp"
 #include "tierzero/profile/html_report.hpp"
 #include "tierzero/profile/rank_comparison.hpp"
@@ -28,17 +28,24 @@ struct ReportFlags {
 };
 
 void write_json_file(const nlohmann::ordered_json& j, const std::string& path) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  TZ_CHECK(out.good(), "cannot write '" + path + "': " + errno_string(),
-           "check that the directory exists and is writable");
-  out << j.dump(2) << '\n';
-  out.close();
-  TZ_CHECK(out.good(), "writing '" + path + "' failed: " + errno_string(), "check free disk space");
+  write_file_atomic(path, j.dump(2) + "\n");
+}
+
+// Before anything is read or written: no output is a profile read, inside a checkpoint, or
+// another output, and every output's directory takes a new file.
+void check_outputs(const ReportFlags& f, const std::vector<std::string>& inputs) {
+  std::vector<std::pair<std::string, std::string>> outputs = {{"-o", f.output}};
+  if (!f.trace.empty()) outputs.emplace_back("--trace", f.trace);
+  if (!f.ranks_json.empty()) outputs.emplace_back("--ranks-json", f.ranks_json);
+  check_distinct_outputs(outputs);
+  for (const auto& [flag, path] : outputs) check_output_file(flag, path, inputs);
 }
 
 int run_report(const ReportFlags& f) {
   Timer timer;
+  check_outputs(f, f.profiles);
   const profile::RankProfiles rp = profile::read_rank_profiles(f.profiles);
+  check_outputs(f, rp.sources);  // the ranks' files found beside the ones named
   for (const std::string& w : rp.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
   // The trace is made first: profiles without a timeline should fail before any file is
   // written, so a half-done command leaves nothing behind.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "tierzero/core/agreed_failure.hpp"
 #include "tierzero/core/error_report.hpp"
 #include "tierzero/core/log.hpp"
 
@@ -120,6 +121,8 @@ int main(int argc, char** argv) {
     for (auto& c : commands)
       if (c.app->parsed()) return c.run();
     return 0;
+  } catch (const tierzero::AgreedFailure& e) {
+    if (e.reports()) std::fprintf(stderr, "tierzero: error: %s\n", e.what());
   } catch (const std::exception& e) {
     print_error(e);
   }

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <unordered_set>
 
 #include "tierzero/core/error.hpp"
 
@@ -43,12 +44,11 @@ ModuleList stage_modules(const GPTConfig& config, const PipelineStage& stage) {
 // The units the stage's modules use, in the whole model's unit order: those they declare, and
 // those declared elsewhere that one of them shares (the head's embeddings on the last stage).
 std::vector<UnitDecl> stage_units(const GPTConfig& config, const ModuleList& modules) {
+  std::unordered_set<std::string> used;  // a set: linear in the model's blocks
+  for (const auto& m : modules) used.insert(m->unit_name());
   std::vector<UnitDecl> units;
-  for (UnitDecl& decl : gpt_param_units(config)) {
-    bool used = false;
-    for (const auto& m : modules) used = used || m->unit_name() == decl.name;
-    if (used) units.push_back(std::move(decl));
-  }
+  for (UnitDecl& decl : gpt_param_units(config))
+    if (used.count(decl.name) > 0) units.push_back(std::move(decl));
   return units;
 }
 

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
+#include <unordered_set>
 
 #include "tierzero/core/error.hpp"
 #include "tierzero/nn/gpt_modules.hpp"
@@ -28,11 +30,11 @@ ParamLayout::ParamLayout(const std::vector<UnitDecl>& units, const TensorParalle
     for (const TensorMeta& m : u.tensors) max_layer = std::max(max_layer, m.layer);
   index_.assign(static_cast<size_t>(max_layer + 2) * kNumParamKinds, SIZE_MAX);
 
+  std::unordered_set<std::string> names;  // a set: a model of 100k blocks checks in linear time
   for (const UnitDecl& decl : units) {
     TZ_CHECK(decl.name.empty() == false, "a parameter unit has no name", "internal error");
-    for (const ParamUnit& u : units_)
-      TZ_CHECK(u.name != decl.name, "two parameter units are called " + decl.name,
-               "internal error: unit names must be unique");
+    TZ_CHECK(names.insert(decl.name).second, "two parameter units are called " + decl.name,
+             "internal error: unit names must be unique");
     units_.push_back(ParamUnit{decl.name, total_, 0, {}});
     for (const TensorMeta& meta : decl.tensors) {
       ParamTensor t{meta, meta.local_shape(tp.size), total_, 0, units_.size() - 1};

@@ -1,9 +1,8 @@
-// Cutting the GPT's blocks into pipeline stages: as listed, or balanced by parameters (a small
-// dynamic program over contiguous runs).
+// Cutting the GPT's blocks into pipeline stages: as listed, or balanced by parameters (the cut a
+// dynamic program over contiguous runs picks, found by a binary search per stage).
 #include "tierzero/nn/pipeline_stage.hpp"
 
 #include <algorithm>
-#include <limits>
 
 #include "tierzero/core/error.hpp"
 #include "tierzero/nn/param_layout.hpp"
@@ -41,41 +40,70 @@ std::vector<PipelineStage> stages_from_counts(const std::vector<size_t>& counts)
   return out;
 }
 
-// Blocks per stage minimising the largest stage's parameters, each stage >= 1 block.
-std::vector<size_t> balanced_counts(const GPTConfig& config, size_t stages) {
-  const ParamLayout layout(config);
-  const size_t L = config.num_layers;
-  const size_t block = layout.units()[layout.unit_index("block.0")].numel;
-  const size_t embeddings = layout.units()[layout.unit_index("embeddings")].numel;
-  const size_t final_norm = layout.units()[layout.unit_index("final_norm")].numel;
-  auto extra = [&](size_t s) {
-    size_t e = 0;
-    if (s == 0) e += embeddings;
-    if (s + 1 == stages) e += embeddings + final_norm;  // the tied copy
-    return e;
-  };
-  constexpr size_t kNone = std::numeric_limits<size_t>::max();
-  // best[s][b]: the least largest-stage load of stages 0..s-1 holding the first b blocks.
-  std::vector<std::vector<size_t>> best(stages + 1, std::vector<size_t>(L + 1, kNone));
-  std::vector<std::vector<size_t>> take(stages + 1, std::vector<size_t>(L + 1, 0));
-  best[0][0] = 0;
-  for (size_t s = 1; s <= stages; ++s)
-    for (size_t b = s; b <= L; ++b)
-      for (size_t k = 1; k <= b - (s - 1); ++k) {  // stage s-1 takes k blocks
-        if (best[s - 1][b - k] == kNone) continue;
-        const size_t load = std::max(best[s - 1][b - k], k * block + extra(s - 1));
-        if (load < best[s][b]) {
-          best[s][b] = load;
-          take[s][b] = k;
-        }
-      }
-  std::vector<size_t> counts(stages);
-  for (size_t s = stages, b = L; s > 0; --s) {
-    counts[s - 1] = take[s][b];
-    b -= take[s][b];
+// The cut balanced by parameters, as a dynamic program over contiguous runs would pick it: the
+// least largest stage load, and among the cuts that reach it the last stage takes the fewest
+// blocks, then the one before it, and so on. Blocks are all alike, so the least largest load of
+// stages 0..s-1 holding b blocks is the least M at which their capacities floor((M - extra) /
+// block) hold b: a binary search per stage, not a stages x blocks x blocks table (which took
+// minutes at 100k blocks).
+class BalancedCut {
+ public:
+  BalancedCut(const GPTConfig& config, size_t stages) : stages_(stages) {
+    const ParamLayout layout(config);
+    block_ = layout.units()[layout.unit_index("block.0")].numel;
+    embeddings_ = layout.units()[layout.unit_index("embeddings")].numel;
+    final_norm_ = layout.units()[layout.unit_index("final_norm")].numel;
+    TZ_CHECK(block_ > 0, "a transformer block without parameters", "internal error");
   }
-  return counts;
-}
+
+  std::vector<size_t> counts(size_t blocks) const {
+    std::vector<size_t> counts(stages_);
+    for (size_t s = stages_, b = blocks; s > 0; --s) {
+      const size_t load = least_load(s, b);
+      const size_t prefix = s == 1 ? 0 : std::min(b - 1, capacity(s - 1, load));
+      counts[s - 1] = b - prefix;
+      b = prefix;
+    }
+    return counts;
+  }
+
+ private:
+  size_t extra(size_t s) const {
+    size_t e = 0;
+    if (s == 0) e += embeddings_;
+    if (s + 1 == stages_) e += embeddings_ + final_norm_;  // the tied copy
+    return e;
+  }
+  // Blocks stages 0..s-1 hold at most under the load `load`; 0 when one of them cannot hold one.
+  // Only the first and the last stage carry extra parameters.
+  size_t capacity(size_t s, size_t load) const {
+    const size_t last = stages_ - 1;
+    size_t total = 0, plain = s;
+    for (size_t i : {size_t{0}, last}) {
+      if (i >= s || (i == last && last == 0)) continue;  // outside the prefix, or stage 0 again
+      --plain;
+      if (load < extra(i) + block_) return 0;
+      total += (load - extra(i)) / block_;
+    }
+    if (plain == 0) return total;
+    if (load < block_) return 0;
+    return total + plain * (load / block_);
+  }
+  size_t least_load(size_t s, size_t b) const {
+    size_t lo = 0, hi = (b - s + 1) * block_ + extra(0) + extra(stages_ - 1);
+    while (lo < hi) {
+      const size_t mid = lo + (hi - lo) / 2;
+      if (capacity(s, mid) >= b)
+        hi = mid;
+      else
+        lo = mid + 1;
+    }
+    return lo;
+  }
+
+  size_t stages_;
+  size_t block_ = 0, embeddings_ = 0, final_norm_ = 0;
+};
 
 }  // namespace
 
@@ -87,7 +115,7 @@ std::vector<PipelineStage> partition_pipeline(const GPTConfig& config, size_t st
            "pipeline_parallel " + std::to_string(stages) + " exceeds the model's " +
                std::to_string(L) + " transformer blocks",
            "every pipeline stage holds at least one block: use at most n_layer stages");
-  if (blocks_per_stage.empty()) return stages_from_counts(balanced_counts(config, stages));
+  if (blocks_per_stage.empty()) return stages_from_counts(BalancedCut(config, stages).counts(L));
   TZ_CHECK(blocks_per_stage.size() == stages,
            "pipeline_stages lists " + std::to_string(blocks_per_stage.size()) +
                " stages but pipeline_parallel is " + std::to_string(stages),

@@ -12,6 +12,7 @@
 #include "format_text.hpp"
 #include "report_script.hpp"
 #include "tierzero/core/error.hpp"
+#include "tierzero/core/output_files.hpp"
 #include "tierzero/profile/profile_summary.hpp"
 #include "tierzero/profile/rank_comparison.hpp"
 #include "tierzero/profile/recommendations.hpp"
@@ -573,13 +574,7 @@ std::string render_html_report(const RankProfiles& rp) {
 namespace {
 
 void write_text(const std::string& html, const std::string& path) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  TZ_CHECK(out.good(), "cannot write report '" + path + "': " + errno_string(),
-           "check that the directory exists and is writable");
-  out << html;
-  out.close();
-  TZ_CHECK(out.good(), "writing report '" + path + "' failed: " + errno_string(),
-           "check free disk space");
+  write_file_atomic(path, html);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "tierzero/core/error.hpp"
+#include "tierzero/core/output_files.hpp"
 
 namespace tierzero::profile {
 
@@ -302,13 +303,7 @@ Profile profile_from_json(const json& j, const std::string& source) {
 }
 
 void write_profile(const Profile& p, const std::string& path) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  TZ_CHECK(out.good(), "cannot write profile '" + path + "': " + errno_string(),
-           "check that the directory exists and is writable");
-  out << profile_to_json(p).dump() << '\n';
-  out.close();
-  TZ_CHECK(out.good(), "writing profile '" + path + "' failed: " + errno_string(),
-           "check free disk space");
+  write_file_atomic(path, profile_to_json(p).dump() + "\n");
 }
 
 Profile read_profile(const std::string& path) {

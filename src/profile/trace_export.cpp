@@ -13,6 +13,7 @@
 #include <map>
 
 #include "tierzero/core/error.hpp"
+#include "tierzero/core/output_files.hpp"
 
 namespace tierzero::profile {
 
@@ -228,13 +229,7 @@ nlohmann::json trace_json(const Profile& p, const std::string& source) {
 }
 
 void write_trace_text(const std::string& text, const std::string& path) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  TZ_CHECK(out.good(), "cannot write trace '" + path + "': " + errno_string(),
-           "check that the directory exists and is writable");
-  out << text;
-  out.close();
-  TZ_CHECK(out.good(), "writing trace '" + path + "' failed: " + errno_string(),
-           "check free disk space");
+  write_file_atomic(path, text);
 }
 
 void write_trace(const Profile& p, const std::string& path, const std::string& source) {

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tierzero/core/error.hpp"
+#include "tierzero/core/output_files.hpp"
 #include "tierzero/profile/estimator.hpp"
 #include "tierzero/train/config_bridges.hpp"
 #include "tierzero/train/progress.hpp"
@@ -154,14 +155,7 @@ void write_memory_json_file(const std::string& path, int rank, int ranks,
   if (::getrusage(RUSAGE_SELF, &usage) == 0)
     j["process"] = {{"peak_rss_bytes", static_cast<int64_t>(usage.ru_maxrss) * 1024}};
   for (const auto& [key, value] : sections.items()) j[key] = value;
-  const std::string json = j.dump() + "\n";
-  std::FILE* f = std::fopen(file.c_str(), "w");
-  TZ_CHECK(f != nullptr, "cannot open the memory file '" + file + "': " + std::strerror(errno),
-           "check that the directory exists and is writable");
-  const bool ok = std::fwrite(json.data(), 1, json.size(), f) == json.size();
-  TZ_CHECK(std::fclose(f) == 0 && ok,
-           "writing the memory file '" + file + "' failed: " + std::strerror(errno),
-           "check the free space of its file system");
+  write_file_atomic(file, j.dump() + "\n");
 }
 
 // The --memory-json section of a Ulysses rank: its slice of the sequence, and its activation

@@ -465,7 +465,9 @@ TrainConfig TrainConfig::load(const std::string& path) {
              "check the path given to --config");
   std::stringstream ss;
   ss << in.rdbuf();
-  return parse(ss.str(), "'" + path + "'");
+  TrainConfig c = parse(ss.str(), "'" + path + "'");
+  c.config_file = path;
+  return c;
 }
 
 void apply_model_name(const std::string& text, ModelShape& m) {

@@ -18,6 +18,7 @@
 #include "run_report.hpp"
 #include "step_observers.hpp"
 #include "step_schedule.hpp"
+#include "tierzero/core/agreed_failure.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/error_report.hpp"
 #include "tierzero/core/log.hpp"
@@ -27,6 +28,7 @@
 #include "tierzero/train/profiling_provider.hpp"
 #include "tierzero/train/rank_agreement.hpp"
 #include "tierzero/train/run_identity.hpp"
+#include "tierzero/train/run_outputs.hpp"
 #include "trainer_state.hpp"
 
 namespace tierzero::train {
@@ -115,15 +117,25 @@ void Trainer::set_profile(const std::string& path, bool timeline) {
 
 TrainResult Trainer::run(std::FILE* out, const std::string& metrics_path,
                          const std::string& memory_json_path) {
+  // Every output is checked before the first step, on every rank, agreed (AgreedFailure).
+  check_run_outputs({config_.save_checkpoint, metrics_path, memory_json_path, profile_path_,
+                     config_.checkpoint.save_dir},
+                    run_inputs(config_), state_->run.rank, state_->run.world());
   // Under mpiexec a rank that throws must not leave the others waiting in a collective until
   // their timeout: end the whole job with the message.
-  if (!state_->run.session || state_->run.world_size == 1)
-    return run_loop(out, metrics_path, memory_json_path);
-  try {
-    return run_loop(out, metrics_path, memory_json_path);
-  } catch (const Error& e) {
-    comm::abort_job(user_message(e));
+  TrainResult result;
+  if (!state_->run.session || state_->run.world_size == 1) {
+    result = run_loop(out, metrics_path, memory_json_path);
+  } else {
+    try {
+      result = run_loop(out, metrics_path, memory_json_path);
+    } catch (const Error& e) {
+      comm::abort_job(user_message(e));
+    }
   }
+  // --save failed at the end and the model went elsewhere (or nowhere): after every other output.
+  if (!save_failure_.empty()) throw AgreedFailure(save_failure_, state_->run.rank == 0);
+  return result;
 }
 
 Trainer::MetricsFile Trainer::begin_run(std::FILE* out, const std::string& metrics_path) {
@@ -304,8 +316,12 @@ void Trainer::end_run(std::FILE* all_ranks_out, StepSchedule& schedule,
     if (out) std::fputs(line, out);
   }
   if (!config_.save_checkpoint.empty()) {
-    save_model_streamed();
-    if (out) std::fprintf(out, "saved checkpoint '%s'\n", config_.save_checkpoint.c_str());
+    save_failure_ = save_or_rescue(
+        config_.save_checkpoint, config_.checkpoint.save_dir, s.run.rank, s.run.world(),
+        [&](const std::string& path) { return save_model_streamed(path); });
+    if (out && save_failure_.empty())
+      std::fprintf(out, "saved checkpoint '%s'\n", config_.save_checkpoint.c_str());
+    if (out && !save_failure_.empty()) std::fprintf(out, "error: %s\n", save_failure_.c_str());
   }
   if (!memory_json_path.empty())
     write_memory_json(memory_json_path, config_, schedule, s.chunks, s.run.rank, s.run.world_size);

@@ -13,6 +13,7 @@
 #include "tierzero/nn/tensor_parallel_params.hpp"
 #include "tierzero/train/checkpoint.hpp"
 #include "tierzero/train/config_bridges.hpp"
+#include "tierzero/train/run_outputs.hpp"
 #include "tierzero/train/store_provider.hpp"
 #include "tierzero/train/training_checkpoint.hpp"
 #include "trainer_state.hpp"
@@ -42,19 +43,20 @@ std::vector<std::string> source_kinds(const std::string& kind) {
 
 }  // namespace
 
-void Trainer::save_model_streamed() {
+std::string Trainer::save_model_streamed(const std::string& path) {
   State& s = *state_;
   const nn::ParamLayout& layout = s.chunks.layout();
   const bool split = layout.tp().size > 1 || config_.pipeline_parallel > 1;
   if (!split) {
-    std::unique_ptr<ModelFileWriter> writer;
+    std::unique_ptr<TolerantModelWriter> writer;
     if (s.run.rank == 0)
-      writer = std::make_unique<ModelFileWriter>(config_.save_checkpoint, s.shape.model, layout);
+      writer = std::make_unique<TolerantModelWriter>(path, s.shape.model, layout);
     s.params->for_each_piece([&](size_t begin, size_t count, const float* values) {
       if (writer) writer->write(begin, count, values);
     });
-    if (writer) writer->commit();
-    return;
+    if (!writer) return "";
+    writer->commit();
+    return writer->failure();
   }
   // Data-parallel replica 0 (sequence-parallel rank 0) holds every piece once; the other
   // replicas only take part in reads.
@@ -70,7 +72,7 @@ void Trainer::save_model_streamed() {
   if (me[static_cast<size_t>(comm::MeshDim::dp)] != 0 ||
       me[static_cast<size_t>(comm::MeshDim::sp)] != 0) {
     s.params->for_each_piece([](size_t, size_t, const float*) {});
-    return;
+    return "";
   }
   if (s.run.rank != 0) {
     std::vector<float> chunk;  // (up to kChunk) fp32, the next message
@@ -88,12 +90,12 @@ void Trainer::save_model_streamed() {
       }
     });
     if (!chunk.empty()) send();
-    return;
+    return "";
   }
   // Rank 0: the file's layout is the one-rank model's; every rank's layout maps onto it run by
   // run. Replicated tensors come from tp rank 0, the tied embeddings from the first stage.
   const nn::ParamLayout full_layout(s.shape.model);
-  ModelFileWriter writer(config_.save_checkpoint, s.shape.model, full_layout);
+  TolerantModelWriter writer(path, s.shape.model, full_layout);
   struct Source {
     int from;
     size_t tp_rank, stage;
@@ -146,6 +148,7 @@ void Trainer::save_model_streamed() {
   });
   for (Source& src : sources) receive_until(src, src.layout.total_numel());
   writer.commit();
+  return writer.failure();
 }
 
 nlohmann::ordered_json Trainer::checkpoint_identity() const {

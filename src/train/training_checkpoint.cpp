@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "tierzero/core/error.hpp"
+#include "tierzero/core/output_files.hpp"
 #include "tierzero/offload/crc32c.hpp"
 
 namespace tierzero::train {
@@ -47,25 +48,6 @@ void fsync_path(const std::string& path, bool directory) {
   ::close(fd);
   TZ_CHECK(rc == 0, "fsync of '" + path + "' failed: " + std::strerror(err),
            "check the free space and health of the checkpoint's file system");
-}
-
-// Writes `text` to path durably: a temporary file, fsync, rename over path, fsync of the directory.
-void write_file_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::FILE* f = std::fopen(tmp.c_str(), "wb");
-    TZ_CHECK(f != nullptr, "cannot create '" + tmp + "': " + std::strerror(errno),
-             "check that the checkpoint directory is writable");
-    const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() &&
-                    std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
-    const int err = errno;
-    TZ_CHECK(std::fclose(f) == 0 && ok, "writing '" + tmp + "' failed: " + std::strerror(err),
-             "check the free space of the checkpoint's file system");
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  TZ_CHECK(!ec, "cannot rename '" + tmp + "' to '" + path + "': " + ec.message(), "");
-  fsync_path(fs::path(path).parent_path().string(), true);
 }
 
 nlohmann::json read_json_file(const std::string& path) {

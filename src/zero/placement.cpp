@@ -145,12 +145,26 @@ size_t arena_bytes(Tier tier, size_t bytes) {
 
 size_t nvme_unit_bytes(size_t unit_elems, size_t chunk_elems, size_t elem_bytes) {
   TZ_CHECK(chunk_elems > 0, "nvme_unit_bytes: chunk of 0 elements", "");
+  // Every chunk's bytes rounded up to the I/O alignment (at least one block): the whole chunks
+  // alike, then the tail; closed form, as a unit of 1e12 elements has a million chunks.
+  const auto aligned = [elem_bytes](size_t elems) {
+    size_t bytes = 0;
+    TZ_CHECK(!__builtin_mul_overflow(elems, elem_bytes, &bytes),
+             "an NVMe chunk of " + std::to_string(elems) + " elements is beyond 64-bit sizes",
+             "the model is too large to represent");
+    return std::max(offload::kIoAlignment, (bytes + offload::kIoAlignment - 1) /
+                                               offload::kIoAlignment * offload::kIoAlignment);
+  };
+  const size_t whole = unit_elems / chunk_elems, tail = unit_elems % chunk_elems;
   size_t total = 0;
-  for (size_t at = 0; at < unit_elems; at += chunk_elems) {
-    const size_t bytes = std::min(chunk_elems, unit_elems - at) * elem_bytes;
-    total += std::max(offload::kIoAlignment, (bytes + offload::kIoAlignment - 1) /
-                                                 offload::kIoAlignment * offload::kIoAlignment);
-  }
+  if (whole > 0)
+    TZ_CHECK(!__builtin_mul_overflow(whole, aligned(chunk_elems), &total),
+             "a unit of " + std::to_string(unit_elems) + " elements is beyond 64-bit sizes on NVMe",
+             "the model is too large to represent");
+  if (tail > 0)
+    TZ_CHECK(!__builtin_add_overflow(total, aligned(tail), &total),
+             "a unit of " + std::to_string(unit_elems) + " elements is beyond 64-bit sizes on NVMe",
+             "the model is too large to represent");
   return total;
 }
 

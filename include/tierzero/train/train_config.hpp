@@ -155,6 +155,7 @@ struct TrainConfig {
     bool reset_lr_schedule = false;
   } checkpoint;
   std::string log_level = "info";
+  std::string config_file;  // the file load() read (an input no output may overwrite); "" else
   double device_memory_budget_gb = 0.0;  // 0: the device's total memory
   // Pinned host memory the partition store may hold for offloaded state and staging;
   // 0: 80% of the machine's physical memory.

@@ -76,7 +76,9 @@ class Trainer {
   // every rank reads). Under tensor or pipeline parallelism data-parallel replica 0's other ranks
   // send their pieces in chunks, which rank 0 takes in step with its own, so no rank holds more
   // than a piece and a chunk, and no group waits on another for long.
-  void save_model_streamed();
+  // Returns rank 0's failure to write `path` ("" on success and on the other ranks): the caller
+  // saves elsewhere then (save_or_rescue).
+  std::string save_model_streamed(const std::string& path);
   // Training checkpoints (training_checkpoint.hpp): what must match to resume, writing one after
   // `steps_done` steps (collective), and restoring one; resume returns the steps done.
   nlohmann::ordered_json checkpoint_identity() const;
@@ -86,6 +88,7 @@ class Trainer {
   TrainConfig config_;
   std::string profile_path_;
   bool profile_timeline_ = false;
+  std::string save_failure_;  // where the model went when --save could not be written
   std::unique_ptr<State> state_;
 };
 
