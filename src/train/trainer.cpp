@@ -330,6 +330,13 @@ void Trainer::build() {
   if (!config_.val_data.empty())
     s.val_loader = std::make_unique<DataLoader>(open_token_shards(config_.val_data), B, T, V,
                                                 s.dp_rank, s.dp_size);
+  // What validation will read, checked now: a token out of the vocabulary found only at the
+  // first validation would end the run after training (with nothing run before it, as in eval,
+  // validation reads it first anyway).
+  if (s.val_loader && config_.val_batches > 0 && config_.steps > 0)
+    s.val_loader->check_batches(
+        (static_cast<size_t>(config_.val_batches) + static_cast<size_t>(s.dp_size) - 1) /
+        static_cast<size_t>(s.dp_size));
 
   s.device = open_device(config_, s.session.get());
   const auto budget = static_cast<size_t>(config_.device_memory_budget_gb * 1073741824.0);
