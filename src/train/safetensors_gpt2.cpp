@@ -165,12 +165,12 @@ Entry check_entry(const std::string& path, const Header& h, const std::string& n
   e.end = offsets[1].get<uint64_t>();
   if (e.begin > e.end) bad_field(path, name, "data_offsets", "has begin > end: " + offsets.dump());
   size_t bytes = 0;
-  if (!mul_fits(numel, dtype_bytes(e.dtype), &bytes) || e.end - e.begin != bytes)
-    bad_field(
-        path, name, "data_offsets",
-        offsets.dump() + " spans " + std::to_string(e.end - e.begin) + " bytes, but " + e.dtype +
-            " " + shape.dump() + " needs " +
-            (bytes == 0 && numel != 0 ? std::string("more than 2^64") : std::to_string(bytes)));
+  const bool fits = mul_fits(numel, dtype_bytes(e.dtype), &bytes);
+  if (!fits || e.end - e.begin != bytes)
+    bad_field(path, name, "data_offsets",
+              offsets.dump() + " spans " + std::to_string(e.end - e.begin) + " bytes, but " +
+                  e.dtype + " " + shape.dump() + " needs " +
+                  (fits ? std::to_string(bytes) : std::string("more than 2^64")));
   if (e.end > h.file_size - h.data_start)
     TZ_THROW("safetensors file '" + path + "' ends inside tensor '" + cut(name) +
                  "' (its data ends at byte " + std::to_string(h.data_start + e.end) +

@@ -3,7 +3,8 @@
 # (test_reader_fuzz; TIERZERO_FUZZ_SEED / _CASES / _CASE reproduce a case), and the refusals
 # through the real binary (test_reader_cli). None needs MPI, so the sanitizer pass runs them.
 tierzero_test(test_readers_robust
-  SOURCES robust/test_reader_errors.cpp robust/test_reader_fuzz.cpp robust/alloc_guard.cpp
+  SOURCES robust/test_reader_errors.cpp robust/test_reader_fuzz.cpp robust/test_alloc_guard.cpp
+          robust/alloc_guard.cpp
           robust/mutator.cpp robust/reader_seeds.cpp profile/synthetic_profile.cpp
   LIBS tz_train tz_profile
   TIMEOUT 240)
