@@ -1,6 +1,8 @@
 // The replaced global allocation functions (see alloc_guard.hpp).
 #include "alloc_guard.hpp"
 
+#include <malloc.h>
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +13,7 @@ namespace tierzero::test {
 
 namespace {
 std::atomic<size_t> g_largest{0};
+std::atomic<size_t> g_live{0};  // bytes held through operator new now
 char g_context[512] = "(no context)";
 }  // namespace
 
@@ -26,31 +29,51 @@ void reset_largest_allocation() {
   g_largest.store(0);
 }
 
-void check_allocation(size_t bytes) {
-  size_t seen = g_largest.load(std::memory_order_relaxed);
-  while (bytes > seen && !g_largest.compare_exchange_weak(seen, bytes)) {
-  }
-  if (bytes <= kAllocationLimit) return;
+[[noreturn]] void fail(const char* what, size_t bytes, size_t limit) {
   // No allocation here: the message goes straight to stderr.
   char msg[768];
   const int n = std::snprintf(msg, sizeof msg,
-                              "\nALLOCATION GUARD: a request of %zu bytes exceeds the %zu-byte "
-                              "limit while: %s\n",
-                              bytes, kAllocationLimit, g_context);
+                              "\nALLOCATION GUARD: %s of %zu bytes exceeds the %zu-byte limit "
+                              "while: %s\n",
+                              what, bytes, limit, g_context);
   if (n > 0) std::fwrite(msg, 1, std::strlen(msg), stderr);
   std::fflush(stderr);
   std::abort();
 }
 
+void add_live(size_t bytes) {
+  const size_t live = g_live.fetch_add(bytes) + bytes;
+  if (live > kLiveLimit) fail("the live heap (through operator new)", live, kLiveLimit);
+}
+
+void remove_live(size_t bytes) {
+  g_live.fetch_sub(bytes);
+}
+
+void check_allocation(size_t bytes) {
+  size_t seen = g_largest.load(std::memory_order_relaxed);
+  while (bytes > seen && !g_largest.compare_exchange_weak(seen, bytes)) {
+  }
+  if (bytes > kAllocationLimit) fail("a request", bytes, kAllocationLimit);
+}
+
 }  // namespace tierzero::test
 
+using tierzero::test::add_live;
 using tierzero::test::check_allocation;
+using tierzero::test::remove_live;
 
 namespace {
 void* allocate(size_t n) {
   check_allocation(n);
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
+  void* p = std::malloc(n ? n : 1);
+  if (!p) throw std::bad_alloc();
+  add_live(::malloc_usable_size(p));
+  return p;
+}
+void release(void* p) {
+  if (p) remove_live(::malloc_usable_size(p));
+  std::free(p);
 }
 void* allocate_aligned(size_t n, std::align_val_t a) {
   check_allocation(n);
@@ -58,6 +81,7 @@ void* allocate_aligned(size_t n, std::align_val_t a) {
   void* p = nullptr;
   if (::posix_memalign(&p, align < sizeof(void*) ? sizeof(void*) : align, n ? n : 1) != 0)
     throw std::bad_alloc();
+  add_live(::malloc_usable_size(p));
   return p;
 }
 }  // namespace
@@ -89,28 +113,28 @@ void* operator new[](size_t n, std::align_val_t a) {
   return allocate_aligned(n, a);
 }
 void operator delete(void* p) noexcept {
-  std::free(p);
+  release(p);
 }
 void operator delete[](void* p) noexcept {
-  std::free(p);
+  release(p);
 }
 void operator delete(void* p, size_t) noexcept {
-  std::free(p);
+  release(p);
 }
 void operator delete[](void* p, size_t) noexcept {
-  std::free(p);
+  release(p);
 }
 void operator delete(void* p, std::align_val_t) noexcept {
-  std::free(p);
+  release(p);
 }
 void operator delete[](void* p, std::align_val_t) noexcept {
-  std::free(p);
+  release(p);
 }
 void operator delete(void* p, size_t, std::align_val_t) noexcept {
-  std::free(p);
+  release(p);
 }
 void operator delete[](void* p, size_t, std::align_val_t) noexcept {
-  std::free(p);
+  release(p);
 }
 
 // The C allocator too (glibc's own entry points behind the check); sanitizers replace malloc

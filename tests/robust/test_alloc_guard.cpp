@@ -1,5 +1,6 @@
 // The allocation guard the readers' tests rely on is not a no-op: a request above its limit,
-// through operator new or (outside sanitizer builds) malloc, ends the process naming the context.
+// through operator new or (outside sanitizer builds) malloc, or too much held at once through
+// operator new, ends the process naming the context.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -29,7 +30,15 @@ TEST(AllocationGuard, HugeRequestsEndTheTestNamingTheContext) {
       },
       "ALLOCATION GUARD.*malloc");
 #endif
-  // Below the limit all is as usual.
+  // Many requests each under the limit, together over what may be held at once.
+  EXPECT_DEATH(
+      {
+        set_allocation_context("many small");
+        for (size_t i = 0; i < 2 * kLiveLimit / (size_t{64} << 20); ++i)
+          g_keep = ::operator new (size_t{64} << 20);
+      },
+      "ALLOCATION GUARD: the live heap.*many small");
+  // Below the limits all is as usual.
   void* p = ::operator new (size_t{1} << 20);
   g_keep = p;
   ::operator delete(p);
