@@ -13,9 +13,12 @@ namespace {
 std::string type_of(const nlohmann::json& v) {
   if (v.is_null()) return "null";
   if (v.is_boolean()) return "a boolean";
-  if (v.is_number_integer() || v.is_number_unsigned()) return "an integer";
-  if (v.is_number_float()) return "a number";
-  if (v.is_string()) return "a string (\"" + v.get<std::string>() + "\")";
+  if (v.is_number_integer() || v.is_number_unsigned()) return "an integer (" + v.dump() + ")";
+  if (v.is_number_float()) return "a number (" + v.dump() + ")";
+  if (v.is_string()) {
+    const std::string& s = v.get_ref<const std::string&>();
+    return "a string (\"" + (s.size() <= 40 ? s : s.substr(0, 40) + "...") + "\")";
+  }
   if (v.is_array()) return "an array";
   return "an object";
 }

@@ -6,9 +6,11 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
-#include <sstream>
+#include <type_traits>
 
 #include "tierzero/core/error.hpp"
+#include "tierzero/core/input_file.hpp"
+#include "tierzero/core/json_text.hpp"
 #include "tierzero/core/output_files.hpp"
 
 namespace tierzero::profile {
@@ -16,6 +18,81 @@ namespace tierzero::profile {
 using nlohmann::json;
 
 namespace {
+
+// Profiles say how many ranks ran; more than this is a damaged file, not a run (a report lists
+// each rank, and looks for each one's file).
+constexpr int64_t kMaxRanks = int64_t{1} << 20;
+
+// A value as it appears in an error message (long ones cut).
+std::string shown(const json& v) {
+  const std::string d = v.dump();
+  return d.size() <= 40 ? d : d.substr(0, 40) + "...";
+}
+
+template <typename Key>
+std::string name_of(const Key& key) {
+  if constexpr (std::is_integral_v<Key>)
+    return "element " + std::to_string(key);
+  else
+    return std::string("'") + key + "'";
+}
+
+// Typed reads that refuse what nlohmann would silently convert (a negative count wrapping to
+// 2^64, 1e300 cast to an int): each names the field and shows the value it got.
+size_t as_size(const json& v, const std::string& name) {
+  if (!v.is_number_unsigned())
+    throw std::invalid_argument(name + " must be a non-negative integer, got " + shown(v));
+  return v.get<size_t>();
+}
+int64_t as_int(const json& v, const std::string& name) {
+  if (!v.is_number_integer() ||
+      (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)))
+    throw std::invalid_argument(name + " must be an integer, got " + shown(v));
+  return v.get<int64_t>();
+}
+double as_real(const json& v, const std::string& name) {
+  if (!v.is_number()) throw std::invalid_argument(name + " must be a number, got " + shown(v));
+  return v.get<double>();
+}
+template <typename Key>
+size_t size_at(const json& j, const Key& key) {
+  return as_size(j.at(key), name_of(key));
+}
+template <typename Key>
+int64_t int_at(const json& j, const Key& key) {
+  return as_int(j.at(key), name_of(key));
+}
+template <typename Key>
+double real_at(const json& j, const Key& key) {
+  return as_real(j.at(key), name_of(key));
+}
+template <typename Key>
+std::string string_at(const json& j, const Key& key) {
+  const json& v = j.at(key);
+  if (!v.is_string())
+    throw std::invalid_argument(name_of(key) + " must be a string, got " + shown(v));
+  return v.get<std::string>();
+}
+int64_t bounded_at(const json& j, const char* key, int64_t lo, int64_t hi) {
+  const int64_t v = int_at(j, key);
+  if (v < lo || v > hi)
+    throw std::invalid_argument(name_of(key) + " = " + std::to_string(v) + " is out of range [" +
+                                std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return v;
+}
+std::array<size_t, kNumTiers> tier_bytes(const json& j) {
+  if (!j.is_array() || j.size() != kNumTiers)
+    throw std::invalid_argument("expected " + std::to_string(kNumTiers) + " per-tier byte counts");
+  std::array<size_t, kNumTiers> out{};
+  for (size_t t = 0; t < kNumTiers; ++t) out[t] = as_size(j[t], "byte count");
+  return out;
+}
+// nlohmann's own messages without their "[json.exception.type_error.302] " prefix.
+std::string plain(const std::string& m) {
+  if (m.rfind("[json.exception.", 0) != 0) return m;
+  const size_t close = m.find("] ");
+  return close == std::string::npos ? m : m.substr(close + 2);
+}
 
 json bytes_to_json(const TierCategoryBytes& b) {
   json j = json::array();
@@ -32,7 +109,7 @@ TierCategoryBytes bytes_from_json(const json& j) {
     if (!j[t].is_array() || j[t].size() != kNumCategories)
       throw std::invalid_argument("expected " + std::to_string(kNumCategories) +
                                   " category byte counts per tier");
-    for (size_t c = 0; c < kNumCategories; ++c) b[t][c] = j[t][c].get<size_t>();
+    for (size_t c = 0; c < kNumCategories; ++c) b[t][c] = as_size(j[t][c], "byte count");
   }
   return b;
 }
@@ -42,8 +119,8 @@ json peak_to_json(const PeakAt& p) {
 }
 
 PeakAt peak_from_json(const json& j) {
-  return {j.at("bytes").get<size_t>(), j.at("t").get<double>(),
-          phase_from_name(j.at("phase").get<std::string>()), j.at("unit").get<int64_t>()};
+  return {size_at(j, "bytes"), real_at(j, "t"), phase_from_name(string_at(j, "phase")),
+          int_at(j, "unit")};
 }
 
 // JSON has no NaN or infinity; a non-finite loss is written as null and read back as NaN.
@@ -51,7 +128,7 @@ json number_or_null(double v) {
   return std::isfinite(v) ? json(v) : json(nullptr);
 }
 double number_from(const json& j) {
-  return j.is_null() ? std::numeric_limits<double>::quiet_NaN() : j.get<double>();
+  return j.is_null() ? std::numeric_limits<double>::quiet_NaN() : as_real(j, "loss");
 }
 
 json step_to_json(const StepProfile& s) {
@@ -102,20 +179,21 @@ json step_to_json(const StepProfile& s) {
 
 StepProfile step_from_json(const json& j) {
   StepProfile s;
-  s.step = j.at("step").get<int64_t>();
-  s.start_s = j.at("start_s").get<double>();
-  s.end_s = j.at("end_s").get<double>();
+  s.step = int_at(j, "step");
+  s.start_s = real_at(j, "start_s");
+  s.end_s = real_at(j, "end_s");
   const json& c = j.at("counters");
-  s.counters.prefetch_hits = c.at("prefetch_hits").get<size_t>();
-  s.counters.on_demand_fetches = c.at("on_demand_fetches").get<size_t>();
-  s.counters.stall_s = c.at("stall_s").get<double>();
-  s.counters.step_s = c.at("step_s").get<double>();
+  s.counters.prefetch_hits = size_at(c, "prefetch_hits");
+  s.counters.on_demand_fetches = size_at(c, "on_demand_fetches");
+  s.counters.stall_s = real_at(c, "stall_s");
+  s.counters.step_s = real_at(c, "step_s");
   s.counters.loss = number_from(c.at("loss"));
-  s.counters.tokens = c.at("tokens").get<size_t>();
+  s.counters.tokens = size_at(c, "tokens");
   // Absent in profiles written before the reductions were timed.
-  s.counters.reductions = c.value("reductions", size_t{0});
-  s.counters.reduction_s = c.value("reduction_s", 0.0);
-  s.counters.reduction_exposed_s = c.value("reduction_exposed_s", 0.0);
+  s.counters.reductions = c.contains("reductions") ? size_at(c, "reductions") : 0;
+  s.counters.reduction_s = c.contains("reduction_s") ? real_at(c, "reduction_s") : 0.0;
+  s.counters.reduction_exposed_s =
+      c.contains("reduction_exposed_s") ? real_at(c, "reduction_exposed_s") : 0.0;
   s.at_start = bytes_from_json(j.at("at_start"));
   s.at_end = bytes_from_json(j.at("at_end"));
   const json& peaks = j.at("peak");
@@ -136,26 +214,25 @@ StepProfile step_from_json(const json& j) {
   for (size_t t = 0; t < kNumTracks; ++t) {
     // [seconds, bytes, count, busy_s]; profiles written before busy_s have 3 entries and read
     // their summed seconds as busy (bounded by the step when the report shows it).
-    const double seconds = tracks[t].at(0).get<double>();
-    s.tracks[t] = {seconds, tracks[t].at(1).get<size_t>(), tracks[t].at(2).get<size_t>(),
-                   tracks[t].size() > 3 ? tracks[t].at(3).get<double>() : seconds};
+    const double seconds = real_at(tracks[t], 0);
+    s.tracks[t] = {seconds, size_at(tracks[t], 1), size_at(tracks[t], 2),
+                   tracks[t].size() > 3 ? real_at(tracks[t], 3) : seconds};
   }
   for (const json& ph : j.at("phases"))
-    s.phases.push_back({phase_from_name(ph.at("phase").get<std::string>()),
-                        ph.at("start_s").get<double>(), ph.at("end_s").get<double>(),
-                        bytes_from_json(ph.at("peak")), bytes_from_json(ph.at("at_end"))});
+    s.phases.push_back({phase_from_name(string_at(ph, "phase")), real_at(ph, "start_s"),
+                        real_at(ph, "end_s"), bytes_from_json(ph.at("peak")),
+                        bytes_from_json(ph.at("at_end"))});
   for (const json& u : j.at("units"))
-    s.units.push_back({u.at(0).get<int64_t>(), u.at(1).get<double>(),
-                       u.at(2).get<std::array<size_t, kNumTiers>>()});
-  s.process_rss = j.at("process_rss").get<size_t>();
-  s.host_available = j.at("host_available").get<size_t>();
-  s.driver_device_used = j.at("driver_device_used").get<int64_t>();
+    s.units.push_back({int_at(u, 0), real_at(u, 1), tier_bytes(u.at(2))});
+  s.process_rss = size_at(j, "process_rss");
+  s.host_available = size_at(j, "host_available");
+  s.driver_device_used = int_at(j, "driver_device_used");
   return s;
 }
 
 template <typename Enum>
 Enum enum_at(const json& j, size_t count, const char* what) {
-  const auto i = j.get<size_t>();
+  const size_t i = as_size(j, what);
   if (i >= count) throw std::invalid_argument(std::string("bad ") + what + " index");
   return static_cast<Enum>(i);
 }
@@ -184,18 +261,17 @@ Timeline timeline_from_json(const json& j) {
   Timeline t;
   t.initial = bytes_from_json(j.at("initial"));
   for (const json& e : j.at("events"))
-    t.events.push_back({e.at(0).get<double>(), enum_at<Tier>(e.at(1), kNumTiers, "tier"),
-                        enum_at<Category>(e.at(2), kNumCategories, "category"),
-                        e.at(3).get<int64_t>(), e.at(4).get<size_t>(), e.at(5).get<std::string>()});
+    t.events.push_back({real_at(e, 0), enum_at<Tier>(e.at(1), kNumTiers, "tier"),
+                        enum_at<Category>(e.at(2), kNumCategories, "category"), int_at(e, 3),
+                        size_at(e, 4), string_at(e, 5)});
   for (const json& a : j.at("activities"))
-    t.activities.push_back(
-        {a.at(0).get<double>(), a.at(1).get<double>(), enum_at<Track>(a.at(2), kNumTracks, "track"),
-         a.at(3).get<std::string>(), a.at(4).get<int64_t>(), a.at(5).get<size_t>()});
+    t.activities.push_back({real_at(a, 0), real_at(a, 1),
+                            enum_at<Track>(a.at(2), kNumTracks, "track"), string_at(a, 3),
+                            int_at(a, 4), size_at(a, 5)});
   for (const json& p : j.at("positions"))
-    t.positions.push_back({p.at(0).get<double>(), phase_from_name(p.at(1).get<std::string>()),
-                           p.at(2).get<int64_t>()});
-  t.events_dropped = j.at("events_dropped").get<size_t>();
-  t.activities_dropped = j.at("activities_dropped").get<size_t>();
+    t.positions.push_back({real_at(p, 0), phase_from_name(string_at(p, 1)), int_at(p, 2)});
+  t.events_dropped = size_at(j, "events_dropped");
+  t.activities_dropped = size_at(j, "activities_dropped");
   return t;
 }
 
@@ -257,24 +333,24 @@ Profile profile_from_json(const json& j, const std::string& source) {
   std::string field = "run";
   try {
     const json& r = j.at("run");
-    p.run.model = r.at("model").get<std::string>();
-    p.run.parameters = r.at("parameters").get<int64_t>();
-    p.run.ranks = r.at("ranks").get<int>();
-    p.run.rank = r.at("rank").get<int>();
+    p.run.model = string_at(r, "model");
+    p.run.parameters = int_at(r, "parameters");
+    p.run.ranks = static_cast<int>(bounded_at(r, "ranks", 1, kMaxRanks));
+    p.run.rank = static_cast<int>(bounded_at(r, "rank", 0, p.run.ranks - 1));
     // Optional: profiles written before a run carried its id have neither.
-    p.run.run_id = r.value("run_id", std::string());
-    p.run.host = r.value("host", std::string());
-    p.run.stage = r.at("stage").get<int>();
-    p.run.device = r.at("device").get<std::string>();
-    p.run.device_budget = r.at("device_budget").get<size_t>();
-    p.run.host_total = r.at("host_total").get<size_t>();
-    p.run.host_available = r.at("host_available").get<size_t>();
+    p.run.run_id = r.contains("run_id") ? string_at(r, "run_id") : std::string();
+    p.run.host = r.contains("host") ? string_at(r, "host") : std::string();
+    p.run.stage = static_cast<int>(bounded_at(r, "stage", 0, 3));
+    p.run.device = string_at(r, "device");
+    p.run.device_budget = size_at(r, "device_budget");
+    p.run.host_total = size_at(r, "host_total");
+    p.run.host_available = size_at(r, "host_available");
     p.run.extra = r.at("extra").get<std::map<std::string, std::string>>();
     field = "placements";
     for (const json& row : j.at("placements"))
-      p.placements.push_back({row.at("unit").get<std::string>(), row.at("numel").get<size_t>(),
-                              row.at("param").get<std::string>(), row.at("grad").get<std::string>(),
-                              row.at("optimizer").get<std::string>()});
+      p.placements.push_back({string_at(row, "unit"), size_at(row, "numel"),
+                              string_at(row, "param"), string_at(row, "grad"),
+                              string_at(row, "optimizer")});
     field = "predicted";
     if (!j.at("predicted").is_null()) {
       p.has_predicted = true;
@@ -293,10 +369,10 @@ Profile profile_from_json(const json& j, const std::string& source) {
       p.has_timeline = true;
       p.timeline = timeline_from_json(j["timeline"]);
     }
-  } catch (const Error&) {
-    throw;
+  } catch (const Error& e) {
+    TZ_THROW(where + ": bad field '" + field + "': " + e.what_failed(), e.hint());
   } catch (const std::exception& e) {
-    TZ_THROW(where + ": bad field '" + field + "': " + e.what(),
+    TZ_THROW(where + ": bad field '" + field + "': " + plain(e.what()),
              "the file is damaged or was not written by tierzero; write it again");
   }
   return p;
@@ -307,18 +383,15 @@ void write_profile(const Profile& p, const std::string& path) {
 }
 
 Profile read_profile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  TZ_CHECK(in.good(), "cannot read profile '" + path + "': " + errno_string(),
-           "check the path; a tierzero training run with profiling on writes one");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  json j;
-  try {
-    j = json::parse(ss.str());
-  } catch (const json::parse_error& e) {
-    TZ_THROW("profile '" + path + "' is not valid JSON: " + e.what(),
-             "the file is damaged or truncated (did the run finish?); write it again");
-  }
+  // A profile is O(steps) and a few MB; with the fine-grained timeline it grows, but 16 GiB
+  // is no profile any run writes.
+  const std::string text = read_input_file(path, "profile",
+                                           "check the path; a tierzero training run with profiling "
+                                           "on writes one",
+                                           size_t{16} << 30);
+  const json j =
+      parse_json_text(text, "profile '" + path + "'",
+                      "the file is damaged or truncated (did the run finish?); write it again");
   return profile_from_json(j, path);
 }
 

@@ -47,6 +47,42 @@ bool looks_like_profile(const fs::path& file) {
   return s.find(std::string("\"format\":\"") + kProfileFormat + "\"") != std::string::npos;
 }
 
+// The ranks in [0, ranks) other than `rank` whose profile lies beside rank 0's `base` under the
+// trainer's naming (base, base.rank<r>), found by listing the directory once: a run's rank count
+// comes from the file, and trying each name would cost a million lookups on a damaged one.
+std::vector<int> sibling_ranks(const std::string& base, int ranks, int rank) {
+  const fs::path base_path(base);
+  const fs::path dir = base_path.has_parent_path() ? base_path.parent_path() : fs::path(".");
+  const std::string name = base_path.filename().string(), prefix = name + ".rank";
+  std::vector<int> found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string n = entry.path().filename().string();
+    long r = -1;
+    if (n == name) {
+      r = 0;
+    } else if (n.size() > prefix.size() && n.size() <= prefix.size() + 7 &&
+               n.compare(0, prefix.size(), prefix) == 0 &&
+               n.find_first_not_of("0123456789", prefix.size()) == std::string::npos &&
+               (n[prefix.size()] != '0' || n.size() == prefix.size() + 1)) {
+      r = std::stol(n.substr(prefix.size()));
+    }
+    if (r > 0 || (r == 0 && n == name))
+      if (r < ranks && r != rank) found.push_back(static_cast<int>(r));
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+// "1, 2, 5" (the first 20 of them, then how many more).
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string list;
+  for (size_t i = 0; i < ranks.size() && i < 20; ++i)
+    list += (list.empty() ? "" : ", ") + std::to_string(ranks[i]);
+  if (ranks.size() > 20) list += " and " + std::to_string(ranks.size() - 20) + " more";
+  return list;
+}
+
 }  // namespace
 
 RankProfiles check_rank_profiles(std::vector<Profile> profiles, std::vector<std::string> sources) {
@@ -95,8 +131,7 @@ RankProfiles check_rank_profiles(std::vector<Profile> profiles, std::vector<std:
       out.missing.push_back(r);
   }
   if (!out.missing.empty()) {
-    std::string list;
-    for (int r : out.missing) list += (list.empty() ? "" : ", ") + std::to_string(r);
+    const std::string list = rank_list(out.missing);
     out.warnings.push_back(std::to_string(out.missing.size()) + " of the run's " +
                            std::to_string(ranks) + " ranks have no profile here (rank(s) " + list +
                            "); the report covers the others");
@@ -139,11 +174,8 @@ RankProfiles read_rank_profiles(const std::vector<std::string>& paths) {
   if (paths.size() == 1 && files.size() == 1 && profiles.front().run.ranks > 1) {
     const std::string base = rank0_path_of(files.front(), profiles.front().run.rank);
     if (!base.empty())
-      for (int r = 0; r < profiles.front().run.ranks; ++r) {
-        if (r == profiles.front().run.rank) continue;
+      for (int r : sibling_ranks(base, profiles.front().run.ranks, profiles.front().run.rank)) {
         const std::string sibling = rank_profile_path(base, r);
-        std::error_code ec;
-        if (!fs::exists(sibling, ec)) continue;
         profiles.push_back(read_profile(sibling));
         files.push_back(sibling);
       }

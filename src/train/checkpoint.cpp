@@ -2,7 +2,6 @@
 #include "tierzero/train/checkpoint.hpp"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,7 +11,9 @@
 #include <vector>
 
 #include "model_file_io.hpp"
+#include "tierzero/core/checked_math.hpp"
 #include "tierzero/core/error.hpp"
+#include "tierzero/core/input_file.hpp"
 #include "tierzero/train/safetensors_gpt2.hpp"
 
 namespace tierzero::train {
@@ -52,27 +53,26 @@ std::vector<size_t> file_offsets(const nn::ParamLayout& layout, size_t num_layer
   return offsets;
 }
 
+// The parameters an llm.c GPT-2 of this shape holds (wte (Vp, C), wpe (maxT, C), per layer
+// 12 C^2 + 13 C, the final layernorm 2 C), every step checked: the shape comes from a header
+// that may be forged, and it must be weighed against the file before anything is built from it.
+size_t llmc_parameter_count(const nn::GPTConfig& c, const std::string& what) {
+  const size_t C = c.channels;
+  const size_t per_layer =
+      checked_add(checked_mul(checked_mul(C, C, what), 12, what), checked_mul(C, 13, what), what);
+  size_t n = checked_mul(c.padded_vocab_size, C, what);
+  n = checked_add(n, checked_mul(c.max_seq_len, C, what), what);
+  n = checked_add(n, checked_mul(c.num_layers, per_layer, what), what);
+  return checked_add(n, checked_mul(C, 2, what), what);
+}
+
 using detail::for_each_tensor_part;
 using detail::pread_all;
 using detail::pwrite_all;
 
-struct File {
-  FILE* f = nullptr;
-  ~File() {
-    if (f) std::fclose(f);
-  }
-};
-
-}  // namespace
-
-nn::GPTConfig read_checkpoint_config(const std::string& path) {
-  File file{std::fopen(path.c_str(), "rb")};
-  if (!file.f)
-    TZ_THROW("cannot open checkpoint '" + path + "': " + errno_string(), "check the path");
-  int32_t h[kHeaderInts];
-  if (std::fread(h, sizeof(int32_t), kHeaderInts, file.f) != kHeaderInts)
-    TZ_THROW("checkpoint '" + path + "' is truncated: shorter than its 1024-byte header",
-             "the file is incomplete; re-copy or re-save it");
+// The model a header describes, checked field by field and against the file's size before any
+// layout is built from it: a forged n_layer of 1e9 must be an error, not an allocation.
+nn::GPTConfig config_from_header(const int32_t* h, const std::string& path, size_t file_bytes) {
   if (h[0] != kCheckpointMagic)
     TZ_THROW("checkpoint '" + path + "' has bad magic " + std::to_string(h[0]) + " (expected " +
                  std::to_string(kCheckpointMagic) + ")",
@@ -81,10 +81,13 @@ nn::GPTConfig read_checkpoint_config(const std::string& path) {
     TZ_THROW("checkpoint '" + path + "' has version " + std::to_string(h[1]) +
                  (h[1] == 5 ? " (bf16 weights)" : "") + "; only version 3 (fp32) is supported",
              "write the checkpoint in fp32 (llm.c version 3)");
+  static const char* const kFields[] = {
+      "",           "",          "max_seq_len", "vocab_size",
+      "num_layers", "num_heads", "channels",    "padded_vocab_size"};
   for (int i = 2; i <= 7; ++i)
     if (h[i] <= 0)
-      TZ_THROW("checkpoint '" + path + "' has a non-positive shape field " + std::to_string(h[i]) +
-                   " at header index " + std::to_string(i),
+      TZ_THROW("checkpoint '" + path + "' has a non-positive " + kFields[i] + " (" +
+                   std::to_string(h[i]) + ") at header index " + std::to_string(i),
                "the header is corrupt");
   nn::GPTConfig c;
   c.max_seq_len = static_cast<size_t>(h[2]);
@@ -96,35 +99,39 @@ nn::GPTConfig read_checkpoint_config(const std::string& path) {
   if (c.channels % c.num_heads != 0 || c.padded_vocab_size < c.vocab_size)
     TZ_THROW("checkpoint '" + path + "' has an inconsistent shape: " + c.str(),
              "the header is corrupt");
-  nn::ParamLayout layout(c);
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
-    TZ_THROW("cannot stat checkpoint '" + path + "': " + errno_string(), "");
-  const size_t want = expected_file_bytes(layout);
-  if (static_cast<size_t>(st.st_size) != want)
-    TZ_THROW("checkpoint '" + path + "' is " +
-                 (static_cast<size_t>(st.st_size) < want ? "truncated" : "too long") + ": " +
-                 std::to_string(st.st_size) + " bytes, but its header (" + c.str() + ") needs " +
-                 std::to_string(want),
-             "the file is incomplete or corrupt; re-copy or re-save it");
+  const size_t params =
+      llmc_parameter_count(c, "the size of checkpoint '" + path + "' (" + c.str() + ")");
+  const size_t want = kHeaderBytes + std::min(params, SIZE_MAX / 8) * sizeof(float);
+  if (params > SIZE_MAX / 8 || file_bytes != want)
+    TZ_THROW("checkpoint '" + path + "' is " + (file_bytes < want ? "truncated" : "too long") +
+                 ": " + std::to_string(file_bytes) + " bytes, but its header (" + c.str() +
+                 ") needs " + std::to_string(params) + " parameters, " +
+                 (params > SIZE_MAX / 8 ? "more than any file holds" : std::to_string(want)) +
+                 " bytes",
+             "the file is incomplete or its header is corrupt; re-copy or re-save it");
   return c;
 }
 
+}  // namespace
+
+nn::GPTConfig read_checkpoint_config(const std::string& path) {
+  size_t file_bytes = 0;
+  const int fd = open_input_file(path, "checkpoint", "check the path given to --load", &file_bytes);
+  int32_t h[kHeaderInts];
+  const std::string failed = file_bytes < kHeaderBytes ? "" : pread_all(fd, h, kHeaderBytes, 0);
+  ::close(fd);
+  if (file_bytes < kHeaderBytes)
+    TZ_THROW("checkpoint '" + path + "' is truncated: " + std::to_string(file_bytes) +
+                 " bytes, shorter than its 1024-byte header",
+             "the file is incomplete; re-copy or re-save it");
+  if (!failed.empty())
+    TZ_THROW("cannot read the header of checkpoint '" + path + "': " + failed,
+             "the file is incomplete or unreadable; re-copy or re-save it");
+  return config_from_header(h, path, file_bytes);
+}
+
 void load_checkpoint(const std::string& path, const nn::ParamLayout& layout, float* host_params) {
-  nn::GPTConfig c = read_checkpoint_config(path);
-  TZ_CHECK(nn::ParamLayout(c).total_numel() == layout.total_numel(),
-           "checkpoint '" + path + "' (" + c.str() + ") does not match the model's layout",
-           "build the model from the checkpoint's own shape");
-  File file{std::fopen(path.c_str(), "rb")};
-  if (!file.f)
-    TZ_THROW("cannot open checkpoint '" + path + "': " + errno_string(), "check the path");
-  if (std::fseek(file.f, static_cast<long>(kHeaderBytes), SEEK_SET) != 0)
-    TZ_THROW("cannot seek in checkpoint '" + path + "': " + errno_string(), "");
-  for_each_in_file_order(layout, c.num_layers, [&](const nn::ParamTensor& t) {
-    if (std::fread(host_params + t.offset, sizeof(float), t.numel, file.f) != t.numel)
-      TZ_THROW("checkpoint '" + path + "' ended early while reading " + t.name(),
-               "the file is incomplete; re-copy or re-save it");
-  });
+  ModelFileRanges(path, layout).read(0, layout.total_numel(), host_params);
 }
 
 void save_checkpoint(const std::string& path, const nn::GPTConfig& c, const nn::ParamLayout& layout,
@@ -171,9 +178,12 @@ ModelFileRanges::ModelFileRanges(const std::string& path, const nn::ParamLayout&
   TZ_CHECK(nn::ParamLayout(c).total_numel() == layout.total_numel(),
            "checkpoint '" + path + "' (" + c.str() + ") does not match the model's layout",
            "build the model from the checkpoint's own shape");
+  TZ_CHECK(expected_file_bytes(layout) ==
+               kHeaderBytes + llmc_parameter_count(c, "checkpoint '" + path + "'") * sizeof(float),
+           "checkpoint '" + path + "' (" + c.str() + ") does not match the model's layout",
+           "build the model from the checkpoint's own shape");
   file_offset_ = file_offsets(layout, c.num_layers);
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) TZ_THROW("cannot open checkpoint '" + path + "': " + errno_string(), "");
+  fd_ = open_input_file(path, "checkpoint", "check the path given to --load");
 }
 
 ModelFileRanges::~ModelFileRanges() {

@@ -1,6 +1,7 @@
 // DataLoader: rank-strided windows over validated token shards.
 #include "tierzero/train/data_loader.hpp"
 
+#include "tierzero/core/checked_math.hpp"
 #include "tierzero/core/error.hpp"
 
 namespace tierzero::train {
@@ -15,7 +16,11 @@ DataLoader::DataLoader(std::vector<std::unique_ptr<TokenShard>> shards, size_t B
       world_(static_cast<size_t>(world_size)) {
   TZ_CHECK(!shards_.empty(), "data loader has no shards", "");
   TZ_CHECK(rank >= 0 && world_size > 0 && rank < world_size, "bad rank for the data loader", "");
-  const size_t need = B_ * T_ * world_ + 1;
+  // Checked: the buffer below is sized from this, and only after every shard is known to hold
+  // it (so the data on disk, not a number, bounds the allocation).
+  const size_t need = checked_add(checked_mul(checked_mul(B_, T_, "batch tokens (B x T)"), world_,
+                                              "tokens per step over all ranks"),
+                                  1, "tokens per step over all ranks");
   for (const auto& s : shards_)
     if (s->size() < need)
       TZ_THROW("data shard '" + s->name() + "' holds " + std::to_string(s->size()) +
@@ -57,6 +62,12 @@ void DataLoader::next_batch(int32_t* inputs, int32_t* targets) {
     targets[i] = buffer_[i + 1];
   }
   position_ += n * world_;
+}
+
+void DataLoader::check_batches(size_t batches) {
+  std::vector<int32_t> inputs(B_ * T_), targets(B_ * T_);  // (B, T) each
+  for (size_t k = 0; k < batches; ++k) next_batch(inputs.data(), targets.data());
+  reset();
 }
 
 void DataLoader::seek_from_first_rank(const Position& p) {

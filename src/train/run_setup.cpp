@@ -197,6 +197,12 @@ RunData open_data(const TrainConfig& c, const RunShape& shape) {
   }
   if (!c.val_data.empty())
     d.val = std::make_unique<DataLoader>(open_token_shards(c.val_data), B, T, V, dp_rank, dp_size);
+  // What validation will read, checked now: a token out of the vocabulary found only at the
+  // first validation would end the run after training (with nothing run before it, as in eval,
+  // validation reads it first anyway).
+  if (d.val && c.val_batches > 0 && c.steps > 0)
+    d.val->check_batches((static_cast<size_t>(c.val_batches) + static_cast<size_t>(dp_size) - 1) /
+                         static_cast<size_t>(dp_size));
   return d;
 }
 

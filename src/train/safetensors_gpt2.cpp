@@ -2,7 +2,6 @@
 // ranged reader that preads only what a range needs.
 #include "tierzero/train/safetensors_gpt2.hpp"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,11 +9,14 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "model_file_io.hpp"
+#include "tierzero/core/checked_math.hpp"
 #include "tierzero/core/error.hpp"
+#include "tierzero/core/input_file.hpp"
+#include "tierzero/core/json_text.hpp"
 
 namespace tierzero::train {
 
@@ -86,96 +88,205 @@ void to_hf(const Gpt2Tensor& t, const float* ours, float* hf) {
     for (size_t c = 0; c < t.cols; ++c) hf[c * t.rows + r] = ours[r * t.cols + c];
 }
 
-void from_hf(const Gpt2Tensor& t, const float* hf, float* ours) {
-  if (!t.transpose) {
-    std::memcpy(ours, hf, t.numel() * sizeof(float));
-    return;
-  }
-  for (size_t r = 0; r < t.rows; ++r)
-    for (size_t c = 0; c < t.cols; ++c) ours[r * t.cols + c] = hf[c * t.rows + r];
-}
+// One tensor entry of a header, validated: a known dtype, a shape whose element count fits,
+// data_offsets [begin, end) relative to the data start, of exactly numel x dtype bytes, inside
+// the file.
+struct Entry {
+  std::string dtype;
+  std::vector<size_t> shape;
+  uint64_t begin = 0, end = 0;
+};
 
 struct Header {
   nlohmann::json json;
-  uint64_t data_start = 0;  // bytes from the file's start
-  uint64_t file_size = 0;   // bytes
+  std::map<std::string, Entry> entries;  // every tensor of the file, validated
+  uint64_t data_start = 0;               // bytes from the file's start
+  uint64_t file_size = 0;                // bytes
 };
 
-Header read_header(const std::string& path, std::ifstream& in) {
-  TZ_CHECK(in.good(), "cannot open safetensors file '" + path + "'",
-           "check the path given to --load");
+// The reference implementation's limit: a header this large is damage, not a model.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+// A name or value as it appears in a message (long ones cut).
+std::string cut(const std::string& s) {
+  return s.size() <= 60 ? s : s.substr(0, 60) + "...";
+}
+
+size_t dtype_bytes(const std::string& dtype) {
+  static const std::pair<const char*, size_t> kSizes[] = {
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1},
+      {"I16", 2},  {"U16", 2}, {"F16", 2}, {"BF16", 2},    {"I32", 4},
+      {"U32", 4},  {"F32", 4}, {"F64", 8}, {"I64", 8},     {"U64", 8}};
+  for (const auto& [name, bytes] : kSizes)
+    if (dtype == name) return bytes;
+  return 0;
+}
+
+[[noreturn]] void bad_field(const std::string& path, const std::string& tensor,
+                            const std::string& field, const std::string& problem) {
+  TZ_THROW("safetensors file '" + path + "': tensor '" + cut(tensor) + "' field '" + field + "' " +
+               problem,
+           "the file is damaged or not a safetensors file; re-export it");
+}
+
+// Every field of one tensor entry (see Entry).
+Entry check_entry(const std::string& path, const Header& h, const std::string& name,
+                  const nlohmann::json& v) {
+  if (!v.is_object())
+    TZ_THROW("safetensors file '" + path + "': the entry of tensor '" + cut(name) +
+                 "' must be an object with dtype, shape and data_offsets, got " + cut(v.dump()),
+             "the file is damaged; re-export it");
+  for (const char* key : {"dtype", "shape", "data_offsets"})
+    if (!v.contains(key)) bad_field(path, name, key, "is missing");
+  Entry e;
+  const nlohmann::json& dtype = v.at("dtype");
+  if (!dtype.is_string() || dtype_bytes(dtype.get<std::string>()) == 0)
+    bad_field(
+        path, name, "dtype",
+        "must be a safetensors dtype (F32, F16, BF16, F64, I64, ...), got " + cut(dtype.dump()));
+  e.dtype = dtype.get<std::string>();
+  const nlohmann::json& shape = v.at("shape");
+  if (!shape.is_array())
+    bad_field(path, name, "shape", "must be an array, got " + cut(shape.dump()));
+  size_t numel = 1;
+  for (const nlohmann::json& d : shape) {
+    if (!d.is_number_unsigned())
+      bad_field(path, name, "shape", "must hold non-negative integers, got " + cut(shape.dump()));
+    e.shape.push_back(d.get<size_t>());
+    if (!mul_fits(numel, e.shape.back(), &numel))
+      bad_field(path, name, "shape", cut(shape.dump()) + " has more elements than 2^64");
+  }
+  const nlohmann::json& offsets = v.at("data_offsets");
+  if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
+      !offsets[1].is_number_unsigned())
+    bad_field(path, name, "data_offsets",
+              "must be two non-negative integers [begin, end], got " + cut(offsets.dump()));
+  e.begin = offsets[0].get<uint64_t>();
+  e.end = offsets[1].get<uint64_t>();
+  if (e.begin > e.end) bad_field(path, name, "data_offsets", "has begin > end: " + offsets.dump());
+  size_t bytes = 0;
+  const bool fits = mul_fits(numel, dtype_bytes(e.dtype), &bytes);
+  if (!fits || e.end - e.begin != bytes)
+    bad_field(path, name, "data_offsets",
+              offsets.dump() + " spans " + std::to_string(e.end - e.begin) + " bytes, but " +
+                  e.dtype + " " + shape.dump() + " needs " +
+                  (fits ? std::to_string(bytes) : std::string("more than 2^64")));
+  if (e.end > h.file_size - h.data_start)
+    TZ_THROW("safetensors file '" + path + "' ends inside tensor '" + cut(name) +
+                 "' (its data ends at byte " + std::to_string(h.data_start + e.end) +
+                 " of a file of " + std::to_string(h.file_size) + " bytes)",
+             "the file is truncated");
+  return e;
+}
+
+// __metadata__: an object of strings (the format's rule), if present.
+void check_metadata(const std::string& path, const nlohmann::json& meta) {
+  if (!meta.is_object())
+    TZ_THROW("safetensors file '" + path + "': __metadata__ must be an object of strings, got " +
+                 cut(meta.dump()),
+             "the file is damaged; re-export it");
+  for (const auto& [key, value] : meta.items())
+    if (!value.is_string())
+      TZ_THROW("safetensors file '" + path + "': __metadata__ key '" + cut(key) +
+                   "' must be a string, got " + cut(value.dump()),
+               "the format stores metadata as strings; re-export it");
+}
+
+// Every entry validated, and no two tensors' data overlapping.
+void check_entries(const std::string& path, Header& h) {
+  for (const auto& [name, value] : h.json.items()) {
+    if (name == "__metadata__")
+      check_metadata(path, value);
+    else
+      h.entries.emplace(name, check_entry(path, h, name, value));
+  }
+  std::vector<std::pair<const std::string*, const Entry*>> by_begin;
+  for (const auto& [name, e] : h.entries)
+    if (e.end > e.begin) by_begin.emplace_back(&name, &e);
+  std::sort(by_begin.begin(), by_begin.end(),
+            [](const auto& a, const auto& b) { return a.second->begin < b.second->begin; });
+  for (size_t i = 1; i < by_begin.size(); ++i) {
+    const Entry &a = *by_begin[i - 1].second, &b = *by_begin[i].second;
+    if (b.begin < a.end)
+      TZ_THROW("safetensors file '" + path + "': tensors '" + cut(*by_begin[i - 1].first) +
+                   "' (data_offsets [" + std::to_string(a.begin) + ", " + std::to_string(a.end) +
+                   "]) and '" + cut(*by_begin[i].first) + "' ([" + std::to_string(b.begin) + ", " +
+                   std::to_string(b.end) + "]) overlap",
+               "each tensor must have its own bytes; the file is damaged or forged");
+  }
+}
+
+Header read_header(const std::string& path) {
+  size_t size = 0;
+  const int fd = open_input_file(path, "safetensors file", "check the path given to --load", &size);
   uint8_t len_bytes[8] = {};
-  in.read(reinterpret_cast<char*>(len_bytes), 8);
+  std::string failed = size < 8 ? "" : detail::pread_all(fd, len_bytes, 8, 0);
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | len_bytes[i];  // little-endian
-  std::error_code ec;
-  const uintmax_t size = std::filesystem::file_size(path, ec);
-  TZ_CHECK(in.good() && !ec && n > 0 && size >= 8 && n <= size - 8,
-           "'" + path + "' is not a safetensors file (header length " + std::to_string(n) +
-               " in a file of " + std::to_string(size) + " bytes)",
-           "give --load an llm.c checkpoint or a safetensors file");
-  std::string text(n, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(n));
-  Header h;
-  try {
-    h.json = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    TZ_THROW("the header of safetensors file '" + path + "' is not JSON: " + e.what(),
-             "the file is damaged");
+  const bool fits = failed.empty() && size >= 8 && n > 0 && n <= size - 8 && n <= kMaxHeaderBytes;
+  std::string text;
+  if (fits) {
+    text.resize(n);
+    failed = detail::pread_all(fd, text.data(), n, 8);
   }
+  ::close(fd);
+  TZ_CHECK(failed.empty(), "cannot read the header of safetensors file '" + path + "': " + failed,
+           "the file is unreadable; re-copy it");
+  TZ_CHECK(fits,
+           "'" + path + "' is not a safetensors file (header length " + std::to_string(n) +
+               " in a file of " + std::to_string(size) + " bytes" +
+               (n > kMaxHeaderBytes && n <= size - 8 ? ", more than the format's 100 MB" : "") +
+               ")",
+           "give --load an llm.c checkpoint or a safetensors file");
+  Header h;
+  h.json = parse_json_text(text, "the header of safetensors file '" + path + "'",
+                           "the file is damaged; re-export it");
   TZ_CHECK(h.json.is_object(), "the header of safetensors file '" + path + "' is not a JSON object",
            "the file is damaged");
   h.data_start = 8 + n;
   h.file_size = size;
+  check_entries(path, h);
   return h;
 }
 
-// The header's entry of tensor `name`: F32, HF's shape and its data inside the file, or an Error
-// naming both. Returns its data's [begin, end) in bytes from data_start.
+// The entry of tensor `t`: present, F32 and HF's shape, or an Error naming both. Returns its
+// data's [begin, end) in bytes from data_start (validated by check_entries).
 std::pair<uint64_t, uint64_t> entry(const std::string& path, const Header& h, const Gpt2Tensor& t) {
-  TZ_CHECK(h.json.contains(t.name),
-           "safetensors file '" + path + "' has no tensor '" + t.name + "'",
+  const auto it = h.entries.find(t.name);
+  TZ_CHECK(it != h.entries.end(), "safetensors file '" + path + "' has no tensor '" + t.name + "'",
            "give a GPT-2 checkpoint with Hugging Face's names (as tierzero export writes)");
-  const nlohmann::json& e = h.json.at(t.name);
-  std::vector<size_t> shape;
-  std::vector<uint64_t> offsets;
-  std::string dtype;
-  try {
-    shape = e.at("shape").get<std::vector<size_t>>();
-    offsets = e.at("data_offsets").get<std::vector<uint64_t>>();
-    dtype = e.at("dtype").get<std::string>();
-  } catch (const nlohmann::json::exception& x) {
-    TZ_THROW("the header entry of tensor '" + t.name + "' of '" + path +
-                 "' is not understood: " + x.what(),
-             "the file is damaged");
-  }
-  TZ_CHECK(dtype == "F32" && shape == t.shape,
-           "tensor '" + t.name + "' of '" + path + "' is " + dtype + " " +
-               nlohmann::json(shape).dump() + ", expected F32 " + nlohmann::json(t.shape).dump(),
+  const Entry& e = it->second;
+  TZ_CHECK(e.dtype == "F32" && e.shape == t.shape,
+           "tensor '" + t.name + "' of '" + path + "' is " + e.dtype + " " +
+               nlohmann::json(e.shape).dump() + ", expected F32 " + nlohmann::json(t.shape).dump(),
            "give a float32 GPT-2 checkpoint of one consistent shape");
-  TZ_CHECK(offsets.size() == 2 && offsets[0] <= offsets[1] &&
-               offsets[1] - offsets[0] == t.numel() * sizeof(float),
-           "tensor '" + t.name + "' of '" + path + "' has bad data_offsets", "the file is damaged");
-  TZ_CHECK(offsets[1] <= h.file_size - h.data_start,
-           "safetensors file '" + path + "' ends inside tensor '" + t.name +
-               "' (its data ends at byte " + std::to_string(h.data_start + offsets[1]) +
-               " of a file of " + std::to_string(h.file_size) + " bytes)",
-           "the file is truncated");
-  return {offsets[0], offsets[1]};
+  return {e.begin, e.end};
 }
 
-// The model shape the header describes.
+// A __metadata__ value that must be a whole number in [lo, hi], or `fallback` when absent.
+size_t metadata_count(const std::string& path, const nlohmann::json& meta, const char* key,
+                      size_t fallback, size_t lo, size_t hi, const std::string& range) {
+  if (!meta.contains(key)) return fallback;
+  const std::string& text = meta.at(key).get_ref<const std::string&>();
+  size_t v = 0;
+  bool ok = !text.empty() && text.size() <= 19 &&
+            text.find_first_not_of("0123456789") == std::string::npos;
+  if (ok) v = std::stoull(text);
+  if (!ok || v < lo || v > hi)
+    TZ_THROW("safetensors file '" + path + "': __metadata__ key '" + key + "' = \"" + cut(text) +
+                 "\" is not a whole number in " + range,
+             "tierzero export writes it as a decimal string; re-export the file");
+  return v;
+}
+
+// The model shape the header describes, every tensor of it present with its shape: only then
+// is the shape, bounded by the file's bytes, used to build anything.
 nn::GPTConfig config_of(const std::string& path, const Header& h) {
   const auto shape_of = [&](const std::string& name) {
-    TZ_CHECK(h.json.contains(name), "safetensors file '" + path + "' has no tensor '" + name + "'",
+    const auto it = h.entries.find(name);
+    TZ_CHECK(it != h.entries.end(), "safetensors file '" + path + "' has no tensor '" + name + "'",
              "give a GPT-2 checkpoint with Hugging Face's names (as tierzero export writes)");
-    try {
-      return h.json.at(name).at("shape").get<std::vector<size_t>>();
-    } catch (const nlohmann::json::exception& x) {
-      TZ_THROW(
-          "the shape of tensor '" + name + "' of '" + path + "' is not understood: " + x.what(),
-          "the file is damaged");
-    }
+    return it->second.shape;
   };
   const std::vector<size_t> wte = shape_of("wte.weight"), wpe = shape_of("wpe.weight");
   TZ_CHECK(wte.size() == 2 && wpe.size() == 2 && wte[1] == wpe[1],
@@ -185,19 +296,24 @@ nn::GPTConfig config_of(const std::string& path, const Header& h) {
   c.channels = wte[1];
   c.max_seq_len = wpe[0];
   size_t layers = 0;
-  while (h.json.contains("h." + std::to_string(layers) + ".ln_1.weight")) ++layers;
+  while (h.entries.count("h." + std::to_string(layers) + ".ln_1.weight")) ++layers;
   c.num_layers = layers;
-  const nlohmann::json meta = h.json.value("__metadata__", nlohmann::json::object());
+  static const nlohmann::json kNone = nlohmann::json::object();
+  const nlohmann::json& meta = h.json.contains("__metadata__") ? h.json["__metadata__"] : kNone;
+  const size_t C = c.channels, V = c.vocab_size;
+  c.num_heads = metadata_count(path, meta, "n_head", C / 64, 1, std::max<size_t>(C, 1),
+                               "[1, n_embd = " + std::to_string(C) + "]");
+  // Padding rows are zeros the model holds beside the real ones: up to as many again (or 1024).
+  const size_t most = V > SIZE_MAX / 4 ? SIZE_MAX / 2 : V + std::max<size_t>(V, 1024);
+  c.padded_vocab_size =
+      metadata_count(path, meta, "padded_vocab_size", (V + 127) / 128 * 128, V, most,
+                     "[vocab " + std::to_string(V) + ", " + std::to_string(most) + "]");
   try {
-    c.num_heads = meta.contains("n_head") ? std::stoul(meta.at("n_head").get<std::string>())
-                                          : c.channels / 64;
-    c.padded_vocab_size = meta.contains("padded_vocab_size")
-                              ? std::stoul(meta.at("padded_vocab_size").get<std::string>())
-                              : (c.vocab_size + 127) / 128 * 128;
-  } catch (const std::exception& e) {
-    TZ_THROW("the __metadata__ of '" + path + "' is not understood: " + e.what(), "");
+    c.validate();
+  } catch (const Error& e) {
+    TZ_THROW("safetensors file '" + path + "': " + e.what_failed(), e.hint());
   }
-  c.validate();
+  for (const Gpt2Tensor& t : gpt2_tensors(c)) entry(path, h, t);
   return c;
 }
 
@@ -280,29 +396,12 @@ void write_gpt2_safetensors(const std::string& path, const nn::GPTConfig& config
 }
 
 nn::GPTConfig read_gpt2_safetensors_config(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return config_of(path, read_header(path, in));
+  return config_of(path, read_header(path));
 }
 
 void load_gpt2_safetensors(const std::string& path, const nn::ParamLayout& layout,
                            float* host_params) {
-  std::ifstream in(path, std::ios::binary);
-  const Header h = read_header(path, in);
-  const nn::GPTConfig config = config_of(path, h);
-  std::vector<float> hf, ours;
-  for (const Gpt2Tensor& t : gpt2_tensors(config)) {
-    const auto [begin, end] = entry(path, h, t);
-    hf.resize(t.numel());
-    in.seekg(static_cast<std::streamoff>(h.data_start + begin));
-    in.read(reinterpret_cast<char*>(hf.data()), static_cast<std::streamsize>(end - begin));
-    TZ_CHECK(in.good(), "safetensors file '" + path + "' ends inside tensor '" + t.name + "'",
-             "the file is truncated");
-    ours.assign(t.rows * t.cols, 0.0f);  // padded vocabulary rows stay 0
-    from_hf(t, hf.data(), ours.data());
-    const nn::ParamTensor& p = layout.get(t.kind, t.layer);
-    TZ_CHECK(p.numel == ours.size(), "tensor '" + t.name + "' does not fit the model's layout", "");
-    std::memcpy(host_params + p.offset, ours.data(), ours.size() * sizeof(float));
-  }
+  Gpt2SafetensorsRanges(path, layout).read(0, layout.total_numel(), host_params);
 }
 
 std::unique_ptr<ModelRanges> open_gpt2_safetensors_ranges(const std::string& path,
@@ -315,11 +414,7 @@ Gpt2SafetensorsRanges::Gpt2SafetensorsRanges(const std::string& path, const nn::
     : path_(path), layout_(layout), block_floats_(block_floats), skip_floats_(skip_floats) {
   TZ_CHECK(block_floats > 0, "Gpt2SafetensorsRanges of '" + path + "' given a block of 0 floats",
            "");
-  Header h;
-  {
-    std::ifstream in(path, std::ios::binary);
-    h = read_header(path, in);
-  }
+  const Header h = read_header(path);
   const nn::GPTConfig config = config_of(path, h);
   TZ_CHECK(
       layout.tp().size == 1 && nn::ParamLayout(config).total_numel() == layout.total_numel(),
@@ -348,9 +443,7 @@ Gpt2SafetensorsRanges::Gpt2SafetensorsRanges(const std::string& path, const nn::
         "give a GPT-2 model file");
   // Once, so that no read allocates and the buffer never grows past the bound.
   block_.reserve(std::min(block_floats_, largest_transposed));
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  TZ_CHECK(fd_ >= 0, "cannot open safetensors file '" + path + "': " + errno_string(),
-           "check the path given to --load");
+  fd_ = open_input_file(path, "safetensors file", "check the path given to --load");
 }
 
 Gpt2SafetensorsRanges::~Gpt2SafetensorsRanges() {

@@ -3,13 +3,13 @@
 
 #include <fcntl.h>
 #include <glob.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 
 #include "tierzero/core/error.hpp"
+#include "tierzero/core/input_file.hpp"
 
 namespace tierzero::train {
 
@@ -35,12 +35,11 @@ void pread_all(int fd, void* buf, size_t bytes, off_t offset, const std::string&
 class FileShard final : public TokenShard {
  public:
   explicit FileShard(std::string path) : path_(std::move(path)) {
-    fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0)
-      TZ_THROW("cannot open data shard '" + path_ + "': " + errno_string(),
-               "check the path given as train_data / --data");
+    size_t file_bytes = 0;
+    fd_ = open_input_file(path_, "data shard", "check the path given as train_data / --data",
+                          &file_bytes);
     try {
-      validate();
+      validate(file_bytes);
     } catch (...) {
       ::close(fd_);
       throw;
@@ -53,19 +52,18 @@ class FileShard final : public TokenShard {
   const std::string& name() const override { return path_; }
   size_t size() const override { return tokens_; }
   void read(size_t pos, size_t count, uint16_t* out) const override {
-    TZ_CHECK(pos + count <= tokens_,
-             "read past the end of shard '" + path_ + "' (" + std::to_string(pos + count) + " > " +
-                 std::to_string(tokens_) + " tokens)",
+    TZ_CHECK(pos <= tokens_ && count <= tokens_ - pos,
+             "read past the end of shard '" + path_ + "' (tokens [" + std::to_string(pos) + ", +" +
+                 std::to_string(count) + ") of " + std::to_string(tokens_) + ")",
              "");
     pread_all(fd_, out, count * sizeof(uint16_t),
               static_cast<off_t>(kHeaderBytes + pos * sizeof(uint16_t)), path_);
   }
 
  private:
-  void validate() {
-    struct stat st {};
-    if (::fstat(fd_, &st) != 0) TZ_THROW("cannot stat '" + path_ + "': " + errno_string(), "");
-    const auto file_bytes = static_cast<size_t>(st.st_size);
+  // The header against the file's size before anything is sized from it (the token count is
+  // an int32, so its byte count cannot overflow, but it must be what the file holds).
+  void validate(size_t file_bytes) {
     if (file_bytes < kHeaderBytes)
       TZ_THROW("data shard '" + path_ + "' is truncated: " + std::to_string(file_bytes) +
                    " bytes, shorter than the 1024-byte header",
@@ -80,7 +78,10 @@ class FileShard final : public TokenShard {
       TZ_THROW("data shard '" + path_ + "' has version " + std::to_string(header[1]) +
                    ", only version 1 (uint16 tokens) is supported",
                "regenerate it with tierzero prepare-data");
-    if (header[2] < 0) TZ_THROW("data shard '" + path_ + "' declares a negative token count", "");
+    if (header[2] < 0)
+      TZ_THROW("data shard '" + path_ + "' declares a negative token count (" +
+                   std::to_string(header[2]) + ") in header field 2",
+               "the header is corrupt; regenerate it with tierzero prepare-data");
     tokens_ = static_cast<size_t>(header[2]);
     const size_t expected = kHeaderBytes + tokens_ * sizeof(uint16_t);
     if (file_bytes != expected)
@@ -103,7 +104,8 @@ class MemoryShard final : public TokenShard {
   const std::string& name() const override { return name_; }
   size_t size() const override { return tokens_.size(); }
   void read(size_t pos, size_t count, uint16_t* out) const override {
-    TZ_CHECK(pos + count <= tokens_.size(), "read past the end of " + name_, "");
+    TZ_CHECK(pos <= tokens_.size() && count <= tokens_.size() - pos,
+             "read past the end of " + name_, "");
     std::memcpy(out, tokens_.data() + pos, count * sizeof(uint16_t));
   }
 

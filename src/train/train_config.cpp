@@ -6,12 +6,12 @@
 
 #include <cinttypes>
 #include <cstdio>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "tierzero/core/config_reader.hpp"
 #include "tierzero/core/error.hpp"
+#include "tierzero/core/input_file.hpp"
+#include "tierzero/core/json_text.hpp"
 #include "tierzero/nn/gpt_config.hpp"
 
 namespace tierzero::train {
@@ -396,13 +396,9 @@ TrainConfig TrainConfig::defaults() {
 }
 
 TrainConfig TrainConfig::parse(const std::string& text, const std::string& source) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text, nullptr, true, /*ignore_comments=*/true);
-  } catch (const nlohmann::json::parse_error& e) {
-    TZ_THROW("config error in " + source + ": not valid JSON: " + e.what(),
-             "check the byte offset named in the message");
-  }
+  const nlohmann::json j =
+      parse_json_text(text, "config error: " + source, "fix the JSON at the line and column named",
+                      /*allow_comments=*/true);
   TrainConfig c;
   ConfigReader r(j, source);
   c.micro_batch_size = r.get_int("train_micro_batch_size_per_gpu", c.micro_batch_size, 1, 1 << 20);
@@ -459,13 +455,10 @@ std::string TrainConfig::ignored_keys_warning() const {
 }
 
 TrainConfig TrainConfig::load(const std::string& path) {
-  std::ifstream in(path);
-  if (!in)
-    TZ_THROW("cannot read config file '" + path + "': " + errno_string(),
-             "check the path given to --config");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  TrainConfig c = parse(ss.str(), "'" + path + "'");
+  // A config is a few KB; 64 MiB bounds what a mistaken path (a data file) can cost.
+  const std::string text =
+      read_input_file(path, "config file", "check the path given to --config", size_t{64} << 20);
+  TrainConfig c = parse(text, "'" + path + "'");
   c.config_file = path;
   return c;
 }

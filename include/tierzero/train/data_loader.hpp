@@ -20,6 +20,10 @@ class DataLoader {
   // Fills inputs and targets, each (B, T). Error if a token id is >= vocab (names shard, index).
   void next_batch(int32_t* inputs, int32_t* targets);
   void reset();  // back to the first batch
+  // Reads the first `batches` batches (checking every token against the vocabulary, as
+  // next_batch does) and goes back to the first: a validation set's bad token is found before
+  // training starts, not after it, when validation first reads it.
+  void check_batches(size_t batches);
   size_t batches_per_epoch() const;
   // Where the next batch comes from (a checkpoint saves it; resuming continues from it).
   struct Position {

@@ -1,0 +1,68 @@
+// JSON parsing whose errors name the file, the line and the column.
+#include "tierzero/core/json_text.hpp"
+
+#include "tierzero/core/error.hpp"
+
+namespace tierzero {
+
+namespace {
+
+// nlohmann's DOM builder, but a parse error (syntax, or a number overflowing a double) is kept
+// with the byte where it happened instead of thrown without one.
+class LocatingParser : public nlohmann::detail::json_sax_dom_parser<nlohmann::json> {
+ public:
+  explicit LocatingParser(nlohmann::json& out) : json_sax_dom_parser(out, false) {}
+
+  template <class Exception>
+  bool parse_error(std::size_t byte, const std::string& token, const Exception& e) {
+    failed = true;
+    error_byte = byte >= token.size() ? byte - token.size() : byte;
+    message = e.what();
+    return false;
+  }
+
+  bool failed = false;
+  size_t error_byte = 0;
+  std::string message;
+};
+
+// "[json.exception.parse_error.101] parse error at line 1, column 5: syntax error ..." ->
+// "syntax error ...": the position is given separately.
+std::string problem_of(std::string m) {
+  if (m.rfind("[json.exception.", 0) == 0) {
+    const size_t close = m.find("] ");
+    if (close != std::string::npos) m = m.substr(close + 2);
+  }
+  if (m.rfind("parse error at line ", 0) == 0) {
+    const size_t colon = m.find(": ");
+    if (colon != std::string::npos) m = m.substr(colon + 2);
+  }
+  if (m.rfind("number overflow parsing", 0) == 0) m += " (a number beyond the range of a double)";
+  return m;
+}
+
+}  // namespace
+
+nlohmann::json parse_json_text(const std::string& text, const std::string& source,
+                               const std::string& hint, bool allow_comments) {
+  nlohmann::json root;
+  LocatingParser parser(root);
+  bool ok = false;
+  try {
+    ok = nlohmann::json::sax_parse(text, &parser, nlohmann::json::input_format_t::json,
+                                   /*strict=*/true, allow_comments);
+  } catch (const nlohmann::json::exception& e) {
+    TZ_THROW(source + " is not valid JSON: " + problem_of(e.what()), hint);
+  }
+  if (ok && !parser.failed) return root;
+  const size_t at = std::min(parser.error_byte, text.size());
+  size_t line = 1, line_start = 0;
+  for (size_t i = 0; i < at; ++i)
+    if (text[i] == '\n') ++line, line_start = i + 1;
+  TZ_THROW(source + " is not valid JSON at line " + std::to_string(line) + ", column " +
+               std::to_string(at - line_start + 1) + ": " +
+               (parser.failed ? problem_of(parser.message) : std::string("it is incomplete")),
+           hint);
+}
+
+}  // namespace tierzero
