@@ -36,6 +36,7 @@
 #include "tierzero/train/adamw_optimizer.hpp"
 #include "tierzero/train/byte_tokenizer.hpp"
 #include "tierzero/train/checkpoint.hpp"
+#include "tierzero/train/checkpoint_save_dir.hpp"
 #include "tierzero/train/config_bridges.hpp"
 #include "tierzero/train/data_loader.hpp"
 #include "tierzero/train/loss_scaler.hpp"
@@ -1195,7 +1196,12 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
   double pipeline_span_s = 0.0;  // the last step's pipeline, start to the last stage's end
 
   LossScaler scaler(config_.fp16_scaling, config_.fp16);
+  // One run saves into a directory at a time: a second one is refused here, before any step.
+  const SaveDirLock save_dir_lock(config_.checkpoint.save_dir, s.rank, group);
   const int64_t first_step = config_.checkpoint.resume.empty() ? 0 : resume_training(scaler);
+  if (s.rank == 0 && !config_.checkpoint.save_dir.empty())
+    warn_abandoned_checkpoints(config_.checkpoint.save_dir, first_step,
+                               static_cast<size_t>(config_.checkpoint.keep_last));
   if (out && first_step > 0)
     std::fprintf(out, "resumed after step %lld from '%s'\n", static_cast<long long>(first_step),
                  config_.checkpoint.resume.c_str());
