@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <memory>
 #include <set>
 #include <tuple>
 
@@ -311,7 +312,15 @@ nn::GPTConfig checkpoint_model(const CheckpointContents& c) {
   if (params > data / sizeof(float))
     s.fail("channels", std::to_string(C),
            "a model whose fp32 values fit in the checkpoint's " + std::to_string(data) + " bytes");
-  const nn::ParamLayout layout(g);
+  std::unique_ptr<nn::ParamLayout> built;
+  try {
+    built = std::make_unique<nn::ParamLayout>(g);
+  } catch (const Error& e) {
+    TZ_THROW("checkpoint file '" + c.manifest.path + "': identity.model_shape " + g.str() +
+                 " cannot be built: " + e.what_failed(),
+             "the file is damaged or was edited; export another checkpoint");
+  }
+  const nn::ParamLayout& layout = *built;
   if (static_cast<int64_t>(layout.parameter_count()) != want)
     id.fail("parameters", std::to_string(want),
             std::to_string(layout.parameter_count()) + ", the parameters of model_shape");

@@ -63,8 +63,15 @@ nlohmann::json read_json(const std::string& path) {
   } catch (const nlohmann::json::parse_error& e) {
     TZ_THROW("checkpoint file '" + path + "' is not valid JSON (" + parse_reason(e) + ")",
              kDamaged);
-  } catch (const nlohmann::json::exception& e) {
-    TZ_THROW("checkpoint file '" + path + "' is not valid JSON: " + e.what(), kDamaged);
+  } catch (const nlohmann::json::exception& e) {  // 1e400: out_of_range, not a parse error
+    const std::string what = e.what();
+    const size_t at = what.find("number overflow parsing ");
+    TZ_THROW("checkpoint file '" + path + "' is not valid JSON (" +
+                 (at != std::string::npos
+                      ? "a number too large to represent: " + what.substr(at + 24, 40)
+                      : what) +
+                 ")",
+             kDamaged);
   }
 }
 

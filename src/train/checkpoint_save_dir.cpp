@@ -115,8 +115,8 @@ struct Saved {
   int64_t written_ns = 0;  // the manifest's saved_at_ns, else its file's modification time
 };
 
-// `dir`'s checkpoints that are ours and complete, oldest written first; `others` gets the names
-// of step directories that are not (left alone).
+// `dir`'s checkpoints that are ours and complete, oldest written first; `others` gets the step
+// directories that are not (left alone), each with why.
 std::vector<Saved> our_checkpoints(const std::string& dir, std::vector<std::string>* others) {
   std::vector<Saved> out;
   std::error_code ec;
@@ -131,7 +131,7 @@ std::vector<Saved> our_checkpoints(const std::string& dir, std::vector<std::stri
         ns = fs::last_write_time(c.manifest.path).time_since_epoch().count();  // old manifests
       out.push_back({name, step, ns});
     } catch (const Error& err) {
-      if (others) others->push_back(name + " (" + err.what_failed() + ")");
+      if (others) others->push_back("'" + e.path().string() + "' alone: " + err.what_failed());
     }
   }
   std::sort(out.begin(), out.end(), [](const Saved& a, const Saved& b) {
@@ -186,9 +186,7 @@ size_t rotate_checkpoints(const std::string& dir, const std::string& just_writte
   std::vector<Saved> saved = our_checkpoints(dir, &others);
   static std::set<std::string> warned;  // each foreign directory once
   for (const std::string& o : others)
-    if (warned.insert(o).second)
-      log::warn("checkpoint rotation leaves '" + dir + "/" + o +
-                "' alone: not a complete checkpoint");
+    if (warned.insert(o).second) log::warn("checkpoint rotation leaves " + o);
   saved.erase(std::remove_if(saved.begin(), saved.end(),
                              [&](const Saved& s) { return s.name == just_written; }),
               saved.end());
