@@ -16,6 +16,7 @@
 #include <fstream>
 
 #include "tierzero/core/error.hpp"
+#include "tierzero/core/log.hpp"
 #include "tierzero/offload/crc32c.hpp"
 #include "tierzero/train/checkpoint_contents.hpp"
 #include "tierzero/train/checkpoint_save_dir.hpp"
@@ -65,10 +66,32 @@ void write_file_atomic(const std::string& path, const std::string& text) {
   fsync_path(fs::path(path).parent_path().string(), true);
 }
 
-// Puts the written directory `from` in place as `to`. When `to` exists (this step saved by an
-// earlier run) the two are exchanged atomically, so `latest`, which may name it, never dangles.
+// Whether `path` is a complete checkpoint of ours (which a save of its step may replace).
+bool is_our_checkpoint(const std::string& path) {
+  try {
+    open_checkpoint(path);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// Puts the written directory `from` in place as `to`. When `to` is a checkpoint (this step saved
+// by an earlier run) the two are exchanged atomically, so `latest`, which may name it, never
+// dangles; anything else there is not ours to delete, and is moved aside with a warning.
 void move_into_place(const std::string& from, const std::string& to) {
   std::error_code ec;
+  if (fs::exists(fs::symlink_status(to)) && !is_our_checkpoint(to)) {
+    const std::string aside = to + ".moved-" +
+                              std::to_string(std::chrono::system_clock::now().time_since_epoch() /
+                                             std::chrono::seconds(1));
+    fs::rename(to, aside, ec);
+    TZ_CHECK(!ec,
+             "'" + to + "' is in the way of this checkpoint and cannot be moved: " + ec.message(),
+             "move it out of the save directory");
+    log::warn("'" + to + "' was not a checkpoint; moved it to '" + aside +
+              "' to save this step there");
+  }
   if (fs::exists(to)) {
     if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) == 0) {
       fs::remove_all(from, ec);  // now the earlier run's

@@ -168,6 +168,9 @@ TEST(CheckpointRobust, RotationKeepsWhatItWroteAndRemovesOnlyOurCheckpoints) {
   fs::create_directories(save + "/step-00000009");
   spill(save + "/step-00000009/notes.txt", "mine");
   spill(save + "/notes.txt", "mine");
+  // Where the run will save step 3: not a checkpoint, so moved aside, not deleted.
+  fs::create_directories(save + "/step-00000003");
+  spill(save + "/step-00000003/notes.txt", "mine too");
   // Resumed from step 2 with --keep-last 1: the run saves step 3, which must stay and be latest;
   // step 4 (the abandoned run's) and step 2 go, written before it.
   train::TrainConfig c = tz_test::tiny_run(0, 3);
@@ -186,6 +189,11 @@ TEST(CheckpointRobust, RotationKeepsWhatItWroteAndRemovesOnlyOurCheckpoints) {
   EXPECT_TRUE(fs::is_directory(save + "/step-0000000"));
   EXPECT_EQ(slurp(save + "/step-00000009/notes.txt"), "mine");
   EXPECT_EQ(slurp(save + "/notes.txt"), "mine");
+  size_t moved = 0;
+  for (const auto& e : fs::directory_iterator(save))
+    moved += e.path().filename().string().rfind("step-00000003.moved-", 0) == 0 &&
+             slurp(e.path().string() + "/notes.txt") == "mine too";
+  EXPECT_EQ(moved, 1u) << "the directory in the way of step 3 was not moved aside whole";
 
   // --keep-last 2 keeps the two written last: after steps 2, 4 and then 3 (resumed from 2), those
   // are 4 and 3.
