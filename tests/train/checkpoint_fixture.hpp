@@ -1,5 +1,5 @@
 // Small valid training checkpoints for the robustness and fuzz tests, written by the real code: a
-// tiny model trained in-process for 2 steps (the reference path, or ZeRO-3's store on one rank),
+// tiny model trained in-process for 2 steps (the reference path: ZeRO's store would start MPI),
 // and a 2-rank ZeRO-style checkpoint (each rank one half of every unit's shards) written by two
 // CheckpointWriters in one process, as two ranks would.
 #pragma once
@@ -42,8 +42,9 @@ inline tierzero::train::TrainConfig tiny_run(int64_t stage, int64_t steps) {
 // Trains the tiny model for `steps` steps saving into `save_dir` (every `every` steps, and at the
 // end); returns the last step directory.
 inline std::string train_checkpoint(const std::string& save_dir, int64_t stage, int64_t steps = 2,
-                                    int64_t every = 0) {
+                                    int64_t every = 0, int64_t blocks_per_unit = 1) {
   tierzero::train::TrainConfig c = tiny_run(stage, steps);
+  c.blocks_per_unit = blocks_per_unit;
   c.checkpoint.save_dir = save_dir;
   c.checkpoint.save_every = every;
   tierzero::train::Trainer(c).run(nullptr);

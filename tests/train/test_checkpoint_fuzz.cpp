@@ -1,6 +1,6 @@
 // Fuzz test of the training checkpoint readers (manifest.json, rank-<r>.json, rank-<r>.bin):
-// valid checkpoints written by the real code (a tiny model trained 2 steps in-process on the
-// reference path and on ZeRO-3's store, and a 2-rank sharded checkpoint) are mutated by a seeded
+// valid checkpoints written by the real code (a tiny model trained 2 steps in-process, its blocks
+// one per layer or two layers per unit, and a 2-rank sharded checkpoint) are mutated by a seeded
 // random mutator -- byte flips, truncations, insertions, removed files, JSON values replaced by
 // huge, negative, fractional or wrongly typed ones, keys removed -- and read back through every
 // reader (open_checkpoint, checkpoint_model, CheckpointReader reading every block,
@@ -285,7 +285,10 @@ TEST(CheckpointFuzz, ReadersThrowOnlyErrorsWithBoundedMemory) {
   const std::string root = tz_test::scratch_dir("fuzz");
   std::vector<Pristine> pristine;
   pristine.push_back(load_pristine(tz_test::train_checkpoint(root + "/ref", 0)));
-  pristine.push_back(load_pristine(tz_test::train_checkpoint(root + "/zero3", 3)));
+  // (ZeRO's store would start MPI in-process, whose own allocations are not LeakSanitizer-clean:
+  // the 2-rank checkpoint below has its sharded structure.)
+  pristine.push_back(
+      load_pristine(tz_test::train_checkpoint(root + "/grouped", 0, 2, 0, /*blocks_per_unit=*/2)));
   pristine.push_back(load_pristine(tz_test::write_two_rank_checkpoint(root + "/two", 2)));
   for (const Pristine& p : pristine) ASSERT_NO_THROW(read_everything(p)) << p.dir;
 
