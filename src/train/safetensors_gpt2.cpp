@@ -374,13 +374,19 @@ void write_gpt2_safetensors(const std::string& path, const nn::GPTConfig& config
   bool ok =
       std::fwrite(len, 1, 8, f) == 8 && std::fwrite(text.data(), 1, text.size(), f) == text.size();
   std::vector<float> ours, hf;  // one tensor at a time
-  for (const Gpt2Tensor& t : tensors) {
-    if (!ok) break;
-    ours.assign(t.rows * t.cols, 0.0f);  // (rows, cols)
-    fill(t, ours.data());
-    hf.resize(t.numel());  // HF's shape
-    to_hf(t, ours.data(), hf.data());
-    ok = std::fwrite(hf.data(), sizeof(float), hf.size(), f) == hf.size();
+  try {
+    for (const Gpt2Tensor& t : tensors) {
+      if (!ok) break;
+      ours.assign(t.rows * t.cols, 0.0f);  // (rows, cols)
+      fill(t, ours.data());
+      hf.resize(t.numel());  // HF's shape
+      to_hf(t, ours.data(), hf.data());
+      ok = std::fwrite(hf.data(), sizeof(float), hf.size(), f) == hf.size();
+    }
+  } catch (...) {  // a source that fails (a damaged checkpoint) leaves no half-written file
+    std::fclose(f);
+    std::remove(tmp.c_str());
+    throw;
   }
   ok = ok && std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
   const int err = errno;
@@ -393,6 +399,13 @@ void write_gpt2_safetensors(const std::string& path, const nn::GPTConfig& config
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
   TZ_CHECK(!ec, "cannot rename '" + tmp + "' to '" + path + "': " + ec.message(), "");
+  // The rename itself durable: the directory's entry synced.
+  const std::string parent = std::filesystem::absolute(path).parent_path().string();
+  const int dir_fd = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY);
+  const bool synced = dir_fd >= 0 && ::fsync(dir_fd) == 0;
+  if (dir_fd >= 0) ::close(dir_fd);
+  TZ_CHECK(synced, "cannot sync the directory '" + parent + "': " + std::strerror(errno),
+           "check the output's file system");
 }
 
 nn::GPTConfig read_gpt2_safetensors_config(const std::string& path) {

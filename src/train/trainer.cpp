@@ -24,6 +24,7 @@
 #include "tierzero/core/log.hpp"
 #include "tierzero/core/timer.hpp"
 #include "tierzero/profile/rank_profiles.hpp"
+#include "tierzero/train/checkpoint_save_dir.hpp"
 #include "tierzero/train/lr_schedule.hpp"
 #include "tierzero/train/profiling_provider.hpp"
 #include "tierzero/train/rank_agreement.hpp"
@@ -183,7 +184,12 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
                          metrics_path.empty() ? nullptr : pp_mpi, profiled.get());
 
   LossScaler scaler(config_.fp16_scaling, config_.fp16);
+  // One run saves into a directory at a time: a second one is refused here, before any step.
+  const SaveDirLock save_dir_lock(config_.checkpoint.save_dir, s.run.rank, world);
   const int64_t first_step = config_.checkpoint.resume.empty() ? 0 : resume_training(scaler);
+  if (s.run.rank == 0 && !config_.checkpoint.save_dir.empty())
+    warn_abandoned_checkpoints(config_.checkpoint.save_dir, first_step,
+                               static_cast<size_t>(config_.checkpoint.keep_last));
   if (out && first_step > 0)
     std::fprintf(out, "resumed after step %lld from '%s'\n", static_cast<long long>(first_step),
                  config_.checkpoint.resume.c_str());

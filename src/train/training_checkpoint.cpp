@@ -9,14 +9,18 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "tierzero/core/error.hpp"
+#include "tierzero/core/log.hpp"
 #include "tierzero/core/output_files.hpp"
 #include "tierzero/offload/crc32c.hpp"
+#include "tierzero/train/checkpoint_contents.hpp"
+#include "tierzero/train/checkpoint_save_dir.hpp"
 
 namespace tierzero::train {
 
@@ -26,12 +30,6 @@ namespace {
 
 constexpr const char* kFormat = "tierzero-checkpoint";
 constexpr int kVersion = 1;
-
-std::string step_name(int64_t step) {
-  char name[32];
-  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
-  return name;
-}
 
 std::string rank_name(int rank, const char* ext) {
   char name[32];
@@ -50,45 +48,42 @@ void fsync_path(const std::string& path, bool directory) {
            "check the free space and health of the checkpoint's file system");
 }
 
-nlohmann::json read_json_file(const std::string& path) {
-  std::ifstream in(path);
-  TZ_CHECK(in.good(), "checkpoint file '" + path + "' is missing or unreadable",
-           "resume from a complete checkpoint directory (DIR/step-N, or DIR with a 'latest' file)");
+// Whether `path` is a complete checkpoint of ours (which a save of its step may replace).
+bool is_our_checkpoint(const std::string& path) {
   try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    TZ_THROW("checkpoint file '" + path + "' is not valid JSON: " + e.what(),
-             "the file is damaged; resume from an older checkpoint");
+    open_checkpoint(path);
+    return true;
+  } catch (const Error&) {
+    return false;
   }
 }
 
-// A rank's shard file exists and has the size its manifest gives.
-void check_shard_file(const std::string& bin, uintmax_t want) {
+// Puts the written directory `from` in place as `to`. When `to` is a checkpoint (this step saved
+// by an earlier run) the two are exchanged atomically, so `latest`, which may name it, never
+// dangles; anything else there is not ours to delete, and is moved aside with a warning.
+void move_into_place(const std::string& from, const std::string& to) {
   std::error_code ec;
-  const uintmax_t have = fs::file_size(bin, ec);
-  TZ_CHECK(!ec, "checkpoint shard '" + bin + "' is missing: " + ec.message(),
-           "resume from a complete checkpoint (every rank's rank-N.bin)");
-  TZ_CHECK(have == want,
-           "checkpoint shard '" + bin + "' has " + std::to_string(have) +
-               " bytes, its manifest says " + std::to_string(want) + " (truncated or replaced)",
-           "the file is damaged; resume from an older checkpoint");
-}
-
-// The step directories under dir, oldest first.
-std::vector<std::pair<int64_t, fs::path>> step_dirs(const std::string& dir) {
-  std::vector<std::pair<int64_t, fs::path>> out;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (!e.is_directory() || name.rfind("step-", 0) != 0 || name.find('.') != std::string::npos)
-      continue;
-    try {
-      out.emplace_back(std::stoll(name.substr(5)), e.path());
-    } catch (const std::exception&) {  // not ours
+  if (fs::exists(fs::symlink_status(to)) && !is_our_checkpoint(to)) {
+    const std::string aside = to + ".moved-" +
+                              std::to_string(std::chrono::system_clock::now().time_since_epoch() /
+                                             std::chrono::seconds(1));
+    fs::rename(to, aside, ec);
+    TZ_CHECK(!ec,
+             "'" + to + "' is in the way of this checkpoint and cannot be moved: " + ec.message(),
+             "move it out of the save directory");
+    log::warn("'" + to + "' was not a checkpoint; moved it to '" + aside +
+              "' to save this step there");
+  }
+  if (fs::exists(to)) {
+    if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) == 0) {
+      fs::remove_all(from, ec);  // now the earlier run's
+      return;
     }
+    fs::remove_all(to, ec);  // a file system without the exchange
   }
-  std::sort(out.begin(), out.end());
-  return out;
+  fs::rename(from, to, ec);
+  TZ_CHECK(!ec, "cannot rename '" + from + "' to '" + to + "': " + ec.message(),
+           "check the checkpoint directory; the previous checkpoint is untouched");
 }
 
 }  // namespace
@@ -96,8 +91,8 @@ std::vector<std::pair<int64_t, fs::path>> step_dirs(const std::string& dir) {
 CheckpointWriter::CheckpointWriter(const std::string& dir, int64_t step, int rank,
                                    comm::Communicator* group)
     : dir_(dir),
-      tmp_dir_(dir + "/" + step_name(step) + ".tmp"),
-      final_dir_(dir + "/" + step_name(step)),
+      tmp_dir_(dir + "/" + checkpoint_step_name(step) + ".tmp"),
+      final_dir_(dir + "/" + checkpoint_step_name(step)),
       rank_(rank),
       group_(group) {
   if (rank == 0) {
@@ -170,18 +165,17 @@ std::string CheckpointWriter::commit(const nlohmann::ordered_json& identity,
                         {"hysteresis_left", point.scaler.hysteresis_left},
                         {"skipped", point.scaler.skipped}};
     m["identity"] = identity;
+    // The order checkpoints were written in, which rotation follows (not their steps: a resumed
+    // run may save steps below an abandoned run's).
+    m["saved_at_ns"] = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count();
     write_file_atomic(tmp_dir_ + "/manifest.json", m.dump(1));
-    std::error_code ec;
-    fs::remove_all(final_dir_, ec);  // a checkpoint of the same step from an earlier run
-    fs::rename(tmp_dir_, final_dir_, ec);
-    TZ_CHECK(!ec, "cannot rename '" + tmp_dir_ + "' to '" + final_dir_ + "': " + ec.message(),
-             "check the checkpoint directory; the previous checkpoint is untouched");
+    move_into_place(tmp_dir_, final_dir_);
     fsync_path(dir_, true);
-    write_file_atomic(dir_ + "/latest", fs::path(final_dir_).filename().string() + "\n");
-    if (keep_last > 0) {
-      auto all = step_dirs(dir_);
-      for (size_t i = 0; i + keep_last < all.size(); ++i) fs::remove_all(all[i].second, ec);
-    }
+    const std::string name = fs::path(final_dir_).filename().string();
+    write_file_atomic(dir_ + "/latest", name + "\n");
+    rotate_checkpoints(dir_, name, keep_last);
   }
   if (group_) group_->barrier();  // nobody resumes or saves again before the rename
   return final_dir_;
@@ -189,72 +183,61 @@ std::string CheckpointWriter::commit(const nlohmann::ordered_json& identity,
 
 std::string resolve_checkpoint_dir(const std::string& path) {
   if (fs::exists(path + "/manifest.json") || !fs::exists(path + "/latest")) return path;
-  std::ifstream in(path + "/latest");
-  std::string name;
-  std::getline(in, name);
-  TZ_CHECK(!name.empty(), "'" + path + "/latest' is empty", "give a step directory");
+  // `latest` holds one step directory's name (read bounded: it may be anything).
+  const std::string latest = path + "/latest";
+  char buf[128] = {};
+  std::FILE* f = std::fopen(latest.c_str(), "rb");
+  TZ_CHECK(f != nullptr, "cannot read '" + latest + "': " + std::strerror(errno), "");
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  std::string name(buf, n);
+  while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.pop_back();
+  TZ_CHECK(checkpoint_step_of(name) >= 0,
+           "'" + latest + "' holds \"" + name.substr(0, 40) +
+               "\", not the name of a step directory (step-<N>)",
+           "give a step directory (DIR/step-<N>) to resume from");
+  TZ_CHECK(fs::is_directory(path + "/" + name),
+           "'" + latest + "' names '" + name + "', which is not in '" + path + "'",
+           "give one of its step directories (DIR/step-<N>) to resume from");
   return path + "/" + name;
-}
-
-nlohmann::json read_checkpoint_manifest(const std::string& step_dir) {
-  const std::string path = step_dir + "/manifest.json";
-  nlohmann::json m = read_json_file(path);
-  TZ_CHECK(m.value("format", std::string()) == kFormat && m.value("version", 0) == kVersion,
-           "'" + path + "' is not a version-" + std::to_string(kVersion) +
-               " TierZero checkpoint manifest",
-           "give a directory written by train --save-dir");
-  return m;
 }
 
 CheckpointReader::CheckpointReader(const std::string& path, int rank,
                                    const nlohmann::ordered_json& identity,
                                    const std::vector<std::string>& layout_keys) {
   dir_ = resolve_checkpoint_dir(path);
-  const std::string manifest_path = dir_ + "/manifest.json";
-  const nlohmann::json m = read_checkpoint_manifest(dir_);
-  try {
-    const nlohmann::json& have = m.at("identity");
-    for (const auto& [key, want] : identity.items()) {
-      const bool same = have.contains(key) && have.at(key) == nlohmann::json(want);
-      const bool layout =
-          std::find(layout_keys.begin(), layout_keys.end(), key) != layout_keys.end();
-      if (layout) {
-        same_layout_ = same_layout_ && same;
-        continue;
-      }
-      TZ_CHECK(same,
-               "checkpoint '" + dir_ + "' was written with " + key + " = " +
-                   (have.contains(key) ? have.at(key).dump() : std::string("(none)")) +
-                   ", this run has " + nlohmann::json(want).dump(),
-               "resume with the model, precision, batch shape and model-parallel sizes the "
-               "checkpoint was written with (the data-parallel world, the ZeRO stage and the "
-               "placement may change)");
+  // Every rank's files are checked whole before any state is read: a checkpoint missing a rank,
+  // or one whose ranges leave a gap, is refused here.
+  const CheckpointContents c = open_checkpoint(dir_);
+  const nlohmann::json& have = c.manifest.identity;
+  for (const auto& [key, want] : identity.items()) {
+    const bool same = have.contains(key) && have.at(key) == nlohmann::json(want);
+    const bool layout = std::find(layout_keys.begin(), layout_keys.end(), key) != layout_keys.end();
+    if (layout) {
+      same_layout_ = same_layout_ && same;
+      continue;
     }
-    point_.step = m.at("step").get<int64_t>();
-    point_.steps_taken = m.at("optimizer_steps").get<int64_t>();
-    point_.lr_schedule_steps = m.value("lr_schedule_steps", int64_t{0});
-    const nlohmann::json& s = m.at("loss_scaler");
-    point_.scaler.scale = s.at("scale").get<double>();
-    point_.scaler.good_steps = s.at("good_steps").get<int64_t>();
-    point_.scaler.hysteresis_left = s.at("hysteresis_left").get<int64_t>();
-    point_.scaler.skipped = s.at("skipped").get<int64_t>();
-  } catch (const nlohmann::json::exception& e) {
-    TZ_THROW("checkpoint manifest '" + manifest_path + "' lacks a field: " + e.what(),
-             "the file is damaged; resume from an older checkpoint");
+    TZ_CHECK(same,
+             "checkpoint '" + dir_ + "' was written with " + key + " = " +
+                 (have.contains(key) ? have.at(key).dump() : std::string("(none)")) +
+                 ", this run has " + nlohmann::json(want).dump(),
+             "resume with the model, precision, batch shape and model-parallel sizes the "
+             "checkpoint was written with (the data-parallel world, the ZeRO stage and the "
+             "placement may change)");
   }
+  point_.step = c.manifest.step;
+  point_.steps_taken = c.manifest.optimizer_steps;
+  point_.lr_schedule_steps = c.manifest.lr_schedule_steps;
+  point_.scaler = c.manifest.scaler;
   if (!same_layout_) return;  // read by ranges over every rank's files
-  const std::string rank_path = dir_ + "/" + rank_name(rank, "json");
-  const nlohmann::json r = read_json_file(rank_path);
-  try {
-    blocks_ = r.at("blocks");
-    point_.data.shard = r.at("data").at("shard").get<size_t>();
-    point_.data.position = r.at("data").at("position").get<size_t>();
-    bin_path_ = dir_ + "/" + r.at("file").get<std::string>();
-    check_shard_file(bin_path_, r.at("file_bytes").get<uintmax_t>());
-  } catch (const nlohmann::json::exception& e) {
-    TZ_THROW("checkpoint manifest '" + rank_path + "' lacks a field: " + e.what(),
-             "the file is damaged; resume from an older checkpoint");
-  }
+  TZ_CHECK(rank >= 0 && static_cast<size_t>(rank) < c.ranks.size(),
+           "checkpoint '" + dir_ + "' has " + std::to_string(c.ranks.size()) +
+               " ranks' files, none of rank " + std::to_string(rank),
+           "resume with the world the checkpoint was written with");
+  const CheckpointRankFile& mine = c.ranks[static_cast<size_t>(rank)];
+  blocks_ = mine.blocks;
+  point_.data = mine.data;
+  bin_path_ = mine.bin_path;
   file_ = std::fopen(bin_path_.c_str(), "rb");
   TZ_CHECK(file_ != nullptr, "cannot open '" + bin_path_ + "': " + std::strerror(errno), "");
 }
@@ -268,22 +251,23 @@ void CheckpointReader::read_block(const std::string& name, void* data, size_t by
            "checkpoint shard '" + bin_path_ + "' has no block '" + name + "' (it holds " +
                std::to_string(blocks_.size()) + ")",
            "resume with the layout the checkpoint was written with");
-  const nlohmann::json& b = blocks_[next_++];
-  const std::string have = b.value("name", std::string());
-  const size_t have_bytes = b.value("bytes", size_t{0});
-  TZ_CHECK(have == name && have_bytes == bytes,
+  const CheckpointBlock& b = blocks_[next_++];
+  TZ_CHECK(b.name == name && b.bytes == bytes,
            "checkpoint shard '" + bin_path_ + "': expected block '" + name + "' of " +
-               std::to_string(bytes) + " bytes, found '" + have + "' of " +
-               std::to_string(have_bytes),
+               std::to_string(bytes) + " bytes, found '" + b.name + "' of " +
+               std::to_string(b.bytes),
            "resume with the layout the checkpoint was written with");
-  const auto offset = b.value("offset", size_t{0});
-  const bool ok = std::fseek(file_, static_cast<long>(offset), SEEK_SET) == 0 &&
+  // The offset lies within the file (checked against its size when the manifest was read).
+  const bool ok = ::fseeko(file_, static_cast<off_t>(b.offset), SEEK_SET) == 0 &&
                   (bytes == 0 || std::fread(data, 1, bytes, file_) == bytes);
-  TZ_CHECK(ok, "reading block '" + name + "' of '" + bin_path_ + "' failed", "");
-  const uint32_t crc = offload::crc32c(data, bytes);
-  TZ_CHECK(crc == b.value("crc32c", uint32_t{0}),
+  TZ_CHECK(ok,
+           "reading block '" + name + "' (bytes " + std::to_string(b.offset) + "-" +
+               std::to_string(b.offset + bytes) + ") of '" + bin_path_ +
+               "' failed: " + (std::ferror(file_) ? std::strerror(errno) : "the file ends early"),
+           "the file changed while it was read, or is damaged; resume from an older checkpoint");
+  TZ_CHECK(offload::crc32c(data, bytes) == b.crc,
            "checkpoint shard '" + bin_path_ + "': block '" + name + "' (bytes " +
-               std::to_string(offset) + "-" + std::to_string(offset + bytes) +
+               std::to_string(b.offset) + "-" + std::to_string(b.offset + bytes) +
                ") fails its CRC32C check (the data is corrupt)",
            "resume from an older checkpoint");
 }
@@ -295,44 +279,25 @@ void CheckpointReader::finish() const {
            "resume with the layout the checkpoint was written with");
 }
 
-CheckpointRanges::CheckpointRanges(const std::string& step_dir) {
-  std::vector<std::string> manifests;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(step_dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("rank-", 0) == 0 && e.path().extension() == ".json")
-      manifests.push_back(e.path().string());
-  }
-  TZ_CHECK(!ec && !manifests.empty(), "checkpoint '" + step_dir + "' has no rank manifests",
-           "resume from a complete checkpoint directory");
-  std::sort(manifests.begin(), manifests.end());
-  for (const std::string& path : manifests) {
-    const nlohmann::json r = read_json_file(path);
-    try {
-      const std::string bin = step_dir + "/" + r.at("file").get<std::string>();
-      check_shard_file(bin, r.at("file_bytes").get<uintmax_t>());
-      if (r.at("rank").get<int>() == 0)
-        first_data_ = {r.at("data").at("shard").get<size_t>(),
-                       r.at("data").at("position").get<size_t>()};
-      for (const nlohmann::json& b : r.at("blocks")) {
-        if (!b.contains("unit")) continue;  // not a unit's state
-        Block blk;
-        blk.file = bin;
-        blk.unit = b.at("unit").get<std::string>();
-        blk.kind = b.at("kind").get<std::string>();
-        blk.dtype = b.at("dtype").get<std::string>();
-        blk.begin = b.at("begin").get<size_t>();
-        blk.elems = b.at("elems").get<size_t>();
-        blk.offset = b.at("offset").get<size_t>();
-        blk.bytes = b.at("bytes").get<size_t>();
-        blk.crc = b.at("crc32c").get<uint32_t>();
-        blocks_.push_back(std::move(blk));
-      }
-    } catch (const nlohmann::json::exception& e) {
-      TZ_THROW("checkpoint manifest '" + path + "' lacks a field: " + e.what(),
-               "the file is damaged; resume from an older checkpoint");
+CheckpointRanges::CheckpointRanges(const std::string& step_dir)
+    : CheckpointRanges(open_checkpoint(step_dir)) {}
+
+CheckpointRanges::CheckpointRanges(const CheckpointContents& c) {
+  first_data_ = c.ranks.front().data;
+  for (const CheckpointRankFile& r : c.ranks)
+    for (const CheckpointBlock& b : r.blocks) {
+      Block blk;
+      blk.file = r.bin_path;
+      blk.unit = b.unit;
+      blk.kind = b.kind;
+      blk.dtype = b.dtype;
+      blk.begin = b.begin;
+      blk.elems = b.elems;
+      blk.offset = b.offset;
+      blk.bytes = b.bytes;
+      blk.crc = b.crc;
+      blocks_.push_back(std::move(blk));
     }
-  }
 }
 
 CheckpointRanges::~CheckpointRanges() = default;
@@ -340,13 +305,16 @@ CheckpointRanges::~CheckpointRanges() = default;
 const std::vector<uint8_t>& CheckpointRanges::load(const Block& b) {
   if (cached_ == &b) return cache_;
   cached_ = nullptr;
-  cache_.resize(b.bytes);
+  cache_.resize(b.bytes);  // within the file's size (checked when the manifest was read)
   std::FILE* f = std::fopen(b.file.c_str(), "rb");
   TZ_CHECK(f != nullptr, "cannot open '" + b.file + "': " + std::strerror(errno), "");
-  const bool ok = std::fseek(f, static_cast<long>(b.offset), SEEK_SET) == 0 &&
+  const bool ok = ::fseeko(f, static_cast<off_t>(b.offset), SEEK_SET) == 0 &&
                   (b.bytes == 0 || std::fread(cache_.data(), 1, b.bytes, f) == b.bytes);
   std::fclose(f);
-  TZ_CHECK(ok, "reading block '" + b.unit + "." + b.kind + "' of '" + b.file + "' failed", "");
+  TZ_CHECK(ok,
+           "reading block '" + b.unit + "." + b.kind + "' (bytes " + std::to_string(b.offset) +
+               "-" + std::to_string(b.offset + b.bytes) + ") of '" + b.file + "' failed",
+           "the file changed while it was read, or is damaged; resume from an older checkpoint");
   TZ_CHECK(offload::crc32c(cache_.data(), b.bytes) == b.crc,
            "checkpoint shard '" + b.file + "': block '" + b.unit + "." + b.kind + "' (bytes " +
                std::to_string(b.offset) + "-" + std::to_string(b.offset + b.bytes) +

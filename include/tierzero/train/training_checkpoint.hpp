@@ -11,8 +11,9 @@
 // It is written as DIR/step-<N>.tmp, every file fsynced, renamed to DIR/step-<N> by rank 0 once all
 // ranks are done, the directory fsynced, and DIR/latest (the step directory's name) replaced
 // atomically: a failure at any point leaves the previous checkpoint as it was. `keep_last` rotates
-// the oldest out after a successful save. Reading checks the identity, sizes and CRCs and names the
-// file and the field or block that is wrong.
+// the oldest written out after a successful save (checkpoint_save_dir.hpp). Reading first checks
+// every rank's files whole (checkpoint_contents.hpp), then the identity and every block's CRC,
+// and names the file and the field, range or block that is wrong.
 #pragma once
 
 #include <signal.h>
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "tierzero/comm/communicator.hpp"
+#include "tierzero/train/checkpoint_contents.hpp"
 #include "tierzero/train/data_loader.hpp"
 #include "tierzero/train/loss_scaler.hpp"
 
@@ -42,10 +44,8 @@ struct ResumePoint {
 };
 
 // The step directory `path` names: itself when it holds manifest.json, else the one its `latest`
-// names. Throws Error naming the path when neither is there.
+// names. Throws Error naming `latest` when it names no step directory there.
 std::string resolve_checkpoint_dir(const std::string& path);
-// A step directory's manifest.json, parsed and its format checked (Error naming the file).
-nlohmann::json read_checkpoint_manifest(const std::string& step_dir);
 
 // One rank's side of writing a checkpoint.
 class CheckpointWriter {
@@ -63,8 +63,9 @@ class CheckpointWriter {
                  size_t bytes);
   // Collective over `group`: fsyncs the rank's files (its manifest lists `tensors`, the layout
   // metadata of what it holds), and rank 0 writes manifest.json with `identity` and `point`,
-  // renames the directory into place, updates DIR/latest and removes the oldest step directories
-  // beyond keep_last (0: keep all). Returns the step directory.
+  // renames the directory into place, updates DIR/latest and removes the checkpoints
+  // beyond keep_last, oldest written first (0: keep all; rotate_checkpoints). Returns the step
+  // directory.
   std::string commit(const nlohmann::ordered_json& identity, const ResumePoint& point,
                      size_t keep_last,
                      const nlohmann::ordered_json& tensors = nlohmann::ordered_json::array());
@@ -103,7 +104,7 @@ class CheckpointReader {
  private:
   std::string dir_, bin_path_;
   bool same_layout_ = true;
-  nlohmann::json blocks_;
+  std::vector<CheckpointBlock> blocks_;
   size_t next_ = 0;
   ResumePoint point_;
   std::FILE* file_ = nullptr;
@@ -116,7 +117,8 @@ class CheckpointReader {
 // (shard padding).
 class CheckpointRanges {
  public:
-  explicit CheckpointRanges(const std::string& step_dir);  // reads every rank-N.json
+  explicit CheckpointRanges(const std::string& step_dir);  // opens it (open_checkpoint)
+  explicit CheckpointRanges(const CheckpointContents& checkpoint);
   ~CheckpointRanges();
   CheckpointRanges(const CheckpointRanges&) = delete;
   CheckpointRanges& operator=(const CheckpointRanges&) = delete;
