@@ -294,7 +294,7 @@ TEST(TensorParallelLayout, ActivationDimsCutHeadsFeaturesVocabularyAndWithSpTheS
   EXPECT_NE(e.find("3 tokens"), std::string::npos) << e;
   e = error_of([&] { (void)nn::ActivationDims::of(c, 1, 4, 8); });  // 4 heads over 8
   std::printf("%s\n", e.c_str());
-  EXPECT_NE(e.find("4 attention heads"), std::string::npos) << e;
+  EXPECT_NE(e.find("n_head 4 is not divisible by tensor_parallel 8"), std::string::npos) << e;
   // The activation byte counts shrink with tp, and the stream's with sp.
   const size_t b1 = nn::GPT::activation_bytes_for(c, 2, 8, false);
   const size_t b2 = nn::GPT::activation_bytes_for(c, 2, 8, false, 2);
