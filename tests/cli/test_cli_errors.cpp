@@ -9,30 +9,16 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "cli_runner.hpp"
 #include "tierzero/train/token_shards.hpp"
 
 namespace {
 
-struct RunResult {
-  int exit_code;
-  std::string output;
-};
+using tierzero::test::RunResult;
 
 // `env` (e.g. "A=1 B=2") is set for the child only.
 RunResult tierzero_cli(const std::string& args, const std::string& env = "") {
-  std::string cmd =
-      (env.empty() ? "" : "env " + env + " ") + std::string(TIERZERO_BINARY) + " " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  EXPECT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int status = ::pclose(p);
-  RunResult r{WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
-  std::printf("$ tierzero %s\n-> exit %d, last line: %s\n", args.c_str(), r.exit_code,
-              out.substr(out.rfind('\n', out.size() - 2) + 1).c_str());
-  return r;
+  return tierzero::test::run_tierzero(args, env.empty() ? "" : "env " + env + " ", " 2>&1", false);
 }
 
 std::string dir() {

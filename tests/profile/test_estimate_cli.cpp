@@ -11,29 +11,16 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
+#include "cli_runner.hpp"
 #include "tierzero/train/train_config.hpp"
 
 namespace {
 
-struct RunResult {
-  int exit_code;
-  std::string output;
-};
+using tierzero::test::RunResult;
 
 // stderr goes to the output too unless `stdout_only`.
 RunResult tierzero_cli(const std::string& args, bool stdout_only = false) {
-  std::string cmd =
-      std::string(TIERZERO_BINARY) + " " + args + (stdout_only ? " 2>/dev/null" : " 2>&1");
-  FILE* p = ::popen(cmd.c_str(), "r");
-  EXPECT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int status = ::pclose(p);
-  RunResult r{WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
-  std::printf("$ tierzero %s\n-> exit %d\n", args.c_str(), r.exit_code);
-  return r;
+  return tierzero::test::run_tierzero(args, "", stdout_only ? " 2>/dev/null" : " 2>&1", false);
 }
 
 std::string dir() {

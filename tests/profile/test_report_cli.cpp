@@ -12,6 +12,7 @@
 #include <fstream>
 #include <set>
 
+#include "cli_runner.hpp"
 #include "synthetic_profile.hpp"
 #include "tierzero/profile/profile_json.hpp"
 #include "tierzero/profile/rank_profiles.hpp"
@@ -21,23 +22,10 @@ using namespace tierzero::profile;
 
 namespace {
 
-struct RunResult {
-  int exit_code;
-  std::string output;
-};
+using tierzero::test::RunResult;
 
 RunResult tierzero_cli(const std::string& args) {
-  const std::string cmd = std::string(TIERZERO_BINARY) + " " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  EXPECT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = ::pclose(p);
-  RunResult r{WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
-  std::printf("$ tierzero %s\n-> exit %d\n%s", args.c_str(), r.exit_code, out.c_str());
-  return r;
+  return tierzero::test::run_tierzero(args);
 }
 
 fs::path dir() {

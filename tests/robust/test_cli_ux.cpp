@@ -14,29 +14,16 @@
 #include <sstream>
 #include <string>
 #include <vector>
+#include "cli_runner.hpp"
 
 namespace {
 
-struct RunResult {
-  int exit_code;
-  std::string output;
-};
+using tierzero::test::RunResult;
 
+// The store runs on an MPI singleton even on one rank; Open MPI's start-up allocations are not
+// LeakSanitizer-clean (as for the tests labelled mpi).
 RunResult tierzero_cli(const std::string& args) {
-  // The store runs on an MPI singleton even on one rank; Open MPI's start-up allocations are not
-  // LeakSanitizer-clean (as for the tests labelled mpi).
-  const std::string cmd =
-      "env ASAN_OPTIONS=detect_leaks=0 " + std::string(TIERZERO_BINARY) + " " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  EXPECT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = ::pclose(p);
-  RunResult r{WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
-  std::printf("$ tierzero %s\n-> exit %d\n%s\n", args.c_str(), r.exit_code, out.c_str());
-  return r;
+  return tierzero::test::run_tierzero(args, "env ASAN_OPTIONS=detect_leaks=0 ");
 }
 
 std::string dir() {

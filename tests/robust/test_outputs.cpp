@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "cli_runner.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/output_files.hpp"
 #include "tierzero/train/run_outputs.hpp"
@@ -23,23 +24,10 @@ using namespace tierzero;
 
 namespace {
 
-struct RunResult {
-  int exit_code;
-  std::string output;
-};
+using tierzero::test::RunResult;
 
 RunResult tierzero_cli(const std::string& args) {
-  const std::string cmd = std::string(TIERZERO_BINARY) + " " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  EXPECT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = ::pclose(p);
-  RunResult r{WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
-  std::printf("$ tierzero %s\n-> exit %d\n%s\n", args.c_str(), r.exit_code, out.c_str());
-  return r;
+  return tierzero::test::run_tierzero(args);
 }
 
 std::string dir() {

@@ -14,28 +14,16 @@
 #include <fstream>
 #include <vector>
 
+#include "cli_runner.hpp"
 #include "tierzero/train/token_shards.hpp"
 
 namespace {
 
-struct RunResult {
-  int exit_code;
-  std::string output;
-};
+using tierzero::test::RunResult;
 
 // Runs the binary under `timeout 120`: exit 124 means it blocked.
 RunResult tierzero_cli(const std::string& args) {
-  const std::string cmd = "timeout 120 " + std::string(TIERZERO_BINARY) + " " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  EXPECT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = ::pclose(p);
-  RunResult r{WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
-  std::printf("$ tierzero %s\n-> exit %d\n%s", args.c_str(), r.exit_code, out.c_str());
-  return r;
+  return tierzero::test::run_tierzero(args, "timeout 120 ");
 }
 
 const std::string& dir() {
