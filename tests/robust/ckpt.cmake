@@ -3,7 +3,12 @@
 # reader with bounded allocations (test_checkpoint_fuzz: TIERZERO_FUZZ_SEED reproduces a run);
 # the same end to end with the real binary, on one rank and on 2 (run_ckpt_robust.sh).
 tierzero_test(test_checkpoint_robust SOURCES train/test_checkpoint_robust.cpp LIBS tz_train)
-tierzero_test(test_checkpoint_fuzz SOURCES train/test_checkpoint_fuzz.cpp LIBS tz_train TIMEOUT 240)
+# The allocation guard and the byte mutator are the readers' (tests/robust), shared.
+tierzero_test(test_checkpoint_fuzz
+  SOURCES train/test_checkpoint_fuzz.cpp robust/alloc_guard.cpp robust/mutator.cpp
+  LIBS tz_train
+  TIMEOUT 240)
+target_include_directories(test_checkpoint_fuzz PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/robust)
 foreach(mode one mpi)
   add_test(NAME train_checkpoint_robust_${mode}
            COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/train/run_ckpt_robust.sh $<TARGET_FILE:tierzero>

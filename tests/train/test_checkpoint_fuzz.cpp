@@ -6,78 +6,29 @@
 // reader (open_checkpoint, checkpoint_model, CheckpointReader reading every block,
 // CheckpointRanges reading every range). The only failure allowed is a tierzero::Error naming
 // the checkpoint; any other exception, a crash, a hang (CTest's timeout) or an allocation above
-// 256 MiB (operator new is replaced in this binary) fails the test.
+// 256 MiB (the readers' allocation guard, tests/robust/alloc_guard.hpp) fails the test.
 //   TIERZERO_FUZZ_SEED=<n>   the seed (printed; default fixed, so CI is reproducible)
 //   TIERZERO_FUZZ_CASES=<n>  cases to run (default 3000), within TIERZERO_FUZZ_SECONDS (40)
 //   TIERZERO_FUZZ_CASE=<i>   run only case i (to reproduce one)
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <new>
 #include <random>
 
+#include "alloc_guard.hpp"
 #include "checkpoint_fixture.hpp"
+#include "mutator.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/train/checkpoint_contents.hpp"
 
 using namespace tierzero;
 namespace fs = std::filesystem;
-
-// Allocations are bounded: a reader that trusts a forged size would ask for more.
-namespace {
-constexpr size_t kMaxAllocation = size_t{256} << 20;
-std::atomic<size_t> g_largest_refused{0};
-
-void* checked_alloc(size_t n) {
-  if (n > kMaxAllocation) {
-    g_largest_refused = n;
-    throw std::bad_alloc();
-  }
-  void* p = std::malloc(n == 0 ? 1 : n);
-  if (!p) throw std::bad_alloc();
-  return p;
-}
-}  // namespace
-
-void* operator new(size_t n) {
-  return checked_alloc(n);
-}
-void* operator new[](size_t n) {
-  return checked_alloc(n);
-}
-void* operator new(size_t n, const std::nothrow_t&) noexcept {
-  try {
-    return checked_alloc(n);
-  } catch (...) {
-    return nullptr;
-  }
-}
-void* operator new[](size_t n, const std::nothrow_t&) noexcept {
-  try {
-    return checked_alloc(n);
-  } catch (...) {
-    return nullptr;
-  }
-}
-void operator delete(void* p) noexcept {
-  std::free(p);
-}
-void operator delete[](void* p) noexcept {
-  std::free(p);
-}
-void operator delete(void* p, size_t) noexcept {
-  std::free(p);
-}
-void operator delete[](void* p, size_t) noexcept {
-  std::free(p);
-}
 
 namespace {
 
@@ -218,21 +169,11 @@ std::string mutate_json(const std::string& text, std::mt19937_64& rng) {
   return out;
 }
 
-std::string mutate_bytes(std::string s, std::mt19937_64& rng) {
-  const uint64_t op = rng() % 3;
-  if (op == 0 && !s.empty()) {  // flip 1-4 bytes
-    for (uint64_t k = 1 + rng() % 4; k-- > 0;)
-      s[rng() % s.size()] ^= static_cast<char>(1 + rng() % 255);
-  } else if (op == 1) {  // truncate
-    s.resize(s.empty() ? 0 : rng() % s.size());
-  } else {  // insert 1-16 bytes, JSON punctuation more often than not
-    static const char kAlphabet[] = "{}[]\",:-.eE0123456789 \n\\";
-    std::string ins;
-    for (uint64_t k = 1 + rng() % 16; k-- > 0;)
-      ins += rng() % 2 ? kAlphabet[rng() % (sizeof kAlphabet - 1)] : static_cast<char>(rng());
-    s.insert(s.empty() ? 0 : rng() % (s.size() + 1), ins);
-  }
-  return s;
+// A byte-level change by the readers' shared mutator, seeded from this case's generator.
+std::string mutate_bytes(const std::string& s, std::mt19937_64& rng) {
+  test::Mutator mutator(rng());
+  std::string what;
+  return mutator.mutate_bytes(s, what);
 }
 
 // Applies 1-3 mutations to p's files on disk (from their pristine bytes).
@@ -302,6 +243,9 @@ TEST(CheckpointFuzz, ReadersThrowOnlyErrorsWithBoundedMemory) {
     std::mt19937_64 rng(seed * 1000003 + i);
     const Pristine& p = pristine[rng() % pristine.size()];
     mutate(p, rng);
+    test::set_allocation_context("checkpoint fuzz case " + std::to_string(i) + " (seed " +
+                                 std::to_string(seed) +
+                                 ", TIERZERO_FUZZ_CASE=" + std::to_string(i) + ")");
     ++ran;
     try {
       read_everything(p);
@@ -325,12 +269,7 @@ TEST(CheckpointFuzz, ReadersThrowOnlyErrorsWithBoundedMemory) {
       ++kinds[short_kind.substr(0, 90)];
     } catch (const std::exception& e) {
       ADD_FAILURE() << "case " << i << " (seed " << seed << ", TIERZERO_FUZZ_CASE=" << i
-                    << "): not a tierzero::Error: " << e.what()
-                    << (g_largest_refused
-                            ? " (an allocation of " + std::to_string(g_largest_refused.load()) +
-                                  " bytes was refused)"
-                            : "");
-      g_largest_refused = 0;
+                    << "): not a tierzero::Error: " << e.what();
     }
     restore(p);
   }
