@@ -2,6 +2,7 @@
 // ranged reader that preads only what a range needs.
 #include "tierzero/train/safetensors_gpt2.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
