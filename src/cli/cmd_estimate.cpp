@@ -36,7 +36,7 @@ nlohmann::json tier_json(const profile::TierBytes& b, bool skip_zero) {
 void print_human(const EstimateSettings& s, const profile::Estimate& e,
                  const std::vector<profile::TableRow>& table) {
   const profile::WorldLayout& w = s.input.world;
-  const size_t total = nn::ParamLayout(s.model).parameter_count();
+  const size_t total = nn::gpt_parameter_count(s.model);
   std::printf("model     %s, %zu parameters\n", s.model.str().c_str(), total);
   if (w.tp > 1 || w.pp > 1)
     std::printf("          %zu of them on each rank's tensor/pipeline-parallel part (%zu units)\n",
@@ -115,7 +115,7 @@ int run_estimate(const EstimateFlags& f) {
                 {"padded_vocab", s.model.padded_vocab_size},
                 {"context", s.model.max_seq_len}};
   j["parameters"] = e.parameters;  // of one rank's tensor/pipeline-parallel part
-  j["model_parameters"] = nn::ParamLayout(s.model).parameter_count();
+  j["model_parameters"] = nn::gpt_parameter_count(s.model);
   j["shard_parameters"] = s.input.stage == 0
                               ? e.parameters
                               : (e.parameters + static_cast<size_t>(w.partition_group()) - 1) /

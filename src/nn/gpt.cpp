@@ -43,7 +43,13 @@ ModuleList stage_modules(const GPTConfig& config, const PipelineStage& stage) {
 
 // The units the stage's modules use, in the whole model's unit order: those they declare, and
 // those declared elsewhere that one of them shares (the head's embeddings on the last stage).
-std::vector<UnitDecl> stage_units(const GPTConfig& config, const ModuleList& modules) {
+std::vector<UnitDecl> stage_units(const GPTConfig& config, const ModuleList& modules,
+                                  const PipelineStage& stage) {
+  // A stage of the whole model keeps every module, so it uses every unit they declare: those
+  // modules' own declarations, without building the model's modules a second time.
+  if (stage.first() && stage.last() && stage.first_block == 0 &&
+      stage.num_blocks == config.num_layers)
+    return param_units(modules);
   std::unordered_set<std::string> used;  // a set: linear in the model's blocks
   for (const auto& m : modules) used.insert(m->unit_name());
   std::vector<UnitDecl> units;
@@ -57,14 +63,14 @@ std::vector<UnitDecl> stage_units(const GPTConfig& config, const ModuleList& mod
 ParamLayout stage_param_layout(const GPTConfig& config, const PipelineStage& stage,
                                const TensorParallel& tp) {
   const PipelineStage st = stage.stages <= 1 ? PipelineStage::whole(config) : stage;
-  return ParamLayout(stage_units(config, stage_modules(config, st)), tp);
+  return ParamLayout(stage_units(config, stage_modules(config, st), st), tp);
 }
 
 ParamLayout chunks_param_layout(const GPTConfig& config, const std::vector<PipelineStage>& chunks,
                                 const TensorParallel& tp) {
   std::vector<UnitDecl> units;
   for (const PipelineStage& chunk : chunks)
-    for (UnitDecl& decl : stage_units(config, stage_modules(config, chunk)))
+    for (UnitDecl& decl : stage_units(config, stage_modules(config, chunk), chunk))
       units.push_back(std::move(decl));
   return ParamLayout(units, tp);
 }
@@ -75,7 +81,7 @@ std::vector<size_t> chunk_unit_offsets(const GPTConfig& config,
   size_t at = 0;
   for (const PipelineStage& chunk : chunks) {
     offsets.push_back(at);
-    at += stage_units(config, stage_modules(config, chunk)).size();
+    at += stage_units(config, stage_modules(config, chunk), chunk).size();
   }
   return offsets;
 }
@@ -117,7 +123,8 @@ GPT::GPT(const GPTConfig& config, DeviceAllocator& allocator, const ModelParalle
       stage_(stage_of(config, parallel)),
       num_modules_(config.num_layers + 3),
       modules_(stage_modules(config, stage_)),
-      layout_(stage_units(config, modules_), place_of(parallel)),  // checks every tensor divides
+      layout_(stage_units(config, modules_, stage_),
+              place_of(parallel)),  // checks every tensor divides
       allocator_(allocator),
       device_(allocator.device()),
       k_(device_.kernels()),

@@ -26,8 +26,13 @@ ParamLayout::ParamLayout(const GPTConfig& config, const TensorParallel& tp)
 ParamLayout::ParamLayout(const std::vector<UnitDecl>& units, const TensorParallel& tp) : tp_(tp) {
   tp.validate();
   int max_layer = -1;
-  for (const UnitDecl& u : units)
+  size_t tensors = 0;
+  for (const UnitDecl& u : units) {
     for (const TensorMeta& m : u.tensors) max_layer = std::max(max_layer, m.layer);
+    tensors += u.tensors.size();
+  }
+  units_.reserve(units.size());  // no regrowth copies: a model of 100k blocks has 1.2M tensors
+  tensors_.reserve(tensors);
   index_.assign(static_cast<size_t>(max_layer + 2) * kNumParamKinds, SIZE_MAX);
 
   std::unordered_set<std::string> names;  // a set: a model of 100k blocks checks in linear time
@@ -74,6 +79,17 @@ size_t ParamLayout::unit_index(const std::string& name) const {
   std::string known;
   for (const ParamUnit& u : units_) known += (known.empty() ? "" : ", ") + u.name;
   TZ_THROW("no parameter unit '" + name + "'", "the layout's units are " + known);
+}
+
+size_t gpt_parameter_count(const GPTConfig& config) {
+  if (config.num_layers <= 1) return ParamLayout(config).parameter_count();
+  GPTConfig one_block = config;
+  one_block.num_layers = 1;
+  const ParamLayout layout(one_block);
+  size_t block = 0;
+  for (size_t t : layout.units()[layout.unit_index("block.0")].tensors)
+    block += layout.tensors()[t].numel;
+  return layout.parameter_count() + (config.num_layers - 1) * block;
 }
 
 }  // namespace tierzero::nn

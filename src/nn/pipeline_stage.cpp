@@ -49,7 +49,11 @@ std::vector<PipelineStage> stages_from_counts(const std::vector<size_t>& counts)
 class BalancedCut {
  public:
   BalancedCut(const GPTConfig& config, size_t stages) : stages_(stages) {
-    const ParamLayout layout(config);
+    // The unit sizes do not depend on the number of blocks: a one-block model's layout has them
+    // (the whole model's, at 100k blocks, took seconds).
+    GPTConfig one_block = config;
+    one_block.num_layers = 1;
+    const ParamLayout layout(one_block);
     block_ = layout.units()[layout.unit_index("block.0")].numel;
     embeddings_ = layout.units()[layout.unit_index("embeddings")].numel;
     final_norm_ = layout.units()[layout.unit_index("final_norm")].numel;

@@ -7,6 +7,7 @@
 #include "tierzero/device/device_allocator.hpp"
 #include "tierzero/offload/host_pool.hpp"
 #include "tierzero/zero/partition_store.hpp"
+#include "tierzero/zero/unit_groups.hpp"
 
 namespace tierzero::profile {
 
@@ -30,59 +31,86 @@ size_t Estimate::total() const {
   return n;
 }
 
-std::vector<zero::UnitSpec> rank_units(const std::vector<zero::UnitSpec>& units,
-                                       const WorldLayout& world) {
+namespace {
+
+void check_rank_units(const std::vector<zero::UnitSpec>& units, const WorldLayout& world) {
   TZ_CHECK(world.dp >= 1 && world.tp >= 1 && world.pp >= 1 && world.sp >= 1,
            "world layout dp=" + std::to_string(world.dp) + " tp=" + std::to_string(world.tp) +
                " pp=" + std::to_string(world.pp) + " sp=" + std::to_string(world.sp) +
                " has a part below 1",
            "every part of the layout is at least 1; ranks = dp * tp * pp * sp");
   TZ_CHECK(!units.empty(), "the model has no units", "describe at least one unit");
+}
+
+void rank_units_check(const EstimateInput& in) {
+  check_rank_units(in.units, in.world);
+}
+
+}  // namespace
+
+std::vector<zero::UnitSpec> rank_units(const std::vector<zero::UnitSpec>& units,
+                                       const WorldLayout& world) {
+  check_rank_units(units, world);
   return units;
 }
 
 Estimate estimate(const EstimateInput& in) {
-  const std::vector<zero::UnitSpec> units = rank_units(in.units, in.world);
+  rank_units_check(in);
+  return estimate(in, zero::identical_runs(in.units));
+}
+
+Estimate estimate(const EstimateInput& in, const std::vector<zero::UnitRun>& runs) {
+  rank_units_check(in);
   // Every rank of the group has the same shard sizes; rank 0 stands for all of them. At stage 0
-  // nothing is partitioned: the store plans for one rank (every rank holds everything).
+  // nothing is partitioned: the store plans for one rank (every rank holds everything). Identical
+  // units count once per group (unit_groups.hpp): the sums below are count times the unit's.
   const int group = in.stage == 0 ? 1 : in.world.partition_group();
-  const zero::PartitionPlan plan(units, group, 0);
-  const std::vector<zero::UnitPlacement> placement =
-      zero::place_units(plan, in.stage, in.placement);
+  TZ_CHECK(group >= 1, "partition_unit: group of " + std::to_string(group) + " ranks",
+           "a partition group has at least one rank");
+  const std::vector<zero::UnitGroup> groups =
+      zero::group_units(runs, in.units.size(), group, in.stage, in.placement);
 
   Estimate e;
-  e.persistent = zero::model_state_bytes(plan, in.stage, placement, in.placement);
-  e.units = units.size();
-  e.full_elems = plan.full_numel();
-  e.shard_elems = plan.shard_numel();
-  e.largest_unit_elems = plan.largest_padded_numel();
-  for (const zero::UnitSpec& u : units) e.parameters += unit_parameters(u);
+  e.persistent = zero::model_state_bytes(groups, in.stage, in.placement);
+  e.units = in.units.size();
+  for (const zero::UnitGroup& g : groups) {
+    e.full_elems += g.count * g.part.padded_numel;
+    e.shard_elems += g.count * g.part.shard_numel;
+    e.largest_unit_elems = std::max(e.largest_unit_elems, g.part.padded_numel);
+    e.parameters += g.count * unit_parameters(*g.spec);
+  }
 
   // Stage 3: units below the persistence threshold stay gathered on the device for the whole run
   // (gathering them each time costs more in latency than they save), one allocator block each.
   // The rest are gathered on demand: at most max_live_parameters elements at once, but never
   // fewer than the two largest (the unit in use and the one prefetched), nor more than all.
   if (in.stage == 3) {
-    std::vector<size_t> gathered;  // padded lengths of non-persistent units
-    for (size_t u = 0; u < plan.num_units(); ++u) {
-      const zero::UnitPartition& p = plan.partition(u);
+    std::vector<std::pair<size_t, size_t>> gathered;  // padded lengths of non-persistent units,
+                                                      // with their counts
+    for (const zero::UnitGroup& g : groups) {
+      const zero::UnitPartition& p = g.part;
       // On one rank a device-resident fp32 shard is the unit itself: nothing is gathered.
       const bool direct =
-          group == 1 && placement[u].param == Tier::device && in.placement.working == DType::f32;
+          group == 1 && g.placement.param == Tier::device && in.placement.working == DType::f32;
       if (direct) continue;
       if (p.numel < in.param_persistence_threshold) {
         slot(e.persistent, Tier::device, Category::param) +=
-            DeviceAllocator::round_size(p.padded_numel * sizeof(float));
-        ++e.persistent_units;
+            g.count * DeviceAllocator::round_size(p.padded_numel * sizeof(float));
+        e.persistent_units += g.count;
       } else {
-        gathered.push_back(p.padded_numel);
+        gathered.emplace_back(p.padded_numel, g.count);
       }
     }
     std::sort(gathered.rbegin(), gathered.rend());
     size_t all = 0;
-    for (size_t n : gathered) all += n;
-    size_t two_largest = 0;
-    for (size_t i = 0; i < std::min<size_t>(2, gathered.size()); ++i) two_largest += gathered[i];
+    for (const auto& [n, count] : gathered) all += count * n;
+    size_t two_largest = 0, taken = 0;
+    for (const auto& [n, count] : gathered) {
+      const size_t take = std::min<size_t>(2 - taken, count);
+      two_largest += take * n;
+      taken += take;
+      if (taken == 2) break;
+    }
     const size_t live = std::min(all, std::max(in.max_live_parameters, two_largest));
     slot(e.buffers, Tier::device, Category::param) += live * sizeof(float);
   }
@@ -90,7 +118,7 @@ Estimate estimate(const EstimateInput& in) {
   // The gradient reducer's buckets: full gradients being accumulated or waiting to be reduced,
   // packed buckets and their reduced shards in flight (zero's rule: reduction_buffer_bound).
   const zero::ReductionBuffers reduction = zero::reduction_buffer_bound(
-      plan, in.stage, placement, in.reduce_bucket_elems, in.overlap_comm, in.reduce_dtype);
+      groups, group, in.stage, in.reduce_bucket_elems, in.overlap_comm, in.reduce_dtype);
   slot(e.buffers, Tier::device, Category::comm) += reduction.device_comm;
 
   // From stage 1 each rank owns only part of the gradient, so clipping exchanges the partial sums
@@ -106,7 +134,7 @@ Estimate estimate(const EstimateInput& in) {
   if (in.world.tp > 1) {
     const auto tp = static_cast<size_t>(in.world.tp);
     norm_exchange = std::max(norm_exchange, DeviceAllocator::round_size(2 * tp * sizeof(float)));
-    const size_t replicated = zero::max_replicated_shard_elems(plan);
+    const size_t replicated = zero::max_replicated_shard_elems(groups, group);
     if (replicated > 0)
       norm_exchange =
           std::max(norm_exchange, DeviceAllocator::round_size(replicated * sizeof(float)));
@@ -118,12 +146,12 @@ Estimate estimate(const EstimateInput& in) {
   // offload_param.buffer_count shards at most (reads in flight and the optimizer's handoffs to the
   // next fetch share them).
   const zero::OptimizerSwapShape swap = zero::optimizer_swap_shape(
-      plan, placement, std::max<size_t>(in.placement.nvme_chunk_elems, 1), in.staging_buffer_count);
+      groups, std::max<size_t>(in.placement.nvme_chunk_elems, 1), in.staging_buffer_count);
   size_t largest_param_shard = 0;
   bool param_nvme = false;
-  for (size_t u = 0; u < plan.num_units(); ++u) {
-    const size_t n = plan.partition(u).shard_numel;
-    if (placement[u].param == Tier::nvme) {
+  for (const zero::UnitGroup& g : groups) {
+    const size_t n = g.part.shard_numel;
+    if (g.placement.param == Tier::nvme) {
       param_nvme = true;
       largest_param_shard = std::max(largest_param_shard, n);
     }
@@ -134,9 +162,9 @@ Estimate estimate(const EstimateInput& in) {
   slot(e.buffers, Tier::host, Category::io) += reduction.host_io;
   // Gradient shards on NVMe are added into (and their norm taken) one chunk at a time.
   size_t largest_nvme_grad = 0;
-  for (size_t u = 0; u < plan.num_units(); ++u)
-    if (placement[u].grad == Tier::nvme)
-      largest_nvme_grad = std::max(largest_nvme_grad, plan.partition(u).shard_numel);
+  for (const zero::UnitGroup& g : groups)
+    if (g.placement.grad == Tier::nvme)
+      largest_nvme_grad = std::max(largest_nvme_grad, g.part.shard_numel);
   if (largest_nvme_grad > 0)
     slot(e.buffers, Tier::host, Category::io) += offload::HostPool::round_size(
         std::min(std::max<size_t>(in.placement.nvme_chunk_elems, 1), largest_nvme_grad) *
@@ -152,12 +180,12 @@ Estimate estimate(const EstimateInput& in) {
   // exist from the start; from the pinned pool where the store has one (its size classes).
   size_t load_staging = 0;
   bool host_pool = false;
-  for (size_t u = 0; u < plan.num_units(); ++u) {
-    const zero::UnitPartition& p = plan.partition(u);
+  for (const zero::UnitGroup& g : groups) {
+    const zero::UnitPartition& p = g.part;
     load_staging =
         std::max(load_staging, (in.stage < 3 ? p.padded_numel : p.shard_numel) * sizeof(float));
     host_pool =
-        host_pool || placement[u].param != Tier::device || placement[u].optimizer != Tier::device;
+        host_pool || g.placement.param != Tier::device || g.placement.optimizer != Tier::device;
   }
   if (host_pool) load_staging = offload::HostPool::round_size(load_staging);
   size_t& host_io = slot(e.buffers, Tier::host, Category::io);
@@ -221,16 +249,24 @@ void apply_offload_option(OffloadOption o, zero::PlacementConfig& placement) {
 
 std::vector<TableRow> estimate_table(const EstimateInput& base) {
   std::vector<TableRow> rows;
+  // One copy of the input and one grouping of its units for every row: stage and offload are
+  // all that changes.
+  EstimateInput in = base;
+  std::vector<zero::UnitRun> runs;
+  try {
+    runs = zero::identical_runs(in.units);
+  } catch (const Error&) {
+    runs.clear();  // each row reports the invalid unit through estimate(in)
+  }
   for (int stage = 0; stage <= 3; ++stage) {
     for (size_t o = 0; o < kNumOffloadOptions; ++o) {
       TableRow row;
       row.stage = stage;
       row.offload = static_cast<OffloadOption>(o);
-      EstimateInput in = base;
       in.stage = stage;
       apply_offload_option(row.offload, in.placement);
       try {
-        row.estimate = estimate(in);
+        row.estimate = runs.empty() ? estimate(in) : estimate(in, runs);
         row.valid = true;
       } catch (const Error& err) {
         row.reason = err.what_failed();

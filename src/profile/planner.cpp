@@ -153,6 +153,10 @@ PlanResult plan(const PlanRequest& req, size_t keep_rejected) {
     chunk_options.push_back(kSmallNvmeChunk);
   PlanResult result;
   std::vector<Candidate> rejected, fitting;
+  // One copy of the request's input and one grouping of its units for every candidate: the
+  // fields set below are all that changes.
+  EstimateInput in = req.base;
+  const std::vector<zero::UnitRun> runs = zero::identical_runs(in.units);
   for (int stage = 0; stage <= 3; ++stage)
     for (const zero::OffloadTarget& param : param_options)
       for (const zero::OffloadTarget& optim : optim_options)
@@ -185,12 +189,11 @@ PlanResult plan(const PlanRequest& req, size_t keep_rejected) {
                   c.micro_batch = b;
                   c.accumulation = (per_rank_batch + b - 1) / b;
                   c.max_live_parameters = max_live;
-                  EstimateInput in = req.base;
                   in.max_live_parameters = max_live;
                   in.stage = stage;
                   in.placement = c.placement;
                   in.activation_bytes = req.activation_bytes(b, ckpt);
-                  c.estimate = estimate(in);
+                  c.estimate = estimate(in, runs);
                   c.time = predict_step_time(req, c);
                   c.fits = true;
                   for (size_t t = 0; t < kNumTiers && c.fits; ++t) {

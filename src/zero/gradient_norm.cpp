@@ -10,6 +10,7 @@
 #include "tierzero/core/activity_log.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/timer.hpp"
+#include "tierzero/zero/unit_groups.hpp"
 
 namespace tierzero::zero {
 
@@ -161,22 +162,8 @@ size_t replicated_shard_elems(const PartitionPlan& plan) {
 }
 
 size_t max_replicated_shard_elems(const PartitionPlan& plan) {
-  // Per rank, the overlap of its shard [r s, (r + 1) s) of each unit with each replicated tensor:
-  // a tensor touches only the ranks its range spans.
-  std::vector<size_t> per_rank(static_cast<size_t>(plan.ranks()), 0);
-  for (size_t u = 0; u < plan.num_units(); ++u) {
-    const size_t s = plan.partition(u).shard_numel;
-    if (s == 0) continue;
-    for (const TensorSpec& t : plan.units()[u].tensors) {
-      if (!t.replicated || t.numel == 0) continue;
-      const size_t end = t.offset + t.numel;
-      for (size_t r = t.offset / s; r <= (end - 1) / s && r < per_rank.size(); ++r)
-        per_rank[r] += std::min(end, (r + 1) * s) - std::max(t.offset, r * s);
-    }
-  }
-  size_t most = 0;
-  for (size_t n : per_rank) most = std::max(most, n);
-  return most;
+  return max_replicated_shard_elems(plan_groups(plan, std::vector<UnitPlacement>(plan.num_units())),
+                                    plan.ranks());
 }
 
 void GradientNorm::sync_replicated_gradients() {

@@ -9,6 +9,7 @@
 #include "tierzero/core/activity_log.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/timer.hpp"
+#include "tierzero/zero/unit_groups.hpp"
 
 namespace tierzero::zero {
 
@@ -364,55 +365,8 @@ ReductionBuffers reduction_buffer_bound(const PartitionPlan& plan, int stage,
                                         const std::vector<UnitPlacement>& placement,
                                         size_t reduce_bucket_elems, bool overlap_comm,
                                         DType reduce_dtype) {
-  ReductionBuffers out;
-  if (stage < 2) {
-    // Stages 0-1 reduce in place in the full-gradient arena; a 16-bit reduce_dtype adds the
-    // buckets' 16-bit copies in flight: at most one bucket's worth, in at most two blocks.
-    if (reduce_dtype == DType::f32) return out;
-    size_t largest = 0, total = 0;
-    for (size_t u = 0; u < plan.num_units(); ++u) {
-      largest = std::max(largest, plan.partition(u).padded_numel);
-      total += plan.partition(u).padded_numel;
-    }
-    if (total == 0) return out;
-    const size_t bucket = std::max(
-        std::min(bucket_capacity(plan, reduce_bucket_elems, overlap_comm), total), largest);
-    out.device_comm = 2 * DeviceAllocator::round_size(bucket * dtype_size(reduce_dtype));
-    out.widened_in_elems = out.widened_out_elems = bucket;  // an all-reduce
-    return out;
-  }
-  // Units whose gradient is reduced at all (one rank with device gradients adds in place).
-  size_t largest = 0, total = 0, slack = 0, host_units = 0;
-  for (size_t u = 0; u < plan.num_units(); ++u) {
-    if (plan.ranks() == 1 && placement.at(u).grad == Tier::device) continue;
-    const size_t padded = plan.partition(u).padded_numel;
-    largest = std::max(largest, padded);
-    total += padded;
-    slack += DeviceAllocator::round_size(padded * sizeof(float)) - padded * sizeof(float);
-    host_units += placement.at(u).grad != Tier::device;
-  }
-  if (total == 0) return out;
-  // A bucket of several units holds at most reduce_bucket_elems; a bucket of one unit is that
-  // unit. Its reduced shards are 1/ranks of it (shards pad units evenly). With a 16-bit
-  // reduce_dtype a bucket holds 1.5x its fp32 blocks only while it is converted, and half its
-  // packed block in flight: the same bound holds.
-  const size_t bucket =
-      std::max(std::min(bucket_capacity(plan, reduce_bucket_elems, overlap_comm), total), largest);
-  const auto ranks = static_cast<size_t>(plan.ranks());
-  const size_t packed = DeviceAllocator::round_size(bucket * sizeof(float));
-  const size_t shard = DeviceAllocator::round_size(bucket / ranks * sizeof(float));
-  // Two units open under backward (the tied head keeps the embeddings' gradients open through the
-  // whole backward), the open bucket's full gradients, and the buckets in flight with their
-  // reduced shards: at most one bucket's worth of elements, in at most max_pending_reductions
-  // blocks (bounded by twice a bucket's block to cover their rounding).
-  out.device_comm = 2 * DeviceAllocator::round_size(largest * sizeof(float)) +
-                    bucket * sizeof(float) + slack + 2 * (packed + shard);
-  if (host_units > 0) out.host_io = offload::HostPool::round_size(bucket / ranks * sizeof(float));
-  if (reduce_dtype != DType::f32) {  // a reduce-scatter
-    out.widened_in_elems = bucket;
-    out.widened_out_elems = bucket / ranks;
-  }
-  return out;
+  return reduction_buffer_bound(plan_groups(plan, placement), plan.ranks(), stage,
+                                reduce_bucket_elems, overlap_comm, reduce_dtype);
 }
 
 }  // namespace tierzero::zero

@@ -8,6 +8,7 @@
 #include "tierzero/device/device_allocator.hpp"
 #include "tierzero/offload/host_pool.hpp"
 #include "tierzero/offload/nvme_engine.hpp"
+#include "tierzero/zero/unit_groups.hpp"
 
 namespace tierzero::zero {
 
@@ -24,8 +25,7 @@ size_t offloaded_unit_count(size_t units, double ratio) {
   return static_cast<size_t>(std::llround(ratio * static_cast<double>(units)));
 }
 
-std::vector<UnitPlacement> place_units(const PartitionPlan& plan, int stage,
-                                       const PlacementConfig& config) {
+void check_placement(int stage, const PlacementConfig& config) {
   TZ_CHECK(stage >= 0 && stage <= 3, "ZeRO stage " + std::to_string(stage) + " does not exist",
            "zero_optimization.stage is 0, 1, 2 or 3");
   if (config.param.tier != Tier::device)
@@ -49,29 +49,41 @@ std::vector<UnitPlacement> place_units(const PartitionPlan& plan, int stage,
              "below stage 2 every rank holds the full gradient on the device; set "
              "zero_optimization.stage to 2 or 3");
   }
+}
+
+UnitPlacement unit_placement(size_t unit, size_t param_off, size_t optim_off,
+                             const PlacementConfig& config) {
+  UnitPlacement p;
+  p.param = unit < param_off ? config.param.tier : Tier::device;
+  p.optimizer = unit < optim_off ? config.optimizer.tier : Tier::device;
+  // The CPU updates offloaded optimizer states, so it needs the gradient in host memory.
+  p.grad = p.optimizer == Tier::device ? Tier::device : Tier::host;
+  if (p.optimizer == Tier::nvme && config.nvme_grads == Tier::nvme) p.grad = Tier::nvme;
+  // Below stage 3 the parameters are the device's full copy; the master shard is its slice
+  // only while the optimizer is on the device too.
+  p.master_is_param = p.param == p.optimizer && config.working == DType::f32;
+  return p;
+}
+
+std::vector<UnitPlacement> place_units(const PartitionPlan& plan, int stage,
+                                       const PlacementConfig& config) {
+  check_placement(stage, config);
   const size_t units = plan.num_units();
   const size_t param_off = offloaded_unit_count(units, config.param.ratio);
   const size_t optim_off = offloaded_unit_count(units, config.optimizer.ratio);
   std::vector<UnitPlacement> out(units);
-  for (size_t u = 0; u < units; ++u) {
-    UnitPlacement& p = out[u];
-    p.param = u < param_off ? config.param.tier : Tier::device;
-    p.optimizer = u < optim_off ? config.optimizer.tier : Tier::device;
-    // The CPU updates offloaded optimizer states, so it needs the gradient in host memory.
-    p.grad = p.optimizer == Tier::device ? Tier::device : Tier::host;
-    if (p.optimizer == Tier::nvme && config.nvme_grads == Tier::nvme) p.grad = Tier::nvme;
-    // Below stage 3 the parameters are the device's full copy; the master shard is its slice
-    // only while the optimizer is on the device too.
-    p.master_is_param = p.param == p.optimizer && config.working == DType::f32;
-  }
+  for (size_t u = 0; u < units; ++u) out[u] = unit_placement(u, param_off, optim_off, config);
   return out;
 }
 
 size_t unit_state_elems(const PartitionPlan& plan, int stage,
                         const std::vector<UnitPlacement>& placement, size_t unit,
                         StateBuffer buffer, Tier tier) {
-  const UnitPartition& part = plan.partition(unit);
-  const UnitPlacement& p = placement.at(unit);
+  return unit_state_elems(plan.partition(unit), placement.at(unit), stage, buffer, tier);
+}
+
+size_t unit_state_elems(const UnitPartition& part, const UnitPlacement& p, int stage,
+                        StateBuffer buffer, Tier tier) {
   const size_t shard = part.shard_numel;
   switch (buffer) {
     case StateBuffer::params_full:
@@ -171,18 +183,7 @@ size_t nvme_unit_bytes(size_t unit_elems, size_t chunk_elems, size_t elem_bytes)
 OptimizerSwapShape optimizer_swap_shape(const PartitionPlan& plan,
                                         const std::vector<UnitPlacement>& placement,
                                         size_t chunk_elems, size_t buffer_count) {
-  TZ_CHECK(chunk_elems > 0, "optimizer_swap_shape: chunk of 0 elements",
-           "offload_optimizer.buffer_size must be positive");
-  OptimizerSwapShape shape;
-  for (size_t u = 0; u < plan.num_units(); ++u) {
-    if (placement.at(u).optimizer != Tier::nvme) continue;
-    if (placement.at(u).grad == Tier::nvme) shape.buffers = 4;
-    const size_t n = plan.partition(u).shard_numel;
-    shape.chunks += (n + chunk_elems - 1) / chunk_elems;
-    shape.largest_chunk = std::max(shape.largest_chunk, std::min(chunk_elems, n));
-  }
-  shape.slots = std::min(shape.chunks, std::max<size_t>(2, buffer_count));
-  return shape;
+  return optimizer_swap_shape(plan_groups(plan, placement), chunk_elems, buffer_count);
 }
 
 size_t optimizer_swap_host_bytes(const OptimizerSwapShape& shape) {
@@ -194,25 +195,7 @@ size_t optimizer_swap_host_bytes(const OptimizerSwapShape& shape) {
 StateBytes model_state_bytes(const PartitionPlan& plan, int stage,
                              const std::vector<UnitPlacement>& placement,
                              const PlacementConfig& config) {
-  StateBytes out;
-  for (size_t b = 0; b < kNumStateBuffers; ++b) {
-    const auto buffer = static_cast<StateBuffer>(b);
-    const auto c = static_cast<size_t>(state_buffer_category(buffer));
-    const size_t elem_bytes = state_elem_bytes(buffer, config.working);
-    for (Tier tier : {Tier::device, Tier::host, Tier::nvme}) {
-      size_t elems = 0;
-      size_t nvme = 0;
-      for (size_t u = 0; u < plan.num_units(); ++u) {
-        const size_t e = unit_state_elems(plan, stage, placement, u, buffer, tier);
-        elems += e;
-        if (tier == Tier::nvme && e > 0)
-          nvme += nvme_unit_bytes(e, config.nvme_chunk_elems, elem_bytes);
-      }
-      out.bytes[static_cast<size_t>(tier)][c] +=
-          tier == Tier::nvme ? nvme : arena_bytes(tier, elems * elem_bytes);
-    }
-  }
-  return out;
+  return model_state_bytes(plan_groups(plan, placement), stage, config);
 }
 
 Tier offload_tier(const std::string& device_name) {

@@ -9,6 +9,8 @@
 
 #include "tierzero/core/error.hpp"
 #include "tierzero/zero/partition.hpp"
+#include "tierzero/zero/placement.hpp"
+#include "tierzero/zero/unit_groups.hpp"
 
 using namespace tierzero;
 using namespace tierzero::zero;
@@ -143,4 +145,62 @@ TEST(ZeroPartition, BadInputIsAnError) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("unit bad"), std::string::npos) << e.what();
   }
+}
+
+// Units grouped by identity (unit_groups.hpp) give the per-unit rules' bytes: an embedding, runs
+// of alike blocks (one with a replicated tensor, as tensor parallelism marks LayerNorms), a
+// different block between them and a head, for every stage, group and an offloaded prefix that
+// ends inside a run.
+TEST(ZeroPartition, GroupedBytesEqualPerUnitBytes) {
+  std::vector<UnitSpec> units = {make_unit("embeddings", {5000, 700})};
+  UnitSpec block = make_unit("block", {64, 64, 3000, 100, 4000, 64});
+  block.tensors[1].replicated = true;
+  for (int i = 0; i < 6; ++i) units.push_back(block);
+  units.push_back(make_unit("odd", {333, 12}));
+  for (int i = 0; i < 5; ++i) units.push_back(block);
+  units.push_back(make_unit("head", {77}));
+  const std::vector<UnitRun> runs = identical_runs(units);
+  ASSERT_EQ(runs.size(), 5u);
+  for (int ranks : {1, 3, 4})
+    for (int stage = 0; stage <= 3; ++stage)
+      for (Tier param : {Tier::device, Tier::host, Tier::nvme})
+        for (Tier optim : {Tier::device, Tier::host, Tier::nvme})
+          for (double ratio : {1.0, 0.4}) {
+            if ((param != Tier::device && stage != 3) || (optim != Tier::device && stage == 0))
+              continue;
+            PlacementConfig config;
+            config.param = {param, ratio};
+            config.optimizer = {optim, 0.7};
+            config.nvme_chunk_elems = 1000;
+            config.working = ratio < 1.0 ? DType::bf16 : DType::f32;
+            if (optim == Tier::nvme && stage >= 2) config.nvme_grads = Tier::nvme;
+            const PartitionPlan plan(units, ranks, 0);
+            const std::vector<UnitPlacement> placement = place_units(plan, stage, config);
+            const std::vector<UnitGroup> groups =
+                group_units(runs, units.size(), ranks, stage, config);
+            size_t count = 0;
+            for (const UnitGroup& g : groups) count += g.count;
+            EXPECT_EQ(count, units.size());
+            EXPECT_LT(groups.size(), units.size());
+            const StateBytes a = model_state_bytes(plan, stage, placement, config);
+            const StateBytes b = model_state_bytes(groups, stage, config);
+            EXPECT_EQ(a.bytes, b.bytes) << "stage " << stage << " ranks " << ranks;
+            const OptimizerSwapShape sa = optimizer_swap_shape(plan, placement, 1000, 4);
+            const OptimizerSwapShape sb = optimizer_swap_shape(groups, 1000, 4);
+            EXPECT_EQ(sa.chunks, sb.chunks);
+            EXPECT_EQ(sa.largest_chunk, sb.largest_chunk);
+            EXPECT_EQ(sa.slots, sb.slots);
+            EXPECT_EQ(sa.buffers, sb.buffers);
+            for (DType wire : {DType::f32, DType::bf16}) {
+              const ReductionBuffers ra =
+                  reduction_buffer_bound(plan, stage, placement, 2500, true, wire);
+              const ReductionBuffers rb =
+                  reduction_buffer_bound(groups, ranks, stage, 2500, true, wire);
+              EXPECT_EQ(ra.device_comm, rb.device_comm);
+              EXPECT_EQ(ra.host_io, rb.host_io);
+              EXPECT_EQ(ra.widened_in_elems, rb.widened_in_elems);
+              EXPECT_EQ(ra.widened_out_elems, rb.widened_out_elems);
+            }
+            EXPECT_EQ(max_replicated_shard_elems(plan), max_replicated_shard_elems(groups, ranks));
+          }
 }

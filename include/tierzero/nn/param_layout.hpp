@@ -70,4 +70,9 @@ class ParamLayout {
   size_t count_ = 0;
 };
 
+// ParamLayout(config).parameter_count() without the whole model's layout: the blocks are alike,
+// so a one-block model's count and the block's (a layout of 10^5 blocks takes seconds and
+// hundreds of MB).
+size_t gpt_parameter_count(const GPTConfig& config);
+
 }  // namespace tierzero::nn

@@ -13,6 +13,7 @@
 #include "tierzero/core/memory_tracker.hpp"
 #include "tierzero/zero/partition.hpp"
 #include "tierzero/zero/placement.hpp"
+#include "tierzero/zero/unit_groups.hpp"
 
 namespace tierzero::profile {
 
@@ -76,6 +77,9 @@ std::vector<zero::UnitSpec> rank_units(const std::vector<zero::UnitSpec>& units,
 // Throws Error (naming the option) for impossible combinations: offload_param below stage 3,
 // offload_optimizer at stage 0, a layout with a part < 1, an empty model.
 Estimate estimate(const EstimateInput& input);
+// The same with the input's units already grouped (zero::identical_runs(input.units)), for
+// callers that estimate one model many times.
+Estimate estimate(const EstimateInput& input, const std::vector<zero::UnitRun>& runs);
 
 // The offload options of the overview table, in its order.
 enum class OffloadOption : uint8_t {

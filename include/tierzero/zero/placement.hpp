@@ -64,6 +64,12 @@ struct UnitPlacement {
 std::vector<UnitPlacement> place_units(const PartitionPlan& plan, int stage,
                                        const PlacementConfig& config);
 
+// place_units' checks, and its rule for unit `unit` given the offloaded prefixes (param_off,
+// optim_off: offloaded_unit_count of each target).
+void check_placement(int stage, const PlacementConfig& config);
+UnitPlacement unit_placement(size_t unit, size_t param_off, size_t optim_off,
+                             const PlacementConfig& config);
+
 // How many of a plan's units place_units offloads for a ratio: round(ratio * units).
 size_t offloaded_unit_count(size_t units, double ratio);
 
@@ -97,6 +103,8 @@ Category state_buffer_category(StateBuffer b);
 // Elements of `buffer` that `unit` has on `tier` (0 when it lives elsewhere or does not exist).
 size_t unit_state_elems(const PartitionPlan& plan, int stage,
                         const std::vector<UnitPlacement>& placement, size_t unit,
+                        StateBuffer buffer, Tier tier);
+size_t unit_state_elems(const UnitPartition& part, const UnitPlacement& placement, int stage,
                         StateBuffer buffer, Tier tier);
 
 // Bytes per element of a state buffer: the working type's for the working parameters, else 4.
