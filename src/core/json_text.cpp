@@ -9,9 +9,17 @@ namespace {
 
 // nlohmann's DOM builder, but a parse error (syntax, or a number overflowing a double) is kept
 // with the byte where it happened instead of thrown without one.
+// Nesting beyond `max_depth` stops the parse before the value is built: a deep document would
+// recurse through the stack in nlohmann's destructor.
 class LocatingParser : public nlohmann::detail::json_sax_dom_parser<nlohmann::json> {
  public:
-  explicit LocatingParser(nlohmann::json& out) : json_sax_dom_parser(out, false) {}
+  LocatingParser(nlohmann::json& out, size_t max_depth)
+      : json_sax_dom_parser(out, false), max_depth_(max_depth) {}
+
+  bool start_object(std::size_t n) { return deeper() && json_sax_dom_parser::start_object(n); }
+  bool start_array(std::size_t n) { return deeper() && json_sax_dom_parser::start_array(n); }
+  bool end_object() { return --depth_, json_sax_dom_parser::end_object(); }
+  bool end_array() { return --depth_, json_sax_dom_parser::end_array(); }
 
   template <class Exception>
   bool parse_error(std::size_t byte, const std::string& token, const Exception& e) {
@@ -22,8 +30,18 @@ class LocatingParser : public nlohmann::detail::json_sax_dom_parser<nlohmann::js
   }
 
   bool failed = false;
+  bool too_deep = false;
   size_t error_byte = 0;
   std::string message;
+
+ private:
+  bool deeper() {
+    if (++depth_ <= max_depth_) return true;
+    too_deep = true;
+    return false;
+  }
+  size_t max_depth_;
+  size_t depth_ = 0;
 };
 
 // "[json.exception.parse_error.101] parse error at line 1, column 5: syntax error ..." ->
@@ -44,9 +62,9 @@ std::string problem_of(std::string m) {
 }  // namespace
 
 nlohmann::json parse_json_text(const std::string& text, const std::string& source,
-                               const std::string& hint, bool allow_comments) {
+                               const std::string& hint, bool allow_comments, size_t max_depth) {
   nlohmann::json root;
-  LocatingParser parser(root);
+  LocatingParser parser(root, max_depth);
   bool ok = false;
   try {
     ok = nlohmann::json::sax_parse(text, &parser, nlohmann::json::input_format_t::json,
@@ -55,6 +73,8 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& sourc
     TZ_THROW(source + " is not valid JSON: " + problem_of(e.what()), hint);
   }
   if (ok && !parser.failed) return root;
+  TZ_CHECK(!parser.too_deep, source + " nests deeper than " + std::to_string(max_depth) + " levels",
+           hint);
   const size_t at = std::min(parser.error_byte, text.size());
   size_t line = 1, line_start = 0;
   for (size_t i = 0; i < at; ++i)

@@ -1,13 +1,12 @@
 // Checked reads of a checkpoint's JSON fields (checkpoint_fields.hpp).
 #include "checkpoint_fields.hpp"
 
-#include <cerrno>
 #include <cmath>
-#include <cstdio>
-#include <cstring>
 #include <limits>
 
 #include "tierzero/core/error.hpp"
+#include "tierzero/core/input_file.hpp"
+#include "tierzero/core/json_text.hpp"
 
 namespace tierzero::train::checkpoint_fields {
 
@@ -15,64 +14,14 @@ namespace {
 
 const char* kDamaged = "the file is damaged or was edited; resume from another checkpoint";
 
-std::string read_bounded(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  TZ_CHECK(f != nullptr,
-           "checkpoint file '" + path + "' is missing or unreadable: " + std::strerror(errno),
-           "resume from a complete checkpoint directory (DIR/step-N, or DIR with a 'latest' file)");
-  std::string text;
-  char buf[65536];
-  size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0 && text.size() <= kMaxJsonBytes)
-    text.append(buf, n);
-  const bool failed = std::ferror(f) != 0;
-  std::fclose(f);
-  TZ_CHECK(!failed, "reading checkpoint file '" + path + "' failed", "");
-  TZ_CHECK(text.size() <= kMaxJsonBytes,
-           "checkpoint file '" + path + "' is larger than " + std::to_string(kMaxJsonBytes >> 20) +
-               " MiB, far more than any manifest",
-           kDamaged);
-  return text;
-}
-
-// nlohmann's message without its "[json.exception...] parse error at ..." preamble.
-std::string parse_reason(const nlohmann::json::parse_error& e) {
-  const std::string what = e.what();
-  if (what.find("number overflow") != std::string::npos)
-    return "a number too large to represent at byte " + std::to_string(e.byte);
-  const size_t dash = what.rfind(" - ");
-  return (dash == std::string::npos ? what : what.substr(dash + 3)) + " at byte " +
-         std::to_string(e.byte);
-}
-
 }  // namespace
 
 nlohmann::json read_json(const std::string& path) {
-  const std::string text = read_bounded(path);
-  // Nesting is bounded before the value is built: a deep one would recurse in its destructor.
-  const nlohmann::json::parser_callback_t depth_limit =
-      [&path](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
-        TZ_CHECK(depth <= kMaxJsonDepth,
-                 "checkpoint file '" + path + "' nests deeper than " +
-                     std::to_string(kMaxJsonDepth) + " levels",
-                 kDamaged);
-        return true;
-      };
-  try {
-    return nlohmann::json::parse(text, depth_limit);
-  } catch (const nlohmann::json::parse_error& e) {
-    TZ_THROW("checkpoint file '" + path + "' is not valid JSON (" + parse_reason(e) + ")",
-             kDamaged);
-  } catch (const nlohmann::json::exception& e) {  // 1e400: out_of_range, not a parse error
-    const std::string what = e.what();
-    const size_t at = what.find("number overflow parsing ");
-    TZ_THROW("checkpoint file '" + path + "' is not valid JSON (" +
-                 (at != std::string::npos
-                      ? "a number too large to represent: " + what.substr(at + 24, 40)
-                      : what) +
-                 ")",
-             kDamaged);
-  }
+  const std::string text = read_input_file(
+      path, "checkpoint file",
+      "resume from a complete checkpoint directory (DIR/step-N, or DIR with a 'latest' file)",
+      kMaxJsonBytes);
+  return parse_json_text(text, "checkpoint file '" + path + "'", kDamaged, false, kMaxJsonDepth);
 }
 
 std::string show(const nlohmann::json& value) {

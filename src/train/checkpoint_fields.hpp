@@ -12,7 +12,7 @@
 namespace tierzero::train::checkpoint_fields {
 
 constexpr size_t kMaxJsonBytes = size_t{64} << 20;  // far above any real manifest (a few MB)
-constexpr int kMaxJsonDepth = 32;                   // ours nest 4 deep
+constexpr size_t kMaxJsonDepth = 32;                // ours nest 4 deep
 
 // The parsed contents of one JSON file; Error naming the file when it is missing, too large,
 // nested too deep or not JSON (a number too large to represent is said so).

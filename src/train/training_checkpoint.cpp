@@ -37,17 +37,6 @@ std::string rank_name(int rank, const char* ext) {
   return name;
 }
 
-void fsync_path(const std::string& path, bool directory) {
-  const int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
-  TZ_CHECK(fd >= 0, "cannot open '" + path + "' to sync it: " + std::strerror(errno),
-           "check the checkpoint directory's permissions");
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  TZ_CHECK(rc == 0, "fsync of '" + path + "' failed: " + std::strerror(err),
-           "check the free space and health of the checkpoint's file system");
-}
-
 // Whether `path` is a complete checkpoint of ours (which a save of its step may replace).
 bool is_our_checkpoint(const std::string& path) {
   try {
@@ -172,7 +161,7 @@ std::string CheckpointWriter::commit(const nlohmann::ordered_json& identity,
                            .count();
     write_file_atomic(tmp_dir_ + "/manifest.json", m.dump(1));
     move_into_place(tmp_dir_, final_dir_);
-    fsync_path(dir_, true);
+    fsync_directory(dir_);
     const std::string name = fs::path(final_dir_).filename().string();
     write_file_atomic(dir_ + "/latest", name + "\n");
     rotate_checkpoints(dir_, name, keep_last);

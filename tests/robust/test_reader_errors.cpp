@@ -235,6 +235,19 @@ TEST(JsonInputs, NumberOverflowNamesFileLineAndColumn) {
              {profile.c_str(), "line 2", "1e400"});
 }
 
+// A document nested a million deep would overflow the stack when nlohmann destroys it: the parse
+// stops at the depth limit instead, for every JSON input alike (config, profile, checkpoint).
+TEST(JsonInputs, DeepNestingIsAnErrorNotAStackOverflow) {
+  const std::string path = path_of("deep.json");
+  write_bytes(path, "{\"tierzero\": " + std::string(1000000, '[') + "]}");
+  expect_has(error_of([&] { train::TrainConfig::load(path); }),
+             {path.c_str(), "nests deeper than 64 levels"});
+  const std::string profile = path_of("deep_profile.json");
+  write_bytes(profile, std::string(100, '[') + std::string(100, ']'));
+  expect_has(error_of([&] { profile::read_profile(profile); }),
+             {profile.c_str(), "nests deeper than"});
+}
+
 TEST(JsonInputs, ProfileFieldsAreTypedAndRanged) {
   const std::string path = path_of("bad_fields.json");
   const std::string seed = write_seed_profile(path);
