@@ -15,6 +15,7 @@
 #include "tierzero/core/dtype.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/nn/param_layout.hpp"
+#include "tierzero/train/output_paths.hpp"
 #include "tierzero/train/safetensors_gpt2.hpp"
 #include "tierzero/train/store_provider.hpp"
 #include "tierzero/train/training_checkpoint.hpp"
@@ -28,43 +29,12 @@ struct ExportFlags {
   std::string output;
 };
 
-namespace fs = std::filesystem;
-
-bool is_checkpoint_dir(const fs::path& p) {
-  const std::string name = p.filename().string();
-  if (train::checkpoint_step_of(name) >= 0) return true;  // ours, or being written (.tmp)
-  if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0 &&
-      train::checkpoint_step_of(name.substr(0, name.size() - 4)) >= 0)
-    return true;
-  std::ifstream m(p / "manifest.json");
-  char head[256] = {};
-  m.read(head, sizeof head - 1);
-  return std::string(head).find("tierzero-checkpoint") != std::string::npos;
-}
-
-// Export writes a temporary file beside the output and renames it: an output among the files it
-// reads, or anywhere in a checkpoint's directory, would replace what it reads.
-void check_output(const std::string& output, const std::string& given, const std::string& dir) {
-  std::error_code ec;
-  const fs::path out = fs::weakly_canonical(fs::absolute(output), ec);
-  TZ_CHECK(!ec && !fs::is_directory(out), "export output '" + output + "' is a directory",
-           "give -o a file name, e.g. model.safetensors");
-  const fs::path step = fs::weakly_canonical(dir, ec), top = fs::weakly_canonical(given, ec);
-  TZ_CHECK(out != top && out != top / "latest",
-           "export output '" + output + "' is the checkpoint it reads ('" + given + "')",
-           "write the safetensors file outside the checkpoint");
-  for (fs::path p = out.parent_path(); !p.empty(); p = p.parent_path()) {
-    TZ_CHECK(p != step && !is_checkpoint_dir(p),
-             "export output '" + output + "' lies inside the checkpoint directory '" + p.string() +
-                 "' (writing there would damage the checkpoint)",
-             "write the safetensors file outside the checkpoint, e.g. -o model.safetensors");
-    if (p == p.root_path()) break;
-  }
-}
 
 int run_export(const ExportFlags& f) {
   const std::string dir = train::resolve_checkpoint_dir(f.checkpoint);
-  check_output(f.output, f.checkpoint, dir);
+  // Export writes a temporary file beside the output and renames it: an output among the files
+  // it reads, or anywhere in a checkpoint's directory, would replace what it reads.
+  train::check_output_file("export output", f.output, {f.checkpoint, dir});
   // Every rank the manifest lists, every field and every range, before anything is read.
   const train::CheckpointContents contents = train::open_checkpoint(dir);
   const nlohmann::json& id = contents.manifest.identity;

@@ -16,6 +16,7 @@
 #include "tierzero/device/device.hpp"
 #include "tierzero/kernels/cpu_ops.hpp"
 #include "tierzero/profile/planner.hpp"
+#include "tierzero/train/output_paths.hpp"
 
 namespace tierzero::cli {
 
@@ -160,7 +161,7 @@ int run_plan(const PlanFlags& flags) {
                std::to_string(world.tp) + ", which does not divide --seq " + std::to_string(seq),
            "choose a sequence length that is a multiple of the tensor-parallel size");
   // Before the measurements: an output that cannot be written is found now, not after them.
-  if (!f.output.empty()) check_output_file("-o", f.output, {f.calibration});
+  if (!f.output.empty()) train::check_output_file("-o", f.output, {f.calibration});
   profile::PlanRequest req;
   const train::TrainConfig defaults = train::TrainConfig::defaults();
   req.base.units =

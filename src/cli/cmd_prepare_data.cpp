@@ -14,6 +14,7 @@
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/output_files.hpp"
 #include "tierzero/train/byte_tokenizer.hpp"
+#include "tierzero/train/output_paths.hpp"
 #include "tierzero/train/token_shards.hpp"
 
 namespace tierzero::cli {
@@ -102,7 +103,7 @@ int run_prepare(const PrepareFlags& f) {
   std::ifstream in(f.input, std::ios::binary);
   if (!in)
     TZ_THROW("cannot read input text '" + f.input + "': " + errno_string(), "check the path");
-  check_output_dir("-o", f.output);
+  train::check_output_dir("-o", f.output);
   const fs::path dir(f.output);
   const std::set<std::string> before = read_manifest(dir);
   check_no_foreign_shards(dir, before);
@@ -117,7 +118,7 @@ int run_prepare(const PrepareFlags& f) {
       plan_shards(tokens.size(), n_val, static_cast<size_t>(f.shard_tokens));
   std::set<std::string> now;
   for (const ShardPlan& p : plan) {
-    TZ_CHECK(!same_file((dir / p.name).string(), f.input),
+    TZ_CHECK(!train::same_file((dir / p.name).string(), f.input),
              "input text '" + f.input + "' is the shard '" + p.name + "' this would write",
              "write the shards into another -o directory");
     now.insert(p.name);

@@ -15,6 +15,7 @@
 #include "tierzero/profile/rank_profiles.hpp"
 #include "tierzero/profile/recommendations.hpp"
 #include "tierzero/profile/trace_export.hpp"
+#include "tierzero/train/output_paths.hpp"
 
 namespace tierzero::cli {
 
@@ -37,8 +38,8 @@ void check_outputs(const ReportFlags& f, const std::vector<std::string>& inputs)
   std::vector<std::pair<std::string, std::string>> outputs = {{"-o", f.output}};
   if (!f.trace.empty()) outputs.emplace_back("--trace", f.trace);
   if (!f.ranks_json.empty()) outputs.emplace_back("--ranks-json", f.ranks_json);
-  check_distinct_outputs(outputs);
-  for (const auto& [flag, path] : outputs) check_output_file(flag, path, inputs);
+  train::check_distinct_outputs(outputs);
+  for (const auto& [flag, path] : outputs) train::check_output_file(flag, path, inputs);
 }
 
 int run_report(const ReportFlags& f) {

@@ -12,6 +12,7 @@
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/output_files.hpp"
 #include "tierzero/profile/rank_profiles.hpp"
+#include "tierzero/train/output_paths.hpp"
 
 namespace tierzero::train {
 

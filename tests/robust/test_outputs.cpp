@@ -17,10 +17,12 @@
 #include "cli_runner.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/output_files.hpp"
+#include "tierzero/train/output_paths.hpp"
 #include "tierzero/train/run_outputs.hpp"
 
 namespace fs = std::filesystem;
 using namespace tierzero;
+using namespace tierzero::train;
 
 namespace {
 
