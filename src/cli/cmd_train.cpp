@@ -2,14 +2,12 @@
 // command-line flags on top.
 #include <cmath>
 #include <cstdio>
-#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "commands.hpp"
-#include "tierzero/train/rank_agreement.hpp"
 #include "tierzero/train/train_config.hpp"
 #include "tierzero/train/trainer.hpp"
 
@@ -207,17 +205,6 @@ int evaluate(const TrainFlags& f) {
   return std::isfinite(r.val_loss) ? 0 : 1;
 }
 
-// Runs a command; when the ranks' settings differ, rank 0 reports it (main prints the error) and
-// the other ranks exit 1 without a line of their own, so the job prints the difference once.
-int once_per_job(const std::function<int()>& command) {
-  try {
-    return command();
-  } catch (const train::RanksDisagree& e) {
-    if (e.reported_here()) throw;
-    return 1;
-  }
-}
-
 }  // namespace
 
 Command add_train_command(CLI::App& app) {
@@ -244,13 +231,11 @@ Command add_train_command(CLI::App& app) {
   sub->add_flag("--profile-timeline", flags->profile_timeline,
                 "keep every memory event and activity in the profile (for `report --trace`)");
   return {sub, [flags] {
-            return once_per_job([&] {
-              train::Trainer trainer(resolve(*flags));
-              if (!flags->profile.empty())
-                trainer.set_profile(flags->profile, flags->profile_timeline);
-              trainer.run(stderr, flags->metrics, flags->memory_json);
-              return 0;
-            });
+            train::Trainer trainer(resolve(*flags));
+            if (!flags->profile.empty())
+              trainer.set_profile(flags->profile, flags->profile_timeline);
+            trainer.run(stderr, flags->metrics, flags->memory_json);
+            return 0;
           }};
 }
 
@@ -260,7 +245,7 @@ Command add_eval_command(CLI::App& app) {
   add_common(sub, *flags);
   sub->add_option("--batches", flags->batches, "batches to evaluate")
       ->check(CLI::Range(1, 1 << 30));
-  return {sub, [flags] { return once_per_job([&] { return evaluate(*flags); }); }};
+  return {sub, [flags] { return evaluate(*flags); }};
 }
 
 }  // namespace tierzero::cli

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "commands.hpp"
-#include "tierzero/core/agreed_failure.hpp"
 #include "tierzero/core/error_report.hpp"
 #include "tierzero/core/log.hpp"
 
@@ -77,14 +76,6 @@ void apply_log_level(int argc, char** argv) {
   }
 }
 
-// This process's rank: the one MPI gave it, else the launcher's (before MPI started), else 0.
-int process_rank() {
-  if (tierzero::error_rank() >= 0) return tierzero::error_rank();
-  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
-    if (const char* r = std::getenv(v)) return std::atoi(r);
-  return 0;
-}
-
 // Prints the error, once for an error every rank raised alike (from rank 0, without a rank).
 void print_error(const std::exception& e) {
   const auto* same = dynamic_cast<const tierzero::SameOnEveryRankError*>(&e);
@@ -92,9 +83,10 @@ void print_error(const std::exception& e) {
     std::fprintf(stderr, "tierzero: error: %s\n", tierzero::user_message(e).c_str());
     return;
   }
-  if (process_rank() > 0) return;
+  if (!same->reports()) return;
   std::string line = same->what_failed();
-  if (tierzero::log::level() == tierzero::log::Level::debug) line += " [at " + same->where() + "]";
+  if (tierzero::log::level() == tierzero::log::Level::debug && !same->where().empty())
+    line += " [at " + same->where() + "]";
   if (!same->hint().empty()) line += " (hint: " + same->hint() + ")";
   std::fprintf(stderr, "tierzero: error: %s\n", line.c_str());
 }
@@ -121,8 +113,6 @@ int main(int argc, char** argv) {
     for (auto& c : commands)
       if (c.app->parsed()) return c.run();
     return 0;
-  } catch (const tierzero::AgreedFailure& e) {
-    if (e.reports()) std::fprintf(stderr, "tierzero: error: %s\n", e.what());
   } catch (const std::exception& e) {
     print_error(e);
   }

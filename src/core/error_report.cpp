@@ -1,6 +1,8 @@
 // The user's reading of an Error: its parts recomposed without the source location.
 #include "tierzero/core/error_report.hpp"
 
+#include <cstdlib>
+
 #include "tierzero/core/log.hpp"
 
 namespace tierzero {
@@ -20,6 +22,13 @@ std::string user_message(const std::exception& e) {
   if (const auto* err = dynamic_cast<const Error*>(&e))
     return error_message(*err, log::level() == log::Level::debug);
   return e.what();
+}
+
+int process_rank() {
+  if (error_rank() >= 0) return error_rank();
+  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
+    if (const char* r = std::getenv(v)) return std::atoi(r);
+  return 0;
 }
 
 }  // namespace tierzero

@@ -4,6 +4,8 @@
 // rank launched with other settings can neither truncate nor stall another's receive.
 #include "tierzero/train/rank_agreement.hpp"
 
+#include "tierzero/core/error_report.hpp"
+
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -81,10 +83,11 @@ void require_ranks_agree(const RunSettings& mine, comm::Communicator& world) {
   if (differing.size() > 1)
     what +=
         "; ranks " + rank_list(differing) + " of " + std::to_string(ranks) + " differ from rank 0";
-  throw RanksDisagree(what, error_location(__FILE__, __LINE__),
-                      "launch every rank with the same config file and flags; in an MPMD launch "
-                      "(mpiexec -n 1 A : -n 1 B) A and B must agree",
-                      world.rank() == 0);
+  throw SameOnEveryRankError(
+      Error(what, error_location(__FILE__, __LINE__),
+            "launch every rank with the same config file and flags; in an MPMD launch "
+            "(mpiexec -n 1 A : -n 1 B) A and B must agree"),
+      world.rank() == 0);
 }
 
 }  // namespace tierzero::train

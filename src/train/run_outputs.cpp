@@ -8,8 +8,8 @@
 #include <filesystem>
 
 #include "tierzero/comm/communicator.hpp"
-#include "tierzero/core/agreed_failure.hpp"
 #include "tierzero/core/error.hpp"
+#include "tierzero/core/error_report.hpp"
 #include "tierzero/core/output_files.hpp"
 #include "tierzero/profile/rank_profiles.hpp"
 #include "tierzero/train/output_paths.hpp"
@@ -42,7 +42,7 @@ std::string first_output_problem(const RunOutputs& o, const std::vector<std::str
     check_distinct_outputs(files);
     for (const auto& [flag, path] : files) check_output_file(flag, path, inputs);
   } catch (const Error& e) {
-    return e.what();
+    return error_message(e, false);
   }
   return "";
 }
@@ -85,8 +85,8 @@ void check_run_outputs(const RunOutputs& outputs, const std::vector<std::string>
   for (size_t r = 0; r < failed.size(); ++r) {
     if (failed[r] == 0.0f) continue;
     const bool mine = r == static_cast<size_t>(rank);
-    throw AgreedFailure(mine ? problem : "rank " + std::to_string(r) + " reports an output error",
-                        mine);
+    throw SameOnEveryRankError(
+        Error(mine ? problem : "rank " + std::to_string(r) + " reports an output error", ""), mine);
   }
 }
 

@@ -18,7 +18,6 @@
 #include "run_report.hpp"
 #include "step_observers.hpp"
 #include "step_schedule.hpp"
-#include "tierzero/core/agreed_failure.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/error_report.hpp"
 #include "tierzero/core/log.hpp"
@@ -118,7 +117,7 @@ void Trainer::set_profile(const std::string& path, bool timeline) {
 
 TrainResult Trainer::run(std::FILE* out, const std::string& metrics_path,
                          const std::string& memory_json_path) {
-  // Every output is checked before the first step, on every rank, agreed (AgreedFailure).
+  // Every output is checked before the first step, on every rank, agreed (SameOnEveryRankError).
   check_run_outputs({config_.save_checkpoint, metrics_path, memory_json_path, profile_path_,
                      config_.checkpoint.save_dir},
                     run_inputs(config_), state_->run.rank, state_->run.world());
@@ -135,7 +134,8 @@ TrainResult Trainer::run(std::FILE* out, const std::string& metrics_path,
     }
   }
   // --save failed at the end and the model went elsewhere (or nowhere): after every other output.
-  if (!save_failure_.empty()) throw AgreedFailure(save_failure_, state_->run.rank == 0);
+  if (!save_failure_.empty())
+    throw SameOnEveryRankError(Error(save_failure_, ""), state_->run.rank == 0);
   return result;
 }
 

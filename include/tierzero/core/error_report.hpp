@@ -10,11 +10,23 @@
 
 namespace tierzero {
 
-// Raised on every rank alike: a check of the configuration against the parallel layout, made on
-// the same values everywhere before any collective.
+// This process's rank: the one MPI gave it, else the launcher's (before MPI started), else 0.
+int process_rank();
+
+// Raised on every rank of a job together: the same check on the same values (the configuration
+// against the parallel layout), or a failure the ranks agreed on collectively (their settings
+// differ, an output cannot be written). No rank is left inside a collective, so each unwinds and
+// exits normally instead of aborting the job, and only the rank that reports() prints it, so the
+// job shows it once.
 class SameOnEveryRankError : public Error {
  public:
-  explicit SameOnEveryRankError(const Error& e) : Error(e) {}
+  // Reported by the launcher's rank 0 (process_rank()).
+  explicit SameOnEveryRankError(const Error& e) : SameOnEveryRankError(e, process_rank() == 0) {}
+  SameOnEveryRankError(const Error& e, bool reports) : Error(e), reports_(reports) {}
+  bool reports() const { return reports_; }
+
+ private:
+  bool reports_;
 };
 
 // What failed, the rank and tier when known, and the hint; the source location (file:line) only

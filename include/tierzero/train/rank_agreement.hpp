@@ -13,22 +13,11 @@
 
 namespace tierzero::train {
 
-// Thrown on every rank when the ranks' settings differ, with the same message. One rank (rank 0)
-// reports it; the others may stay silent so that a job prints the difference once.
-class RanksDisagree : public Error {
- public:
-  RanksDisagree(std::string what, std::string where, std::string hint, bool reported_here)
-      : Error(std::move(what), std::move(where), std::move(hint)), reported_here_(reported_here) {}
-  bool reported_here() const { return reported_here_; }
-
- private:
-  bool reported_here_;
-};
-
 // Collective over `world` (every rank calls it, before any other collective whose shape depends
-// on the settings): returns when every rank's settings equal rank 0's, else throws RanksDisagree
-// on every rank, naming the first setting where the lowest differing rank differs from rank 0
-// and both values, e.g. "tierzero.steps (--steps) is 3 on rank 0 but 4 on rank 1".
+// on the settings): returns when every rank's settings equal rank 0's, else throws
+// SameOnEveryRankError (error_report.hpp) on every rank, naming the first setting where the lowest
+// differing rank differs from rank 0 and both values, e.g. "tierzero.steps (--steps) is 3 on rank 0
+// but 4 on rank 1".
 void require_ranks_agree(const RunSettings& mine, comm::Communicator& world);
 
 }  // namespace tierzero::train

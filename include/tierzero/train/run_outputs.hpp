@@ -31,8 +31,8 @@ std::vector<std::string> run_inputs(const TrainConfig& config);
 
 // Every rank checks the outputs it will write (core's check_output_file / check_output_dir, and
 // that no two are the same file), then the ranks agree over `group` (null: one rank). On any
-// failure every rank throws AgreedFailure; the lowest failing rank's names the flag and the path
-// and is the one reported.
+// failure every rank throws SameOnEveryRankError; the lowest failing rank's names the flag and the
+// path and is the one reported.
 void check_run_outputs(const RunOutputs& outputs, const std::vector<std::string>& inputs, int rank,
                        comm::Communicator* group);
 
