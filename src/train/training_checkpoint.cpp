@@ -235,7 +235,31 @@ CheckpointReader::~CheckpointReader() {
   if (file_) std::fclose(file_);
 }
 
+namespace {
+
+bool is_optimizer_block(const std::string& name) {
+  const auto ends_with = [&](const std::string& tail) {
+    return name.size() >= tail.size() &&
+           name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  return ends_with(".adam_m") || ends_with(".adam_v");
+}
+
+}  // namespace
+
+// Passes the moment blocks ahead when the run wants another block there (`wanted`), or, at the
+// end (null), when it passed moments before.
+void CheckpointReader::pass_optimizer_blocks(const std::string* wanted) {
+  const bool pass = wanted ? !is_optimizer_block(*wanted) : passed_optimizer_state_;
+  while (pass && next_ < blocks_.size() && is_optimizer_block(blocks_[next_].name) &&
+         (wanted == nullptr || blocks_[next_].name != *wanted)) {
+    ++next_;
+    passed_optimizer_state_ = true;
+  }
+}
+
 void CheckpointReader::read_block(const std::string& name, void* data, size_t bytes) {
+  pass_optimizer_blocks(&name);
   TZ_CHECK(next_ < blocks_.size(),
            "checkpoint shard '" + bin_path_ + "' has no block '" + name + "' (it holds " +
                std::to_string(blocks_.size()) + ")",
@@ -261,7 +285,8 @@ void CheckpointReader::read_block(const std::string& name, void* data, size_t by
            "resume from an older checkpoint");
 }
 
-void CheckpointReader::finish() const {
+void CheckpointReader::finish() {
+  pass_optimizer_blocks(nullptr);
   TZ_CHECK(next_ == blocks_.size(),
            "checkpoint shard '" + bin_path_ + "' holds " + std::to_string(blocks_.size()) +
                " blocks, this run read " + std::to_string(next_),

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -204,5 +205,27 @@ TEST(CliUx, ResumeKeepsTheCheckpointsLearningRateSchedule) {
   for (size_t i = 0; i < 2; ++i) {
     EXPECT_DOUBLE_EQ(k[i], w[i + 2]) << "step " << i + 3;
     EXPECT_LT(n[i], w[i + 2]) << "step " << i + 3 << ": a 4-step cosine decays sooner";
+  }
+}
+
+// `--steps 0` over a checkpoint takes no step: the reference path then holds no AdamW moments and
+// passes the checkpoint's over; the model it saves is the checkpoint's, bit for bit, on both paths.
+TEST(CliUx, ResumeWithNoStepsSavesTheCheckpointsModel) {
+  const std::string cfg = write_file("nosteps.json", kTinyConfig);
+  for (const std::string stage : {"0", "3"}) {
+    const std::string ckpt = dir() + "/nosteps" + stage, trained = ckpt + ".trained.bin",
+                      again = ckpt + ".again.bin";
+    RunResult r =
+        tierzero_cli("train --config " + cfg + " --stage " + stage + " --steps 2 --save-dir " +
+                     ckpt + " --save-every 2 --save " + trained);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = tierzero_cli("train --config " + cfg + " --stage " + stage + " --steps 0 --resume " + ckpt +
+                     "/step-00000002 --save " + again);
+    ASSERT_EQ(r.exit_code, 0) << "stage " << stage << ": " << r.output;
+    std::ifstream a(trained, std::ios::binary), b(again, std::ios::binary);
+    const std::string x((std::istreambuf_iterator<char>(a)), std::istreambuf_iterator<char>());
+    const std::string y((std::istreambuf_iterator<char>(b)), std::istreambuf_iterator<char>());
+    EXPECT_FALSE(x.empty());
+    EXPECT_TRUE(x == y) << "stage " << stage << ": the saved model differs from the checkpoint's";
   }
 }

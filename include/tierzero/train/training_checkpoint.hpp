@@ -96,16 +96,21 @@ class CheckpointReader {
   const std::string& directory() const { return dir_; }
   bool same_layout() const { return same_layout_; }
   const ResumePoint& point() const { return point_; }
-  // Reads the next block, which must be `name` of `bytes` bytes, and checks its CRC32C.
+  // Reads the next block, which must be `name` of `bytes` bytes, and checks its CRC32C. A run
+  // that holds no AdamW moments (the reference path taking no steps) asks for none: the file's
+  // moment blocks are then passed over, not read.
   void read_block(const std::string& name, void* data, size_t bytes);
   // Every block was read (Error naming the first one left otherwise).
-  void finish() const;
+  void finish();
 
  private:
+  void pass_optimizer_blocks(const std::string* wanted);
+
   std::string dir_, bin_path_;
   bool same_layout_ = true;
   std::vector<CheckpointBlock> blocks_;
   size_t next_ = 0;
+  bool passed_optimizer_state_ = false;  // this run holds no moments
   ResumePoint point_;
   std::FILE* file_ = nullptr;
 };
