@@ -6,17 +6,17 @@
 #include <cstdio>
 #include <vector>
 
-#include "bench_adam.hpp"
-#include "bench_comm.hpp"
-#include "bench_crc.hpp"
-#include "bench_io.hpp"
-#include "bench_json.hpp"
-#include "bench_oversize.hpp"
-#include "bench_pp.hpp"
-#include "bench_tp.hpp"
-#include "bench_train_modes.hpp"
-#include "bench_ulysses.hpp"
 #include "commands.hpp"
+#include "tierzero/bench/adam.hpp"
+#include "tierzero/bench/comm.hpp"
+#include "tierzero/bench/crc.hpp"
+#include "tierzero/bench/io.hpp"
+#include "tierzero/bench/oversize.hpp"
+#include "tierzero/bench/pp.hpp"
+#include "tierzero/bench/results.hpp"
+#include "tierzero/bench/tp.hpp"
+#include "tierzero/bench/train_modes.hpp"
+#include "tierzero/bench/ulysses.hpp"
 #include "tierzero/core/random.hpp"
 #include "tierzero/core/timer.hpp"
 #include "tierzero/device/device_allocator.hpp"
@@ -138,14 +138,14 @@ int bench_train(const BenchFlags& f) {
   std::fprintf(stderr, "  %-32s %9.1f GF/s\n", "train step rate", rate);
   std::fprintf(stderr, "  %-32s %9.1f tok/s\n", "throughput", tokens / step_s);
   std::fprintf(stderr, "  %-32s %9.3f\n", "ratio (goal >= 0.60)", rate / sgemm);
-  nlohmann::ordered_json j = bench_result("train.step", round_to(rate, 3), "GFLOP/s", "sgemm",
-                                          round_to(sgemm, 3), rate / sgemm);
-  j["step_ms"] = round_to(step_s * 1e3, 2);
+  nlohmann::ordered_json j = bench::bench_result("train.step", bench::round_to(rate, 3), "GFLOP/s",
+                                                 "sgemm", bench::round_to(sgemm, 3), rate / sgemm);
+  j["step_ms"] = bench::round_to(step_s * 1e3, 2);
   j["model"] = f.model;
   j["batch"] = B;
   j["seq"] = T;
   j["device"] = dev->name();
-  print_result(j);
+  bench::print_result(j);
   return 0;
 }
 
@@ -167,7 +167,7 @@ Command add_bench_command(CLI::App& app) {
   t->add_option("--model", train->model, "gpt2, gpt2-medium, gpt2-large, gpt2-xl")
       ->capture_default_str();
 
-  auto io = std::make_shared<BenchIoOptions>();
+  auto io = std::make_shared<bench::BenchIoOptions>();
   CLI::App* o =
       bench->add_subcommand("io", "NVMe swap write/read/stream vs. fio on the same drive");
   o->add_option("--dir", io->dir, "directory on the drive to measure (default: under /var/tmp)");
@@ -184,21 +184,21 @@ Command add_bench_command(CLI::App& app) {
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
 
-  auto comm = std::make_shared<BenchCommOptions>();
+  auto comm = std::make_shared<bench::BenchCommOptions>();
   CLI::App* c =
       bench->add_subcommand("comm", "collectives (MPI backend) vs. raw MPI, 1 KiB-256 MiB");
-  add_bench_comm_options(*c, *comm);
+  bench::add_bench_comm_options(*c, *comm);
 
-  auto adam = std::make_shared<BenchAdamOptions>();
+  auto adam = std::make_shared<bench::BenchAdamOptions>();
   CLI::App* a = bench->add_subcommand("adam", "CPU AdamW + bf16 copy vs. a STREAM triad");
-  add_bench_adam_options(*a, *adam);
+  bench::add_bench_adam_options(*a, *adam);
 
-  std::function<int()> train_modes = add_bench_train_modes_commands(*bench);
-  std::function<int()> tp = add_bench_tp_command(*bench);
-  std::function<int()> pp = add_bench_pp_command(*bench);
-  std::function<int()> ulysses = add_bench_ulysses_command(*bench);
-  std::function<int()> crc = add_bench_crc_command(*bench);
-  std::function<int()> oversize = add_bench_oversize_command(*bench);
+  std::function<int()> train_modes = bench::add_bench_train_modes_commands(*bench);
+  std::function<int()> tp = bench::add_bench_tp_command(*bench);
+  std::function<int()> pp = bench::add_bench_pp_command(*bench);
+  std::function<int()> ulysses = bench::add_bench_ulysses_command(*bench);
+  std::function<int()> crc = bench::add_bench_crc_command(*bench);
+  std::function<int()> oversize = bench::add_bench_oversize_command(*bench);
 
   return {bench, [train, io, comm, adam, t, o, c, a, train_modes, tp, pp, ulysses, crc, oversize] {
             if (const int rc = train_modes(); rc >= 0) return rc;
@@ -208,9 +208,9 @@ Command add_bench_command(CLI::App& app) {
             if (const int rc = ulysses(); rc >= 0) return rc;
             if (const int rc = oversize(); rc >= 0) return rc;
             if (t->parsed()) return bench_train(*train);
-            if (o->parsed()) return run_bench_io(*io);
-            if (c->parsed()) return bench_comm(*comm);
-            if (a->parsed()) return bench_adam(*adam);
+            if (o->parsed()) return bench::run_bench_io(*io);
+            if (c->parsed()) return bench::bench_comm(*comm);
+            if (a->parsed()) return bench::bench_adam(*adam);
             return 2;
           }};
 }

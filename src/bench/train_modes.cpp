@@ -10,7 +10,7 @@
 // removed at the end. Each run also writes --memory-json, so the table shows on which tier the
 // model state really was, and a run that did not offload where it should is an error. The child
 // processes are run by the helpers in bench_child_runs.hpp, which bench_tp.cpp shares.
-#include "bench_train_modes.hpp"
+#include "tierzero/bench/train_modes.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -21,12 +21,12 @@
 #include <string>
 #include <vector>
 
-#include "bench_child_runs.hpp"
+#include "child_runs.hpp"
 #include "machine_cpu_times.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/memory_tracker.hpp"
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 namespace {
 
@@ -465,4 +465,4 @@ std::function<int()> add_bench_train_modes_commands(CLI::App& bench) {
   };
 }
 
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

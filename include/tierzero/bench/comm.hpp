@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <string>
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 struct BenchCommOptions {
   int ranks = 2;                       // ranks to launch when not already inside an MPI job
@@ -25,4 +25,4 @@ void add_bench_comm_options(CLI::App& command, BenchCommOptions& options);
 // or 1 when a result failed its check.
 int bench_comm(const BenchCommOptions& options);
 
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

@@ -9,7 +9,7 @@
 // 1 here), and the dp run none; anything else is an error. Step times are the median over the
 // steps after the warm-up of all a mode's runs; the activation peak is rank 0's, from the memory
 // report.
-#include "bench_tp.hpp"
+#include "tierzero/bench/tp.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "bench_child_runs.hpp"
+#include "child_runs.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/memory_tracker.hpp"
 #include "tierzero/nn/activation_dims.hpp"
@@ -27,7 +27,7 @@
 #include "tierzero/nn/tensor_parallel_group.hpp"
 #include "tierzero/train/config_bridges.hpp"
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 namespace {
 
@@ -368,4 +368,4 @@ std::function<int()> add_bench_tp_command(CLI::App& bench) {
   return [o, c] { return c->parsed() ? bench_tp(*o) : -1; };
 }
 
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

@@ -6,7 +6,7 @@
 // back to back, so that a shared machine's background load cancels out.
 // For bf16/fp16 the reductions' baseline is raw MPI in fp32 on the same element count, because
 // MPI cannot sum 16-bit floats: the ratio is then the cost of widening to fp32.
-#include "bench_comm.hpp"
+#include "tierzero/bench/comm.hpp"
 
 #include <mpi.h>
 
@@ -16,14 +16,14 @@
 #include <sstream>
 #include <vector>
 
-#include "bench_json.hpp"
+#include "tierzero/bench/results.hpp"
 #include "tierzero/comm/mpi_communicator.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/memory_tracker.hpp"
 #include "tierzero/core/timer.hpp"
 #include "tierzero/device/device_allocator.hpp"
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 namespace {
 
@@ -408,4 +408,4 @@ int bench_comm(const BenchCommOptions& o) {
   return run_in_job(o);
 }
 
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

@@ -2,7 +2,7 @@
 // pipeline-parallel `tierzero train` run on pp ranks, repeated and alternated; the measured bubble
 // is the median over the timed steps of all runs of the stages' mean idle fraction (--metrics'
 // pp_bubble), the analytic one nn::analytic_bubble_fraction.
-#include "bench_pp.hpp"
+#include "tierzero/bench/pp.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -11,7 +11,7 @@
 #include "tierzero/core/error.hpp"
 #include "tierzero/nn/pipeline_schedule.hpp"
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 namespace {
 
@@ -201,4 +201,4 @@ std::function<int()> add_bench_pp_command(CLI::App& bench) {
   return [o, c] { return c->parsed() ? bench_pp(*o) : -1; };
 }
 
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

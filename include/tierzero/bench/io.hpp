@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <string>
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 struct BenchIoOptions {
   std::string dir;                                // empty: a fresh directory under /var/tmp or "."
@@ -24,4 +24,4 @@ struct BenchIoOptions {
 // (no fio, not enough disk space, an I/O error).
 int run_bench_io(const BenchIoOptions& options);
 
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

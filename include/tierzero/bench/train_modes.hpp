@@ -11,9 +11,9 @@
 #include <functional>
 #include <string>
 
-#include "bench_child_runs.hpp"
+#include "child_runs.hpp"
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 struct BenchTrainModesOptions : TrainRunOptions {
   // train-nvme: offload_optimizer.buffer_count of the NVMe run (slots of the optimizer pipeline,
@@ -31,4 +31,4 @@ int bench_train_stage3(const BenchTrainModesOptions& options);
 int bench_profile_overhead(const BenchTrainModesOptions& options);
 int bench_train_modes(const BenchTrainModesOptions& options);
 
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

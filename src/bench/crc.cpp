@@ -1,7 +1,7 @@
 // Both kernels see the same buffer, already faulted in, in alternating runs, so neither gains
 // from the other's cache state or a change in the machine's load. The headline figure is each
 // kernel's best run (the least disturbed on a shared machine); the medians come beside it.
-#include "bench_crc.hpp"
+#include "tierzero/bench/crc.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -10,11 +10,11 @@
 #include <random>
 #include <vector>
 
-#include "bench_child_runs.hpp"
+#include "child_runs.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/offload/crc32c.hpp"
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 namespace {
 
@@ -93,4 +93,4 @@ std::function<int()> add_bench_crc_command(CLI::App& bench) {
   return [o, c] { return c->parsed() ? run(*o) : -1; };
 }
 
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

@@ -5,7 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <cstddef>
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 struct BenchAdamOptions {
   size_t params = size_t{1} << 28;  // parameters updated per step (256M: 4.5 GiB of state)
@@ -20,4 +20,4 @@ void add_bench_adam_options(CLI::App& command, BenchAdamOptions& options);
 // the spot check of the results failed.
 int bench_adam(const BenchAdamOptions& options);
 
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

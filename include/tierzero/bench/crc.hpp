@@ -7,10 +7,10 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 // Adds the subcommand to `bench`; the function returned runs it when it was parsed (returning
 // its exit code) and returns -1 otherwise.
 std::function<int()> add_bench_crc_command(CLI::App& bench);
 
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

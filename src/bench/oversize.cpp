@@ -1,7 +1,7 @@
 // `tierzero bench oversize` (see bench_oversize.hpp). Children: `tierzero bench io` and
 // `tierzero bench train` for the machine's ceilings, then two `tierzero train` runs of the same
 // oversize config, steps-1 and steps long, whose difference in block I/O is one step's bytes.
-#include "bench_oversize.hpp"
+#include "tierzero/bench/oversize.hpp"
 
 #include <sys/resource.h>
 #include <sys/statvfs.h>
@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include "bench_child_runs.hpp"
-#include "bench_json.hpp"
+#include "child_runs.hpp"
+#include "tierzero/bench/results.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/memory_tracker.hpp"
 #include "tierzero/nn/gpt_config.hpp"
@@ -24,7 +24,7 @@
 #include "tierzero/train/config_bridges.hpp"
 #include "tierzero/train/train_config.hpp"
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 namespace {
 
@@ -234,4 +234,4 @@ std::function<int()> add_bench_oversize_command(CLI::App& bench) {
   return [o, c] { return c->parsed() ? bench_oversize(*o) : -1; };
 }
 
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

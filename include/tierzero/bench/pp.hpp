@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "bench_child_runs.hpp"
+#include "child_runs.hpp"
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 // The model, run length and launcher flags of the other train benchmarks (--batch is the
 // micro-batch), with a deeper default model so that the blocks dominate the first and last
@@ -48,4 +48,4 @@ std::function<int()> add_bench_pp_command(CLI::App& bench);
 // The benchmark itself; returns the exit code and throws tierzero::Error on failure.
 int bench_pp(const BenchPpOptions& options);
 
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

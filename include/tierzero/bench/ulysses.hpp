@@ -13,9 +13,9 @@
 #include <functional>
 #include <vector>
 
-#include "bench_child_runs.hpp"
+#include "child_runs.hpp"
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 // The model, run length and launcher flags as the other train benchmarks (--seq: the sequence of
 // the bytes runs; --batch: sequences per micro-batch, on every rank), a small default model.
@@ -51,4 +51,4 @@ std::function<int()> add_bench_ulysses_command(CLI::App& bench);
 // another reason than the device budget).
 int bench_ulysses(const BenchUlyssesOptions& options);
 
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

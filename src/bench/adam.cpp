@@ -15,7 +15,7 @@
 // Steps and triads alternate (warm-up first) so that load from other processes falls on both;
 // each figure is the median. Afterwards a spread of elements is recomputed by the scalar path
 // from saved inputs and must match bit for bit, so a broken kernel cannot report a rate.
-#include "bench_adam.hpp"
+#include "tierzero/bench/adam.hpp"
 
 #include <omp.h>
 
@@ -27,7 +27,7 @@
 #include <memory>
 #include <vector>
 
-#include "bench_json.hpp"
+#include "tierzero/bench/results.hpp"
 #include "tierzero/core/dtype.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/timer.hpp"
@@ -35,7 +35,7 @@
 #include "tierzero/device/device_allocator.hpp"
 #include "tierzero/kernels/cpu_ops.hpp"
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 namespace {
 
@@ -245,4 +245,4 @@ int bench_adam(const BenchAdamOptions& o) {
   return bad == 0 ? 0 : 1;
 }
 
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

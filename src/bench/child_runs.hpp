@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "bench_json.hpp"
+#include "tierzero/bench/results.hpp"
 #include "tierzero/nn/gpt_config.hpp"
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 // The options of every benchmark of real `tierzero train` runs; each benchmark's own options
 // derive from it (and may change the defaults in their constructor).
@@ -144,4 +144,4 @@ std::vector<double> counted_ms(const std::vector<StepMetrics>& steps, int64_t wa
 // A --memory-json report, parsed; throws Error when it is missing or not JSON.
 nlohmann::json read_memory_report(const std::string& path);
 
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 // x rounded to `digits` decimals: the double nearest that decimal, so that the JSON is short.
 double round_to(double x, int digits);
@@ -18,4 +18,4 @@ nlohmann::ordered_json bench_result(const std::string& bench, double value, cons
 // One result line on stdout, flushed.
 void print_result(const nlohmann::ordered_json& j);
 
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

@@ -3,7 +3,7 @@
 // measure is the median of `repeats` runs, fio and TierZero alternating so that both see the
 // drive in the same state. TierZero's reads check every chunk's CRC32C, so the benchmark also
 // checks its result.
-#include "bench_io.hpp"
+#include "tierzero/bench/io.hpp"
 
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
@@ -18,7 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "bench_json.hpp"
+#include "tierzero/bench/results.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/timer.hpp"
 #include "tierzero/offload/host_pool.hpp"
@@ -26,7 +26,7 @@
 #include "tierzero/offload/stream_pipeline.hpp"
 #include "tierzero/offload/swap_space.hpp"
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 namespace {
 
@@ -326,4 +326,4 @@ int run_bench_io(const BenchIoOptions& o) {
   return 0;
 }
 
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

@@ -11,9 +11,9 @@
 #include <functional>
 #include <string>
 
-#include "bench_child_runs.hpp"
+#include "child_runs.hpp"
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 // The model, run length and launcher flags as the other train benchmarks (--batch is per
 // tensor-parallel replica; the dp-only run takes batch / tp per rank), with a smaller default
@@ -38,4 +38,4 @@ std::function<int()> add_bench_tp_command(CLI::App& bench);
 // fails, or collective bytes that differ from the analytic volume).
 int bench_tp(const BenchTpOptions& options);
 
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

@@ -8,7 +8,7 @@
 //     longest multiple of --seq-step that fits, then measured runs from there.
 // A fit run that fails says why in its log; only the device budget's refusal counts as "does not
 // fit", anything else is an error of the benchmark.
-#include "bench_ulysses.hpp"
+#include "tierzero/bench/ulysses.hpp"
 
 #include <cstdio>
 #include <fstream>
@@ -29,7 +29,7 @@
 #include "tierzero/train/store_provider.hpp"
 #include "tierzero/train/train_config.hpp"
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 namespace {
 
@@ -325,4 +325,4 @@ std::function<int()> add_bench_ulysses_command(CLI::App& bench) {
   return [o, c] { return c->parsed() ? bench_ulysses(*o) : -1; };
 }
 
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

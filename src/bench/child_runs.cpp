@@ -1,6 +1,6 @@
 // The child-run helpers of the `tierzero train` benchmarks (see bench_child_runs.hpp): moved here
 // from bench_train_modes.cpp unchanged so that bench_tp.cpp runs its children the same way.
-#include "bench_child_runs.hpp"
+#include "child_runs.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -30,7 +30,7 @@
 
 extern char** environ;
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 namespace {
 
@@ -377,4 +377,4 @@ nlohmann::json read_memory_report(const std::string& path) {
   }
 }
 
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

@@ -14,7 +14,7 @@
 #include <functional>
 #include <string>
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 struct BenchOversizeOptions {
   std::string model = "gpt2-xl";          // a preset or layers,heads,channels (train --model)
@@ -33,4 +33,4 @@ struct BenchOversizeOptions {
 std::function<int()> add_bench_oversize_command(CLI::App& bench);
 int bench_oversize(const BenchOversizeOptions& options);
 
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench
