@@ -1,4 +1,4 @@
-// The benchmarks' result lines (bench_json.hpp).
+// The benchmarks' result lines (results.hpp).
 #include "tierzero/bench/results.hpp"
 
 #include <cmath>
@@ -27,6 +27,16 @@ nlohmann::ordered_json bench_result(const std::string& bench, double value, cons
 void print_result(const nlohmann::ordered_json& j) {
   std::printf("%s\n", j.dump().c_str());
   std::fflush(stdout);
+}
+
+void BenchReport::emit(const nlohmann::ordered_json& j) {
+  print_result(j);
+  results.push_back(j);
+}
+
+void BenchReport::append(const BenchReport& other) {
+  results.insert(results.end(), other.results.begin(), other.results.end());
+  passed = passed && other.passed;
 }
 
 }  // namespace tierzero::bench

@@ -2,8 +2,10 @@
 // bandwidth, measured in the same run with the same threads as a STREAM triad.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <cstddef>
+#include <string>
+
+#include "tierzero/bench/results.hpp"
 
 namespace tierzero::bench {
 
@@ -13,11 +15,19 @@ struct BenchAdamOptions {
   int repeats = 5;                  // timed steps (and triads), after one warm-up each; median
 };
 
-// Adds the options above to the `bench adam` subcommand.
-void add_bench_adam_options(CLI::App& command, BenchAdamOptions& options);
+struct BenchAdamResult {
+  size_t params = 0;            // updated per step
+  int threads = 0;              // OpenMP threads that ran both loops
+  std::string isa;              // the AdamW kernel's instruction set
+  double step_s = 0.0;          // median AdamW step
+  double triad_s = 0.0;         // median triad, the ceiling
+  double adam_gbps = 0.0;       // 30 bytes per parameter over step_s
+  double triad_gbps = 0.0;      // 12 bytes per element over triad_s
+  size_t checked_elements = 0;  // recomputed by the scalar path after the run
+  BenchReport report;           // the adam.cpu line; passed: every checked element matched bitwise
+};
 
-// Runs the benchmark: table on stderr, one JSON object (adam.cpu) on stdout. Returns 0, or 1 when
-// the spot check of the results failed.
-int bench_adam(const BenchAdamOptions& options);
+// Runs the benchmark: table on stderr, one JSON object (adam.cpu) on stdout.
+BenchAdamResult bench_adam(const BenchAdamOptions& options);
 
 }  // namespace tierzero::bench

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace tierzero::bench {
 
@@ -17,5 +18,19 @@ nlohmann::ordered_json bench_result(const std::string& bench, double value, cons
                                     double ratio);
 // One result line on stdout, flushed.
 void print_result(const nlohmann::ordered_json& j);
+
+// What a benchmark reports besides its table: the result lines it printed, in order, and whether
+// every result passed its own check (a benchmark whose checks throw leaves it true).
+struct BenchReport {
+  std::vector<nlohmann::ordered_json> results;
+  bool passed = true;
+
+  // Prints j (print_result) and keeps it.
+  void emit(const nlohmann::ordered_json& j);
+  // `other`'s results after ours; passed only if both passed.
+  void append(const BenchReport& other);
+  // The command's exit status: 0, or 1 when a result failed its check.
+  int exit_code() const { return passed ? 0 : 1; }
+};
 
 }  // namespace tierzero::bench
