@@ -1,5 +1,5 @@
-// The child-run helpers of the `tierzero train` benchmarks (see bench_child_runs.hpp): moved here
-// from bench_train_modes.cpp unchanged so that bench_tp.cpp runs its children the same way.
+// The child-run helpers of the `tierzero train` benchmarks (see child_runs.hpp): moved here
+// from train_modes.cpp unchanged so that tp.cpp runs its children the same way.
 #include "child_runs.hpp"
 
 #include <fcntl.h>

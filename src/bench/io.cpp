@@ -1,4 +1,4 @@
-// `tierzero bench io` (see bench_io.hpp). fio runs as a subprocess with the same file size, block
+// `tierzero bench io` (see io.hpp). fio runs as a subprocess with the same file size, block
 // size, queue depth, O_DIRECT and io_uring engine; its JSON report gives the baseline. Every
 // measure is the median of `repeats` runs, fio and TierZero alternating so that both see the
 // drive in the same state. TierZero's reads check every chunk's CRC32C, so the benchmark also

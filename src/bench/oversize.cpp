@@ -1,4 +1,4 @@
-// `tierzero bench oversize` (see bench_oversize.hpp). Children: `tierzero bench io` and
+// `tierzero bench oversize` (see oversize.hpp). Children: `tierzero bench io` and
 // `tierzero bench train` for the machine's ceilings, then two `tierzero train` runs of the same
 // oversize config, steps-1 and steps long, whose difference in block I/O is one step's bytes.
 #include "tierzero/bench/oversize.hpp"

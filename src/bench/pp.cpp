@@ -1,4 +1,4 @@
-// `tierzero bench pp` (see bench_pp.hpp): one mode per (schedule, micro-batches), each a real
+// `tierzero bench pp` (see pp.hpp): one mode per (schedule, micro-batches), each a real
 // pipeline-parallel `tierzero train` run on pp ranks, repeated and alternated; the measured bubble
 // is the median over the timed steps of all runs of the stages' mean idle fraction (--metrics'
 // pp_bubble), the analytic one nn::analytic_bubble_fraction.

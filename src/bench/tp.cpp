@@ -1,5 +1,5 @@
-// `tierzero bench tp` (see bench_tp.hpp). Three modes of one small GPT on the same `ranks`, each a
-// `tierzero train` child run under mpiexec (bench_child_runs.hpp) with --metrics and
+// `tierzero bench tp` (see tp.hpp). Three modes of one small GPT on the same `ranks`, each a
+// `tierzero train` child run under mpiexec (child_runs.hpp) with --metrics and
 // --memory-json, alternating tp, tp + sp, dp, tp, tp + sp, dp, ... over the repeats:
 //   tp:      tensor_parallel tp, dp = ranks / tp replicas of micro-batch B;
 //   tp + sp: the same with sequence_parallel;

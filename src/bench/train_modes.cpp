@@ -9,7 +9,7 @@
 // directory, whose tail is shown when it fails; the directory (configs, metrics, NVMe swap) is
 // removed at the end. Each run also writes --memory-json, so the table shows on which tier the
 // model state really was, and a run that did not offload where it should is an error. The child
-// processes are run by the helpers in bench_child_runs.hpp, which bench_tp.cpp shares.
+// processes are run by the helpers in child_runs.hpp, which tp.cpp shares.
 #include "tierzero/bench/train_modes.hpp"
 
 #include <algorithm>

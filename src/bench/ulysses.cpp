@@ -1,5 +1,5 @@
-// `tierzero bench ulysses` (see bench_ulysses.hpp). Every run is a `tierzero train` child
-// (bench_child_runs.hpp) of one small GPT with ulysses_parallel = its size, one rank per slice,
+// `tierzero bench ulysses` (see ulysses.hpp). Every run is a `tierzero train` child
+// (child_runs.hpp) of one small GPT with ulysses_parallel = its size, one rank per slice,
 // ZeRO over them:
 //   bytes runs: --seq, --steps; each step's all-to-all payload must equal
 //     nn::expected_ulysses_traffic x 1 micro-batch, and its call count likewise;
