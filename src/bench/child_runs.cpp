@@ -1,6 +1,6 @@
-// The child-run helpers of the `tierzero train` benchmarks (see bench_child_runs.hpp): moved here
-// from bench_train_modes.cpp unchanged so that bench_tp.cpp runs its children the same way.
-#include "bench_child_runs.hpp"
+// The child-run helpers of the `tierzero train` benchmarks (see child_runs.hpp): moved here
+// from train_modes.cpp unchanged so that tp.cpp runs its children the same way.
+#include "child_runs.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -30,7 +30,7 @@
 
 extern char** environ;
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 namespace {
 
@@ -57,39 +57,6 @@ std::string file_tail(const std::string& path, size_t max_lines) {
   return s;
 }
 
-void add_train_run_options(CLI::App& c, TrainRunOptions& o, const char* batch_help,
-                           const char* repeats_help) {
-  c.add_option("--layers", o.layers, "transformer blocks")
-      ->check(CLI::Range(int64_t{1}, int64_t{1024}))
-      ->capture_default_str();
-  c.add_option("--channels", o.channels, "channels (n_embd)")
-      ->check(CLI::Range(int64_t{8}, int64_t{65536}))
-      ->capture_default_str();
-  c.add_option("--heads", o.heads, "attention heads")
-      ->check(CLI::Range(int64_t{1}, int64_t{1024}))
-      ->capture_default_str();
-  c.add_option("--seq", o.seq, "tokens per sequence (and the context length)")
-      ->check(CLI::Range(int64_t{1}, int64_t{65536}))
-      ->capture_default_str();
-  c.add_option("--batch", o.batch, batch_help)
-      ->check(CLI::Range(int64_t{1}, int64_t{4096}))
-      ->capture_default_str();
-  c.add_option("--steps", o.steps, "steps per run, warm-up included")
-      ->check(CLI::Range(int64_t{2}, int64_t{100000}))
-      ->capture_default_str();
-  c.add_option("--warmup", o.warmup, "first steps of each run that are not counted")
-      ->check(CLI::Range(int64_t{0}, int64_t{100000}))
-      ->capture_default_str();
-  c.add_option("--repeats", o.repeats, repeats_help)->check(CLI::Range(int64_t{1}, int64_t{100}));
-  c.add_option("--timeout", o.timeout_s, "seconds one run may take before it is killed")
-      ->check(CLI::Range(int64_t{1}, int64_t{86400}))
-      ->capture_default_str();
-  c.add_option("--dir", o.dir,
-               "directory for the private temp directory (configs, metrics, NVMe swap); "
-               "default /var/tmp");
-  c.add_option("--mpiexec", o.mpiexec, "the MPI launcher (default: mpiexec on PATH)");
-}
-
 void validate_train_run_options(const TrainRunOptions& o) {
   TZ_CHECK(o.steps > o.warmup && o.warmup >= 0,
            "--steps must be larger than --warmup (" + std::to_string(o.steps) +
@@ -112,11 +79,6 @@ nlohmann::ordered_json bench_tierzero_json(const TrainRunOptions& o, int64_t thr
                 {"n_embd", o.channels},
                 {"context_length", o.seq}};
   return t;
-}
-
-CLI::Option* add_ranged_option(CLI::App& c, const std::string& name, int64_t& value,
-                               const std::string& help, int64_t lo, int64_t hi) {
-  return c.add_option(name, value, help)->check(CLI::Range(lo, hi))->capture_default_str();
 }
 
 nn::GPTConfig bench_model_config(const TrainRunOptions& o, int64_t context) {
@@ -377,4 +339,4 @@ nlohmann::json read_memory_report(const std::string& path) {
   }
 }
 
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

@@ -1,8 +1,10 @@
-// `tierzero bench pp` (see bench_pp.hpp): one mode per (schedule, micro-batches), each a real
+// `tierzero bench pp` (see pp.hpp): one mode per (schedule, micro-batches), each a real
 // pipeline-parallel `tierzero train` run on pp ranks, repeated and alternated; the measured bubble
 // is the median over the timed steps of all runs of the stages' mean idle fraction (--metrics'
 // pp_bubble), the analytic one nn::analytic_bubble_fraction.
-#include "bench_pp.hpp"
+#include "tierzero/bench/pp.hpp"
+
+#include "child_runs.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -11,7 +13,7 @@
 #include "tierzero/core/error.hpp"
 #include "tierzero/nn/pipeline_schedule.hpp"
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 namespace {
 
@@ -79,7 +81,7 @@ void validate(const BenchPpOptions& o) {
 
 }  // namespace
 
-int bench_pp(const BenchPpOptions& o) {
+BenchReport bench_pp(const BenchPpOptions& o) {
   validate(o);
   std::vector<PpMode> modes;
   for (const std::string& schedule : o.schedules)
@@ -137,6 +139,7 @@ int bench_pp(const BenchPpOptions& o) {
                "  bubble = the part of the pipeline's step (until its last stage is done) a stage "
                "did not compute, mean over the stages, median over the timed steps of all runs; "
                "analytic (p-1)/(m+p-1), interleaved (p-1)/(v*m+p-1):\n");
+  BenchReport report;
   for (size_t k = 0; k < modes.size(); ++k) {
     const PpMode& m = modes[k];
     const PpSummary s = summarize(runs[k], o.warmup);
@@ -170,35 +173,9 @@ int bench_pp(const BenchPpOptions& o) {
     j["warmup"] = o.warmup;
     j["repeats"] = o.repeats;
     j["receive_ahead"] = o.receive_ahead;
-    print_result(j);
+    report.emit(j);
   }
-  return 0;
+  return report;
 }
 
-std::function<int()> add_bench_pp_command(CLI::App& bench) {
-  auto o = std::make_shared<BenchPpOptions>();
-  CLI::App* c = bench.add_subcommand(
-      "pp", "`tierzero train` pipelines: measured bubble vs. (p-1)/(m+p-1), per schedule and m");
-  add_train_run_options(*c, *o, "micro-batch (sequences per micro-batch)",
-                        "runs of each mode, alternating (default 2)");
-  add_ranged_option(*c, "--pp", o->pp, "pipeline stages (one rank each)", 2, 1024);
-  c->add_option("--micro-batches", o->micro_batches, "micro-batches per step, one mode each")
-      ->delimiter(',')
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
-      ->capture_default_str();
-  c->add_option("--schedules", o->schedules, "gpipe, 1f1b and/or interleaved")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}))
-      ->capture_default_str();
-  c->add_option("--virtual-stages", o->virtual_stages,
-                "model chunks per rank of the interleaved runs (their m must be a multiple of "
-                "--pp)")
-      ->check(CLI::Range(int64_t{2}, int64_t{1024}))
-      ->capture_default_str();
-  c->add_flag("--receive-ahead", o->receive_ahead,
-              "post each stage's receives ahead of the action in front (pipeline_receive_ahead)");
-  add_ranged_option(*c, "--threads", o->threads, "OpenMP threads per rank", 1, 1024);
-  return [o, c] { return c->parsed() ? bench_pp(*o) : -1; };
-}
-
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

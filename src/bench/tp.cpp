@@ -1,5 +1,5 @@
-// `tierzero bench tp` (see bench_tp.hpp). Three modes of one small GPT on the same `ranks`, each a
-// `tierzero train` child run under mpiexec (bench_child_runs.hpp) with --metrics and
+// `tierzero bench tp` (see tp.hpp). Three modes of one small GPT on the same `ranks`, each a
+// `tierzero train` child run under mpiexec (child_runs.hpp) with --metrics and
 // --memory-json, alternating tp, tp + sp, dp, tp, tp + sp, dp, ... over the repeats:
 //   tp:      tensor_parallel tp, dp = ranks / tp replicas of micro-batch B;
 //   tp + sp: the same with sequence_parallel;
@@ -9,7 +9,7 @@
 // 1 here), and the dp run none; anything else is an error. Step times are the median over the
 // steps after the warm-up of all a mode's runs; the activation peak is rank 0's, from the memory
 // report.
-#include "bench_tp.hpp"
+#include "tierzero/bench/tp.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "bench_child_runs.hpp"
+#include "child_runs.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/memory_tracker.hpp"
 #include "tierzero/nn/activation_dims.hpp"
@@ -27,7 +27,7 @@
 #include "tierzero/nn/tensor_parallel_group.hpp"
 #include "tierzero/train/config_bridges.hpp"
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 namespace {
 
@@ -260,7 +260,7 @@ void validate(const BenchTpOptions& o) {
 
 }  // namespace
 
-int bench_tp(const BenchTpOptions& o) {
+BenchReport bench_tp(const BenchTpOptions& o) {
   validate(o);
   const nn::GPTConfig config = bench_model_config(o, o.seq);
   const size_t tp = sz(o.tp), dp = sz(o.ranks / o.tp), B = sz(o.batch);
@@ -337,35 +337,19 @@ int bench_tp(const BenchTpOptions& o) {
                tps.activation_peak / sps.activation_peak);
   std::fflush(stderr);
 
-  print_result(bytes_result("tp.bytes", modes[0], tps, o));
-  print_result(bytes_result("tp_sp.bytes", modes[1], sps, o));
-  print_result(step_result("tp.step_vs_dp", modes[0], tps, dps, o));
-  print_result(step_result("tp_sp.step_vs_dp", modes[1], sps, dps, o));
+  BenchReport report;
+  report.emit(bytes_result("tp.bytes", modes[0], tps, o));
+  report.emit(bytes_result("tp_sp.bytes", modes[1], sps, o));
+  report.emit(step_result("tp.step_vs_dp", modes[0], tps, dps, o));
+  report.emit(step_result("tp_sp.step_vs_dp", modes[1], sps, dps, o));
   nlohmann::ordered_json act =
       result("tp_sp.activation_bytes", sps.activation_peak, "bytes", "tp without sp",
              tps.activation_peak, tps.activation_peak / sps.activation_peak, o);
   act["predicted_bytes"] = modes[1].predicted_activation;
   act["baseline_predicted_bytes"] = modes[0].predicted_activation;
   act["dp_bytes"] = dps.activation_peak;
-  print_result(act);
-  return 0;
+  report.emit(act);
+  return report;
 }
 
-std::function<int()> add_bench_tp_command(CLI::App& bench) {
-  auto o = std::make_shared<BenchTpOptions>();
-  CLI::App* c = bench.add_subcommand(
-      "tp", "`tierzero train`, same ranks: tensor parallel (+ sp) vs. data parallel, and bytes");
-  add_train_run_options(
-      *c, *o, "micro-batch per tensor-parallel replica (the dp-only run: batch / tp per rank)",
-      "runs of each mode, alternating (default 2)");
-  add_ranged_option(*c, "--ranks", o->ranks, "MPI ranks of every run", 2, 1024);
-  add_ranged_option(*c, "--tp", o->tp, "tensor-parallel size of the tp runs (dp = ranks / tp)", 2,
-                    1024);
-  add_ranged_option(*c, "--stage", o->stage, "ZeRO stage of every run", 0, 3);
-  add_ranged_option(*c, "--threads", o->threads, "OpenMP threads per rank", 1, 1024);
-  c->add_flag("--activation-checkpointing", o->checkpointing,
-              "run every mode with activation checkpointing");
-  return [o, c] { return c->parsed() ? bench_tp(*o) : -1; };
-}
-
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

@@ -1,10 +1,10 @@
-// The benchmarks' result lines (bench_json.hpp).
-#include "bench_json.hpp"
+// The benchmarks' result lines (results.hpp).
+#include "tierzero/bench/results.hpp"
 
 #include <cmath>
 #include <cstdio>
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 double round_to(double x, int digits) {
   const double scale = std::pow(10.0, digits);
@@ -29,4 +29,14 @@ void print_result(const nlohmann::ordered_json& j) {
   std::fflush(stdout);
 }
 
-}  // namespace tierzero::cli
+void BenchReport::emit(const nlohmann::ordered_json& j) {
+  print_result(j);
+  results.push_back(j);
+}
+
+void BenchReport::append(const BenchReport& other) {
+  results.insert(results.end(), other.results.begin(), other.results.end());
+  passed = passed && other.passed;
+}
+
+}  // namespace tierzero::bench

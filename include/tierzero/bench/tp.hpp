@@ -6,14 +6,13 @@
 // (tp.bytes, tp_sp.bytes, tp.step_vs_dp, tp_sp.step_vs_dp, tp_sp.activation_bytes).
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <cstdint>
-#include <functional>
 #include <string>
 
-#include "bench_child_runs.hpp"
+#include "tierzero/bench/results.hpp"
+#include "tierzero/bench/train_run_options.hpp"
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 // The model, run length and launcher flags as the other train benchmarks (--batch is per
 // tensor-parallel replica; the dp-only run takes batch / tp per rank), with a smaller default
@@ -30,12 +29,8 @@ struct BenchTpOptions : TrainRunOptions {
   bool checkpointing = false;  // tierzero.activation_checkpointing in every run
 };
 
-// Adds `tp` under `bench`. The returned function runs it when it was parsed and returns its exit
-// code, or -1 when it was not.
-std::function<int()> add_bench_tp_command(CLI::App& bench);
-
-// The benchmark itself; returns the exit code and throws tierzero::Error on failure (a run that
+// The benchmark itself; returns its result lines and throws tierzero::Error on failure (a run that
 // fails, or collective bytes that differ from the analytic volume).
-int bench_tp(const BenchTpOptions& options);
+BenchReport bench_tp(const BenchTpOptions& options);
 
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

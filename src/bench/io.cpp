@@ -1,9 +1,9 @@
-// `tierzero bench io` (see bench_io.hpp). fio runs as a subprocess with the same file size, block
+// `tierzero bench io` (see io.hpp). fio runs as a subprocess with the same file size, block
 // size, queue depth, O_DIRECT and io_uring engine; its JSON report gives the baseline. Every
 // measure is the median of `repeats` runs, fio and TierZero alternating so that both see the
 // drive in the same state. TierZero's reads check every chunk's CRC32C, so the benchmark also
 // checks its result.
-#include "bench_io.hpp"
+#include "tierzero/bench/io.hpp"
 
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
@@ -18,7 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "bench_json.hpp"
+#include "tierzero/bench/results.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/timer.hpp"
 #include "tierzero/offload/host_pool.hpp"
@@ -26,7 +26,7 @@
 #include "tierzero/offload/stream_pipeline.hpp"
 #include "tierzero/offload/swap_space.hpp"
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 namespace {
 
@@ -157,8 +157,9 @@ double median(std::vector<double> v) {
 }
 
 // One result line; `extra` holds the result's own fields.
-void print_json(const char* name, double value, double baseline, const BenchIoOptions& o,
-                const std::string& dir, bool direct, const nlohmann::ordered_json& extra) {
+nlohmann::ordered_json result_json(const char* name, double value, double baseline,
+                                   const BenchIoOptions& o, const std::string& dir, bool direct,
+                                   const nlohmann::ordered_json& extra) {
   nlohmann::ordered_json j = bench_result(name, round_to(value / 1e9, 4), "GB/s", "fio",
                                           round_to(baseline / 1e9, 4), value / baseline);
   j["size"] = o.size;
@@ -167,12 +168,12 @@ void print_json(const char* name, double value, double baseline, const BenchIoOp
   j["direct"] = direct;
   j["dir"] = dir;
   for (const auto& [k, v] : extra.items()) j[k] = v;
-  print_result(j);
+  return j;
 }
 
 }  // namespace
 
-int run_bench_io(const BenchIoOptions& o) {
+BenchIoResult bench_io(const BenchIoOptions& o) {
   TZ_CHECK(o.size >= o.block && o.block % kIoAlignment == 0 && o.queue_depth >= 1 &&
                o.repeats >= 1 && o.stream_buffers >= 2 &&
                o.stream_buffer_bytes % kIoAlignment == 0 && o.stream_buffer_bytes > 0,
@@ -308,22 +309,32 @@ int run_bench_io(const BenchIoOptions& o) {
                st.requests, st.submit_calls, st.retries, st.bounce_copies);
   std::fflush(stderr);
   const bool direct = engine.direct_io();
-  print_json("io.write", tz_w, fio_w, o, dir.path(), direct,
-             {{"fio_plain", round_to(median(fw_plain) / 1e9, 4)},
-              {"fio_fixedbufs", round_to(median(fw_fixed) / 1e9, 4)}});
-  print_json("io.read", tz_r, fio_r, o, dir.path(), direct,
-             {{"fio_plain", round_to(median(fr_plain) / 1e9, 4)},
-              {"fio_fixedbufs", round_to(median(fr_fixed) / 1e9, 4)}});
-  print_json("io.stream", tensor_rate, low, o, dir.path(), direct,
-             {{"stream_buffers", o.stream_buffers},
-              {"stream_buffer_bytes", o.stream_buffer_bytes},
-              {"moved_GBps", round_to(tz_s / 1e9, 4)}});
+  BenchIoResult r;
+  r.bytes = o.size;
+  r.direct = direct;
+  r.write_Bps = tz_w;
+  r.read_Bps = tz_r;
+  r.stream_Bps = tensor_rate;
+  r.fio_write_Bps = fio_w;
+  r.fio_read_Bps = fio_r;
+  r.engine_bytes_written = st.bytes_written;
+  r.engine_bytes_read = st.bytes_read;
+  r.report.emit(result_json("io.write", tz_w, fio_w, o, dir.path(), direct,
+                            {{"fio_plain", round_to(median(fw_plain) / 1e9, 4)},
+                             {"fio_fixedbufs", round_to(median(fw_fixed) / 1e9, 4)}}));
+  r.report.emit(result_json("io.read", tz_r, fio_r, o, dir.path(), direct,
+                            {{"fio_plain", round_to(median(fr_plain) / 1e9, 4)},
+                             {"fio_fixedbufs", round_to(median(fr_fixed) / 1e9, 4)}}));
+  r.report.emit(result_json("io.stream", tensor_rate, low, o, dir.path(), direct,
+                            {{"stream_buffers", o.stream_buffers},
+                             {"stream_buffer_bytes", o.stream_buffer_bytes},
+                             {"moved_GBps", round_to(tz_s / 1e9, 4)}}));
   std::fflush(stdout);
   for (auto& h : tensor) swap.free(h);
   for (auto& e : extents) swap.free(e);
   for (size_t off = 0; off < o.size; off += size_t{1} << 30)
     engine.unregister_memory(data.bytes_ptr() + off);
-  return 0;
+  return r;
 }
 
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

@@ -8,14 +8,13 @@
 // JSON object per result on stdout (ulysses.spN.bytes, ulysses.spN.longest_seq).
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <cstdint>
-#include <functional>
 #include <vector>
 
-#include "bench_child_runs.hpp"
+#include "tierzero/bench/results.hpp"
+#include "tierzero/bench/train_run_options.hpp"
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 // The model, run length and launcher flags as the other train benchmarks (--seq: the sequence of
 // the bytes runs; --batch: sequences per micro-batch, on every rank), a small default model.
@@ -42,13 +41,9 @@ struct BenchUlyssesOptions : TrainRunOptions {
   bool checkpointing = false;                  // tierzero.activation_checkpointing
 };
 
-// Adds `ulysses` under `bench`. The returned function runs it when it was parsed and returns its
-// exit code, or -1 when it was not.
-std::function<int()> add_bench_ulysses_command(CLI::App& bench);
-
-// The benchmark itself; returns the exit code and throws tierzero::Error on failure (a bytes run
+// The benchmark itself; returns its result lines and throws tierzero::Error on failure (a bytes run
 // that fails, all-to-all bytes that differ from the analytic volume, a fit run that fails for
 // another reason than the device budget).
-int bench_ulysses(const BenchUlyssesOptions& options);
+BenchReport bench_ulysses(const BenchUlyssesOptions& options);
 
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

@@ -6,14 +6,13 @@
 // train.stage3_vs_stage0, profile.overhead).
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <cstdint>
-#include <functional>
 #include <string>
 
-#include "bench_child_runs.hpp"
+#include "tierzero/bench/results.hpp"
+#include "tierzero/bench/train_run_options.hpp"
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 struct BenchTrainModesOptions : TrainRunOptions {
   // train-nvme: offload_optimizer.buffer_count of the NVMe run (slots of the optimizer pipeline,
@@ -21,14 +20,10 @@ struct BenchTrainModesOptions : TrainRunOptions {
   int64_t swap_buffers = 0;
 };
 
-// Adds the subcommands under `bench`. The returned function runs whichever of them was parsed
-// and returns its exit code, or -1 when none of them was.
-std::function<int()> add_bench_train_modes_commands(CLI::App& bench);
+// The benchmarks themselves; each returns its result lines and throws tierzero::Error on failure.
+BenchReport bench_train_nvme(const BenchTrainModesOptions& options);
+BenchReport bench_train_stage3(const BenchTrainModesOptions& options);
+BenchReport bench_profile_overhead(const BenchTrainModesOptions& options);
+BenchReport bench_train_modes(const BenchTrainModesOptions& options);
 
-// The benchmarks themselves; each returns the exit code and throws tierzero::Error on failure.
-int bench_train_nvme(const BenchTrainModesOptions& options);
-int bench_train_stage3(const BenchTrainModesOptions& options);
-int bench_profile_overhead(const BenchTrainModesOptions& options);
-int bench_train_modes(const BenchTrainModesOptions& options);
-
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

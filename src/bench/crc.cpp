@@ -1,7 +1,7 @@
 // Both kernels see the same buffer, already faulted in, in alternating runs, so neither gains
 // from the other's cache state or a change in the machine's load. The headline figure is each
 // kernel's best run (the least disturbed on a shared machine); the medians come beside it.
-#include "bench_crc.hpp"
+#include "tierzero/bench/crc.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -10,18 +10,13 @@
 #include <random>
 #include <vector>
 
-#include "bench_child_runs.hpp"
+#include "child_runs.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/offload/crc32c.hpp"
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 namespace {
-
-struct BenchCrcOptions {
-  int64_t mib = 256;     // buffer size
-  int64_t repeats = 15;  // runs of each kernel, alternating
-};
 
 const char* ours_name() {
   if (offload::crc32c_folding_available()) return "folding (AVX-512 VPCLMULQDQ)";
@@ -40,7 +35,9 @@ double timed(F&& f) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-int run(const BenchCrcOptions& o) {
+}  // namespace
+
+BenchCrcResult bench_crc(const BenchCrcOptions& o) {
   TZ_CHECK(offload::crc32c_isal_available(),
            "this tierzero was built without ISA-L, so there is nothing to compare against",
            "install libisal-dev (scripts/setup.sh does) and build again");
@@ -79,18 +76,17 @@ int run(const BenchCrcOptions& o) {
   j["bytes"] = bytes;
   j["repeats"] = o.repeats;
   j["crc"] = ours;
-  print_result(j);
-  return 0;
+  BenchCrcResult r;
+  r.bytes = bytes;
+  r.repeats = o.repeats;
+  r.kernel = ours_name();
+  r.gbps = ours_gbps;
+  r.median_gbps = ours_median;
+  r.isal_gbps = isal_gbps;
+  r.isal_median_gbps = isal_median;
+  r.crc = ours;
+  r.report.emit(j);
+  return r;
 }
 
-}  // namespace
-
-std::function<int()> add_bench_crc_command(CLI::App& bench) {
-  auto o = std::make_shared<BenchCrcOptions>();
-  CLI::App* c = bench.add_subcommand("crc", "CRC32C: TierZero's kernel vs. ISA-L's crc32_iscsi");
-  add_ranged_option(*c, "--mib", o->mib, "buffer size in MiB", 1, 1 << 16);
-  add_ranged_option(*c, "--repeats", o->repeats, "runs of each kernel, alternating", 1, 1000);
-  return [o, c] { return c->parsed() ? run(*o) : -1; };
-}
-
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

@@ -9,7 +9,7 @@
 #include <sstream>
 #include <string>
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 MachineCpuTimes read_machine_cpu_times() {
   MachineCpuTimes t;
@@ -49,4 +49,4 @@ MachineCpuTimes operator-(const MachineCpuTimes& later, const MachineCpuTimes& e
   return d;
 }
 
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

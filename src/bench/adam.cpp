@@ -15,7 +15,7 @@
 // Steps and triads alternate (warm-up first) so that load from other processes falls on both;
 // each figure is the median. Afterwards a spread of elements is recomputed by the scalar path
 // from saved inputs and must match bit for bit, so a broken kernel cannot report a rate.
-#include "bench_adam.hpp"
+#include "tierzero/bench/adam.hpp"
 
 #include <omp.h>
 
@@ -27,7 +27,7 @@
 #include <memory>
 #include <vector>
 
-#include "bench_json.hpp"
+#include "tierzero/bench/results.hpp"
 #include "tierzero/core/dtype.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/timer.hpp"
@@ -35,7 +35,7 @@
 #include "tierzero/device/device_allocator.hpp"
 #include "tierzero/kernels/cpu_ops.hpp"
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 namespace {
 
@@ -100,19 +100,7 @@ uint32_t bits(float f) {
 
 }  // namespace
 
-void add_bench_adam_options(CLI::App& command, BenchAdamOptions& o) {
-  command.add_option("--params", o.params, "parameters updated per step")
-      ->check(CLI::Range(size_t{1}, size_t{1} << 34))
-      ->capture_default_str();
-  command.add_option("--threads", o.threads, "OpenMP threads (AdamW and triad)")
-      ->check(CLI::Range(1, 4096))
-      ->capture_default_str();
-  command.add_option("--repeats", o.repeats, "timed steps and triads; figures are medians")
-      ->check(CLI::Range(1, 1000))
-      ->capture_default_str();
-}
-
-int bench_adam(const BenchAdamOptions& o) {
+BenchAdamResult bench_adam(const BenchAdamOptions& o) {
   const size_t n = o.params;
   std::unique_ptr<Device> dev = make_device("cpu", o.threads);
   DeviceAllocator alloc(*dev, 0);
@@ -241,8 +229,18 @@ int bench_adam(const BenchAdamOptions& o) {
   j["adam_moved_GBps"] = round_to(32.0 * nd / t_adam / 1e9, 3);
   j["triad_moved_GBps"] = round_to(16.0 * nd / t_triad / 1e9, 3);
   j["checked"] = bad == 0;
-  print_result(j);
-  return bad == 0 ? 0 : 1;
+  BenchAdamResult r;
+  r.params = n;
+  r.threads = omp_get_max_threads();
+  r.isa = isa;
+  r.step_s = t_adam;
+  r.triad_s = t_triad;
+  r.adam_gbps = adam_gbps;
+  r.triad_gbps = triad_gbps;
+  r.checked_elements = sample.size();
+  r.report.passed = bad == 0;
+  r.report.emit(j);
+  return r;
 }
 
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

@@ -4,7 +4,7 @@
 // the guest's step times include but its user/system times do not.
 #pragma once
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 struct MachineCpuTimes {
   bool valid = false;  // false where /proc/stat could not be read
@@ -15,4 +15,4 @@ MachineCpuTimes read_machine_cpu_times();
 // later - earlier, field by field; invalid if either is
 MachineCpuTimes operator-(const MachineCpuTimes& later, const MachineCpuTimes& earlier);
 
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

@@ -9,8 +9,8 @@
 // directory, whose tail is shown when it fails; the directory (configs, metrics, NVMe swap) is
 // removed at the end. Each run also writes --memory-json, so the table shows on which tier the
 // model state really was, and a run that did not offload where it should is an error. The child
-// processes are run by the helpers in bench_child_runs.hpp, which bench_tp.cpp shares.
-#include "bench_train_modes.hpp"
+// processes are run by the helpers in child_runs.hpp, which tp.cpp shares.
+#include "tierzero/bench/train_modes.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -21,12 +21,12 @@
 #include <string>
 #include <vector>
 
-#include "bench_child_runs.hpp"
+#include "child_runs.hpp"
 #include "machine_cpu_times.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/memory_tracker.hpp"
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 namespace {
 
@@ -248,9 +248,10 @@ int64_t repeats_or(const BenchTrainModesOptions& o, int64_t fallback) {
 }
 
 // One result line: the common fields, the run's shape, then `extra` (the benchmark's own).
-void print_json(const char* name, double value, const char* baseline, double baseline_value,
-                const BenchTrainModesOptions& o, int ranks, int64_t threads, int64_t repeats,
-                const nlohmann::ordered_json& extra) {
+nlohmann::ordered_json result_json(const char* name, double value, const char* baseline,
+                                   double baseline_value, const BenchTrainModesOptions& o,
+                                   int ranks, int64_t threads, int64_t repeats,
+                                   const nlohmann::ordered_json& extra) {
   nlohmann::ordered_json j = bench_result(name, round_to(value, 3), "ms/step", baseline,
                                           round_to(baseline_value, 3), baseline_value / value);
   j["ranks"] = ranks;
@@ -263,7 +264,7 @@ void print_json(const char* name, double value, const char* baseline, double bas
   j["warmup"] = o.warmup;
   j["repeats"] = repeats;
   for (const auto& [k, v] : extra.items()) j[k] = v;
-  print_result(j);
+  return j;
 }
 
 // Each run's median step (ms), to one decimal.
@@ -275,7 +276,7 @@ nlohmann::ordered_json run_medians_json(const std::vector<double>& v) {
 
 }  // namespace
 
-int bench_train_nvme(const BenchTrainModesOptions& o) {
+BenchReport bench_train_nvme(const BenchTrainModesOptions& o) {
   validate_train_run_options(o);
   const int64_t repeats = repeats_or(o, 2);
   TempDir dir(bench_base_dir(o.dir));
@@ -349,12 +350,13 @@ int bench_train_nvme(const BenchTrainModesOptions& o) {
   extra["swap_buffers"] = o.swap_buffers;
   extra["nvme_run_ms"] = run_medians_json(p.a.run_medians);
   extra["host_run_ms"] = run_medians_json(p.b.run_medians);
-  print_json("train.nvme_vs_host", p.a.median_ms, "host offload", p.b.median_ms, o, 2, 1, repeats,
-             extra);
-  return 0;
+  BenchReport report;
+  report.emit(result_json("train.nvme_vs_host", p.a.median_ms, "host offload", p.b.median_ms, o, 2,
+                          1, repeats, extra));
+  return report;
 }
 
-int bench_train_stage3(const BenchTrainModesOptions& o) {
+BenchReport bench_train_stage3(const BenchTrainModesOptions& o) {
   validate_train_run_options(o);
   const int64_t repeats = repeats_or(o, 2);
   TempDir dir(bench_base_dir(o.dir));
@@ -383,12 +385,13 @@ int bench_train_stage3(const BenchTrainModesOptions& o) {
   extra["stage3_stall_ms"] = round_to(p.a.stall_ms, 3);
   extra["stage3_run_ms"] = run_medians_json(p.a.run_medians);
   extra["stage0_run_ms"] = run_medians_json(p.b.run_medians);
-  print_json("train.stage3_vs_stage0", p.a.median_ms, "stage 0", p.b.median_ms, o, 2, 1, repeats,
-             extra);
-  return 0;
+  BenchReport report;
+  report.emit(result_json("train.stage3_vs_stage0", p.a.median_ms, "stage 0", p.b.median_ms, o, 2,
+                          1, repeats, extra));
+  return report;
 }
 
-int bench_profile_overhead(const BenchTrainModesOptions& o) {
+BenchReport bench_profile_overhead(const BenchTrainModesOptions& o) {
   validate_train_run_options(o);
   const int64_t repeats = repeats_or(o, 3);
   TempDir dir(bench_base_dir(o.dir));
@@ -415,54 +418,17 @@ int bench_profile_overhead(const BenchTrainModesOptions& o) {
   extra["pair_ratio_median"] = round_to(median(pair_ratios), 4);
   extra["on_run_ms"] = run_medians_json(p.a.run_medians);
   extra["off_run_ms"] = run_medians_json(p.b.run_medians);
-  print_json("profile.overhead", p.a.median_ms, "no profile", p.b.median_ms, o, 1, 2, repeats,
-             extra);
-  return 0;
+  BenchReport report;
+  report.emit(result_json("profile.overhead", p.a.median_ms, "no profile", p.b.median_ms, o, 1, 2,
+                          repeats, extra));
+  return report;
 }
 
-int bench_train_modes(const BenchTrainModesOptions& o) {
-  int rc = bench_train_nvme(o);
-  rc = std::max(rc, bench_train_stage3(o));
-  rc = std::max(rc, bench_profile_overhead(o));
-  return rc;
+BenchReport bench_train_modes(const BenchTrainModesOptions& o) {
+  BenchReport report = bench_train_nvme(o);
+  report.append(bench_train_stage3(o));
+  report.append(bench_profile_overhead(o));
+  return report;
 }
 
-namespace {
-
-void add_options(CLI::App& c, BenchTrainModesOptions& o, const char* repeats_help) {
-  add_train_run_options(c, o, "micro-batch per rank", repeats_help);
-  c.add_option("--swap-buffers", o.swap_buffers,
-               "train-nvme: offload_optimizer.buffer_count of the NVMe run (default: the "
-               "config's)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1024}));
-}
-
-}  // namespace
-
-std::function<int()> add_bench_train_modes_commands(CLI::App& bench) {
-  auto nvme = std::make_shared<BenchTrainModesOptions>();
-  auto stage3 = std::make_shared<BenchTrainModesOptions>();
-  auto prof = std::make_shared<BenchTrainModesOptions>();
-  auto all = std::make_shared<BenchTrainModesOptions>();
-  CLI::App* n = bench.add_subcommand(
-      "train-nvme", "`tierzero train` on 2 ranks, stage 3: NVMe offload vs. host offload");
-  add_options(*n, *nvme, "runs of each mode, alternating (default 2)");
-  CLI::App* s = bench.add_subcommand(
-      "train-stage3", "`tierzero train` on 2 ranks: stage 3 vs. stage 0 (data parallel)");
-  add_options(*s, *stage3, "runs of each mode, alternating (default 2)");
-  CLI::App* p = bench.add_subcommand(
-      "profile", "`tierzero train` on 1 rank, stage 3: with --profile vs. without");
-  add_options(*p, *prof, "runs of each mode, alternating (default 3)");
-  CLI::App* a = bench.add_subcommand("train-modes",
-                                     "train-nvme, train-stage3 and profile, one after the other");
-  add_options(*a, *all, "runs of each mode (default 2; profile 3)");
-  return [=] {
-    if (n->parsed()) return bench_train_nvme(*nvme);
-    if (s->parsed()) return bench_train_stage3(*stage3);
-    if (p->parsed()) return bench_profile_overhead(*prof);
-    if (a->parsed()) return bench_train_modes(*all);
-    return -1;
-  };
-}
-
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

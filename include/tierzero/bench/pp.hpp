@@ -10,15 +10,14 @@
 // stderr, one JSON object per (schedule, m) on stdout (pp.<schedule>.m<m>.bubble).
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
-#include "bench_child_runs.hpp"
+#include "tierzero/bench/results.hpp"
+#include "tierzero/bench/train_run_options.hpp"
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 // The model, run length and launcher flags of the other train benchmarks (--batch is the
 // micro-batch), with a deeper default model so that the blocks dominate the first and last
@@ -41,11 +40,7 @@ struct BenchPpOptions : TrainRunOptions {
   int64_t threads = 1;         // OpenMP threads per rank
 };
 
-// Adds `pp` under `bench`. The returned function runs it when it was parsed and returns its exit
-// code, or -1 when it was not.
-std::function<int()> add_bench_pp_command(CLI::App& bench);
+// The benchmark itself; returns its result lines and throws tierzero::Error on failure.
+BenchReport bench_pp(const BenchPpOptions& options);
 
-// The benchmark itself; returns the exit code and throws tierzero::Error on failure.
-int bench_pp(const BenchPpOptions& options);
-
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

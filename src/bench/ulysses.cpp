@@ -1,5 +1,5 @@
-// `tierzero bench ulysses` (see bench_ulysses.hpp). Every run is a `tierzero train` child
-// (bench_child_runs.hpp) of one small GPT with ulysses_parallel = its size, one rank per slice,
+// `tierzero bench ulysses` (see ulysses.hpp). Every run is a `tierzero train` child
+// (child_runs.hpp) of one small GPT with ulysses_parallel = its size, one rank per slice,
 // ZeRO over them:
 //   bytes runs: --seq, --steps; each step's all-to-all payload must equal
 //     nn::expected_ulysses_traffic x 1 micro-batch, and its call count likewise;
@@ -8,7 +8,9 @@
 //     longest multiple of --seq-step that fits, then measured runs from there.
 // A fit run that fails says why in its log; only the device budget's refusal counts as "does not
 // fit", anything else is an error of the benchmark.
-#include "bench_ulysses.hpp"
+#include "tierzero/bench/ulysses.hpp"
+
+#include "child_runs.hpp"
 
 #include <cstdio>
 #include <fstream>
@@ -29,7 +31,7 @@
 #include "tierzero/train/store_provider.hpp"
 #include "tierzero/train/train_config.hpp"
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 namespace {
 
@@ -266,7 +268,7 @@ void validate(const BenchUlyssesOptions& o) {
 
 }  // namespace
 
-int bench_ulysses(const BenchUlyssesOptions& o) {
+BenchReport bench_ulysses(const BenchUlyssesOptions& o) {
   validate(o);
   TempDir dir(bench_base_dir(o.dir));
   Bench bench{o, self_exe(), find_mpiexec(o.mpiexec), dir.path()};
@@ -291,38 +293,9 @@ int bench_ulysses(const BenchUlyssesOptions& o) {
                static_cast<long long>(o.seq_step), static_cast<long long>(o.max_seq),
                static_cast<double>(o.budget) / 1048576.0, static_cast<long long>(o.fit_steps));
   for (int64_t sp : o.fit_sizes) results.push_back(fit_search(bench, sp));
-  for (const auto& j : results) print_result(j);
-  return 0;
+  BenchReport report;
+  for (const auto& j : results) report.emit(j);
+  return report;
 }
 
-std::function<int()> add_bench_ulysses_command(CLI::App& bench) {
-  auto o = std::make_shared<BenchUlyssesOptions>();
-  CLI::App* c = bench.add_subcommand(
-      "ulysses",
-      "`tierzero train` with Ulysses: all-to-all bytes vs. analytic, longest sequence that fits");
-  add_train_run_options(*c, *o, "sequences per micro-batch, on every rank",
-                        "runs of each bytes mode (default 1)");
-  c->add_option("--sizes", o->sizes, "Ulysses sizes of the bytes runs (one rank each)")
-      ->delimiter(',')
-      ->check(CLI::Range(int64_t{2}, int64_t{1024}))
-      ->capture_default_str();
-  c->add_option("--fit-sizes", o->fit_sizes, "Ulysses sizes of the longest-sequence search")
-      ->delimiter(',')
-      ->check(CLI::Range(int64_t{1}, int64_t{1024}))
-      ->capture_default_str();
-  c->add_option("--budget", o->budget, "device memory budget of the fit runs, e.g. 40MiB")
-      ->transform(CLI::AsSizeValue(false))
-      ->capture_default_str();
-  add_ranged_option(*c, "--seq-step", o->seq_step, "the search's sequence granularity", 1,
-                    int64_t{1} << 20);
-  add_ranged_option(*c, "--max-seq", o->max_seq,
-                    "the longest sequence tried (the fit runs' context)", 1, int64_t{1} << 24);
-  add_ranged_option(*c, "--fit-steps", o->fit_steps, "steps of each fit run", 1, 1000);
-  add_ranged_option(*c, "--probes", o->probes, "fit runs beyond the prediction, at most", 0, 100);
-  add_ranged_option(*c, "--stage", o->stage, "ZeRO stage of every run", 0, 3);
-  add_ranged_option(*c, "--threads", o->threads, "OpenMP threads per rank", 1, 1024);
-  c->add_flag("--activation-checkpointing", o->checkpointing, "run with activation checkpointing");
-  return [o, c] { return c->parsed() ? bench_ulysses(*o) : -1; };
-}
-
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

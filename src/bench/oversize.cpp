@@ -1,7 +1,7 @@
-// `tierzero bench oversize` (see bench_oversize.hpp). Children: `tierzero bench io` and
+// `tierzero bench oversize` (see oversize.hpp). Children: `tierzero bench io` and
 // `tierzero bench train` for the machine's ceilings, then two `tierzero train` runs of the same
 // oversize config, steps-1 and steps long, whose difference in block I/O is one step's bytes.
-#include "bench_oversize.hpp"
+#include "tierzero/bench/oversize.hpp"
 
 #include <sys/resource.h>
 #include <sys/statvfs.h>
@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include "bench_child_runs.hpp"
-#include "bench_json.hpp"
+#include "child_runs.hpp"
+#include "tierzero/bench/results.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/memory_tracker.hpp"
 #include "tierzero/nn/gpt_config.hpp"
@@ -24,7 +24,7 @@
 #include "tierzero/train/config_bridges.hpp"
 #include "tierzero/train/train_config.hpp"
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 namespace {
 
@@ -65,7 +65,7 @@ ChildIo children_io() {
 
 }  // namespace
 
-int bench_oversize(const BenchOversizeOptions& o) {
+BenchReport bench_oversize(const BenchOversizeOptions& o) {
   TZ_CHECK(o.steps >= 2, "bench oversize: --steps must be at least 2",
            "one step's bytes are the difference of a steps and a steps-1 run");
   const std::string exe = self_exe();
@@ -204,34 +204,9 @@ int bench_oversize(const BenchOversizeOptions& o) {
   j["batch"] = o.batch;
   j["grads"] = o.grads;
   j["device"] = o.device;
-  print_result(j);
-  return 0;
+  BenchReport report;
+  report.emit(j);
+  return report;
 }
 
-std::function<int()> add_bench_oversize_command(CLI::App& bench) {
-  auto o = std::make_shared<BenchOversizeOptions>();
-  CLI::App* c = bench.add_subcommand(
-      "oversize", "`tierzero train` of a model larger than RAM, all state on NVMe, vs. its floor");
-  c->add_option("--model", o->model, "gpt2 ... gpt2-xl, or layers,heads,channels")
-      ->capture_default_str();
-  add_ranged_option(*c, "--seq", o->seq, "tokens per sequence", 1, 1 << 20);
-  add_ranged_option(*c, "--batch", o->batch, "micro-batch", 1, 1 << 20);
-  add_ranged_option(*c, "--steps", o->steps, "steps of the long run (the short run: one fewer)", 2,
-                    1000);
-  c->add_option("--host-mem", o->host_mem, "pinned host budget, e.g. 6GiB")
-      ->transform(CLI::AsSizeValue(false))
-      ->capture_default_str();
-  c->add_option("--device-mem", o->device_mem, "device budget, e.g. 2GiB")
-      ->transform(CLI::AsSizeValue(false))
-      ->capture_default_str();
-  c->add_option("--grads", o->grads, "where gradient shards live: cpu or nvme")
-      ->check(CLI::IsMember({"cpu", "nvme"}))
-      ->capture_default_str();
-  add_ranged_option(*c, "--threads", o->threads, "OpenMP threads of the run", 1, 4096);
-  c->add_option("--dir", o->dir, "NVMe directory (default /var/tmp or .)");
-  c->add_option("--device", o->device, "cpu or cuda")->capture_default_str();
-  add_ranged_option(*c, "--timeout", o->timeout_s, "seconds per child run", 1, 86400);
-  return [o, c] { return c->parsed() ? bench_oversize(*o) : -1; };
-}
-
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

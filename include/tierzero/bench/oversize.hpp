@@ -9,12 +9,12 @@
 // object on stdout (oversize).
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <cstdint>
-#include <functional>
 #include <string>
 
-namespace tierzero::cli {
+#include "tierzero/bench/results.hpp"
+
+namespace tierzero::bench {
 
 struct BenchOversizeOptions {
   std::string model = "gpt2-xl";          // a preset or layers,heads,channels (train --model)
@@ -30,7 +30,8 @@ struct BenchOversizeOptions {
   int64_t timeout_s = 3600;               // per child run
 };
 
-std::function<int()> add_bench_oversize_command(CLI::App& bench);
-int bench_oversize(const BenchOversizeOptions& options);
+// The benchmark itself (its child runs are this program's `train`: call it from the tierzero
+// binary); returns its result line and throws tierzero::Error on failure.
+BenchReport bench_oversize(const BenchOversizeOptions& options);
 
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

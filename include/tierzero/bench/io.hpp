@@ -7,7 +7,9 @@
 #include <cstddef>
 #include <string>
 
-namespace tierzero::cli {
+#include "tierzero/bench/results.hpp"
+
+namespace tierzero::bench {
 
 struct BenchIoOptions {
   std::string dir;                                // empty: a fresh directory under /var/tmp or "."
@@ -20,8 +22,22 @@ struct BenchIoOptions {
   std::string fio = "fio";                        // the fio executable
 };
 
-// Runs the benchmark; returns the process exit code. Throws tierzero::Error on failure
-// (no fio, not enough disk space, an I/O error).
-int run_bench_io(const BenchIoOptions& options);
+// Rates in bytes per second, medians over the repeats.
+struct BenchIoResult {
+  size_t bytes = 0;            // of swap written and read in each repeat
+  bool direct = false;         // O_DIRECT on (TierZero and fio alike)
+  double write_Bps = 0.0;      // TierZero's sequential write
+  double read_Bps = 0.0;       // and read
+  double stream_Bps = 0.0;     // tensor bytes streamed (each read and written once)
+  double fio_write_Bps = 0.0;  // the ceilings: fio, the better of plain and fixed buffers
+  double fio_read_Bps = 0.0;
+  size_t engine_bytes_written = 0;  // everything TierZero's engine wrote (stream included)
+  size_t engine_bytes_read = 0;
+  BenchReport report;  // io.write, io.read, io.stream
+};
 
-}  // namespace tierzero::cli
+// Runs the benchmark: table on stderr, three JSON objects on stdout. Throws tierzero::Error on
+// failure (no fio, not enough disk space, an I/O error).
+BenchIoResult bench_io(const BenchIoOptions& options);
+
+}  // namespace tierzero::bench

@@ -1,49 +1,21 @@
-// What the benchmarks of real `tierzero train` runs share (bench_train_modes.cpp, bench_tp.cpp):
+// What the benchmarks of real `tierzero train` runs share (train_modes.cpp, tp.cpp, pp.cpp, ...):
 // a private temp directory, this binary's path, the MPI launcher, the child's environment, running
 // a child process with a timeout and its output in a log, the argv of one `tierzero train` run,
 // reading back its --metrics and --memory-json files, and the options they all take (the model,
 // the run length, the launcher). Each benchmark keeps only its own modes, configs and tables.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include "bench_json.hpp"
+#include "tierzero/bench/results.hpp"
+#include "tierzero/bench/train_run_options.hpp"
 #include "tierzero/nn/gpt_config.hpp"
 
-namespace tierzero::cli {
-
-// The options of every benchmark of real `tierzero train` runs; each benchmark's own options
-// derive from it (and may change the defaults in their constructor).
-struct TrainRunOptions {
-  int64_t layers = 6;       // transformer blocks
-  int64_t channels = 512;   // n_embd
-  int64_t heads = 8;        // n_head
-  int64_t seq = 128;        // tokens per sequence (also the context length)
-  int64_t batch = 2;        // micro-batch (per rank, or as the benchmark says)
-  int64_t steps = 8;        // steps per run, warm-up included
-  int64_t warmup = 2;       // first steps of each run that are not counted
-  int64_t repeats = 0;      // runs of each mode, alternating; 0: the benchmark's default
-  int64_t timeout_s = 600;  // per run; a run past it is killed and the benchmark fails
-  std::string dir;          // where the private temp directory goes (default /var/tmp or .)
-  std::string mpiexec;      // launcher (default: mpiexec on PATH)
-};
-
-// Adds TrainRunOptions' flags (--layers ... --mpiexec) to `c`, with the benchmark's own help for
-// --batch and --repeats.
-void add_train_run_options(CLI::App& c, TrainRunOptions& o, const char* batch_help,
-                           const char* repeats_help);
-
-// An integer option of `c` checked to lie in [lo, hi], its default shown in --help.
-CLI::Option* add_ranged_option(CLI::App& c, const std::string& name, int64_t& value,
-                               const std::string& help, int64_t lo, int64_t hi);
-
-// Throws Error unless steps > warmup >= 0 and heads divides channels.
-void validate_train_run_options(const TrainRunOptions& o);
+namespace tierzero::bench {
 
 // The vocabulary of the built-in corpus's byte-level tokenizer (256 bytes + EOT): the benchmarks'
 // models.
@@ -144,4 +116,4 @@ std::vector<double> counted_ms(const std::vector<StepMetrics>& steps, int64_t wa
 // A --memory-json report, parsed; throws Error when it is missing or not JSON.
 nlohmann::json read_memory_report(const std::string& path);
 
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

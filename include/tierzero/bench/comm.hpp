@@ -1,11 +1,12 @@
 // `tierzero bench comm`: bandwidth of every collective against raw MPI in the same run.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <cstddef>
 #include <string>
 
-namespace tierzero::cli {
+#include "tierzero/bench/results.hpp"
+
+namespace tierzero::bench {
 
 struct BenchCommOptions {
   int ranks = 2;                       // ranks to launch when not already inside an MPI job
@@ -16,13 +17,11 @@ struct BenchCommOptions {
   std::string dtype = "fp32";  // fp32, bf16 or fp16
 };
 
-// Adds the options above to the `bench comm` subcommand.
-void add_bench_comm_options(CLI::App& command, BenchCommOptions& options);
+// Runs the benchmark: started outside MPI it re-executes this program as `tierzero bench comm`
+// with the options under `mpiexec -n <ranks>` (so only the tierzero binary may call it there);
+// inside an MPI job (mpiexec/srun) it runs directly. Initialises MPI itself. Table on stderr
+// (rank 0), one JSON object per result on stdout (rank 0, which alone keeps them in the report);
+// passed: every result passed its check, on every rank.
+BenchReport bench_comm(const BenchCommOptions& options);
 
-// Runs the benchmark: started outside MPI it re-executes itself under
-// `mpiexec -n <ranks>`; inside an MPI job (mpiexec/srun) it runs directly. Initialises MPI
-// itself. Table on stderr (rank 0), one JSON object per result on stdout (rank 0). Returns 0,
-// or 1 when a result failed its check.
-int bench_comm(const BenchCommOptions& options);
-
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

@@ -6,7 +6,7 @@
 // back to back, so that a shared machine's background load cancels out.
 // For bf16/fp16 the reductions' baseline is raw MPI in fp32 on the same element count, because
 // MPI cannot sum 16-bit floats: the ratio is then the cost of widening to fp32.
-#include "bench_comm.hpp"
+#include "tierzero/bench/comm.hpp"
 
 #include <mpi.h>
 
@@ -16,14 +16,14 @@
 #include <sstream>
 #include <vector>
 
-#include "bench_json.hpp"
+#include "tierzero/bench/results.hpp"
 #include "tierzero/comm/mpi_communicator.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/memory_tracker.hpp"
 #include "tierzero/core/timer.hpp"
 #include "tierzero/device/device_allocator.hpp"
 
-namespace tierzero::cli {
+namespace tierzero::bench {
 
 namespace {
 
@@ -304,7 +304,7 @@ std::vector<Op> parse_ops(const std::string& list) {
   return ops;
 }
 
-int run_in_job(const BenchCommOptions& o) {
+BenchReport run_in_job(const BenchCommOptions& o) {
   int argc = 0;
   char** argv = nullptr;
   comm::MpiSession mpi(&argc, &argv);
@@ -343,14 +343,14 @@ int run_in_job(const BenchCommOptions& o) {
                  "time us", "algbw", "busbw", "baseline", "time us", "busbw", "ratio", "check");
   }
   CommBench bench(world, o, dtype, b);
-  bool all_ok = true;
+  BenchReport report;
   for (Op op : ops) {
     for (size_t size = o.min_bytes; size <= o.max_bytes; size *= 4) {
       const size_t count = block_count(op, size, n, esize);
       if (count == 0) continue;
       const size_t bytes = message_bytes(op, count, n, esize);
       const CommBench::Result r = bench.measure(op, count, bytes);
-      all_ok = all_ok && r.ok;
+      report.passed = report.passed && r.ok;
       if (me != 0) continue;
       const double gb = static_cast<double>(bytes) / 1e9;
       const double algbw = gb / r.ours_s, busbw = algbw * bus_factor(op, n);
@@ -374,31 +374,17 @@ int run_in_job(const BenchCommOptions& o) {
       j["time_us"] = round_to(r.ours_s * 1e6, 2);
       j["baseline_time_us"] = round_to(r.raw_s * 1e6, 2);
       j["check"] = r.ok;
-      print_result(j);
+      report.emit(j);
     }
   }
-  if (me == 0 && !all_ok) std::fprintf(stderr, "bench comm: some results FAILED their check\n");
-  return all_ok ? 0 : 1;
+  if (me == 0 && !report.passed)
+    std::fprintf(stderr, "bench comm: some results FAILED their check\n");
+  return report;
 }
 
 }  // namespace
 
-void add_bench_comm_options(CLI::App& command, BenchCommOptions& o) {
-  command.add_option("--ranks", o.ranks, "ranks to launch with mpiexec (when not under one)")
-      ->check(CLI::Range(1, 1024))
-      ->capture_default_str();
-  command.add_option("--min-bytes", o.min_bytes, "smallest message in bytes")
-      ->capture_default_str();
-  command.add_option("--max-bytes", o.max_bytes, "largest message in bytes (x4 steps)")
-      ->capture_default_str();
-  command.add_option("--iters", o.iters, "timed iterations per size")
-      ->check(CLI::Range(1, 1000))
-      ->capture_default_str();
-  command.add_option("--ops", o.ops, "all, or a comma list of operations")->capture_default_str();
-  command.add_option("--dtype", o.dtype, "fp32, bf16 or fp16")->capture_default_str();
-}
-
-int bench_comm(const BenchCommOptions& o) {
+BenchReport bench_comm(const BenchCommOptions& o) {
   if (!comm::launched_by_mpi()) {
     comm::exec_under_mpiexec(
         o.ranks, {"bench", "comm", "--min-bytes", std::to_string(o.min_bytes), "--max-bytes",
@@ -408,4 +394,4 @@ int bench_comm(const BenchCommOptions& o) {
   return run_in_job(o);
 }
 
-}  // namespace tierzero::cli
+}  // namespace tierzero::bench

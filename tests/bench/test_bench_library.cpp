@@ -1,0 +1,143 @@
+// The benchmarks as a library: each runs in this process at a tiny size, and its result struct
+// and JSON line must agree with each other and with what was asked. Rates are only checked to be
+// measured (positive and finite): benchmarks are not timed tests.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "tierzero/bench/adam.hpp"
+#include "tierzero/bench/crc.hpp"
+#include "tierzero/bench/io.hpp"
+#include "tierzero/bench/results.hpp"
+#include "tierzero/offload/crc32c.hpp"
+
+namespace tierzero::bench {
+namespace {
+
+bool measured(double rate) {
+  return std::isfinite(rate) && rate > 0.0;
+}
+
+// The fields every result line starts with, in order, and a finite positive value and baseline.
+void expect_common_fields(const nlohmann::ordered_json& j, const std::string& name) {
+  const char* keys[] = {"bench", "value", "unit", "baseline", "baseline_value", "ratio"};
+  auto it = j.begin();
+  for (const char* key : keys) {
+    ASSERT_NE(it, j.end()) << j.dump();
+    EXPECT_EQ(it.key(), key) << j.dump();
+    ++it;
+  }
+  EXPECT_EQ(j["bench"], name);
+  ASSERT_TRUE(j["value"].is_number()) << j.dump();
+  ASSERT_TRUE(j["baseline_value"].is_number()) << j.dump();
+  EXPECT_TRUE(measured(j["value"].get<double>())) << j.dump();
+  EXPECT_TRUE(measured(j["baseline_value"].get<double>())) << j.dump();
+  EXPECT_TRUE(measured(j["ratio"].get<double>())) << j.dump();
+  // The line as printed parses back to the same object.
+  EXPECT_EQ(nlohmann::ordered_json::parse(j.dump()), j);
+}
+
+TEST(BenchLibrary, CrcCountsTheBytesAskedAndAgreesWithTheChecksum) {
+  if (!offload::crc32c_isal_available()) GTEST_SKIP() << "built without ISA-L: no baseline";
+  BenchCrcOptions o;
+  o.mib = 2;
+  o.repeats = 2;
+  const BenchCrcResult r = bench_crc(o);
+  EXPECT_EQ(r.bytes, size_t{2} << 20);
+  EXPECT_EQ(r.repeats, 2);
+  EXPECT_FALSE(r.kernel.empty());
+  EXPECT_TRUE(measured(r.gbps));
+  EXPECT_TRUE(measured(r.isal_gbps));  // the ceiling was measured
+  EXPECT_GE(r.gbps, r.median_gbps);    // best run >= median run
+  EXPECT_GE(r.isal_gbps, r.isal_median_gbps);
+  ASSERT_EQ(r.report.results.size(), 1u);
+  EXPECT_TRUE(r.report.passed);
+  const nlohmann::ordered_json& j = r.report.results[0];
+  expect_common_fields(j, "crc32c");
+  EXPECT_EQ(j["bytes"], r.bytes);
+  EXPECT_EQ(j["repeats"], r.repeats);
+  EXPECT_EQ(j["crc"], r.crc);
+  EXPECT_EQ(j["kernel"], r.kernel);
+  EXPECT_EQ(j["value"], round_to(r.gbps, 3));
+  EXPECT_EQ(j["baseline_value"], round_to(r.isal_gbps, 3));
+}
+
+TEST(BenchLibrary, AdamUpdatesTheParamsAskedAndPassesItsCheck) {
+  BenchAdamOptions o;
+  o.params = 100003;  // not a multiple of the threads' blocks
+  o.threads = 2;
+  o.repeats = 2;
+  const BenchAdamResult r = bench_adam(o);
+  EXPECT_EQ(r.params, o.params);
+  EXPECT_EQ(r.threads, 2);
+  EXPECT_FALSE(r.isa.empty());
+  EXPECT_TRUE(measured(r.step_s));
+  EXPECT_TRUE(measured(r.triad_s));
+  EXPECT_TRUE(measured(r.adam_gbps));
+  EXPECT_TRUE(measured(r.triad_gbps));  // the ceiling was measured
+  // The rates are the bytes counted per parameter (30) and per element (12) over the times.
+  EXPECT_NEAR(r.adam_gbps, 30.0 * 100003 / r.step_s / 1e9, 1e-9 * r.adam_gbps);
+  EXPECT_NEAR(r.triad_gbps, 12.0 * 100003 / r.triad_s / 1e9, 1e-9 * r.triad_gbps);
+  EXPECT_GE(r.checked_elements, size_t{4099});
+  EXPECT_TRUE(r.report.passed);
+  EXPECT_EQ(r.report.exit_code(), 0);
+  ASSERT_EQ(r.report.results.size(), 1u);
+  const nlohmann::ordered_json& j = r.report.results[0];
+  expect_common_fields(j, "adam.cpu");
+  EXPECT_EQ(j["params"], o.params);
+  EXPECT_EQ(j["bytes_per_param"], 30);
+  EXPECT_EQ(j["checked"], true);
+  EXPECT_EQ(j["value"], round_to(r.adam_gbps, 3));
+  EXPECT_EQ(j["baseline_value"], round_to(r.triad_gbps, 3));
+}
+
+bool fio_on_path() {
+  return std::system("fio --version > /dev/null 2>&1") == 0;
+}
+
+TEST(BenchLibrary, IoMovesTheBytesAskedAndMeasuresFio) {
+  if (!fio_on_path()) GTEST_SKIP() << "no fio on PATH: the io benchmark's baseline";
+  BenchIoOptions o;  // dir left empty: the benchmark picks /var/tmp or . on a real disk
+  o.size = size_t{4} << 20;
+  o.block = size_t{1} << 20;
+  o.queue_depth = 4;
+  o.repeats = 1;
+  o.stream_buffers = 2;
+  o.stream_buffer_bytes = size_t{1} << 20;
+  const BenchIoResult r = bench_io(o);
+  EXPECT_EQ(r.bytes, o.size);
+  for (double rate : {r.write_Bps, r.read_Bps, r.stream_Bps, r.fio_write_Bps, r.fio_read_Bps})
+    EXPECT_TRUE(measured(rate)) << rate;
+  // The engine wrote the swap once per repeat, the streamed tensor once to start and once per
+  // repeat (write-back), and read both once per repeat: nothing more, nothing lost.
+  EXPECT_EQ(r.engine_bytes_written, (2 * o.repeats + 1) * o.size);
+  EXPECT_EQ(r.engine_bytes_read, 2 * o.repeats * o.size);
+  ASSERT_EQ(r.report.results.size(), 3u);
+  const char* names[] = {"io.write", "io.read", "io.stream"};
+  for (size_t i = 0; i < 3; ++i) {
+    const nlohmann::ordered_json& j = r.report.results[i];
+    expect_common_fields(j, names[i]);
+    EXPECT_EQ(j["size"], o.size);
+    EXPECT_EQ(j["block"], o.block);
+    EXPECT_EQ(j["direct"], r.direct);
+  }
+  EXPECT_EQ(r.report.results[0]["value"], round_to(r.write_Bps / 1e9, 4));
+  EXPECT_EQ(r.report.results[1]["baseline_value"], round_to(r.fio_read_Bps / 1e9, 4));
+}
+
+TEST(BenchLibrary, ReportAppendsAndFailsWhenOnePartFailed) {
+  BenchReport a, b;
+  a.results.push_back(bench_result("x", 1.0, "u", "y", 2.0, 0.5));
+  b.results.push_back(bench_result("z", 1.0, "u", "y", 2.0, 0.5));
+  b.passed = false;
+  a.append(b);
+  ASSERT_EQ(a.results.size(), 2u);
+  EXPECT_EQ(a.results[1]["bench"], "z");
+  EXPECT_FALSE(a.passed);
+  EXPECT_EQ(a.exit_code(), 1);
+}
+
+}  // namespace
+}  // namespace tierzero::bench
