@@ -23,7 +23,7 @@
 #include "tierzero/nn/activation_dims.hpp"
 #include "tierzero/nn/gpt.hpp"
 #include "tierzero/nn/param_layout.hpp"
-#include "tierzero/nn/ulysses_group.hpp"
+#include "tierzero/nn/sp/ulysses_group.hpp"
 #include "tierzero/profile/estimator.hpp"
 #include "tierzero/train/config_bridges.hpp"
 #include "tierzero/train/store_provider.hpp"

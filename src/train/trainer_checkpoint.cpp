@@ -10,7 +10,7 @@
 #include "run_report.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/log.hpp"
-#include "tierzero/nn/tensor_parallel_params.hpp"
+#include "tierzero/nn/tp/tensor_parallel_params.hpp"
 #include "tierzero/train/checkpoint.hpp"
 #include "tierzero/train/config_bridges.hpp"
 #include "tierzero/train/run_outputs.hpp"

@@ -14,7 +14,7 @@
 #include "tierzero/core/error.hpp"
 #include "tierzero/device/device_allocator.hpp"
 #include "tierzero/nn/gpt.hpp"
-#include "tierzero/nn/tensor_parallel_params.hpp"
+#include "tierzero/nn/tp/tensor_parallel_params.hpp"
 #include "tiny_gpt.hpp"
 
 using namespace tierzero;

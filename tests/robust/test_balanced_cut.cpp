@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "tierzero/nn/param_layout.hpp"
-#include "tierzero/nn/pipeline_stage.hpp"
+#include "tierzero/nn/pp/pipeline_stage.hpp"
 
 using namespace tierzero;
 

@@ -12,9 +12,9 @@
 #include "tierzero/device/device.hpp"
 #include "tierzero/kernels/kernels.hpp"
 #include "tierzero/nn/param_layout.hpp"
+#include "tierzero/nn/sp/ulysses_group.hpp"
 #include "tierzero/nn/tensor_meta.hpp"
-#include "tierzero/nn/tensor_parallel_group.hpp"
-#include "tierzero/nn/ulysses_group.hpp"
+#include "tierzero/nn/tp/tensor_parallel_group.hpp"
 
 namespace tierzero::nn {
 

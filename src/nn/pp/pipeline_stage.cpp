@@ -1,6 +1,6 @@
 // Cutting the GPT's blocks into pipeline stages: as listed, or balanced by parameters (the cut a
 // dynamic program over contiguous runs picks, found by a binary search per stage).
-#include "tierzero/nn/pipeline_stage.hpp"
+#include "tierzero/nn/pp/pipeline_stage.hpp"
 
 #include <algorithm>
 
