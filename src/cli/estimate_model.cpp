@@ -8,6 +8,7 @@
 #include "tierzero/device/device_allocator.hpp"
 #include "tierzero/nn/gpt.hpp"
 #include "tierzero/nn/param_layout.hpp"
+#include "tierzero/nn/pp/pipeline_cut.hpp"
 #include "tierzero/nn/pp/pipeline_schedule.hpp"
 #include "tierzero/nn/pp/pipeline_stage.hpp"
 #include "tierzero/nn/sp/ulysses_group.hpp"

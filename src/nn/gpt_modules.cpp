@@ -1,4 +1,4 @@
-// The GPT-2's module list and the parameter units it declares.
+// The GPT-2's module list, the parameter units it declares and the layout built from them.
 #include "tierzero/nn/gpt_modules.hpp"
 
 #include "tierzero/nn/block.hpp"
@@ -30,6 +30,21 @@ std::vector<UnitDecl> param_units(const ModuleList& modules) {
 
 std::vector<UnitDecl> gpt_param_units(const GPTConfig& config) {
   return param_units(make_gpt_modules(config));
+}
+
+ParamLayout gpt_param_layout(const GPTConfig& config, const TensorParallel& tp) {
+  return ParamLayout(gpt_param_units(config), tp);
+}
+
+size_t gpt_parameter_count(const GPTConfig& config) {
+  if (config.num_layers <= 1) return gpt_param_layout(config).parameter_count();
+  GPTConfig one_block = config;
+  one_block.num_layers = 1;
+  const ParamLayout layout = gpt_param_layout(one_block);
+  size_t block = 0;
+  for (size_t t : layout.units()[layout.unit_index("block.0")].tensors)
+    block += layout.tensors()[t].numel;
+  return layout.parameter_count() + (config.num_layers - 1) * block;
 }
 
 }  // namespace tierzero::nn

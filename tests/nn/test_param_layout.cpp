@@ -13,7 +13,7 @@ using namespace tierzero;
 
 TEST(ParamLayout, Gpt2SmallHasTheKnownParameterCountAndUnits) {
   nn::GPTConfig cfg = nn::GPTConfig::preset("gpt2");
-  nn::ParamLayout layout(cfg);
+  nn::ParamLayout layout = nn::gpt_param_layout(cfg);
   EXPECT_EQ(layout.parameter_count(), 124475904u);  // llm.c's count with Vp = 50304
   ASSERT_EQ(layout.units().size(), 14u);            // embeddings, 12 blocks, final norm
   EXPECT_EQ(layout.units()[0].name, "embeddings");
@@ -49,7 +49,7 @@ TEST(ParamLayout, Gpt2InitialisationStatistics) {
   cfg.num_layers = 8;
   cfg.num_heads = 4;
   cfg.channels = 128;
-  nn::ParamLayout layout(cfg);
+  nn::ParamLayout layout = nn::gpt_param_layout(cfg);
   std::vector<float> p(layout.total_numel());
   nn::init_gpt2_params(layout, cfg, 42, p.data());
   auto stats = [&](nn::ParamKind k, int layer) {
@@ -92,7 +92,7 @@ TEST(ParamLayout, Gpt2InitialisationOfAnyRangeEqualsTheWholeDraw) {
   cfg.num_layers = 3;
   cfg.num_heads = 4;
   cfg.channels = 64;
-  nn::ParamLayout layout(cfg);
+  nn::ParamLayout layout = nn::gpt_param_layout(cfg);
   std::vector<float> whole(layout.total_numel());
   nn::init_gpt2_params(layout, cfg, 11, whole.data());
   size_t ranges = 0, mismatches = 0;

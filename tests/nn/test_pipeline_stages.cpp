@@ -15,6 +15,7 @@
 
 #include "tierzero/core/error.hpp"
 #include "tierzero/nn/gpt.hpp"
+#include "tierzero/nn/pp/pipeline_cut.hpp"
 #include "tierzero/nn/pp/pipeline_stage.hpp"
 #include "tiny_gpt.hpp"
 

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "tierzero/core/tensor.hpp"
-#include "tierzero/nn/gpt_config.hpp"
 #include "tierzero/nn/tensor_meta.hpp"
 
 namespace tierzero::nn {
@@ -39,12 +38,9 @@ struct ParamUnit {
 
 class ParamLayout {
  public:
-  // The GPT-2 of `config` on one rank (tp size 1): every tensor whole.
-  explicit ParamLayout(const GPTConfig& config);
-  // The GPT-2 of `config` on tensor-parallel rank tp (local shapes). Throws Error naming the
-  // tensor when tp.size does not divide a partitioned dim.
-  ParamLayout(const GPTConfig& config, const TensorParallel& tp);
-  // Any model: units in the order given, tensors in each in the order declared.
+  // Units in the order given, tensors in each in the order declared, with their local shapes on
+  // tensor-parallel rank tp. Throws Error naming the tensor when tp.size does not divide a
+  // partitioned dim. (The GPT-2's layout: gpt_param_layout in gpt_modules.hpp.)
   ParamLayout(const std::vector<UnitDecl>& units, const TensorParallel& tp);
 
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
@@ -69,10 +65,5 @@ class ParamLayout {
   size_t total_ = 0;
   size_t count_ = 0;
 };
-
-// ParamLayout(config).parameter_count() without the whole model's layout: the blocks are alike,
-// so a one-block model's count and the block's (a layout of 10^5 blocks takes seconds and
-// hundreds of MB).
-size_t gpt_parameter_count(const GPTConfig& config);
 
 }  // namespace tierzero::nn
