@@ -1,10 +1,10 @@
 // The GPT-2's module list, the parameter units it declares and the layout built from them.
 #include "tierzero/nn/gpt_modules.hpp"
 
-#include "tierzero/nn/block.hpp"
-#include "tierzero/nn/embedding.hpp"
-#include "tierzero/nn/final_norm.hpp"
-#include "tierzero/nn/head.hpp"
+#include "block.hpp"
+#include "embedding.hpp"
+#include "final_norm.hpp"
+#include "head.hpp"
 
 namespace tierzero::nn {
 

@@ -8,8 +8,8 @@
 #include <cstddef>
 #include <vector>
 
+#include "linear.hpp"
 #include "tierzero/nn/gpt_config.hpp"
-#include "tierzero/nn/linear.hpp"
 #include "tierzero/nn/saved_activations.hpp"
 
 namespace tierzero::nn {

@@ -12,11 +12,11 @@
 #include <cstddef>
 #include <vector>
 
-#include "tierzero/nn/attention.hpp"
+#include "attention.hpp"
+#include "layer_norm.hpp"
+#include "mlp.hpp"
 #include "tierzero/nn/block_activations.hpp"
 #include "tierzero/nn/gpt_config.hpp"
-#include "tierzero/nn/layer_norm.hpp"
-#include "tierzero/nn/mlp.hpp"
 #include "tierzero/nn/module.hpp"
 
 namespace tierzero::nn {
