@@ -25,6 +25,7 @@ class Block final : public Module {
  public:
   Block(const GPTConfig& config, int layer, size_t index);
   int layer() const { return layer_; }
+  int block() const override { return layer_; }
 
   std::vector<TensorMeta> parameters() const override;  // ln1, attention, ln2, mlp
   void bind(const ParamLayout& layout) override;

@@ -1,6 +1,9 @@
 // The GPT-2's module list, the parameter units it declares and the layout built from them.
 #include "tierzero/nn/gpt_modules.hpp"
 
+#include <string>
+#include <unordered_map>
+
 #include "block.hpp"
 #include "embedding.hpp"
 #include "final_norm.hpp"
@@ -20,10 +23,14 @@ ModuleList make_gpt_modules(const GPTConfig& config) {
 }
 
 std::vector<UnitDecl> param_units(const ModuleList& modules) {
+  std::unordered_map<std::string, size_t> users;  // a map: linear in the model's blocks
+  for (const auto& m : modules) ++users[m->unit_name()];
   std::vector<UnitDecl> units;
   for (const auto& m : modules) {
     std::vector<TensorMeta> tensors = m->parameters();
-    if (!tensors.empty()) units.push_back(UnitDecl{m->unit_name(), std::move(tensors)});
+    if (!tensors.empty())
+      units.push_back(
+          UnitDecl{m->unit_name(), std::move(tensors), m->block(), users.at(m->unit_name()) > 1});
   }
   return units;
 }
@@ -42,8 +49,9 @@ size_t gpt_parameter_count(const GPTConfig& config) {
   one_block.num_layers = 1;
   const ParamLayout layout = gpt_param_layout(one_block);
   size_t block = 0;
-  for (size_t t : layout.units()[layout.unit_index("block.0")].tensors)
-    block += layout.tensors()[t].numel;
+  for (const ParamUnit& u : layout.units())
+    if (u.block == 0)
+      for (size_t t : u.tensors) block += layout.tensors()[t].numel;
   return layout.parameter_count() + (config.num_layers - 1) * block;
 }
 

@@ -34,7 +34,7 @@ ParamLayout::ParamLayout(const std::vector<UnitDecl>& units, const TensorParalle
     TZ_CHECK(decl.name.empty() == false, "a parameter unit has no name", "internal error");
     TZ_CHECK(names.insert(decl.name).second, "two parameter units are called " + decl.name,
              "internal error: unit names must be unique");
-    units_.push_back(ParamUnit{decl.name, total_, 0, {}});
+    units_.push_back(ParamUnit{decl.name, total_, 0, {}, decl.block, decl.tied});
     for (const TensorMeta& meta : decl.tensors) {
       ParamTensor t{meta, meta.local_shape(tp.size), total_, 0, units_.size() - 1};
       t.numel = t.shape.numel();

@@ -108,7 +108,7 @@ std::string Trainer::save_model_streamed(const std::string& path) {
     nn::for_each_whole_run(from_layout, full_layout, begin, count,
                            [&](const nn::ParamTensor& t, size_t full, size_t at, size_t n) {
                              if (t.replicated() && tp_rank > 0) return;
-                             if (t.kind == nn::ParamKind::wte && stage > 0) return;
+                             if (from_layout.units()[t.unit].tied && stage > 0) return;
                              writer.write(full, n, values + at);
                            });
   };

@@ -18,6 +18,12 @@ TEST(ParamLayout, Gpt2SmallHasTheKnownParameterCountAndUnits) {
   ASSERT_EQ(layout.units().size(), 14u);            // embeddings, 12 blocks, final norm
   EXPECT_EQ(layout.units()[0].name, "embeddings");
   EXPECT_EQ(layout.units()[13].name, "final_norm");
+  // What a unit is, as fields: its block, and tied for the embeddings the head also uses.
+  for (size_t u = 0; u < layout.units().size(); ++u) {
+    const nn::ParamUnit& unit = layout.units()[u];
+    EXPECT_EQ(unit.block, u >= 1 && u <= 12 ? static_cast<int>(u) - 1 : -1) << unit.name;
+    EXPECT_EQ(unit.tied, u == 0) << unit.name;
+  }
   size_t covered = 0;
   for (size_t u = 0; u < layout.units().size(); ++u) {
     const nn::ParamUnit& unit = layout.units()[u];

@@ -18,7 +18,8 @@ using ModuleList = std::vector<std::unique_ptr<Module>>;
 // In forward order; module i has index() i. Unbound: bind each to a layout before running.
 ModuleList make_gpt_modules(const GPTConfig& config);
 // One unit per module that owns parameters, in module order ("embeddings", "block.<i>",
-// "final_norm"); modules sharing another's unit (the head) add none.
+// "final_norm"), with the module's block and tied when another module uses the unit too;
+// modules sharing another's unit (the head) add none.
 std::vector<UnitDecl> param_units(const ModuleList& modules);
 std::vector<UnitDecl> gpt_param_units(const GPTConfig& config);
 // The GPT-2 of `config` on tensor-parallel rank tp (default: one rank, every tensor whole). Here,

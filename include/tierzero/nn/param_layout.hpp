@@ -14,10 +14,14 @@
 
 namespace tierzero::nn {
 
-// The parameters of one top-level module, as it declares them, in layout order.
+// The parameters of one top-level module, as it declares them, in layout order. What a unit is
+// comes from block and tied, never from its name: the name is for messages, checkpoints and
+// reports.
 struct UnitDecl {
   std::string name;  // "embeddings", "block.0", ..., "final_norm"
   std::vector<TensorMeta> tensors;
+  int block = -1;     // the transformer block it holds; -1: embeddings, final norm and the like
+  bool tied = false;  // another module runs on its parameters too (the head on the embeddings')
 };
 
 // A declared tensor placed on this rank: the metadata (kind, layer, full shape, partitioning,
@@ -34,6 +38,8 @@ struct ParamUnit {
   size_t offset;                // elements; start of the unit in the flat buffer
   size_t numel;                 // elements the unit spans, alignment padding included
   std::vector<size_t> tensors;  // indices into ParamLayout::tensors()
+  int block = -1;               // as declared (UnitDecl)
+  bool tied = false;            // as declared (UnitDecl)
 };
 
 class ParamLayout {

@@ -36,9 +36,16 @@ class BalancedCut {
     GPTConfig one_block = config;
     one_block.num_layers = 1;
     const ParamLayout layout = gpt_param_layout(one_block);
-    block_ = layout.units()[layout.unit_index("block.0")].numel;
-    embeddings_ = layout.units()[layout.unit_index("embeddings")].numel;
-    final_norm_ = layout.units()[layout.unit_index("final_norm")].numel;
+    bool before_blocks = true;
+    for (const ParamUnit& u : layout.units()) {
+      if (u.block >= 0) {
+        block_ += u.numel;
+        before_blocks = false;
+        continue;
+      }
+      (before_blocks ? first_extra_ : last_extra_) += u.numel;
+      if (before_blocks && u.tied) last_extra_ += u.numel;  // the last stage's tied copy
+    }
     TZ_CHECK(block_ > 0, "a transformer block without parameters", "internal error");
   }
 
@@ -56,8 +63,8 @@ class BalancedCut {
  private:
   size_t extra(size_t s) const {
     size_t e = 0;
-    if (s == 0) e += embeddings_;
-    if (s + 1 == stages_) e += embeddings_ + final_norm_;  // the tied copy
+    if (s == 0) e += first_extra_;
+    if (s + 1 == stages_) e += last_extra_;
     return e;
   }
   // Blocks stages 0..s-1 hold at most under the load `load`; 0 when one of them cannot hold one.
@@ -88,7 +95,9 @@ class BalancedCut {
   }
 
   size_t stages_;
-  size_t block_ = 0, embeddings_ = 0, final_norm_ = 0;
+  size_t block_ = 0;
+  size_t first_extra_ = 0;  // the units before the blocks (the embeddings)
+  size_t last_extra_ = 0;   // those after them (the final norm) and copies of tied ones before
 };
 
 }  // namespace
