@@ -20,6 +20,7 @@
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/memory_tracker.hpp"
 #include "tierzero/nn/gpt_config.hpp"
+#include "tierzero/nn/gpt_modules.hpp"
 #include "tierzero/nn/param_layout.hpp"
 #include "tierzero/train/config_bridges.hpp"
 #include "tierzero/train/train_config.hpp"
@@ -72,7 +73,7 @@ BenchReport bench_oversize(const BenchOversizeOptions& o) {
   const std::vector<std::string> env = child_environment(o.threads);
   TempDir dir(bench_base_dir(o.dir));
   const nn::GPTConfig shape = model_shape(o.model);
-  const nn::ParamLayout layout(shape);
+  const nn::ParamLayout layout = nn::gpt_param_layout(shape);
   const double n = static_cast<double>(layout.parameter_count());
   const double state_bytes = 16.0 * n;  // fp32 params (the master), grads, Adam m and v
   struct statvfs vfs {};

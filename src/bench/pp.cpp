@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tierzero/core/error.hpp"
-#include "tierzero/nn/pipeline_schedule.hpp"
+#include "tierzero/nn/pp/pipeline_schedule.hpp"
 
 namespace tierzero::bench {
 

@@ -24,7 +24,7 @@
 #include "tierzero/core/memory_tracker.hpp"
 #include "tierzero/nn/activation_dims.hpp"
 #include "tierzero/nn/gpt.hpp"
-#include "tierzero/nn/tensor_parallel_group.hpp"
+#include "tierzero/nn/tp/tensor_parallel_group.hpp"
 #include "tierzero/train/config_bridges.hpp"
 
 namespace tierzero::bench {

@@ -25,7 +25,7 @@
 #include "tierzero/nn/activation_dims.hpp"
 #include "tierzero/nn/gpt.hpp"
 #include "tierzero/nn/param_layout.hpp"
-#include "tierzero/nn/ulysses_group.hpp"
+#include "tierzero/nn/sp/ulysses_group.hpp"
 #include "tierzero/profile/estimator.hpp"
 #include "tierzero/train/config_bridges.hpp"
 #include "tierzero/train/store_provider.hpp"
@@ -68,7 +68,7 @@ size_t predicted_device_bytes(const BenchUlyssesOptions& o, const std::string& c
   const size_t activations =
       nn::GPT::activation_bytes_for(model, sz(o.batch), sz(seq), o.checkpointing, 1, false, sz(sp));
   const profile::Estimate e = profile::estimate(train::estimate_input_from(
-      c, train::units_from_layout(nn::ParamLayout(model), 1), world, activations));
+      c, train::units_from_layout(nn::gpt_param_layout(model), 1), world, activations));
   return e.tier_total(Tier::device);
 }
 

@@ -7,7 +7,7 @@
 #include "commands.hpp"
 #include "estimate_model.hpp"
 #include "tierzero/core/error.hpp"
-#include "tierzero/nn/param_layout.hpp"
+#include "tierzero/nn/gpt_modules.hpp"
 
 namespace tierzero::cli {
 

@@ -14,6 +14,7 @@
 #include "commands.hpp"
 #include "tierzero/core/dtype.hpp"
 #include "tierzero/core/error.hpp"
+#include "tierzero/nn/gpt_modules.hpp"
 #include "tierzero/nn/param_layout.hpp"
 #include "tierzero/train/output_paths.hpp"
 #include "tierzero/train/safetensors_gpt2.hpp"
@@ -29,7 +30,6 @@ struct ExportFlags {
   std::string output;
 };
 
-
 int run_export(const ExportFlags& f) {
   const std::string dir = train::resolve_checkpoint_dir(f.checkpoint);
   // Export writes a temporary file beside the output and renames it: an output among the files
@@ -43,7 +43,7 @@ int run_export(const ExportFlags& f) {
                "), which export does not assemble yet",
            "save the model with train --save model.bin (llm.c) instead");
   const nn::GPTConfig config = train::checkpoint_model(contents);
-  const nn::ParamLayout layout(config);
+  const nn::ParamLayout layout = nn::gpt_param_layout(config);
   const train::UnitGrouping g = train::group_units(layout, id.value("blocks_per_unit", size_t{1}));
   train::CheckpointRanges ranges(contents);
   size_t tensors = 0, bytes = 0;

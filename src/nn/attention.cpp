@@ -1,6 +1,6 @@
 // Attention: QKV projection, the causal attention kernel, output projection; backward in reverse
 // with the model's scratch for the gradients that live only inside it.
-#include "tierzero/nn/attention.hpp"
+#include "attention.hpp"
 
 #include "tierzero/nn/micro_batch.hpp"
 #include "tierzero/nn/model_scratch.hpp"

@@ -1,6 +1,6 @@
 // Block: ln1 -> attention -> residual add -> ln2 -> MLP -> residual add, and its backward in
 // reverse with the residual stream's gradient updated in place (see block.hpp).
-#include "tierzero/nn/block.hpp"
+#include "block.hpp"
 
 #include <string>
 

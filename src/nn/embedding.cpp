@@ -1,7 +1,7 @@
 // Embedding: wte vocab-parallel, wpe replicated; the encoder kernels. A Ulysses rank's tokens are
 // positions rank T ... rank T + T - 1 of their sequences: it reads (and accumulates into) those
 // rows of wpe.
-#include "tierzero/nn/embedding.hpp"
+#include "embedding.hpp"
 
 #include "tierzero/nn/micro_batch.hpp"
 #include "tierzero/nn/model_scratch.hpp"

@@ -1,5 +1,5 @@
 // FinalNorm: a LayerNorm whose statistics live in the micro-batch.
-#include "tierzero/nn/final_norm.hpp"
+#include "final_norm.hpp"
 
 #include "tierzero/nn/micro_batch.hpp"
 

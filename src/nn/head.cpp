@@ -1,6 +1,6 @@
 // Head: logits from the tied wte, found in the embeddings' unit (this rank's vocabulary under
 // tensor parallelism).
-#include "tierzero/nn/head.hpp"
+#include "head.hpp"
 
 #include "tierzero/nn/micro_batch.hpp"
 #include "tierzero/nn/model_scratch.hpp"

@@ -1,6 +1,6 @@
 // LayerNorm: replicated gain and bias, and the layernorm kernels over the residual stream's rows
 // (this rank's under sequence parallelism, whose gain and bias gradients are then all-reduced).
-#include "tierzero/nn/layer_norm.hpp"
+#include "layer_norm.hpp"
 
 #include "tierzero/nn/micro_batch.hpp"
 #include "tierzero/nn/model_scratch.hpp"

@@ -1,5 +1,5 @@
 // Linear: its tensor metadata per split, and the matmul kernels on its local shapes.
-#include "tierzero/nn/linear.hpp"
+#include "linear.hpp"
 
 #include "tierzero/nn/micro_batch.hpp"
 

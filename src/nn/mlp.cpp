@@ -1,6 +1,6 @@
 // MLP: fc, GELU, projection; backward in reverse with the model's scratch for the hidden
 // gradients.
-#include "tierzero/nn/mlp.hpp"
+#include "mlp.hpp"
 
 #include "tierzero/nn/micro_batch.hpp"
 #include "tierzero/nn/model_scratch.hpp"

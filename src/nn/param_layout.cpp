@@ -7,7 +7,6 @@
 #include <unordered_set>
 
 #include "tierzero/core/error.hpp"
-#include "tierzero/nn/gpt_modules.hpp"
 
 namespace tierzero::nn {
 
@@ -17,11 +16,6 @@ size_t align_up(size_t n) {
   return (n + kAlignElems - 1) / kAlignElems * kAlignElems;
 }
 }  // namespace
-
-ParamLayout::ParamLayout(const GPTConfig& config) : ParamLayout(config, TensorParallel{}) {}
-
-ParamLayout::ParamLayout(const GPTConfig& config, const TensorParallel& tp)
-    : ParamLayout(gpt_param_units(config), tp) {}
 
 ParamLayout::ParamLayout(const std::vector<UnitDecl>& units, const TensorParallel& tp) : tp_(tp) {
   tp.validate();
@@ -40,7 +34,7 @@ ParamLayout::ParamLayout(const std::vector<UnitDecl>& units, const TensorParalle
     TZ_CHECK(decl.name.empty() == false, "a parameter unit has no name", "internal error");
     TZ_CHECK(names.insert(decl.name).second, "two parameter units are called " + decl.name,
              "internal error: unit names must be unique");
-    units_.push_back(ParamUnit{decl.name, total_, 0, {}});
+    units_.push_back(ParamUnit{decl.name, total_, 0, {}, decl.block, decl.tied});
     for (const TensorMeta& meta : decl.tensors) {
       ParamTensor t{meta, meta.local_shape(tp.size), total_, 0, units_.size() - 1};
       t.numel = t.shape.numel();
@@ -79,17 +73,6 @@ size_t ParamLayout::unit_index(const std::string& name) const {
   std::string known;
   for (const ParamUnit& u : units_) known += (known.empty() ? "" : ", ") + u.name;
   TZ_THROW("no parameter unit '" + name + "'", "the layout's units are " + known);
-}
-
-size_t gpt_parameter_count(const GPTConfig& config) {
-  if (config.num_layers <= 1) return ParamLayout(config).parameter_count();
-  GPTConfig one_block = config;
-  one_block.num_layers = 1;
-  const ParamLayout layout(one_block);
-  size_t block = 0;
-  for (size_t t : layout.units()[layout.unit_index("block.0")].tensors)
-    block += layout.tensors()[t].numel;
-  return layout.parameter_count() + (config.num_layers - 1) * block;
 }
 
 }  // namespace tierzero::nn

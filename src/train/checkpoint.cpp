@@ -14,6 +14,7 @@
 #include "tierzero/core/checked_math.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/input_file.hpp"
+#include "tierzero/nn/gpt_modules.hpp"
 #include "tierzero/train/safetensors_gpt2.hpp"
 
 namespace tierzero::train {
@@ -175,7 +176,7 @@ std::unique_ptr<ModelRanges> open_model_ranges(const std::string& path,
 ModelFileRanges::ModelFileRanges(const std::string& path, const nn::ParamLayout& layout)
     : path_(path), layout_(layout) {
   const nn::GPTConfig c = read_checkpoint_config(path);
-  TZ_CHECK(nn::ParamLayout(c).total_numel() == layout.total_numel(),
+  TZ_CHECK(nn::gpt_param_layout(c).total_numel() == layout.total_numel(),
            "checkpoint '" + path + "' (" + c.str() + ") does not match the model's layout",
            "build the model from the checkpoint's own shape");
   TZ_CHECK(expected_file_bytes(layout) ==

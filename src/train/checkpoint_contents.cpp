@@ -14,6 +14,7 @@
 #include "checkpoint_fields.hpp"
 #include "tierzero/core/dtype.hpp"
 #include "tierzero/core/error.hpp"
+#include "tierzero/nn/gpt_modules.hpp"
 #include "tierzero/nn/param_layout.hpp"
 #include "tierzero/train/store_provider.hpp"
 
@@ -315,7 +316,7 @@ nn::GPTConfig checkpoint_model(const CheckpointContents& c) {
            "a model whose fp32 values fit in the checkpoint's " + std::to_string(data) + " bytes");
   std::unique_ptr<nn::ParamLayout> built;
   try {
-    built = std::make_unique<nn::ParamLayout>(g);
+    built = std::make_unique<nn::ParamLayout>(nn::gpt_param_layout(g));
   } catch (const Error& e) {
     TZ_THROW("checkpoint file '" + c.manifest.path + "': identity.model_shape " + g.str() +
                  " cannot be built: " + e.what_failed(),

@@ -162,7 +162,8 @@ class StoreParams final : public ParamState {
                 std::to_string(local_ranks) + " ranks");
     UnitGrouping grouping = group_units(layout, static_cast<size_t>(c.blocks_per_unit));
     if (groups.tie)
-      for (zero::UnitSpec& spec : grouping.specs) spec.tied = spec.name == "embeddings";
+      for (size_t u = 0; u < layout.units().size(); ++u)
+        if (layout.units()[u].tied) grouping.specs[grouping.store_unit[u]].tied = true;
     store_ = std::make_unique<zero::PartitionStore>(
         grouping.specs, store_config, adamw_config_from(c.optimizer), *groups.partition, allocator,
         groups.store_groups());

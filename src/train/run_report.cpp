@@ -15,6 +15,7 @@
 
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/output_files.hpp"
+#include "tierzero/nn/gpt_modules.hpp"
 #include "tierzero/profile/estimator.hpp"
 #include "tierzero/train/config_bridges.hpp"
 #include "tierzero/train/progress.hpp"
@@ -81,7 +82,7 @@ std::unique_ptr<profile::ProfileRecorder> make_recorder(
   }
   if (tp > 1 || pp > 1)
     info.extra["parameters_whole_model"] =
-        std::to_string(nn::ParamLayout(model.config()).parameter_count());
+        std::to_string(nn::gpt_param_layout(model.config()).parameter_count());
   recorder->set_run_info(info);
   std::vector<profile::PlacementRow> rows;
   for (size_t u = 0; u < layout.units().size(); ++u) {

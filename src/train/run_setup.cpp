@@ -10,8 +10,10 @@
 #include "tierzero/comm/nccl_communicator.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/log.hpp"
-#include "tierzero/nn/pipeline_schedule.hpp"
-#include "tierzero/nn/tensor_parallel_params.hpp"
+#include "tierzero/nn/gpt_modules.hpp"
+#include "tierzero/nn/pp/pipeline_cut.hpp"
+#include "tierzero/nn/pp/pipeline_schedule.hpp"
+#include "tierzero/nn/tp/tensor_parallel_params.hpp"
 #include "tierzero/train/byte_tokenizer.hpp"
 #include "tierzero/train/config_bridges.hpp"
 #include "tierzero/train/safetensors_gpt2.hpp"
@@ -93,7 +95,7 @@ std::vector<nn::PipelineStage> check_parallel(const TrainConfig& c, const nn::GP
   // tensor extent that still does not split.
   (void)nn::ActivationDims::of(model, static_cast<size_t>(c.micro_batch_size),
                                static_cast<size_t>(c.seq_len), tp, c.sequence_parallel, u);
-  (void)nn::ParamLayout(model, nn::TensorParallel{tp, 0});
+  (void)nn::gpt_param_layout(model, nn::TensorParallel{tp, 0});
   if (c.sequence_parallel && tp == 1)
     log::warn(
         "tierzero.sequence_parallel has no effect without tensor parallelism "
@@ -329,7 +331,7 @@ InitialValues::InitialValues(const TrainConfig& c, const nn::GPTConfig& model,
     };
     return;
   }
-  file_layout_ = std::make_unique<nn::ParamLayout>(model);
+  file_layout_ = std::make_unique<nn::ParamLayout>(nn::gpt_param_layout(model));
   file_ = open_model_ranges(c.load_checkpoint, *file_layout_);
   ModelRanges* file = file_.get();
   const nn::ParamLayout* file_layout = file_layout_.get();

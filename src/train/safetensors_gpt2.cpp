@@ -18,6 +18,7 @@
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/input_file.hpp"
 #include "tierzero/core/json_text.hpp"
+#include "tierzero/nn/gpt_modules.hpp"
 
 namespace tierzero::train {
 
@@ -431,7 +432,7 @@ Gpt2SafetensorsRanges::Gpt2SafetensorsRanges(const std::string& path, const nn::
   const Header h = read_header(path);
   const nn::GPTConfig config = config_of(path, h);
   TZ_CHECK(
-      layout.tp().size == 1 && nn::ParamLayout(config).total_numel() == layout.total_numel(),
+      layout.tp().size == 1 && nn::gpt_param_layout(config).total_numel() == layout.total_numel(),
       "safetensors file '" + path + "' (" + config.str() + ") does not match the model's layout",
       "build the model from the file's own shape (tensor parallel 1, every stage)");
   tensor_.resize(layout.tensors().size());

@@ -10,14 +10,6 @@
 
 namespace tierzero::train {
 
-namespace {
-
-bool is_block(const nn::ParamUnit& u) {
-  return u.name.rfind("block.", 0) == 0;
-}
-
-}  // namespace
-
 UnitGrouping group_units(const nn::ParamLayout& layout, size_t blocks_per_unit) {
   TZ_CHECK(blocks_per_unit >= 1, "blocks_per_unit is 0",
            "tierzero.blocks_per_unit is the number of transformer blocks per store unit (>= 1)");
@@ -30,8 +22,8 @@ UnitGrouping group_units(const nn::ParamLayout& layout, size_t blocks_per_unit) 
     // A block joins the previous store unit while that one is a block group with room left and
     // ends with the block before it (a rank's interleaved chunks are not contiguous in the
     // model); units are back to back in the layout, so a group is one flat range.
-    const bool join = is_block(u) && blocks_in_current > 0 && blocks_in_current < blocks_per_unit &&
-                      std::stoul(units[i - 1].name.substr(6)) + 1 == std::stoul(u.name.substr(6));
+    const bool join = u.block >= 0 && blocks_in_current > 0 &&
+                      blocks_in_current < blocks_per_unit && units[i - 1].block + 1 == u.block;
     if (!join) {
       g.specs.push_back(zero::UnitSpec{u.name, 0, {}});
       g.members.push_back(0);
@@ -45,8 +37,8 @@ UnitGrouping group_units(const nn::ParamLayout& layout, size_t blocks_per_unit) 
              "unit " + u.name + " does not follow its group in the layout",
              "internal error: nn units are expected back to back");
     if (join) {
-      const std::string first = units[i - g.members.back()].name.substr(6);  // after "block."
-      spec.name = "blocks." + first + "-" + u.name.substr(6);
+      const int first = units[i - g.members.back()].block;
+      spec.name = "blocks." + std::to_string(first) + "-" + std::to_string(u.block);
     }
     for (size_t ti : u.tensors) {
       const nn::ParamTensor& t = layout.tensors()[ti];
@@ -57,7 +49,7 @@ UnitGrouping group_units(const nn::ParamLayout& layout, size_t blocks_per_unit) 
     g.store_unit.push_back(g.specs.size() - 1);
     g.offset.push_back(group_offset);
     ++g.members.back();
-    if (is_block(u)) ++blocks_in_current;
+    if (u.block >= 0) ++blocks_in_current;
   }
   return g;
 }

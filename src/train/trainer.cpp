@@ -22,6 +22,7 @@
 #include "tierzero/core/error_report.hpp"
 #include "tierzero/core/log.hpp"
 #include "tierzero/core/timer.hpp"
+#include "tierzero/nn/gpt_modules.hpp"
 #include "tierzero/profile/rank_profiles.hpp"
 #include "tierzero/train/checkpoint_save_dir.hpp"
 #include "tierzero/train/lr_schedule.hpp"
@@ -149,7 +150,7 @@ Trainer::MetricsFile Trainer::begin_run(std::FILE* out, const std::string& metri
              "check that the directory exists and is writable");
   }
   print_run_banner(out, config_, s.shape, s.chunks, *s.params, s.run.world_size,
-                   nn::ParamLayout(s.shape.model).parameter_count(), s.device->name());
+                   nn::gpt_param_layout(s.shape.model).parameter_count(), s.device->name());
   return metrics;
 }
 
@@ -162,7 +163,7 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
   MetricsFile metrics = begin_run(out, metrics_path);
   TrainResult result;
   result.unigram_entropy = s.data.unigram_entropy;
-  result.parameter_count = nn::ParamLayout(s.shape.model).parameter_count();  // whole model
+  result.parameter_count = nn::gpt_param_layout(s.shape.model).parameter_count();  // whole model
   result.device_name = s.device->name();
   result.rank = s.run.rank;
   result.val_loss = std::numeric_limits<double>::quiet_NaN();

@@ -10,7 +10,8 @@
 #include "run_report.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/log.hpp"
-#include "tierzero/nn/tensor_parallel_params.hpp"
+#include "tierzero/nn/gpt_modules.hpp"
+#include "tierzero/nn/tp/tensor_parallel_params.hpp"
 #include "tierzero/train/checkpoint.hpp"
 #include "tierzero/train/config_bridges.hpp"
 #include "tierzero/train/run_outputs.hpp"
@@ -94,7 +95,7 @@ std::string Trainer::save_model_streamed(const std::string& path) {
   }
   // Rank 0: the file's layout is the one-rank model's; every rank's layout maps onto it run by
   // run. Replicated tensors come from tp rank 0, the tied embeddings from the first stage.
-  const nn::ParamLayout full_layout(s.shape.model);
+  const nn::ParamLayout full_layout = nn::gpt_param_layout(s.shape.model);
   TolerantModelWriter writer(path, s.shape.model, full_layout);
   struct Source {
     int from;
@@ -107,7 +108,7 @@ std::string Trainer::save_model_streamed(const std::string& path) {
     nn::for_each_whole_run(from_layout, full_layout, begin, count,
                            [&](const nn::ParamTensor& t, size_t full, size_t at, size_t n) {
                              if (t.replicated() && tp_rank > 0) return;
-                             if (t.kind == nn::ParamKind::wte && stage > 0) return;
+                             if (from_layout.units()[t.unit].tied && stage > 0) return;
                              writer.write(full, n, values + at);
                            });
   };
@@ -179,7 +180,7 @@ nlohmann::ordered_json Trainer::checkpoint_identity() const {
   id["global_batch"] = config_.micro_batch_size * config_.gradient_accumulation_steps * mesh.dp;
   id["seq_len"] = config_.seq_len;
   id["gradient_accumulation_steps"] = config_.gradient_accumulation_steps;
-  id["parameters"] = nn::ParamLayout(s.shape.model).parameter_count();  // the whole model's
+  id["parameters"] = nn::gpt_param_layout(s.shape.model).parameter_count();  // the whole model's
   return id;
 }
 

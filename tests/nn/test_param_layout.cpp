@@ -13,11 +13,17 @@ using namespace tierzero;
 
 TEST(ParamLayout, Gpt2SmallHasTheKnownParameterCountAndUnits) {
   nn::GPTConfig cfg = nn::GPTConfig::preset("gpt2");
-  nn::ParamLayout layout(cfg);
+  nn::ParamLayout layout = nn::gpt_param_layout(cfg);
   EXPECT_EQ(layout.parameter_count(), 124475904u);  // llm.c's count with Vp = 50304
   ASSERT_EQ(layout.units().size(), 14u);            // embeddings, 12 blocks, final norm
   EXPECT_EQ(layout.units()[0].name, "embeddings");
   EXPECT_EQ(layout.units()[13].name, "final_norm");
+  // What a unit is, as fields: its block, and tied for the embeddings the head also uses.
+  for (size_t u = 0; u < layout.units().size(); ++u) {
+    const nn::ParamUnit& unit = layout.units()[u];
+    EXPECT_EQ(unit.block, u >= 1 && u <= 12 ? static_cast<int>(u) - 1 : -1) << unit.name;
+    EXPECT_EQ(unit.tied, u == 0) << unit.name;
+  }
   size_t covered = 0;
   for (size_t u = 0; u < layout.units().size(); ++u) {
     const nn::ParamUnit& unit = layout.units()[u];
@@ -49,7 +55,7 @@ TEST(ParamLayout, Gpt2InitialisationStatistics) {
   cfg.num_layers = 8;
   cfg.num_heads = 4;
   cfg.channels = 128;
-  nn::ParamLayout layout(cfg);
+  nn::ParamLayout layout = nn::gpt_param_layout(cfg);
   std::vector<float> p(layout.total_numel());
   nn::init_gpt2_params(layout, cfg, 42, p.data());
   auto stats = [&](nn::ParamKind k, int layer) {
@@ -92,7 +98,7 @@ TEST(ParamLayout, Gpt2InitialisationOfAnyRangeEqualsTheWholeDraw) {
   cfg.num_layers = 3;
   cfg.num_heads = 4;
   cfg.channels = 64;
-  nn::ParamLayout layout(cfg);
+  nn::ParamLayout layout = nn::gpt_param_layout(cfg);
   std::vector<float> whole(layout.total_numel());
   nn::init_gpt2_params(layout, cfg, 11, whole.data());
   size_t ranges = 0, mismatches = 0;

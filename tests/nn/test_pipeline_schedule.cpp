@@ -4,7 +4,7 @@
 // measured bubble is exactly the analytic one (interleaved's below 1f1b's); the measured
 // activation high-water mark per rank is max_in_flight; the orders match Megatron-LM's written
 // out by hand; bad shapes and names are refused with clear messages.
-#include "tierzero/nn/pipeline_schedule.hpp"
+#include "tierzero/nn/pp/pipeline_schedule.hpp"
 
 #include <gtest/gtest.h>
 

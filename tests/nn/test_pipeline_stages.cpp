@@ -15,7 +15,8 @@
 
 #include "tierzero/core/error.hpp"
 #include "tierzero/nn/gpt.hpp"
-#include "tierzero/nn/pipeline_stage.hpp"
+#include "tierzero/nn/pp/pipeline_cut.hpp"
+#include "tierzero/nn/pp/pipeline_stage.hpp"
 #include "tiny_gpt.hpp"
 
 using namespace tierzero;
@@ -107,7 +108,25 @@ TEST(PipelineStages, ChunkLayoutsKeepEveryTensorsPlaceInItsUnit) {
         EXPECT_EQ(there->unit, first[k] + t.unit) << t.name();
         EXPECT_EQ(all.offset_in_unit(*there), own.offset_in_unit(t)) << t.name();
         EXPECT_EQ(all.units()[there->unit].numel, own.units()[t.unit].numel) << t.name();
+        EXPECT_EQ(all.units()[there->unit].block, own.units()[t.unit].block) << t.name();
+        EXPECT_EQ(all.units()[there->unit].tied, own.units()[t.unit].tied) << t.name();
       }
+      // A chunk's units carry its blocks' indices; the embeddings' unit (or its copy on the
+      // last stage) is the tied one.
+      size_t blocks = 0, tied = 0;
+      for (const nn::ParamUnit& u : own.units()) {
+        if (u.block >= 0) {
+          EXPECT_TRUE(chunks[k].holds_block(static_cast<size_t>(u.block))) << u.name;
+          EXPECT_EQ(u.name, "block." + std::to_string(u.block));
+          ++blocks;
+        }
+        if (u.tied) {
+          EXPECT_EQ(u.name, "embeddings");
+          ++tied;
+        }
+      }
+      EXPECT_EQ(blocks, chunks[k].num_blocks);
+      EXPECT_EQ(tied, chunks[k].first() || chunks[k].last() ? 1u : 0u);
     }
     EXPECT_EQ(all.units().size(), units);
   }

@@ -14,7 +14,8 @@
 #include "tierzero/core/error.hpp"
 #include "tierzero/device/device_allocator.hpp"
 #include "tierzero/nn/gpt.hpp"
-#include "tierzero/nn/tensor_parallel_params.hpp"
+#include "tierzero/nn/pp/pipeline_cut.hpp"
+#include "tierzero/nn/tp/tensor_parallel_params.hpp"
 #include "tiny_gpt.hpp"
 
 using namespace tierzero;
@@ -92,7 +93,7 @@ TEST(TensorParallelLayout, Tp1IsExactlyTheOriginalLayout) {
       tiny_config(61, 64, 13, 3, 3, 24),  // sizes that are not multiples of 64: padding
   };
   for (const nn::GPTConfig& c : configs) {
-    const nn::ParamLayout layout(c);
+    const nn::ParamLayout layout = nn::gpt_param_layout(c);
     const OldLayout want = old_layout(c);
     SCOPED_TRACE(c.str());
     EXPECT_EQ(layout.tp().size, 1u);
@@ -128,7 +129,7 @@ TEST(TensorParallelLayout, Tp1IsExactlyTheOriginalLayout) {
 }
 
 TEST(TensorParallelLayout, UnitsAreFoundByName) {
-  const nn::ParamLayout layout(tiny_config(29, 32, 8, 3, 2, 16));
+  const nn::ParamLayout layout = nn::gpt_param_layout(tiny_config(29, 32, 8, 3, 2, 16));
   EXPECT_EQ(layout.unit_index("embeddings"), 0u);
   EXPECT_EQ(layout.unit_index("block.2"), 3u);
   EXPECT_EQ(layout.unit_index("final_norm"), 4u);
@@ -139,9 +140,9 @@ TEST(TensorParallelLayout, UnitsAreFoundByName) {
 
 TEST(TensorParallelLayout, Tp2LocalShapesAndFlags) {
   const nn::GPTConfig c = nn::GPTConfig::preset("gpt2");  // C 768, NH 12, Vp 50304, maxT 1024
-  const nn::ParamLayout one(c);
+  const nn::ParamLayout one = nn::gpt_param_layout(c);
   for (size_t rank : {0, 1}) {
-    const nn::ParamLayout layout(c, nn::TensorParallel{2, rank});
+    const nn::ParamLayout layout = nn::gpt_param_layout(c, nn::TensorParallel{2, rank});
     SCOPED_TRACE("tp rank " + std::to_string(rank));
     EXPECT_EQ(layout.tp().size, 2u);
     EXPECT_EQ(layout.tp().rank, rank);
@@ -202,7 +203,7 @@ TEST(TensorParallelLayout, Tp2LocalShapesAndFlags) {
 
 TEST(TensorParallelLayout, LocalRangesCutEachFusedPartSeparately) {
   const nn::GPTConfig c = tiny_config(61, 64, 16, 1, 4, 32);  // head size 8
-  const nn::ParamLayout layout(c, nn::TensorParallel{2, 1});
+  const nn::ParamLayout layout = nn::gpt_param_layout(c, nn::TensorParallel{2, 1});
   const nn::ParamTensor& qkvw = layout.get(ParamKind::qkvw, 0);
   // Rank 1 holds the second half of q, of k and of v.
   const std::vector<nn::IndexRange> want = {{16, 16}, {48, 16}, {80, 16}};
@@ -217,11 +218,11 @@ TEST(TensorParallelLayout, LocalRangesCutEachFusedPartSeparately) {
 
 TEST(TensorParallelLayout, InitialisationGivesEachRankItsPieceOfTheOneRankModel) {
   const nn::GPTConfig c = tiny_config(61, 64, 16, 2, 4, 32);
-  const nn::ParamLayout one(c);
+  const nn::ParamLayout one = nn::gpt_param_layout(c);
   std::vector<float> full(one.total_numel());
   nn::init_gpt2_params(one, c, 7, full.data());
   for (size_t rank : {0, 1}) {
-    const nn::ParamLayout layout(c, nn::TensorParallel{2, rank});
+    const nn::ParamLayout layout = nn::gpt_param_layout(c, nn::TensorParallel{2, rank});
     std::vector<float> local(layout.total_numel());
     nn::init_gpt2_params(layout, c, 7, local.data());
     for (const nn::ParamTensor& t : layout.tensors()) {
@@ -255,21 +256,23 @@ TEST(TensorParallelLayout, InitialisationGivesEachRankItsPieceOfTheOneRankModel)
 
 TEST(TensorParallelLayout, ASizeThatDoesNotSplitNamesTheTensor) {
   // Vp 63 is odd: the vocabulary-parallel wte cannot split over 2.
-  std::string e = error_of([] { nn::ParamLayout(tiny_config(61, 63, 16, 1, 4, 32), {2, 0}); });
+  std::string e = error_of([] { nn::gpt_param_layout(tiny_config(61, 63, 16, 1, 4, 32), {2, 0}); });
   std::printf("%s\n", e.c_str());
   EXPECT_NE(e.find("tensor wte (63, 32)"), std::string::npos) << e;
   EXPECT_NE(e.find("tp=2"), std::string::npos) << e;
   // 3 heads of 16 cannot split over 2 without cutting a head, although 48 channels can.
-  e = error_of([] { nn::ParamLayout(tiny_config(61, 64, 16, 1, 3, 48), {2, 1}); });
+  e = error_of([] { nn::gpt_param_layout(tiny_config(61, 64, 16, 1, 3, 48), {2, 1}); });
   std::printf("%s\n", e.c_str());
   EXPECT_NE(e.find("tensor block.0.qkvw (144, 48)"), std::string::npos) << e;
   EXPECT_NE(e.find("3 fused parts of 48"), std::string::npos) << e;
   EXPECT_NE(e.find("whole groups of 16"), std::string::npos) << e;
   // fc's 4C = 40 splits over 4 into 10s, but C = 10 itself (qkv) does not (heads of 5).
-  e = error_of([] { nn::ParamLayout(tiny_config(61, 64, 16, 1, 2, 10), {4, 0}); });
+  e = error_of([] { nn::gpt_param_layout(tiny_config(61, 64, 16, 1, 2, 10), {4, 0}); });
   EXPECT_NE(e.find("block.0.qkvw"), std::string::npos) << e;
-  EXPECT_THROW(nn::ParamLayout(tiny_config(61, 64, 16, 1, 2, 32), nn::TensorParallel{2, 2}), Error);
-  EXPECT_THROW(nn::ParamLayout(tiny_config(61, 64, 16, 1, 2, 32), nn::TensorParallel{0, 0}), Error);
+  EXPECT_THROW(nn::gpt_param_layout(tiny_config(61, 64, 16, 1, 2, 32), nn::TensorParallel{2, 2}),
+               Error);
+  EXPECT_THROW(nn::gpt_param_layout(tiny_config(61, 64, 16, 1, 2, 32), nn::TensorParallel{0, 0}),
+               Error);
 }
 
 TEST(TensorParallelLayout, ActivationDimsCutHeadsFeaturesVocabularyAndWithSpTheStream) {
@@ -306,14 +309,14 @@ TEST(TensorParallelLayout, ActivationDimsCutHeadsFeaturesVocabularyAndWithSpTheS
 
 TEST(TensorParallelLayout, WholeParamsScatterToRanksAndAssembleBack) {
   const nn::GPTConfig c = tiny_config(61, 64, 16, 2, 4, 32);
-  const nn::ParamLayout full_layout(c);
+  const nn::ParamLayout full_layout = nn::gpt_param_layout(c);
   std::vector<float> full(full_layout.total_numel(), 0.0f);
   nn::init_gpt2_params(full_layout, c, 5, full.data());
   for (size_t tp : {2u, 4u}) {
-    const nn::ParamLayout rank0(c, nn::TensorParallel{tp, 0});
+    const nn::ParamLayout rank0 = nn::gpt_param_layout(c, nn::TensorParallel{tp, 0});
     std::vector<float> all(tp * rank0.total_numel(), 0.0f);  // (tp, total)
     for (size_t r = 0; r < tp; ++r) {
-      const nn::ParamLayout local(c, nn::TensorParallel{tp, r});
+      const nn::ParamLayout local = nn::gpt_param_layout(c, nn::TensorParallel{tp, r});
       nn::scatter_full_params(full_layout, full.data(), local,
                               all.data() + r * rank0.total_numel());
       // init on the rank directly gives the same pieces
@@ -335,7 +338,7 @@ TEST(TensorParallelLayout, WholeParamsScatterToRanksAndAssembleBack) {
 // same values as scatter_full_params: what range loads and streamed saves of model files rely on.
 TEST(TensorParallelLayout, WholeRunsOfAnyRangeMatchTheScatter) {
   const nn::GPTConfig c = tiny_config(61, 64, 16, 4, 4, 32);
-  const nn::ParamLayout full_layout(c);
+  const nn::ParamLayout full_layout = nn::gpt_param_layout(c);
   std::vector<float> full(full_layout.total_numel(), 0.0f);  // (whole model) fp32
   nn::init_gpt2_params(full_layout, c, 9, full.data());
   std::mt19937_64 rng(3);

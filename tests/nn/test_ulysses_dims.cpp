@@ -10,7 +10,7 @@
 
 #include "tierzero/core/error.hpp"
 #include "tierzero/nn/gpt.hpp"
-#include "tierzero/nn/ulysses_group.hpp"
+#include "tierzero/nn/sp/ulysses_group.hpp"
 #include "tiny_gpt.hpp"
 
 using namespace tierzero;

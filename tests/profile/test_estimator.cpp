@@ -8,6 +8,7 @@
 #include "tierzero/core/error.hpp"
 #include "tierzero/device/device_allocator.hpp"
 #include "tierzero/nn/gpt_config.hpp"
+#include "tierzero/nn/gpt_modules.hpp"
 #include "tierzero/nn/param_layout.hpp"
 #include "tierzero/profile/estimator.hpp"
 #include "tierzero/train/store_provider.hpp"
@@ -20,7 +21,7 @@ constexpr Category kModelState[] = {Category::param, Category::grad, Category::o
 
 EstimateInput gpt2_input() {
   EstimateInput in;
-  in.units = train::units_from_layout(nn::ParamLayout(nn::GPTConfig::preset("gpt2")));
+  in.units = train::units_from_layout(nn::gpt_param_layout(nn::GPTConfig::preset("gpt2")));
   in.placement.nvme_chunk_elems = size_t{1} << 20;
   return in;
 }

@@ -7,6 +7,7 @@
 
 #include "tierzero/core/error.hpp"
 #include "tierzero/nn/gpt_config.hpp"
+#include "tierzero/nn/gpt_modules.hpp"
 #include "tierzero/nn/param_layout.hpp"
 #include "tierzero/profile/planner.hpp"
 #include "tierzero/train/store_provider.hpp"
@@ -19,7 +20,7 @@ constexpr size_t GiB = size_t{1} << 30;
 PlanRequest gpt2_request(size_t device, size_t host, size_t nvme, int dp = 1,
                          const char* preset = "gpt2") {
   PlanRequest r;
-  r.base.units = train::units_from_layout(nn::ParamLayout(nn::GPTConfig::preset(preset)));
+  r.base.units = train::units_from_layout(nn::gpt_param_layout(nn::GPTConfig::preset(preset)));
   r.base.world.dp = dp;
   r.seq_len = 1024;
   r.target_global_batch = 8;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "synthetic_profile.hpp"
+#include "tierzero/nn/gpt_modules.hpp"
 #include "tierzero/nn/param_layout.hpp"
 #include "tierzero/profile/profile_json.hpp"
 #include "tierzero/train/checkpoint.hpp"
@@ -43,7 +44,7 @@ void write_bytes(const std::string& path, const std::string& bytes) {
 
 std::string write_seed_model_file(const std::string& path) {
   const nn::GPTConfig c = tiny_model();
-  const nn::ParamLayout layout(c);
+  const nn::ParamLayout layout = nn::gpt_param_layout(c);
   std::vector<float> params(layout.total_numel());  // (layout.total_numel())
   for (size_t i = 0; i < params.size(); ++i) params[i] = 0.01f * static_cast<float>(i % 97);
   train::save_checkpoint(path, c, layout, params.data());

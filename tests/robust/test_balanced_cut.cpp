@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <limits>
 
+#include "tierzero/nn/gpt_modules.hpp"
 #include "tierzero/nn/param_layout.hpp"
-#include "tierzero/nn/pipeline_stage.hpp"
+#include "tierzero/nn/pp/pipeline_cut.hpp"
+#include "tierzero/nn/pp/pipeline_stage.hpp"
 
 using namespace tierzero;
 
@@ -16,7 +18,7 @@ namespace {
 // The dynamic program the cut replaced, verbatim: the least largest-stage load, ties to the
 // fewest blocks on the last stage, then the one before it.
 std::vector<size_t> reference_counts(const nn::GPTConfig& config, size_t stages) {
-  const nn::ParamLayout layout(config);
+  const nn::ParamLayout layout = nn::gpt_param_layout(config);
   const size_t L = config.num_layers;
   const size_t block = layout.units()[layout.unit_index("block.0")].numel;
   const size_t embeddings = layout.units()[layout.unit_index("embeddings")].numel;

@@ -16,6 +16,7 @@
 #include "reader_seeds.hpp"
 #include "tierzero/core/checked_math.hpp"
 #include "tierzero/core/error.hpp"
+#include "tierzero/nn/gpt_modules.hpp"
 #include "tierzero/profile/profile_json.hpp"
 #include "tierzero/train/checkpoint.hpp"
 #include "tierzero/train/safetensors_gpt2.hpp"
@@ -77,7 +78,7 @@ TEST(ModelFileHeader, ForgedHugeLayerCountIsRefusedWithoutAllocating) {
   expect_has(e, {path.c_str(), "truncated", "L=1000000000"});
   EXPECT_LT(largest_allocation(), size_t{1} << 20);
   // The same through the ranged reader the trainer uses.
-  error_of([&] { train::ModelFileRanges r(path, nn::ParamLayout(tiny_model())); });
+  error_of([&] { train::ModelFileRanges r(path, nn::gpt_param_layout(tiny_model())); });
 }
 
 TEST(ModelFileHeader, ShapesWhoseSizeOverflowsAreRefused) {

@@ -16,6 +16,7 @@
 #include "mutator.hpp"
 #include "reader_seeds.hpp"
 #include "tierzero/core/error.hpp"
+#include "tierzero/nn/gpt_modules.hpp"
 #include "tierzero/nn/param_layout.hpp"
 #include "tierzero/profile/html_report.hpp"
 #include "tierzero/profile/rank_comparison.hpp"
@@ -169,7 +170,7 @@ TEST(ReaderFuzz, LlmcModelFiles) {
       },
       [](const std::string& path) {
         const nn::GPTConfig c = train::read_checkpoint_config(path);
-        const nn::ParamLayout layout(c);
+        const nn::ParamLayout layout = nn::gpt_param_layout(c);
         expect_justified(layout.total_numel(), file_bytes(path).size(), "read_checkpoint_config");
         std::vector<float> params(layout.total_numel());  // (layout.total_numel())
         train::load_checkpoint(path, layout, params.data());
@@ -228,7 +229,7 @@ TEST(ReaderFuzz, SafetensorsFiles) {
       },
       [](const std::string& path) {
         const nn::GPTConfig c = train::read_gpt2_safetensors_config(path);
-        const nn::ParamLayout layout(c);
+        const nn::ParamLayout layout = nn::gpt_param_layout(c);
         expect_justified(layout.total_numel(), file_bytes(path).size(),
                          "read_gpt2_safetensors_config");
         std::vector<float> params(layout.total_numel());  // (layout.total_numel())

@@ -38,7 +38,7 @@ std::string temp_path(const std::string& name) {
 
 TEST(Checkpoint, RoundTripIsBitExactAndInLlmcOrder) {
   nn::GPTConfig c = tiny();
-  nn::ParamLayout layout(c);
+  nn::ParamLayout layout = nn::gpt_param_layout(c);
   std::vector<float> p(layout.total_numel());
   nn::init_gpt2_params(layout, c, 5, p.data());
   for (size_t i = 0; i < p.size(); ++i) p[i] += static_cast<float>(i % 97) * 1e-3f;
@@ -71,7 +71,7 @@ TEST(Checkpoint, RoundTripIsBitExactAndInLlmcOrder) {
 
 TEST(Checkpoint, TruncatedFileIsAClearError) {
   nn::GPTConfig c = tiny();
-  nn::ParamLayout layout(c);
+  nn::ParamLayout layout = nn::gpt_param_layout(c);
   std::vector<float> p(layout.total_numel(), 0.5f);
   const std::string path = temp_path("trunc.bin");
   train::save_checkpoint(path, c, layout, p.data());
@@ -117,7 +117,7 @@ TEST(Checkpoint, BadMagicAndVersionAreClearErrors) {
 
 TEST(Checkpoint, FailedSaveLeavesThePreviousCheckpointIntact) {
   nn::GPTConfig c = tiny();
-  nn::ParamLayout layout(c);
+  nn::ParamLayout layout = nn::gpt_param_layout(c);
   std::vector<float> p(layout.total_numel(), 0.25f);
   const std::string path = temp_path("keep.bin");
   train::save_checkpoint(path, c, layout, p.data());
@@ -135,7 +135,7 @@ TEST(Checkpoint, FailedSaveLeavesThePreviousCheckpointIntact) {
 // would (padding zero), without reading the whole file.
 TEST(Checkpoint, StreamedWriteAndRangeReadsMatchTheWholeFileFunctions) {
   nn::GPTConfig c = tiny();
-  nn::ParamLayout layout(c);
+  nn::ParamLayout layout = nn::gpt_param_layout(c);
   std::vector<float> p(layout.total_numel());
   nn::init_gpt2_params(layout, c, 9, p.data());
   const std::string whole = temp_path("whole.bin"), streamed = temp_path("streamed.bin");
@@ -175,7 +175,7 @@ TEST(Checkpoint, StreamedWriteAndRangeReadsMatchTheWholeFileFunctions) {
 // wider than a block (blocks there are skipped).
 TEST(Checkpoint, RunsReadInBlocksEqualRunByRunReads) {
   nn::GPTConfig c = tiny();
-  nn::ParamLayout layout(c);
+  nn::ParamLayout layout = nn::gpt_param_layout(c);
   std::vector<float> p(layout.total_numel());
   nn::init_gpt2_params(layout, c, 11, p.data());
   const std::string path = temp_path("runs.bin");
@@ -207,7 +207,7 @@ TEST(Checkpoint, RunsReadInBlocksEqualRunByRunReads) {
 // A writer that is never committed leaves neither the file nor its temporary behind.
 TEST(Checkpoint, UncommittedStreamedWriteLeavesNothing) {
   nn::GPTConfig c = tiny();
-  nn::ParamLayout layout(c);
+  nn::ParamLayout layout = nn::gpt_param_layout(c);
   const std::string path = temp_path("abandoned.bin");
   {
     train::ModelFileWriter w(path, c, layout);

@@ -13,6 +13,7 @@
 #include <random>
 
 #include "tierzero/core/error.hpp"
+#include "tierzero/nn/gpt_modules.hpp"
 #include "tierzero/train/safetensors_gpt2.hpp"
 
 using namespace tierzero;
@@ -108,7 +109,7 @@ TEST(SafetensorsRanges, EveryRangeEqualsTheWholeFileLoadBitwise) {
   const nn::GPTConfig c = odd_shape();
   const std::string path = temp_path("model.safetensors");
   write_random(path, c, 11);
-  const nn::ParamLayout layout(c);
+  const nn::ParamLayout layout = nn::gpt_param_layout(c);
   ASSERT_EQ(train::read_gpt2_safetensors_config(path).str(), c.str());
   std::vector<float> whole(layout.total_numel(), 0.0f);
   train::load_gpt2_safetensors(path, layout, whole.data());
@@ -168,7 +169,7 @@ TEST(SafetensorsRanges, PaddedVocabularyRowsReadZero) {
   const nn::GPTConfig c = odd_shape();
   const std::string path = temp_path("pad.safetensors");
   write_random(path, c, 3);
-  const nn::ParamLayout layout(c);
+  const nn::ParamLayout layout = nn::gpt_param_layout(c);
   train::Gpt2SafetensorsRanges reader(path, layout);
   const nn::ParamTensor& wte = layout.get(nn::ParamKind::wte);
   const size_t real = c.vocab_size * c.channels;
@@ -183,7 +184,7 @@ TEST(SafetensorsRanges, PaddedVocabularyRowsReadZero) {
 
   nn::GPTConfig other = c;
   other.padded_vocab_size = 64;
-  const nn::ParamLayout other_layout(other);
+  const nn::ParamLayout other_layout = nn::gpt_param_layout(other);
   const std::string msg = error_of([&] { train::Gpt2SafetensorsRanges r(path, other_layout); });
   std::printf("other padding: %s\n", msg.c_str());
   EXPECT_NE(msg.find("does not match the model's layout"), std::string::npos) << msg;
@@ -191,7 +192,7 @@ TEST(SafetensorsRanges, PaddedVocabularyRowsReadZero) {
 
 TEST(SafetensorsRanges, DamagedFilesAreClearErrors) {
   const nn::GPTConfig c = odd_shape();
-  const nn::ParamLayout layout(c);
+  const nn::ParamLayout layout = nn::gpt_param_layout(c);
   const std::string good = temp_path("good.safetensors");
   write_random(good, c, 4);
   const std::string bytes = read_bytes(good);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "tierzero/core/error.hpp"
+#include "tierzero/nn/gpt_modules.hpp"
 #include "tierzero/nn/param_layout.hpp"
 #include "tierzero/train/store_provider.hpp"
 
@@ -23,7 +24,7 @@ nn::GPTConfig config(size_t layers) {
 }
 
 TEST(UnitGrouping, MergesBlocksAndTilesTheLayout) {
-  const nn::ParamLayout layout(config(5));
+  const nn::ParamLayout layout = nn::gpt_param_layout(config(5));
   for (size_t per : {1, 2, 3, 5, 8}) {
     const train::UnitGrouping g = train::group_units(layout, per);
     const size_t blocks = 5, groups = (blocks + per - 1) / per;

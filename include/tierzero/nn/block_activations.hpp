@@ -10,10 +10,8 @@
 #include "tierzero/device/device_allocator.hpp"
 #include "tierzero/nn/activation_buffers.hpp"
 #include "tierzero/nn/activation_dims.hpp"
-#include "tierzero/nn/attention.hpp"
 #include "tierzero/nn/gpt_config.hpp"
-#include "tierzero/nn/layer_norm.hpp"
-#include "tierzero/nn/mlp.hpp"
+#include "tierzero/nn/saved_activations.hpp"
 
 namespace tierzero::nn {
 

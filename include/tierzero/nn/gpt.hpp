@@ -37,9 +37,9 @@
 #include "tierzero/nn/model_scratch.hpp"
 #include "tierzero/nn/param_layout.hpp"
 #include "tierzero/nn/param_provider.hpp"
-#include "tierzero/nn/pipeline_stage.hpp"
-#include "tierzero/nn/tensor_parallel_group.hpp"
-#include "tierzero/nn/ulysses_group.hpp"
+#include "tierzero/nn/pp/pipeline_stage.hpp"
+#include "tierzero/nn/sp/ulysses_group.hpp"
+#include "tierzero/nn/tp/tensor_parallel_group.hpp"
 
 namespace tierzero::nn {
 

@@ -13,7 +13,7 @@
 #include "tierzero/nn/activation_dims.hpp"
 #include "tierzero/nn/block_activations.hpp"
 #include "tierzero/nn/gpt_config.hpp"
-#include "tierzero/nn/pipeline_stage.hpp"
+#include "tierzero/nn/pp/pipeline_stage.hpp"
 
 namespace tierzero::nn {
 

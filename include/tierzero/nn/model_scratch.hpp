@@ -15,7 +15,7 @@
 #include "tierzero/nn/activation_buffers.hpp"
 #include "tierzero/nn/activation_dims.hpp"
 #include "tierzero/nn/block_activations.hpp"
-#include "tierzero/nn/ulysses_group.hpp"
+#include "tierzero/nn/sp/ulysses_group.hpp"
 
 namespace tierzero::nn {
 

@@ -12,9 +12,9 @@
 #include "tierzero/device/device.hpp"
 #include "tierzero/kernels/kernels.hpp"
 #include "tierzero/nn/param_layout.hpp"
+#include "tierzero/nn/sp/ulysses_group.hpp"
 #include "tierzero/nn/tensor_meta.hpp"
-#include "tierzero/nn/tensor_parallel_group.hpp"
-#include "tierzero/nn/ulysses_group.hpp"
+#include "tierzero/nn/tp/tensor_parallel_group.hpp"
 
 namespace tierzero::nn {
 
@@ -79,6 +79,8 @@ class Module {
   const std::string& unit_name() const { return unit_name_; }
   size_t index() const { return index_; }
   size_t unit() const { return unit_; }  // index into layout.units(), set by bind()
+  // The transformer block this module is, -1 for the others: what its unit declares.
+  virtual int block() const { return -1; }
 
   // The tensors this module owns, full shapes and tp metadata, in layout order; empty when its
   // parameters belong to another module (the tied head).

@@ -10,15 +10,18 @@
 #include <vector>
 
 #include "tierzero/core/tensor.hpp"
-#include "tierzero/nn/gpt_config.hpp"
 #include "tierzero/nn/tensor_meta.hpp"
 
 namespace tierzero::nn {
 
-// The parameters of one top-level module, as it declares them, in layout order.
+// The parameters of one top-level module, as it declares them, in layout order. What a unit is
+// comes from block and tied, never from its name: the name is for messages, checkpoints and
+// reports.
 struct UnitDecl {
   std::string name;  // "embeddings", "block.0", ..., "final_norm"
   std::vector<TensorMeta> tensors;
+  int block = -1;     // the transformer block it holds; -1: embeddings, final norm and the like
+  bool tied = false;  // another module runs on its parameters too (the head on the embeddings')
 };
 
 // A declared tensor placed on this rank: the metadata (kind, layer, full shape, partitioning,
@@ -35,16 +38,15 @@ struct ParamUnit {
   size_t offset;                // elements; start of the unit in the flat buffer
   size_t numel;                 // elements the unit spans, alignment padding included
   std::vector<size_t> tensors;  // indices into ParamLayout::tensors()
+  int block = -1;               // as declared (UnitDecl)
+  bool tied = false;            // as declared (UnitDecl)
 };
 
 class ParamLayout {
  public:
-  // The GPT-2 of `config` on one rank (tp size 1): every tensor whole.
-  explicit ParamLayout(const GPTConfig& config);
-  // The GPT-2 of `config` on tensor-parallel rank tp (local shapes). Throws Error naming the
-  // tensor when tp.size does not divide a partitioned dim.
-  ParamLayout(const GPTConfig& config, const TensorParallel& tp);
-  // Any model: units in the order given, tensors in each in the order declared.
+  // Units in the order given, tensors in each in the order declared, with their local shapes on
+  // tensor-parallel rank tp. Throws Error naming the tensor when tp.size does not divide a
+  // partitioned dim. (The GPT-2's layout: gpt_param_layout in gpt_modules.hpp.)
   ParamLayout(const std::vector<UnitDecl>& units, const TensorParallel& tp);
 
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
@@ -69,10 +71,5 @@ class ParamLayout {
   size_t total_ = 0;
   size_t count_ = 0;
 };
-
-// ParamLayout(config).parameter_count() without the whole model's layout: the blocks are alike,
-// so a one-block model's count and the block's (a layout of 10^5 blocks takes seconds and
-// hundreds of MB).
-size_t gpt_parameter_count(const GPTConfig& config);
 
 }  // namespace tierzero::nn

@@ -21,7 +21,7 @@
 
 #include "tierzero/comm/communicator.hpp"
 #include "tierzero/nn/gpt.hpp"
-#include "tierzero/nn/pipeline_schedule.hpp"
+#include "tierzero/nn/pp/pipeline_schedule.hpp"
 
 namespace tierzero::train {
 

@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <nlohmann/json.hpp>
 
-#include "tierzero/nn/tensor_parallel_group.hpp"
+#include "tierzero/nn/tp/tensor_parallel_group.hpp"
 #include "tierzero/train/step_record.hpp"
 
 namespace tierzero::train {

@@ -1,5 +1,5 @@
 // UlyssesGroup: the block transposes around each all-to-all, and their analytic volume.
-#include "tierzero/nn/ulysses_group.hpp"
+#include "tierzero/nn/sp/ulysses_group.hpp"
 
 #include <string>
 

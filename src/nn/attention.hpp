@@ -8,20 +8,11 @@
 #include <cstddef>
 #include <vector>
 
+#include "linear.hpp"
 #include "tierzero/nn/gpt_config.hpp"
-#include "tierzero/nn/linear.hpp"
+#include "tierzero/nn/saved_activations.hpp"
 
 namespace tierzero::nn {
-
-// What the attention keeps from its forward for its backward. Under Ulysses (slice of T = Ts /
-// ulysses positions, Cl = C / ulysses, NHl = NH / ulysses): qkv (B, Ts, 3Cl) this rank's heads
-// over the whole sequence, as the kernel read it; atty (B, T, C) all heads' outputs of the slice,
-// as the projection read it (the same count as (B, Ts, Cl)); att (B, NHl, Ts, Ts).
-struct AttentionActs {
-  float* qkv;   // (B, T, 3C)
-  float* atty;  // (B, T, C) the heads' outputs, before the projection
-  float* att;   // (B, NH, T, T) softmax probabilities
-};
 
 class Attention {
  public:

@@ -6,14 +6,9 @@
 #include <vector>
 
 #include "tierzero/nn/module.hpp"
+#include "tierzero/nn/saved_activations.hpp"
 
 namespace tierzero::nn {
-
-// What a layernorm's forward keeps besides its output, for the backward.
-struct LayerNormStats {
-  float* mean;  // (S) per row of the stream (S = B*T unless sequence parallel)
-  float* rstd;  // (S)
-};
 
 class LayerNorm {
  public:

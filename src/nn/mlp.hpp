@@ -4,16 +4,11 @@
 #include <cstddef>
 #include <vector>
 
+#include "linear.hpp"
 #include "tierzero/nn/gpt_config.hpp"
-#include "tierzero/nn/linear.hpp"
+#include "tierzero/nn/saved_activations.hpp"
 
 namespace tierzero::nn {
-
-// What the MLP keeps from its forward for its backward.
-struct MlpActs {
-  float* fch;       // (B, T, 4C)
-  float* fch_gelu;  // (B, T, 4C)
-};
 
 class MLP {
  public:

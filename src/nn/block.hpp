@@ -12,11 +12,11 @@
 #include <cstddef>
 #include <vector>
 
-#include "tierzero/nn/attention.hpp"
+#include "attention.hpp"
+#include "layer_norm.hpp"
+#include "mlp.hpp"
 #include "tierzero/nn/block_activations.hpp"
 #include "tierzero/nn/gpt_config.hpp"
-#include "tierzero/nn/layer_norm.hpp"
-#include "tierzero/nn/mlp.hpp"
 #include "tierzero/nn/module.hpp"
 
 namespace tierzero::nn {
@@ -25,6 +25,7 @@ class Block final : public Module {
  public:
   Block(const GPTConfig& config, int layer, size_t index);
   int layer() const { return layer_; }
+  int block() const override { return layer_; }
 
   std::vector<TensorMeta> parameters() const override;  // ln1, attention, ln2, mlp
   void bind(const ParamLayout& layout) override;

@@ -1,6 +1,6 @@
 // The pipeline schedules' action orders (GPipe, 1F1B, Megatron's interleaved 1F1B), their
 // activation high-water marks and analytic bubbles, and the shape checks that make them valid.
-#include "tierzero/nn/pipeline_schedule.hpp"
+#include "tierzero/nn/pp/pipeline_schedule.hpp"
 
 #include <algorithm>
 #include <string>

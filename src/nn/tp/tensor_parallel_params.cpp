@@ -1,5 +1,5 @@
 // Whole-model parameters to and from tensor-parallel ranks' flat buffers, tensor by tensor.
-#include "tierzero/nn/tensor_parallel_params.hpp"
+#include "tierzero/nn/tp/tensor_parallel_params.hpp"
 
 #include <algorithm>
 

@@ -1,8 +1,8 @@
 // PipelineStage: which part of the GPT one pipeline-parallel rank runs — a contiguous run of
 // transformer blocks, plus the embedding on the first stage and the final norm and tied head on
 // the last (which also holds a copy of the embeddings' unit, tied to the first stage's: its
-// gradients are summed over the two before each step). partition_pipeline cuts the blocks into
-// stages, balanced by the parameters each stage holds or as the user lists them.
+// gradients are summed over the two before each step). partition_pipeline (pipeline_cut.hpp)
+// cuts the blocks into stages.
 #pragma once
 
 #include <cstddef>
@@ -27,14 +27,6 @@ struct PipelineStage {
   // The one stage of an unpipelined model of `config`.
   static PipelineStage whole(const GPTConfig& config);
 };
-
-// Every stage of a `stages`-way pipeline of config's L blocks. blocks_per_stage: the blocks of
-// each stage (stages entries, each >= 1, summing to L); empty: balanced so that the largest
-// stage's parameters are as few as they can be (the embeddings count on the first and, as the
-// tied copy, on the last stage; the final norm on the last). Throws Error naming the problem when
-// stages is 0 or above L, or the list does not fit.
-std::vector<PipelineStage> partition_pipeline(const GPTConfig& config, size_t stages,
-                                              const std::vector<size_t>& blocks_per_stage = {});
 
 // The chunks pipeline rank `rank` of `pp` runs when the blocks are cut into pp x v virtual stages
 // (partition_pipeline's, in order): virtual stages rank, rank + pp, rank + 2 pp, ... (Megatron's

@@ -1,6 +1,6 @@
 // TensorParallelGroup: blocking collectives that start after the stream's work (an event), and
 // their byte counts.
-#include "tierzero/nn/tensor_parallel_group.hpp"
+#include "tierzero/nn/tp/tensor_parallel_group.hpp"
 
 namespace tierzero::nn {
 

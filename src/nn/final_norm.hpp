@@ -3,8 +3,8 @@
 
 #include <vector>
 
+#include "layer_norm.hpp"
 #include "tierzero/nn/gpt_config.hpp"
-#include "tierzero/nn/layer_norm.hpp"
 #include "tierzero/nn/module.hpp"
 
 namespace tierzero::nn {

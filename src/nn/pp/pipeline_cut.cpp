@@ -1,32 +1,14 @@
 // Cutting the GPT's blocks into pipeline stages: as listed, or balanced by parameters (the cut a
 // dynamic program over contiguous runs picks, found by a binary search per stage).
-#include "tierzero/nn/pipeline_stage.hpp"
+#include "tierzero/nn/pp/pipeline_cut.hpp"
 
 #include <algorithm>
+#include <string>
 
 #include "tierzero/core/error.hpp"
-#include "tierzero/nn/param_layout.hpp"
+#include "tierzero/nn/gpt_modules.hpp"
 
 namespace tierzero::nn {
-
-std::string PipelineStage::str() const {
-  std::string s = "stage " + std::to_string(stage) + " of " + std::to_string(stages) + ": blocks " +
-                  std::to_string(first_block) + "-" + std::to_string(first_block + num_blocks - 1);
-  if (first()) s += " + embeddings";
-  if (last()) s += " + final norm and head";
-  return s;
-}
-
-std::vector<PipelineStage> rank_chunks(const std::vector<PipelineStage>& virtual_stages, size_t pp,
-                                       size_t rank) {
-  std::vector<PipelineStage> chunks;
-  for (size_t k = rank; k < virtual_stages.size(); k += pp) chunks.push_back(virtual_stages[k]);
-  return chunks;
-}
-
-PipelineStage PipelineStage::whole(const GPTConfig& config) {
-  return PipelineStage{1, 0, 0, config.num_layers};
-}
 
 namespace {
 
@@ -53,10 +35,17 @@ class BalancedCut {
     // (the whole model's, at 100k blocks, took seconds).
     GPTConfig one_block = config;
     one_block.num_layers = 1;
-    const ParamLayout layout(one_block);
-    block_ = layout.units()[layout.unit_index("block.0")].numel;
-    embeddings_ = layout.units()[layout.unit_index("embeddings")].numel;
-    final_norm_ = layout.units()[layout.unit_index("final_norm")].numel;
+    const ParamLayout layout = gpt_param_layout(one_block);
+    bool before_blocks = true;
+    for (const ParamUnit& u : layout.units()) {
+      if (u.block >= 0) {
+        block_ += u.numel;
+        before_blocks = false;
+        continue;
+      }
+      (before_blocks ? first_extra_ : last_extra_) += u.numel;
+      if (before_blocks && u.tied) last_extra_ += u.numel;  // the last stage's tied copy
+    }
     TZ_CHECK(block_ > 0, "a transformer block without parameters", "internal error");
   }
 
@@ -74,8 +63,8 @@ class BalancedCut {
  private:
   size_t extra(size_t s) const {
     size_t e = 0;
-    if (s == 0) e += embeddings_;
-    if (s + 1 == stages_) e += embeddings_ + final_norm_;  // the tied copy
+    if (s == 0) e += first_extra_;
+    if (s + 1 == stages_) e += last_extra_;
     return e;
   }
   // Blocks stages 0..s-1 hold at most under the load `load`; 0 when one of them cannot hold one.
@@ -106,7 +95,9 @@ class BalancedCut {
   }
 
   size_t stages_;
-  size_t block_ = 0, embeddings_ = 0, final_norm_ = 0;
+  size_t block_ = 0;
+  size_t first_extra_ = 0;  // the units before the blocks (the embeddings)
+  size_t last_extra_ = 0;   // those after them (the final norm) and copies of tied ones before
 };
 
 }  // namespace
