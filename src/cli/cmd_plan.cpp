@@ -4,7 +4,6 @@
 // With --check it trains the choice here for a few steps and prints the prediction's error.
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
@@ -16,7 +15,10 @@
 #include "tierzero/device/device.hpp"
 #include "tierzero/kernels/cpu_ops.hpp"
 #include "tierzero/profile/planner.hpp"
+#include "tierzero/train/config_bridges.hpp"
+#include "tierzero/train/estimate_inputs.hpp"
 #include "tierzero/train/output_paths.hpp"
+#include "tierzero/train/placement_from_config.hpp"
 
 namespace tierzero::cli {
 
@@ -44,21 +46,6 @@ struct PlanFlags {
 // CPU thread, predicted from the quick measurement against the measured median step (both as on
 // an idle machine). Printed with every plan so its step times are read with it.
 constexpr double kValidatedTimeError = 0.25;
-
-size_t physical_memory() {
-  std::ifstream f("/proc/meminfo");
-  std::string key;
-  size_t kib = 0;
-  while (f >> key >> kib) {
-    if (key == "MemTotal:") return kib * 1024;
-    f.ignore(1 << 10, '\n');
-  }
-  return 0;
-}
-
-const char* offload_device(Tier t) {
-  return t == Tier::device ? "none" : t == Tier::host ? "cpu" : "nvme";
-}
 
 // The device the plan is for: --device, else cuda when this machine has a GPU, else cpu; the
 // reason goes into the printout, since the step times are measured on it.
@@ -96,8 +83,8 @@ std::string create_measurement_dir(const std::string& dir) {
 
 nlohmann::json config_json(const PlanFlags& f, const nn::GPTConfig& m, size_t seq,
                            const profile::Candidate& c) {
-  nlohmann::json off_param = {{"device", offload_device(c.placement.param.tier)}};
-  nlohmann::json off_optim = {{"device", offload_device(c.placement.optimizer.tier)},
+  nlohmann::json off_param = {{"device", train::offload_device_name(c.placement.param.tier)}};
+  nlohmann::json off_optim = {{"device", train::offload_device_name(c.placement.optimizer.tier)},
                               {"ratio", c.placement.optimizer.ratio}};
   if (c.placement.param.tier == Tier::nvme) off_param["nvme_path"] = f.nvme_path;
   if (c.placement.optimizer.tier == Tier::nvme) {
@@ -163,30 +150,25 @@ int run_plan(const PlanFlags& flags) {
   // Before the measurements: an output that cannot be written is found now, not after them.
   if (!f.output.empty()) train::check_output_file("-o", f.output, {f.calibration});
   profile::PlanRequest req;
-  const train::TrainConfig defaults = train::TrainConfig::defaults();
-  req.base.units =
-      model_units(model, 1, static_cast<size_t>(world.tp), static_cast<size_t>(world.pp));
-  req.base.world = world;
-  req.base.placement.nvme_chunk_elems =
-      static_cast<size_t>(defaults.zero.offload_optimizer.buffer_size);
-  req.base.staging_buffer_count = static_cast<size_t>(defaults.zero.offload_optimizer.buffer_count);
-  req.base.param_staging_buffers = static_cast<size_t>(defaults.zero.offload_param.buffer_count);
-  req.base.nvme_bounce_bytes = nvme_bounce_bytes(defaults.aio);
-  req.base.param_persistence_threshold =
-      static_cast<size_t>(defaults.zero.param_persistence_threshold);
-  req.base.max_live_parameters = static_cast<size_t>(defaults.zero.max_live_parameters);
+  // The config the plan writes, before its choices: the trainer's defaults on the plan's device.
+  train::TrainConfig planned = train::TrainConfig::defaults();
+  planned.device = f.device;
+  req.base = train::estimate_input_from(
+      planned,
+      train::model_units(model, 1, static_cast<size_t>(world.tp), static_cast<size_t>(world.pp)),
+      world, 0);
   req.seq_len = seq;
   req.target_global_batch = static_cast<size_t>(f.global_batch);
   req.margin = f.margin;
-  req.budget = {f.device_mem, f.host_mem > 0 ? f.host_mem : physical_memory(), f.nvme};
+  req.budget = {f.device_mem, f.host_mem > 0 ? f.host_mem : train::physical_memory_bytes(), f.nvme};
   req.activation_bytes = [&](size_t b, bool ckpt) {
-    return activation_bytes(model, b, seq, ckpt, world, f.world.sequence_parallel);
+    return train::activation_bytes(model, b, seq, ckpt, world, f.world.sequence_parallel);
   };
   req.tensor_parallel_wire_bytes = [&](size_t b, bool ckpt) {
-    return tensor_parallel_wire_bytes(model, b, seq, ckpt, world, f.world.sequence_parallel);
+    return train::tensor_parallel_wire_bytes(model, b, seq, ckpt, world, f.world.sequence_parallel);
   };
   req.ulysses_wire_bytes = [&](size_t b, bool ckpt) {
-    return ulysses_wire_bytes(model, b, seq, ckpt, world);
+    return train::ulysses_wire_bytes(model, b, seq, ckpt, world);
   };
   TZ_CHECK(!f.check || world.ranks() == 1,
            "plan --check trains the chosen configuration in this process, on one rank; this plan "
