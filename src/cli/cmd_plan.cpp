@@ -28,8 +28,9 @@ struct PlanFlags {
   ModelFlags model;
   WorldFlags world;
   size_t device_mem = 0;
-  size_t host_mem = 0;  // 0: the machine's physical memory
-  size_t nvme = 0;      // 0: NVMe offload is not considered
+  size_t host_mem = 0;  // 0: the trainer's default, the rank's share of 80% of physical memory
+  int64_t ranks_per_node = 0;  // ranks sharing a node's host memory; 0: every rank (one node)
+  size_t nvme = 0;             // 0: NVMe offload is not considered
   std::string nvme_path = "/var/tmp/tierzero_nvme";
   int64_t seq = 0;  // 0: the model's context length
   int64_t global_batch = 32;
@@ -81,6 +82,12 @@ std::string create_measurement_dir(const std::string& dir) {
   return top.string();
 }
 
+// The ranks that share one node's host memory: --ranks-per-node, else every rank of the plan.
+size_t ranks_per_node(const PlanFlags& f) {
+  if (f.ranks_per_node > 0) return static_cast<size_t>(f.ranks_per_node);
+  return static_cast<size_t>(resolve_world(f.world).ranks());
+}
+
 nlohmann::json config_json(const PlanFlags& f, const nn::GPTConfig& m, size_t seq,
                            const profile::Candidate& c) {
   nlohmann::json off_param = {{"device", train::offload_device_name(c.placement.param.tier)}};
@@ -113,6 +120,10 @@ nlohmann::json config_json(const PlanFlags& f, const nn::GPTConfig& m, size_t se
                    {"pipeline_parallel", f.world.pp > 0 ? f.world.pp : 1},
                    {"ulysses_parallel", f.world.sp > 0 ? f.world.sp : 1},
                    {"device_memory_budget_gb", static_cast<double>(f.device_mem) / 1073741824.0}};
+  // The host budget the plan fitted is a rank's; the trainer's is the node's, shared by its ranks.
+  if (f.host_mem > 0)
+    j["tierzero"]["host_memory_budget_gb"] =
+        static_cast<double>(f.host_mem) * static_cast<double>(ranks_per_node(f)) / 1073741824.0;
   if (f.threads > 0) j["tierzero"]["threads"] = f.threads;
   if (c.grads_on_nvme()) j["tierzero"]["offload_gradients"] = "nvme";
   return j;
@@ -160,7 +171,12 @@ int run_plan(const PlanFlags& flags) {
   req.seq_len = seq;
   req.target_global_batch = static_cast<size_t>(f.global_batch);
   req.margin = f.margin;
-  req.budget = {f.device_mem, f.host_mem > 0 ? f.host_mem : train::physical_memory_bytes(), f.nvme};
+  // Without --host-mem, what the trainer gives each rank of a node by default.
+  const size_t host_budget =
+      f.host_mem > 0
+          ? f.host_mem
+          : train::host_budget_per_rank(train::node_host_budget_bytes(planned), ranks_per_node(f));
+  req.budget = {f.device_mem, host_budget, f.nvme};
   req.activation_bytes = [&](size_t b, bool ckpt) {
     return train::activation_bytes(model, b, seq, ckpt, world, f.world.sequence_parallel);
   };
@@ -307,8 +323,13 @@ Command add_plan_command(CLI::App& app) {
   sub->add_option("--device-mem", f->device_mem, "device memory per rank, e.g. 24GiB")
       ->transform(CLI::AsSizeValue(false))
       ->required();
-  sub->add_option("--host-mem", f->host_mem, "host memory per rank (default: physical memory)")
+  sub->add_option("--host-mem", f->host_mem,
+                  "pinned host memory per rank (default: as the trainer, the rank's share of 80% "
+                  "of physical memory); written to -o as the node's budget")
       ->transform(CLI::AsSizeValue(false));
+  sub->add_option("--ranks-per-node", f->ranks_per_node,
+                  "ranks that share one node's host memory (default: every rank, one node)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   sub->add_option("--nvme", f->nvme, "NVMe swap space per rank (default 0: no NVMe offload)")
       ->transform(CLI::AsSizeValue(false));
   sub->add_option("--nvme-path", f->nvme_path, "directory on the NVMe drive")
