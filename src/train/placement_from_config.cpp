@@ -38,6 +38,17 @@ zero::PlacementConfig placement_from_config(const TrainConfig& c) {
   return p;
 }
 
+void check_offload_gradients(const TrainConfig& c) {
+  // Otherwise the setting would be ignored silently (no store, or no NVMe optimizer to read them).
+  if (c.offload_gradients == "nvme")
+    TZ_CHECK(c.zero.offload_optimizer.device == "nvme" && c.zero.stage >= 2,
+             "tierzero.offload_gradients = nvme needs the optimizer on NVMe and ZeRO stage 2 or 3 "
+             "(offload_optimizer.device is " +
+                 c.zero.offload_optimizer.device + ", stage " + std::to_string(c.zero.stage) + ")",
+             "set zero_optimization.offload_optimizer.device to nvme and stage to 2 or 3, or "
+             "offload_gradients to cpu");
+}
+
 size_t nvme_bounce_bytes(const AioConfig& aio) {
   return static_cast<size_t>(std::max<int64_t>(aio.queue_depth, 0)) *
          offload::HostPool::round_size(static_cast<size_t>(std::max<int64_t>(aio.block_size, 0)));

@@ -18,6 +18,7 @@
 #include "tierzero/profile/estimator.hpp"
 #include "tierzero/train/config_bridges.hpp"
 #include "tierzero/train/estimate_inputs.hpp"
+#include "tierzero/train/placement_from_config.hpp"
 #include "tierzero/train/progress.hpp"
 
 namespace tierzero::train {
@@ -25,15 +26,16 @@ namespace tierzero::train {
 // "device tier", or where the offloaded states go: "optimizer on nvme (50% of units), ...".
 std::string describe_placement(const TrainConfig& c) {
   std::string out;
-  auto add = [&](const char* what, const OffloadConfig& o) {
-    if (o.device == "none") return;
+  auto add = [&](const char* what, const char* key, const OffloadConfig& o) {
+    const Tier tier = tier_from_name(o.device, key);
+    if (tier == Tier::device) return;
     if (!out.empty()) out += ", ";
-    out += std::string(what) + " on " + (o.device == "cpu" ? "host" : "nvme");
+    out += std::string(what) + " on " + tier_name(tier);
     if (o.ratio < 1.0)
       out += " (" + std::to_string(static_cast<int>(o.ratio * 100.0)) + "% of units)";
   };
-  add("params", c.zero.offload_param);
-  add("optimizer", c.zero.offload_optimizer);
+  add("params", "zero_optimization.offload_param.device", c.zero.offload_param);
+  add("optimizer", "zero_optimization.offload_optimizer.device", c.zero.offload_optimizer);
   return out.empty() ? "device tier" : out;
 }
 

@@ -136,6 +136,33 @@ TEST(OneHome, TrainerAndEstimatorTakeTheSamePlacementFromAConfig) {
   }
 }
 
+// The trainer refuses gradients on NVMe unless the optimizer is there too at stage 2 or 3, and so
+// does the estimator on the same config.
+TEST(OneHome, TheEstimatorRefusesWhatTheTrainerRefuses) {
+  for (const char* text : {
+           R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+               "tierzero": {"offload_gradients": "nvme"}})",
+           R"({"zero_optimization": {"stage": 1,
+                 "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp/x"}},
+               "tierzero": {"offload_gradients": "nvme"}})"}) {
+    SCOPED_TRACE(text);
+    const TrainConfig c = TrainConfig::parse(text, "test");
+    EXPECT_THROW(train::check_offload_gradients(c), Error);
+    EXPECT_THROW(
+        profile::estimate(train::run_estimate_input(c, nn::GPTConfig::preset("gpt2"),
+                                                    profile::WorldLayout{}, 1, 64, false, false)),
+        Error);
+  }
+  TrainConfig ok = TrainConfig::parse(
+      R"({"zero_optimization": {"stage": 2,
+            "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp/x"}},
+          "tierzero": {"offload_gradients": "nvme"}})",
+      "test");
+  EXPECT_NO_THROW(train::check_offload_gradients(ok));
+  EXPECT_NO_THROW(profile::estimate(train::run_estimate_input(
+      ok, nn::GPTConfig::preset("gpt2"), profile::WorldLayout{}, 1, 64, false, false)));
+}
+
 std::string temp_dir() {
   static const std::string d = [] {
     const std::string p = std::filesystem::temp_directory_path().string() + "/tz_placement_" +

@@ -28,6 +28,11 @@ const char* offload_device_name(Tier tier);
 // (tierzero.offload_gradients: cpu or nvme).
 zero::PlacementConfig placement_from_config(const TrainConfig& config);
 
+// Throws Error when tierzero.offload_gradients = nvme cannot apply: it needs the optimizer on
+// NVMe and stage 2 or 3 (the trainer's start-up check, in the config's words; zero's
+// check_placement holds the store and the estimator to the same rule).
+void check_offload_gradients(const TrainConfig& config);
+
 // The host staging that NVMe offload needs beside the states themselves.
 struct NvmeStaging {
   size_t param_buffers = 0;      // parameter shards staged ahead (offload_param.buffer_count)
