@@ -28,6 +28,7 @@
 #include "tierzero/nn/sp/ulysses_group.hpp"
 #include "tierzero/profile/estimator.hpp"
 #include "tierzero/train/config_bridges.hpp"
+#include "tierzero/train/estimate_inputs.hpp"
 #include "tierzero/train/store_provider.hpp"
 #include "tierzero/train/train_config.hpp"
 
@@ -66,7 +67,7 @@ size_t predicted_device_bytes(const BenchUlyssesOptions& o, const std::string& c
   profile::WorldLayout world;
   world.sp = static_cast<int>(sp);
   const size_t activations =
-      nn::GPT::activation_bytes_for(model, sz(o.batch), sz(seq), o.checkpointing, 1, false, sz(sp));
+      train::activation_bytes(model, sz(o.batch), sz(seq), o.checkpointing, world);
   const profile::Estimate e = profile::estimate(train::estimate_input_from(
       c, train::units_from_layout(nn::gpt_param_layout(model), 1), world, activations));
   return e.tier_total(Tier::device);

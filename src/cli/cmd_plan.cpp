@@ -4,7 +4,6 @@
 // With --check it trains the choice here for a few steps and prints the prediction's error.
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
@@ -16,7 +15,10 @@
 #include "tierzero/device/device.hpp"
 #include "tierzero/kernels/cpu_ops.hpp"
 #include "tierzero/profile/planner.hpp"
+#include "tierzero/train/config_bridges.hpp"
+#include "tierzero/train/estimate_inputs.hpp"
 #include "tierzero/train/output_paths.hpp"
+#include "tierzero/train/placement_from_config.hpp"
 
 namespace tierzero::cli {
 
@@ -26,8 +28,9 @@ struct PlanFlags {
   ModelFlags model;
   WorldFlags world;
   size_t device_mem = 0;
-  size_t host_mem = 0;  // 0: the machine's physical memory
-  size_t nvme = 0;      // 0: NVMe offload is not considered
+  size_t host_mem = 0;  // 0: the trainer's default, the rank's share of 80% of physical memory
+  int64_t ranks_per_node = 0;  // ranks sharing a node's host memory; 0: every rank (one node)
+  size_t nvme = 0;             // 0: NVMe offload is not considered
   std::string nvme_path = "/var/tmp/tierzero_nvme";
   int64_t seq = 0;  // 0: the model's context length
   int64_t global_batch = 32;
@@ -44,21 +47,6 @@ struct PlanFlags {
 // CPU thread, predicted from the quick measurement against the measured median step (both as on
 // an idle machine). Printed with every plan so its step times are read with it.
 constexpr double kValidatedTimeError = 0.25;
-
-size_t physical_memory() {
-  std::ifstream f("/proc/meminfo");
-  std::string key;
-  size_t kib = 0;
-  while (f >> key >> kib) {
-    if (key == "MemTotal:") return kib * 1024;
-    f.ignore(1 << 10, '\n');
-  }
-  return 0;
-}
-
-const char* offload_device(Tier t) {
-  return t == Tier::device ? "none" : t == Tier::host ? "cpu" : "nvme";
-}
 
 // The device the plan is for: --device, else cuda when this machine has a GPU, else cpu; the
 // reason goes into the printout, since the step times are measured on it.
@@ -94,10 +82,16 @@ std::string create_measurement_dir(const std::string& dir) {
   return top.string();
 }
 
+// The ranks that share one node's host memory: --ranks-per-node, else every rank of the plan.
+size_t ranks_per_node(const PlanFlags& f) {
+  if (f.ranks_per_node > 0) return static_cast<size_t>(f.ranks_per_node);
+  return static_cast<size_t>(resolve_world(f.world).ranks());
+}
+
 nlohmann::json config_json(const PlanFlags& f, const nn::GPTConfig& m, size_t seq,
                            const profile::Candidate& c) {
-  nlohmann::json off_param = {{"device", offload_device(c.placement.param.tier)}};
-  nlohmann::json off_optim = {{"device", offload_device(c.placement.optimizer.tier)},
+  nlohmann::json off_param = {{"device", train::offload_device_name(c.placement.param.tier)}};
+  nlohmann::json off_optim = {{"device", train::offload_device_name(c.placement.optimizer.tier)},
                               {"ratio", c.placement.optimizer.ratio}};
   if (c.placement.param.tier == Tier::nvme) off_param["nvme_path"] = f.nvme_path;
   if (c.placement.optimizer.tier == Tier::nvme) {
@@ -126,6 +120,10 @@ nlohmann::json config_json(const PlanFlags& f, const nn::GPTConfig& m, size_t se
                    {"pipeline_parallel", f.world.pp > 0 ? f.world.pp : 1},
                    {"ulysses_parallel", f.world.sp > 0 ? f.world.sp : 1},
                    {"device_memory_budget_gb", static_cast<double>(f.device_mem) / 1073741824.0}};
+  // The host budget the plan fitted is a rank's; the trainer's is the node's, shared by its ranks.
+  if (f.host_mem > 0)
+    j["tierzero"]["host_memory_budget_gb"] =
+        static_cast<double>(f.host_mem) * static_cast<double>(ranks_per_node(f)) / 1073741824.0;
   if (f.threads > 0) j["tierzero"]["threads"] = f.threads;
   if (c.grads_on_nvme()) j["tierzero"]["offload_gradients"] = "nvme";
   return j;
@@ -163,30 +161,30 @@ int run_plan(const PlanFlags& flags) {
   // Before the measurements: an output that cannot be written is found now, not after them.
   if (!f.output.empty()) train::check_output_file("-o", f.output, {f.calibration});
   profile::PlanRequest req;
-  const train::TrainConfig defaults = train::TrainConfig::defaults();
-  req.base.units =
-      model_units(model, 1, static_cast<size_t>(world.tp), static_cast<size_t>(world.pp));
-  req.base.world = world;
-  req.base.placement.nvme_chunk_elems =
-      static_cast<size_t>(defaults.zero.offload_optimizer.buffer_size);
-  req.base.staging_buffer_count = static_cast<size_t>(defaults.zero.offload_optimizer.buffer_count);
-  req.base.param_staging_buffers = static_cast<size_t>(defaults.zero.offload_param.buffer_count);
-  req.base.nvme_bounce_bytes = nvme_bounce_bytes(defaults.aio);
-  req.base.param_persistence_threshold =
-      static_cast<size_t>(defaults.zero.param_persistence_threshold);
-  req.base.max_live_parameters = static_cast<size_t>(defaults.zero.max_live_parameters);
+  // The config the plan writes, before its choices: the trainer's defaults on the plan's device.
+  train::TrainConfig planned = train::TrainConfig::defaults();
+  planned.device = f.device;
+  req.base = train::estimate_input_from(
+      planned,
+      train::model_units(model, 1, static_cast<size_t>(world.tp), static_cast<size_t>(world.pp)),
+      world, 0);
   req.seq_len = seq;
   req.target_global_batch = static_cast<size_t>(f.global_batch);
   req.margin = f.margin;
-  req.budget = {f.device_mem, f.host_mem > 0 ? f.host_mem : physical_memory(), f.nvme};
+  // Without --host-mem, what the trainer gives each rank of a node by default.
+  const size_t host_budget =
+      f.host_mem > 0
+          ? f.host_mem
+          : train::host_budget_per_rank(train::node_host_budget_bytes(planned), ranks_per_node(f));
+  req.budget = {f.device_mem, host_budget, f.nvme};
   req.activation_bytes = [&](size_t b, bool ckpt) {
-    return activation_bytes(model, b, seq, ckpt, world, f.world.sequence_parallel);
+    return train::activation_bytes(model, b, seq, ckpt, world, f.world.sequence_parallel);
   };
   req.tensor_parallel_wire_bytes = [&](size_t b, bool ckpt) {
-    return tensor_parallel_wire_bytes(model, b, seq, ckpt, world, f.world.sequence_parallel);
+    return train::tensor_parallel_wire_bytes(model, b, seq, ckpt, world, f.world.sequence_parallel);
   };
   req.ulysses_wire_bytes = [&](size_t b, bool ckpt) {
-    return ulysses_wire_bytes(model, b, seq, ckpt, world);
+    return train::ulysses_wire_bytes(model, b, seq, ckpt, world);
   };
   TZ_CHECK(!f.check || world.ranks() == 1,
            "plan --check trains the chosen configuration in this process, on one rank; this plan "
@@ -325,8 +323,13 @@ Command add_plan_command(CLI::App& app) {
   sub->add_option("--device-mem", f->device_mem, "device memory per rank, e.g. 24GiB")
       ->transform(CLI::AsSizeValue(false))
       ->required();
-  sub->add_option("--host-mem", f->host_mem, "host memory per rank (default: physical memory)")
+  sub->add_option("--host-mem", f->host_mem,
+                  "pinned host memory per rank (default: as the trainer, the rank's share of 80% "
+                  "of physical memory); written to -o as the node's budget")
       ->transform(CLI::AsSizeValue(false));
+  sub->add_option("--ranks-per-node", f->ranks_per_node,
+                  "ranks that share one node's host memory (default: every rank, one node)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   sub->add_option("--nvme", f->nvme, "NVMe swap space per rank (default 0: no NVMe offload)")
       ->transform(CLI::AsSizeValue(false));
   sub->add_option("--nvme-path", f->nvme_path, "directory on the NVMe drive")

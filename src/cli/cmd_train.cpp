@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "tierzero/train/placement_from_config.hpp"
 #include "tierzero/train/train_config.hpp"
 #include "tierzero/train/trainer.hpp"
 
@@ -45,9 +46,10 @@ struct TrainFlags {
   std::string nvme_path;                         // both offloads' nvme_path; empty: the config's
 };
 
-// The placement names the flags accept: DeepSpeed's (none, cpu, nvme), and host for cpu.
-std::string offload_device(const std::string& flag) {
-  return flag == "host" ? "cpu" : flag;
+// The placement names the flags accept: DeepSpeed's (none, cpu, nvme), and host for cpu; the
+// config takes DeepSpeed's.
+std::string offload_device(const std::string& flag, const char* option) {
+  return train::offload_device_name(train::tier_from_name(flag, option));
 }
 
 void add_common(CLI::App* sub, TrainFlags& f) {
@@ -178,9 +180,10 @@ train::TrainConfig resolve(const TrainFlags& f) {
   if (f.micro_batch > 0) c.micro_batch_size = f.micro_batch;
   // A config's train_batch_size no longer matches a changed batch: derived from the parts again.
   if (f.micro_batch > 0 || f.micro_batches > 0) c.train_batch_size = 0;
-  if (!f.offload_param.empty()) c.zero.offload_param.device = offload_device(f.offload_param);
+  if (!f.offload_param.empty())
+    c.zero.offload_param.device = offload_device(f.offload_param, "--offload-param");
   if (!f.offload_optimizer.empty())
-    c.zero.offload_optimizer.device = offload_device(f.offload_optimizer);
+    c.zero.offload_optimizer.device = offload_device(f.offload_optimizer, "--offload-optimizer");
   if (!f.nvme_path.empty()) {
     c.zero.offload_param.nvme_path = f.nvme_path;
     c.zero.offload_optimizer.nvme_path = f.nvme_path;

@@ -1,22 +1,11 @@
-// Model and layout flags of `estimate` and `plan`, and the GPT's units and activation bytes.
+// Model, layout and run flags of `estimate` and `plan`, and the settings they resolve to.
 #include "estimate_model.hpp"
 
-#include <algorithm>
 #include <cstdio>
 
 #include "tierzero/core/error.hpp"
-#include "tierzero/device/device_allocator.hpp"
-#include "tierzero/nn/gpt.hpp"
-#include "tierzero/nn/param_layout.hpp"
-#include "tierzero/nn/pp/pipeline_cut.hpp"
-#include "tierzero/nn/pp/pipeline_schedule.hpp"
-#include "tierzero/nn/pp/pipeline_stage.hpp"
-#include "tierzero/nn/sp/ulysses_group.hpp"
-#include "tierzero/nn/tp/tensor_parallel_group.hpp"
-#include "tierzero/offload/host_pool.hpp"
 #include "tierzero/train/config_bridges.hpp"
-#include "tierzero/train/pipeline_executor.hpp"
-#include "tierzero/train/store_provider.hpp"
+#include "tierzero/train/estimate_inputs.hpp"
 
 namespace tierzero::cli {
 
@@ -95,93 +84,6 @@ profile::WorldLayout resolve_world(const WorldFlags& f, const train::TrainConfig
   return w;
 }
 
-size_t nvme_bounce_bytes(const train::AioConfig& aio) {
-  return static_cast<size_t>(aio.queue_depth) *
-         offload::HostPool::round_size(static_cast<size_t>(aio.block_size));
-}
-
-namespace {
-
-// The chunks of every pipeline rank: rank r runs virtual stages r, r + pp, ... of the
-// pp * virtual_stages cut.
-std::vector<std::vector<nn::PipelineStage>> rank_chunks(const nn::GPTConfig& config, size_t pp,
-                                                        size_t virtual_stages,
-                                                        const std::vector<size_t>& blocks) {
-  const std::vector<nn::PipelineStage> all =
-      nn::partition_pipeline(config, pp * virtual_stages, blocks);
-  std::vector<std::vector<nn::PipelineStage>> ranks;
-  for (size_t r = 0; r < pp; ++r) ranks.push_back(nn::rank_chunks(all, pp, r));
-  return ranks;
-}
-
-}  // namespace
-
-std::vector<zero::UnitSpec> model_units(const nn::GPTConfig& config, size_t blocks_per_unit,
-                                        size_t tp, size_t pp, const PipelineFlags& pipeline) {
-  // The rank with the most elements is the one that must fit.
-  std::vector<zero::UnitSpec> worst;
-  size_t worst_elems = 0;
-  for (const std::vector<nn::PipelineStage>& chunks :
-       rank_chunks(config, pp, pipeline.virtual_stages, pipeline.blocks_per_stage)) {
-    std::vector<zero::UnitSpec> units = train::units_from_layout(
-        nn::chunks_param_layout(config, chunks, nn::TensorParallel{tp, 0}), blocks_per_unit);
-    size_t elems = 0;
-    for (const zero::UnitSpec& u : units) elems += u.numel;
-    if (worst.empty() || elems > worst_elems) {
-      worst = std::move(units);
-      worst_elems = elems;
-    }
-  }
-  return worst;
-}
-
-size_t activation_bytes(const nn::GPTConfig& config, size_t B, size_t T, bool checkpointing,
-                        const profile::WorldLayout& world, bool sequence_parallel,
-                        const PipelineFlags& pipeline) {
-  const auto pp = static_cast<size_t>(world.pp), sp = static_cast<size_t>(world.sp);
-  const auto tp = static_cast<size_t>(world.tp);
-  if (pp == 1)
-    return nn::GPT::activation_bytes_for(config, B, T, checkpointing, tp, sequence_parallel, sp);
-  // Each rank holds its chunks' activations for as many micro-batches as the schedule keeps in
-  // flight there; the largest is the rank that must fit.
-  const nn::ActivationDims dims = nn::ActivationDims::of(config, B, T, tp, sequence_parallel, sp);
-  const nn::PipelineSchedule schedule = nn::pipeline_schedule_from_name(pipeline.schedule);
-  const size_t m = pipeline.micro_batches > 0 ? pipeline.micro_batches : pp;
-  size_t worst = 0;
-  for (const std::vector<nn::PipelineStage>& chunks :
-       rank_chunks(config, pp, pipeline.virtual_stages, pipeline.blocks_per_stage))
-    worst = std::max(worst, train::PipelineExecutor::activation_bytes_for(
-                                config, dims, chunks, schedule, m, checkpointing));
-  return worst;
-}
-
-double tensor_parallel_wire_bytes(const nn::GPTConfig& config, size_t B, size_t T,
-                                  bool checkpointing, const profile::WorldLayout& world,
-                                  bool sequence_parallel) {
-  const auto tp = static_cast<size_t>(world.tp);
-  if (tp == 1) return 0.0;
-  const auto pp = static_cast<size_t>(world.pp);
-  const size_t layers = (config.num_layers + pp - 1) / pp;
-  const nn::TensorParallelTraffic t = nn::expected_tensor_parallel_traffic(
-      layers, nn::ActivationDims::of(config, B, T, tp, sequence_parallel), checkpointing);
-  const double ring = static_cast<double>(tp - 1) / static_cast<double>(tp);
-  return ring * (2.0 * static_cast<double>(t.all_reduce_bytes) +
-                 static_cast<double>(t.all_gather_bytes + t.reduce_scatter_bytes));
-}
-
-double ulysses_wire_bytes(const nn::GPTConfig& config, size_t B, size_t T, bool checkpointing,
-                          const profile::WorldLayout& world) {
-  const auto sp = static_cast<size_t>(world.sp);
-  if (sp == 1) return 0.0;
-  const nn::UlyssesTraffic t = nn::expected_ulysses_traffic(
-      config.num_layers,
-      nn::ActivationDims::of(config, B, T, static_cast<size_t>(world.tp), false, sp),
-      checkpointing);
-  // Each all-to-all keeps one of its sp blocks on the rank.
-  return static_cast<double>(t.all_to_all_bytes) * static_cast<double>(sp - 1) /
-         static_cast<double>(sp);
-}
-
 void add_run_options(CLI::App& app, RunFlags& f) {
   app.add_option("--config", f.config,
                  "DeepSpeed-style JSON config to take the model, stage, offload and batch from");
@@ -224,9 +126,8 @@ EstimateSettings resolve_settings(const ModelFlags& model, const WorldFlags& wor
   if (run.stage >= 0) z.stage = run.stage;
   if (!run.offload_param.empty()) z.offload_param.device = run.offload_param;
   if (!run.offload_optimizer.empty()) z.offload_optimizer.device = run.offload_optimizer;
+  if (run.offload_param_ratio >= 0) z.offload_param.ratio = run.offload_param_ratio;
   if (run.offload_optimizer_ratio >= 0) z.offload_optimizer.ratio = run.offload_optimizer_ratio;
-  const double param_ratio =
-      run.offload_param_ratio >= 0 ? run.offload_param_ratio : z.offload_param.ratio;
   s.model = resolve_model(model, have_config ? &c : nullptr);
   s.micro_batch = static_cast<size_t>(run.micro_batch > 0 ? run.micro_batch : c.micro_batch_size);
   s.seq_len = static_cast<size_t>(run.seq > 0   ? run.seq
@@ -240,24 +141,9 @@ EstimateSettings resolve_settings(const ModelFlags& model, const WorldFlags& wor
 
   const profile::WorldLayout w = resolve_world(world, have_config ? &c : nullptr);
   s.sequence_parallel = world.sequence_parallel || (have_config && c.sequence_parallel);
-  PipelineFlags pipeline;
-  pipeline.schedule = c.pipeline_schedule;
-  pipeline.micro_batches = static_cast<size_t>(c.gradient_accumulation_steps);
-  if (w.pp == c.pipeline_parallel) {  // the config's pipeline: its chunks and its cut
-    pipeline.virtual_stages = static_cast<size_t>(c.pipeline_virtual_stages);
-    for (int64_t b : c.pipeline_stages) pipeline.blocks_per_stage.push_back(static_cast<size_t>(b));
-  } else if (pipeline.schedule == "interleaved") {
-    pipeline.schedule = "1f1b";  // --pp other than the config's: one chunk per rank
-  }
-  s.input = train::estimate_input_from(
-      c,
-      model_units(s.model, static_cast<size_t>(c.blocks_per_unit), static_cast<size_t>(w.tp),
-                  static_cast<size_t>(w.pp), pipeline),
-      w,
-      activation_bytes(s.model, s.micro_batch, s.seq_len, s.checkpointing, w, s.sequence_parallel,
-                       pipeline));
-  s.input.placement.param.ratio = param_ratio;
-  s.param_desc = offload_desc(z.offload_param.device, param_ratio);
+  s.input = train::run_estimate_input(c, s.model, w, s.micro_batch, s.seq_len, s.checkpointing,
+                                      s.sequence_parallel);
+  s.param_desc = offload_desc(z.offload_param.device, z.offload_param.ratio);
   s.optimizer_desc = offload_desc(z.offload_optimizer.device, z.offload_optimizer.ratio);
   return s;
 }

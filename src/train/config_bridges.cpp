@@ -5,10 +5,9 @@
 #include <string>
 #include <utility>
 
-#include <unistd.h>
-
 #include "tierzero/core/error.hpp"
 #include "tierzero/offload/host_pool.hpp"
+#include "tierzero/train/placement_from_config.hpp"
 
 namespace tierzero::train {
 
@@ -64,33 +63,25 @@ zero::StoreConfig store_config_from(const TrainConfig& c) {
   s.reduce_dtype = dtype_from_name(c.communication_data_type);
   const OffloadConfig& op = c.zero.offload_param;
   const OffloadConfig& oo = c.zero.offload_optimizer;
-  s.placement.param = {zero::offload_tier(op.device), op.ratio};
-  s.placement.optimizer = {zero::offload_tier(oo.device), oo.ratio};
-  s.placement.nvme_chunk_elems = elems(oo.buffer_size);
-  s.placement.working = working_dtype(c);
-  s.placement.nvme_grads = c.offload_gradients == "nvme" ? Tier::nvme : Tier::host;
+  s.placement = placement_from_config(c);
   // One engine for both: the union of the directories (each one drive) of what goes to NVMe.
+  const bool param_nvme = s.placement.param.tier == Tier::nvme;
+  const bool optimizer_nvme = s.placement.optimizer.tier == Tier::nvme;
   std::vector<std::string> dirs;
-  for (const OffloadConfig* o : {&op, &oo}) {
-    if (o->device != "nvme") continue;
+  for (const OffloadConfig* o : {param_nvme ? &op : nullptr, optimizer_nvme ? &oo : nullptr}) {
+    if (o == nullptr) continue;
     for (const std::string& d : nvme_options_from(c.aio, *o).directories)
       if (std::find(dirs.begin(), dirs.end(), d) == dirs.end()) dirs.push_back(d);
   }
   if (!dirs.empty()) {
-    s.nvme = nvme_options_from(c.aio, op.device == "nvme" ? op : oo);
+    s.nvme = nvme_options_from(c.aio, param_nvme ? op : oo);
     s.nvme.directories = dirs;
   }
-  s.nvme_read_buffers = elems(op.buffer_count);
-  s.optimizer_swap_buffers = elems(oo.buffer_count);
-  if (c.host_memory_budget_gb > 0.0) {
-    s.host_budget_bytes = static_cast<size_t>(c.host_memory_budget_gb * 1073741824.0);
-  } else {
-    const long pages = sysconf(_SC_PHYS_PAGES);
-    const long page = sysconf(_SC_PAGESIZE);
-    const double physical =
-        pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 8.0e9;
-    s.host_budget_bytes = static_cast<size_t>(0.8 * physical);
-  }
+  const NvmeStaging staging = nvme_staging_from(c);
+  s.nvme_read_buffers = staging.param_buffers;
+  s.optimizer_swap_buffers = staging.optimizer_buffers;
+  // The node's budget; the trainer gives each rank its share (host_budget_per_rank).
+  s.host_budget_bytes = node_host_budget_bytes(c);
   return s;
 }
 
@@ -115,17 +106,11 @@ profile::EstimateInput estimate_input_from(const TrainConfig& c, std::vector<zer
   in.units = std::move(units);
   in.world = world;
   in.stage = static_cast<int>(z.stage);
-  in.placement.param = {zero::offload_tier(z.offload_param.device), z.offload_param.ratio};
-  in.placement.optimizer = {zero::offload_tier(z.offload_optimizer.device),
-                            z.offload_optimizer.ratio};
-  // The NVMe chunk is the optimizer's buffer_size (elements), as DeepSpeed's swapper uses it.
-  in.placement.nvme_chunk_elems = static_cast<size_t>(z.offload_optimizer.buffer_size);
-  in.placement.working = working_dtype(c);
-  in.placement.nvme_grads = c.offload_gradients == "nvme" ? Tier::nvme : Tier::host;
-  in.staging_buffer_count = static_cast<size_t>(z.offload_optimizer.buffer_count);
-  in.param_staging_buffers = static_cast<size_t>(z.offload_param.buffer_count);
-  in.nvme_bounce_bytes = static_cast<size_t>(c.aio.queue_depth) *
-                         offload::HostPool::round_size(static_cast<size_t>(c.aio.block_size));
+  in.placement = placement_from_config(c);
+  const NvmeStaging staging = nvme_staging_from(c);
+  in.staging_buffer_count = staging.optimizer_buffers;
+  in.param_staging_buffers = staging.param_buffers;
+  in.nvme_bounce_bytes = staging.bounce_bytes;
   in.param_persistence_threshold = static_cast<size_t>(z.param_persistence_threshold);
   in.reduce_bucket_elems = static_cast<size_t>(std::max<int64_t>(z.reduce_bucket_size, 1));
   in.overlap_comm = z.overlap_comm;

@@ -12,6 +12,7 @@
 #include "tierzero/core/memory_tracker.hpp"
 #include "tierzero/train/adamw_optimizer.hpp"
 #include "tierzero/train/config_bridges.hpp"
+#include "tierzero/train/placement_from_config.hpp"
 #include "tierzero/zero/comm_staging_pool.hpp"
 
 namespace tierzero::train {
@@ -154,7 +155,8 @@ class StoreParams final : public ParamState {
     zero::StoreConfig store_config = store_config_from(c);
     // The host budget is the node's: its ranks share it equally.
     const auto local_ranks = static_cast<size_t>(comm::node_local_size(run.session->world()));
-    store_config.host_budget_bytes /= std::max<size_t>(local_ranks, 1);
+    const size_t node_budget = store_config.host_budget_bytes;
+    store_config.host_budget_bytes = host_budget_per_rank(node_budget, local_ranks);
     if (run.rank == 0 && local_ranks > 1)
       log::info("host memory budget " + format_bytes(store_config.host_budget_bytes) +
                 " per rank: the node's " +

@@ -18,6 +18,8 @@
 #include "tierzero/nn/gpt_modules.hpp"
 #include "tierzero/profile/estimator.hpp"
 #include "tierzero/train/config_bridges.hpp"
+#include "tierzero/train/estimate_inputs.hpp"
+#include "tierzero/train/placement_from_config.hpp"
 #include "tierzero/train/progress.hpp"
 
 namespace tierzero::train {
@@ -25,15 +27,16 @@ namespace tierzero::train {
 // "device tier", or where the offloaded states go: "optimizer on nvme (50% of units), ...".
 std::string describe_placement(const TrainConfig& c) {
   std::string out;
-  auto add = [&](const char* what, const OffloadConfig& o) {
-    if (o.device == "none") return;
+  auto add = [&](const char* what, const char* key, const OffloadConfig& o) {
+    const Tier tier = tier_from_name(o.device, key);
+    if (tier == Tier::device) return;
     if (!out.empty()) out += ", ";
-    out += std::string(what) + " on " + (o.device == "cpu" ? "host" : "nvme");
+    out += std::string(what) + " on " + tier_name(tier);
     if (o.ratio < 1.0)
       out += " (" + std::to_string(static_cast<int>(o.ratio * 100.0)) + "% of units)";
   };
-  add("params", c.zero.offload_param);
-  add("optimizer", c.zero.offload_optimizer);
+  add("params", "zero_optimization.offload_param.device", c.zero.offload_param);
+  add("optimizer", "zero_optimization.offload_optimizer.device", c.zero.offload_optimizer);
   return out.empty() ? "device tier" : out;
 }
 
@@ -104,15 +107,11 @@ std::unique_ptr<profile::ProfileRecorder> make_recorder(
   world.sp = static_cast<int>(model.ulysses());
   world.dp = ranks / (world.tp * world.pp * world.sp);
   const auto B = static_cast<size_t>(c.micro_batch_size), T = static_cast<size_t>(c.seq_len);
-  // Under pipeline parallelism the schedule's micro-batches in flight, each the stage's blocks.
-  const size_t activations =
-      world.pp > 1
-          ? PipelineExecutor::activation_bytes_for(
-                model.config(), model.dims(B, T), chunk_stages,
-                nn::pipeline_schedule_from_name(c.pipeline_schedule),
-                static_cast<size_t>(c.gradient_accumulation_steps), c.activation_checkpointing)
-          : nn::GPT::activation_bytes_for(model.config(), B, T, c.activation_checkpointing, tp,
-                                          model.sequence_parallel(), model.ulysses());
+  // This rank's own (estimate and plan take the rank where it is largest): under pipeline
+  // parallelism the schedule's micro-batches in flight, each its chunks' blocks.
+  const size_t activations = rank_activation_bytes(
+      model.config(), B, T, c.activation_checkpointing, world, model.sequence_parallel(),
+      chunk_stages, c.pipeline_schedule, static_cast<size_t>(c.gradient_accumulation_steps));
   const profile::Estimate e = profile::estimate(estimate_input_from(
       c, units_from_layout(layout, static_cast<size_t>(c.blocks_per_unit)), world, activations));
   profile::TierCategoryBytes predicted{};

@@ -16,6 +16,7 @@
 #include "tierzero/nn/tp/tensor_parallel_params.hpp"
 #include "tierzero/train/byte_tokenizer.hpp"
 #include "tierzero/train/config_bridges.hpp"
+#include "tierzero/train/placement_from_config.hpp"
 #include "tierzero/train/safetensors_gpt2.hpp"
 #include "tierzero/train/synthetic_corpus.hpp"
 #include "tierzero/train/token_shards.hpp"
@@ -120,14 +121,7 @@ void check_supported(const TrainConfig& c) {
   if (c.zero.offload_optimizer.device != "none" && c.zero.stage == 0)
     TZ_THROW("zero_optimization.offload_optimizer needs stage 1, 2 or 3 (stage is 0)",
              "set zero_optimization.stage to 1 or more, or offload_optimizer.device to none");
-  // Otherwise the setting would be ignored silently (no store, or no NVMe optimizer to read them).
-  if (c.offload_gradients == "nvme")
-    TZ_CHECK(c.zero.offload_optimizer.device == "nvme" && c.zero.stage >= 2,
-             "tierzero.offload_gradients = nvme needs the optimizer on NVMe and ZeRO stage 2 or 3 "
-             "(offload_optimizer.device is " +
-                 c.zero.offload_optimizer.device + ", stage " + std::to_string(c.zero.stage) + ")",
-             "set zero_optimization.offload_optimizer.device to nvme and stage to 2 or 3, or "
-             "offload_gradients to cpu");
+  check_offload_gradients(c);
 }
 
 RunSession open_session(const TrainConfig& c) {

@@ -198,12 +198,4 @@ StateBytes model_state_bytes(const PartitionPlan& plan, int stage,
   return model_state_bytes(plan_groups(plan, placement), stage, config);
 }
 
-Tier offload_tier(const std::string& device_name) {
-  if (device_name == "none" || device_name == "device") return Tier::device;
-  if (device_name == "cpu") return Tier::host;
-  if (device_name == "nvme") return Tier::nvme;
-  TZ_THROW("offload device '" + device_name + "' does not exist",
-           "offload_param.device and offload_optimizer.device are none, cpu or nvme");
-}
-
 }  // namespace tierzero::zero

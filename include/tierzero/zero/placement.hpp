@@ -137,7 +137,4 @@ OptimizerSwapShape optimizer_swap_shape(const PartitionPlan& plan,
 // Pinned host bytes of the slots (the host pool's size classes).
 size_t optimizer_swap_host_bytes(const OptimizerSwapShape& shape);
 
-// "device" / "cpu" / "nvme" (DeepSpeed's offload device names) to a tier; "none" is the device.
-Tier offload_tier(const std::string& device_name);
-
 }  // namespace tierzero::zero

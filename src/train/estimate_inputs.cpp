@@ -1,0 +1,136 @@
+// The estimator's GPT-specific inputs: units and activation bytes (see estimate_inputs.hpp).
+#include "tierzero/train/estimate_inputs.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "tierzero/nn/gpt.hpp"
+#include "tierzero/nn/param_layout.hpp"
+#include "tierzero/nn/pp/pipeline_cut.hpp"
+#include "tierzero/nn/pp/pipeline_schedule.hpp"
+#include "tierzero/nn/sp/ulysses_group.hpp"
+#include "tierzero/nn/tp/tensor_parallel_group.hpp"
+#include "tierzero/train/config_bridges.hpp"
+#include "tierzero/train/pipeline_executor.hpp"
+#include "tierzero/train/store_provider.hpp"
+
+namespace tierzero::train {
+
+PipelineShape pipeline_shape_from(const TrainConfig& c, int pp) {
+  PipelineShape pipeline;
+  pipeline.schedule = c.pipeline_schedule;
+  pipeline.micro_batches = static_cast<size_t>(c.gradient_accumulation_steps);
+  if (pp == c.pipeline_parallel) {  // the config's pipeline: its chunks and its cut
+    pipeline.virtual_stages = static_cast<size_t>(c.pipeline_virtual_stages);
+    for (int64_t b : c.pipeline_stages) pipeline.blocks_per_stage.push_back(static_cast<size_t>(b));
+  } else if (pipeline.schedule == "interleaved") {
+    pipeline.schedule = "1f1b";  // a pp other than the config's: one chunk per rank
+  }
+  return pipeline;
+}
+
+namespace {
+
+// The chunks of every pipeline rank: rank r runs virtual stages r, r + pp, ... of the
+// pp * virtual_stages cut.
+std::vector<std::vector<nn::PipelineStage>> rank_chunks(const nn::GPTConfig& config, size_t pp,
+                                                        size_t virtual_stages,
+                                                        const std::vector<size_t>& blocks) {
+  const std::vector<nn::PipelineStage> all =
+      nn::partition_pipeline(config, pp * virtual_stages, blocks);
+  std::vector<std::vector<nn::PipelineStage>> ranks;
+  for (size_t r = 0; r < pp; ++r) ranks.push_back(nn::rank_chunks(all, pp, r));
+  return ranks;
+}
+
+}  // namespace
+
+std::vector<zero::UnitSpec> model_units(const nn::GPTConfig& config, size_t blocks_per_unit,
+                                        size_t tp, size_t pp, const PipelineShape& pipeline) {
+  // The rank with the most elements is the one that must fit.
+  std::vector<zero::UnitSpec> worst;
+  size_t worst_elems = 0;
+  for (const std::vector<nn::PipelineStage>& chunks :
+       rank_chunks(config, pp, pipeline.virtual_stages, pipeline.blocks_per_stage)) {
+    std::vector<zero::UnitSpec> units = units_from_layout(
+        nn::chunks_param_layout(config, chunks, nn::TensorParallel{tp, 0}), blocks_per_unit);
+    size_t elems = 0;
+    for (const zero::UnitSpec& u : units) elems += u.numel;
+    if (worst.empty() || elems > worst_elems) {
+      worst = std::move(units);
+      worst_elems = elems;
+    }
+  }
+  return worst;
+}
+
+size_t rank_activation_bytes(const nn::GPTConfig& config, size_t B, size_t T, bool checkpointing,
+                             const profile::WorldLayout& world, bool sequence_parallel,
+                             const std::vector<nn::PipelineStage>& chunks,
+                             const std::string& schedule, size_t micro_batches) {
+  const auto tp = static_cast<size_t>(world.tp), sp = static_cast<size_t>(world.sp);
+  if (world.pp == 1)
+    return nn::GPT::activation_bytes_for(config, B, T, checkpointing, tp, sequence_parallel, sp);
+  // The rank holds its chunks' activations for as many micro-batches as the schedule keeps in
+  // flight there.
+  return PipelineExecutor::activation_bytes_for(
+      config, nn::ActivationDims::of(config, B, T, tp, sequence_parallel, sp), chunks,
+      nn::pipeline_schedule_from_name(schedule), micro_batches, checkpointing);
+}
+
+size_t activation_bytes(const nn::GPTConfig& config, size_t B, size_t T, bool checkpointing,
+                        const profile::WorldLayout& world, bool sequence_parallel,
+                        const PipelineShape& pipeline) {
+  const auto pp = static_cast<size_t>(world.pp);
+  if (pp == 1)
+    return rank_activation_bytes(config, B, T, checkpointing, world, sequence_parallel, {},
+                                 pipeline.schedule, 1);
+  // The largest is the rank that must fit.
+  const size_t m = pipeline.micro_batches > 0 ? pipeline.micro_batches : pp;
+  size_t worst = 0;
+  for (const std::vector<nn::PipelineStage>& chunks :
+       rank_chunks(config, pp, pipeline.virtual_stages, pipeline.blocks_per_stage))
+    worst = std::max(worst, rank_activation_bytes(config, B, T, checkpointing, world,
+                                                  sequence_parallel, chunks, pipeline.schedule, m));
+  return worst;
+}
+
+double tensor_parallel_wire_bytes(const nn::GPTConfig& config, size_t B, size_t T,
+                                  bool checkpointing, const profile::WorldLayout& world,
+                                  bool sequence_parallel) {
+  const auto tp = static_cast<size_t>(world.tp);
+  if (tp == 1) return 0.0;
+  const auto pp = static_cast<size_t>(world.pp);
+  const size_t layers = (config.num_layers + pp - 1) / pp;
+  const nn::TensorParallelTraffic t = nn::expected_tensor_parallel_traffic(
+      layers, nn::ActivationDims::of(config, B, T, tp, sequence_parallel), checkpointing);
+  const double ring = static_cast<double>(tp - 1) / static_cast<double>(tp);
+  return ring * (2.0 * static_cast<double>(t.all_reduce_bytes) +
+                 static_cast<double>(t.all_gather_bytes + t.reduce_scatter_bytes));
+}
+
+double ulysses_wire_bytes(const nn::GPTConfig& config, size_t B, size_t T, bool checkpointing,
+                          const profile::WorldLayout& world) {
+  const auto sp = static_cast<size_t>(world.sp);
+  if (sp == 1) return 0.0;
+  const nn::UlyssesTraffic t = nn::expected_ulysses_traffic(
+      config.num_layers,
+      nn::ActivationDims::of(config, B, T, static_cast<size_t>(world.tp), false, sp),
+      checkpointing);
+  // Each all-to-all keeps one of its sp blocks on the rank.
+  return static_cast<double>(t.all_to_all_bytes) * static_cast<double>(sp - 1) /
+         static_cast<double>(sp);
+}
+
+profile::EstimateInput run_estimate_input(const TrainConfig& c, const nn::GPTConfig& model,
+                                          const profile::WorldLayout& world, size_t B, size_t T,
+                                          bool checkpointing, bool sequence_parallel) {
+  const PipelineShape pipeline = pipeline_shape_from(c, world.pp);
+  return estimate_input_from(
+      c,
+      model_units(model, static_cast<size_t>(c.blocks_per_unit), static_cast<size_t>(world.tp),
+                  static_cast<size_t>(world.pp), pipeline),
+      world, activation_bytes(model, B, T, checkpointing, world, sequence_parallel, pipeline));
+}
+
+}  // namespace tierzero::train
