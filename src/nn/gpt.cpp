@@ -177,7 +177,8 @@ size_t GPT::activation_bytes_for(const GPTConfig& config, size_t B, size_t T, bo
 }
 
 ActivationDims GPT::dims(size_t B, size_t T) const {
-  return ActivationDims::of(config_, B, T, layout_.tp().size, sequence_parallel(), ulysses());
+  return ActivationDims::of(config_, B, T, layout_.tp().size, sequence_parallel(), ulysses(),
+                            attention_probabilities());
 }
 
 TensorParallelTraffic GPT::tensor_parallel_traffic() const {

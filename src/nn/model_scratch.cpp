@@ -5,15 +5,15 @@ namespace tierzero::nn {
 
 void ModelScratch::visit(Buffers& b, const ActivationDims& d, bool checkpointing,
                          const BufferVisitor& fn) {
-  const size_t C = d.channels, BT = d.tokens, AT = d.attention_tokens(), T = d.seq_len;
-  const size_t Cl = d.local_channels, NHl = d.local_heads, Hl = d.local_hidden;
+  const size_t C = d.channels, BT = d.tokens, AT = d.attention_tokens();
+  const size_t Cl = d.local_channels, Hl = d.local_hidden;
   constexpr size_t f = sizeof(float);
   if (checkpointing) b.block.visit(d, 1, fn);
   fn(b.proj, BT * C * f, "proj");
   fn(b.dln, BT * C * f, "dln");
   fn(b.dqkv, AT * 3 * Cl * f, "dqkv");
   fn(b.datty, AT * Cl * f, "datty");
-  fn(b.datt, d.B * NHl * T * T * f, "datt");
+  if (d.attention_scratch() > 0) fn(b.attention, d.attention_scratch() * f, "attention scratch");
   fn(b.dfch, BT * Hl * f, "dfch");
   fn(b.dfch_gelu, BT * Hl * f, "dfch_gelu");
   if (d.tp > 1) {

@@ -24,7 +24,7 @@ namespace tierzero::nn {
 struct BlockActs {
   float* ln1;                // (S, C)
   LayerNormStats ln1_stats;  // mean, rstd (S)
-  AttentionActs attn;        // qkv (B, Ts, 3Cl), atty (B, Ts, Cl), att (B, NHl, Ts, Ts)
+  AttentionActs attn;        // qkv (B, Ts, 3Cl), atty (B, Ts, Cl), lse (B, NHl, Ts)
   float* residual2;          // (S, C) the stream between the attention and the MLP branch
   float* ln2;                // (S, C)
   LayerNormStats ln2_stats;  // mean, rstd (S)
@@ -37,7 +37,7 @@ struct BlockActivations {  // n blocks of one micro-batch's dims; see visit
   DeviceBuffer ln1_rstd;   // (n, S)
   DeviceBuffer qkv;        // (n, B, Ts, 3Cl)
   DeviceBuffer atty;       // (n, B, Ts, Cl)
-  DeviceBuffer att;        // (n, B, NHl, Ts, Ts)
+  DeviceBuffer lse;        // (n, B, NHl, Ts); (n, B, NHl, Ts, Ts) probabilities on CUDA
   DeviceBuffer residual2;  // (n, S, C)
   DeviceBuffer ln2;        // (n, S, C)
   DeviceBuffer ln2_mean;   // (n, S)

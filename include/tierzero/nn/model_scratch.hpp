@@ -32,11 +32,13 @@ class ModelScratch {
 
   // BT: all B*T tokens; S: the stream's rows; Cl, NHl, Hl: this rank's part (see BlockActs);
   // AT, Ts: the attention's rows and sequence (B*T and T without Ulysses).
-  float* proj() const { return buffers_.proj.f32(); }            // (BT, C)
-  float* dln() const { return buffers_.dln.f32(); }              // (BT, C)
-  float* dqkv() const { return buffers_.dqkv.f32(); }            // (AT, 3Cl)
-  float* datty() const { return buffers_.datty.f32(); }          // (AT, Cl)
-  float* datt() const { return buffers_.datt.f32(); }            // (B, NHl, Ts, Ts)
+  float* proj() const { return buffers_.proj.f32(); }    // (BT, C)
+  float* dln() const { return buffers_.dln.f32(); }      // (BT, C)
+  float* dqkv() const { return buffers_.dqkv.f32(); }    // (AT, 3Cl)
+  float* datty() const { return buffers_.datty.f32(); }  // (AT, Cl)
+  // The attention backward's scratch: none with the CPU's tiled kernel (null), (B, NHl, Ts, Ts)
+  // on CUDA (ActivationDims::attention_scratch).
+  float* attention() const { return buffers_.attention.f32(); }
   float* dfch() const { return buffers_.dfch.f32(); }            // (BT, Hl)
   float* dfch_gelu() const { return buffers_.dfch_gelu.f32(); }  // (BT, Hl)
   BlockActs block() const;  // the checkpointing mode's one block of internals
@@ -61,7 +63,7 @@ class ModelScratch {
     DeviceBuffer dln;            // (BT, C) gradient of a layernorm output
     DeviceBuffer dqkv;           // (AT, 3Cl)
     DeviceBuffer datty;          // (AT, Cl)
-    DeviceBuffer datt;           // (B, NHl, Ts, Ts) the attention backward's scratch
+    DeviceBuffer attention;      // (attention_scratch) the attention backward's, CUDA only
     DeviceBuffer dfch;           // (BT, Hl)
     DeviceBuffer dfch_gelu;      // (BT, Hl)
     DeviceBuffer xent_partials;  // (BT, 3) this rank's max, sum of exps, target logit
