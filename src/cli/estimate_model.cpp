@@ -134,9 +134,9 @@ std::vector<zero::UnitSpec> model_units(const nn::GPTConfig& config, size_t bloc
   return worst;
 }
 
-size_t activation_bytes(const nn::GPTConfig& config, size_t B, size_t T, bool checkpointing,
-                        const profile::WorldLayout& world, bool sequence_parallel,
-                        const PipelineFlags& pipeline) {
+size_t activation_bytes(const nn::GPTConfig& config, size_t B, size_t T,
+                        nn::Recompute checkpointing, const profile::WorldLayout& world,
+                        bool sequence_parallel, const PipelineFlags& pipeline) {
   const auto pp = static_cast<size_t>(world.pp), sp = static_cast<size_t>(world.sp);
   const auto tp = static_cast<size_t>(world.tp);
   if (pp == 1)
@@ -200,6 +200,10 @@ void add_run_options(CLI::App& app, RunFlags& f) {
   app.add_option("--seq", f.seq, "tokens per sequence")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   app.add_flag("--checkpointing", f.checkpointing, "activation checkpointing per block");
+  app.add_option("--recompute", f.recompute,
+                 "what a block's backward recomputes: none, selective (the attention's core) or "
+                 "full (= --checkpointing); default: the config's tierzero.recompute")
+      ->check(CLI::IsMember({"none", "selective", "full"}));
 }
 
 namespace {
@@ -235,7 +239,13 @@ EstimateSettings resolve_settings(const ModelFlags& model, const WorldFlags& wor
            "sequence length " + std::to_string(s.seq_len) + " exceeds the model's context " +
                std::to_string(s.model.max_seq_len),
            "lower --seq or raise --context");
-  s.checkpointing = run.checkpointing || c.activation_checkpointing;
+  TZ_CHECK(!(run.checkpointing && !run.recompute.empty() && run.recompute != "full"),
+           "--checkpointing (full recompute) with --recompute " + run.recompute,
+           "give one of them");
+  s.recompute = !run.recompute.empty() ? nn::Recompute::parse(run.recompute, "--recompute")
+                : run.checkpointing    ? nn::Recompute(nn::Recompute::full)
+                                       : nn::Recompute::parse(c.recompute, "tierzero.recompute");
+  s.checkpointing = s.recompute.is_full();
 
   const profile::WorldLayout w = resolve_world(world, have_config ? &c : nullptr);
   s.sequence_parallel = world.sequence_parallel || (have_config && c.sequence_parallel);
@@ -253,7 +263,7 @@ EstimateSettings resolve_settings(const ModelFlags& model, const WorldFlags& wor
       model_units(s.model, static_cast<size_t>(c.blocks_per_unit), static_cast<size_t>(w.tp),
                   static_cast<size_t>(w.pp), pipeline),
       w,
-      activation_bytes(s.model, s.micro_batch, s.seq_len, s.checkpointing, w, s.sequence_parallel,
+      activation_bytes(s.model, s.micro_batch, s.seq_len, s.recompute, w, s.sequence_parallel,
                        pipeline));
   s.input.placement.param.ratio = param_ratio;
   s.param_desc = offload_desc(z.offload_param.device, param_ratio);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tierzero/nn/gpt_config.hpp"
+#include "tierzero/nn/recompute.hpp"
 #include "tierzero/profile/estimator.hpp"
 #include "tierzero/train/train_config.hpp"
 
@@ -69,9 +70,9 @@ std::vector<zero::UnitSpec> model_units(const nn::GPTConfig& config, size_t bloc
 // sequence parallelism the residual stream too) and, with pp > 1, each of the rank's chunks'
 // blocks times the micro-batches its schedule keeps in flight there, plus each chunk's scratch
 // (what the trainer's executor allocates), for the rank where that is largest.
-size_t activation_bytes(const nn::GPTConfig& config, size_t B, size_t T, bool checkpointing,
-                        const profile::WorldLayout& world, bool sequence_parallel = false,
-                        const PipelineFlags& pipeline = {});
+size_t activation_bytes(const nn::GPTConfig& config, size_t B, size_t T,
+                        nn::Recompute checkpointing, const profile::WorldLayout& world,
+                        bool sequence_parallel = false, const PipelineFlags& pipeline = {});
 
 // Bytes one rank sends in its tensor-parallel collectives per training micro-batch on ring
 // algorithms: the model's analytic payload (nn::expected_tensor_parallel_traffic), an all-reduce
@@ -96,6 +97,7 @@ struct RunFlags {
   int64_t micro_batch = 0;                // 0: the config's train_micro_batch_size_per_gpu
   int64_t seq = 0;             // 0: the config's seq_len, or the model's context without a config
   bool checkpointing = false;  // or the config's tierzero.activation_checkpointing
+  std::string recompute;       // none, selective, full; empty: --checkpointing, or the config's
 };
 void add_run_options(CLI::App& app, RunFlags& f);
 
@@ -106,7 +108,8 @@ struct EstimateSettings {
   bool sequence_parallel = false;  // Megatron's, from the flag or the config
   size_t micro_batch = 1;
   size_t seq_len = 1;
-  bool checkpointing = false;
+  bool checkpointing = false;  // recompute is full
+  nn::Recompute recompute;
   std::string param_desc;  // "none", "cpu (ratio 1)", ...
   std::string optimizer_desc;
 };

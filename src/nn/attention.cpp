@@ -45,8 +45,21 @@ void Attention::forward(const ModuleContext& ctx, const float* in, float* out,
                         const AttentionActs& a) const {
   if (ctx.ulysses) return forward_ulysses(ctx, in, out, a);
   qkv_.forward(ctx, in, a.qkv);
-  ctx.k.attention_forward(a.atty, a.lse, a.qkv, shape(ctx.mb.B(), ctx.mb.T(), 1));
+  recompute_core(ctx, a);
   proj_.forward(ctx, a.atty, out);
+}
+
+void Attention::recompute_core(const ModuleContext& ctx, const AttentionActs& a) const {
+  if (!ctx.ulysses) {
+    ctx.k.attention_forward(a.atty, a.lse, a.qkv, shape(ctx.mb.B(), ctx.mb.T(), 1));
+    return;
+  }
+  const ActivationDims& d = ctx.mb.dims();
+  const UlyssesBuffers buf = ctx.scratch.ulysses();
+  UlyssesGroup& u = *ctx.ulysses;
+  float* heads_out = buf.recv;  // (B, Ts, Cl)
+  ctx.k.attention_forward(heads_out, a.lse, a.qkv, shape(d.B, d.seq_len, u.size()));
+  u.to_sequence(ctx.stream, heads_out, a.atty, buf, d.B, d.T, 1, channels_);  // (B, T, C)
 }
 
 void Attention::backward(const ModuleContext& ctx, const float* in, const AttentionActs& a,
@@ -71,9 +84,7 @@ void Attention::forward_ulysses(const ModuleContext& ctx, const float* in, float
   float* local_qkv = buf.recv;  // (B, T, 3C), consumed by the re-shard before it reuses recv
   qkv_.forward(ctx, in, local_qkv);
   u.to_heads(ctx.stream, local_qkv, a.qkv, buf, d.B, d.T, 3, channels_);  // (B, Ts, 3Cl)
-  float* heads_out = buf.recv;                                            // (B, Ts, Cl)
-  ctx.k.attention_forward(heads_out, a.lse, a.qkv, shape(d.B, d.seq_len, u.size()));
-  u.to_sequence(ctx.stream, heads_out, a.atty, buf, d.B, d.T, 1, channels_);  // (B, T, C)
+  recompute_core(ctx, a);
   proj_.forward(ctx, a.atty, out);
 }
 

@@ -31,6 +31,14 @@ struct BlockActs {
   MlpActs mlp;               // fch, fch_gelu (B, T, Hl)
 };
 
+// The attention's core of one block, which selective recompute rebuilds in the backward: the
+// heads' output and the kernel's saved softmax statistics.
+struct AttentionCore {
+  DeviceBuffer atty;  // (B, Ts, Cl)
+  DeviceBuffer lse;   // (attention_saved)
+  void visit(const ActivationDims& d, const BufferVisitor& fn);
+};
+
 struct BlockActivations {  // n blocks of one micro-batch's dims; see visit
   DeviceBuffer ln1;        // (n, S, C)
   DeviceBuffer ln1_mean;   // (n, S)
@@ -45,9 +53,10 @@ struct BlockActivations {  // n blocks of one micro-batch's dims; see visit
   DeviceBuffer fch;        // (n, B, T, Hl)
   DeviceBuffer fch_gelu;   // (n, B, T, Hl)
 
-  // Every buffer above with its bytes for n blocks of dims d.
-  void visit(const ActivationDims& d, size_t n, const BufferVisitor& fn);
-  // Slot i < n, for buffers allocated by visit with d.
+  // Every buffer above with its bytes for n blocks of dims d; without the attention's core
+  // (atty, lse) unless with_core (selective recompute keeps it in the model's scratch).
+  void visit(const ActivationDims& d, size_t n, const BufferVisitor& fn, bool with_core = true);
+  // Slot i < n, for buffers allocated by visit with d (attn.atty, attn.lse null without core).
   BlockActs slot(const ActivationDims& d, size_t i) const;
 };
 
