@@ -220,8 +220,10 @@ void GPT::check(const MicroBatch& mb) const {
            "micro-batch was made for another model (" + mb.config_.str() + ")",
            "make micro-batches with this model's make_micro_batch");
   TZ_CHECK(mb.recompute() == recompute_,
-           std::string("micro-batch was made with recompute ") + mb.recompute().name() +
-               " but the model now has " + recompute_.name(),
+           std::string("micro-batch was made with activation checkpointing ") +
+               (mb.checkpointing() ? "on" : "off") + " (recompute " + mb.recompute().name() +
+               ") but the model now has it " + (recompute_.is_full() ? "on" : "off") +
+               " (recompute " + recompute_.name() + ")",
            "make new micro-batches after changing the recompute mode (activation checkpointing)");
 }
 
