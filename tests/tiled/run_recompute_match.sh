@@ -1,19 +1,20 @@
 #!/bin/sh
 # Selective recompute end to end (issue 31): `tierzero train` on <ranks> ranks with tensor
-# parallelism <tp>, 4 steps of a small GPT (seq_len 80: past one tile of the tiled attention), with
+# parallelism <tp> or Ulysses <ulysses>, 4 steps of a small GPT (seq_len 80: past one tile of the tiled attention), with
 # --recompute none, selective and full. The three runs must agree bit for bit: every step's loss
 # and gradient norm (as printed) and the saved model (cmp), which the gradients decide. Each
 # rank's tracked activation peak must equal `tierzero estimate --recompute <mode> --json`'s
 # activation bytes exactly, and fall from none to selective to full.
-# usage: run_recompute_match.sh <tierzero> <ranks> <tp> <mpiexec command...>
-tierzero=$1; ranks=$2; tp=$3
-shift 3
+# <ulysses> > 1 runs Ulysses sequence parallelism instead (the recompute re-shards the heads' output).
+# usage: run_recompute_match.sh <tierzero> <ranks> <tp> <ulysses> <mpiexec command...>
+tierzero=$1; ranks=$2; tp=$3; ulysses=$4
+shift 4
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 cat > "$dir/config.json" <<JSON
 {"train_micro_batch_size_per_gpu": 2, "gradient_clipping": 0.5,
  "tierzero": {"steps": 4, "seq_len": 80, "seed": 7, "threads": 1, "val_batches": 1,
-              "tensor_parallel": $tp,
+              "tensor_parallel": $tp, "ulysses_parallel": $ulysses,
               "model": {"vocab_size": 257, "n_layer": 2, "n_head": 4, "n_embd": 64,
                         "context_length": 80}}}
 JSON
