@@ -16,6 +16,7 @@
 #include "tierzero/nn/activation_dims.hpp"
 #include "tierzero/nn/gpt.hpp"
 #include "tierzero/nn/recompute.hpp"
+#include "tierzero/train/train_config.hpp"
 #include "tiny_gpt.hpp"
 
 using namespace tierzero;
@@ -124,6 +125,34 @@ TEST(Recompute, ParsesItsNamesAndRefusesOthers) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("tierzero.recompute"), std::string::npos) << e.what();
   }
+}
+
+TEST(Recompute, ConfigKeyAndActivationCheckpointingAgree) {
+  using train::TrainConfig;
+  const TrainConfig sel = TrainConfig::parse(R"({"tierzero": {"recompute": "selective"}})", "t");
+  EXPECT_EQ(sel.recompute, "selective");
+  EXPECT_FALSE(sel.activation_checkpointing);
+  // The old switch is full recompute, and the new key says so.
+  const TrainConfig ckpt =
+      TrainConfig::parse(R"({"tierzero": {"activation_checkpointing": true}})", "t");
+  EXPECT_EQ(ckpt.recompute, "full");
+  const TrainConfig full = TrainConfig::parse(R"({"tierzero": {"recompute": "full"}})", "t");
+  EXPECT_TRUE(full.activation_checkpointing);
+  EXPECT_EQ(TrainConfig::defaults().recompute, "none");
+  const auto error = [](const char* text) {
+    try {
+      TrainConfig::parse(text, "t");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const std::string both =
+      error(R"({"tierzero": {"recompute": "selective", "activation_checkpointing": true}})");
+  EXPECT_NE(both.find("tierzero.recompute"), std::string::npos) << both;
+  const std::string bad = error(R"({"tierzero": {"recompute": "attention"}})");
+  EXPECT_NE(bad.find("tierzero.recompute"), std::string::npos) << bad;
+  std::printf("both: %s\nunknown: %s\n", both.c_str(), bad.c_str());
 }
 
 }  // namespace
