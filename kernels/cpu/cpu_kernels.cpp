@@ -47,13 +47,17 @@ class CpuKernels final : public Kernels {
     cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
   }
 
-  void attention_forward(float* out, float* att, const float* qkv, size_t B, size_t T, size_t C,
-                         size_t NH) override {
-    cpu::attention_forward(out, att, qkv, B, T, C, NH);
+  size_t attention_saved_floats(const AttentionShape& s) const override {
+    return s.B * s.n_head * s.T;  // the rows' logsumexp
   }
-  void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
-                          const float* att, size_t B, size_t T, size_t C, size_t NH) override {
-    cpu::attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH);
+  size_t attention_scratch_floats(const AttentionShape&) const override { return 0; }
+  void attention_forward(float* out, float* saved, const float* qkv,
+                         const AttentionShape& s) override {
+    cpu::flash_attention_forward(out, saved, qkv, s);
+  }
+  void attention_backward(float* dqkv, float*, const float* dout, const float* out,
+                          const float* qkv, const float* saved, const AttentionShape& s) override {
+    cpu::flash_attention_backward(dqkv, dout, out, qkv, saved, s);
   }
 
   void gelu_forward(float* out, const float* inp, size_t n) override {

@@ -20,6 +20,14 @@ namespace tierzero::kernels {
 
 namespace {
 
+// The CUDA attention kernels are multi-head only (one kv head per query head, hd = C / NH).
+void check_multi_head(const AttentionShape& s) {
+  TZ_CHECK(s.n_head > 0 && s.n_kv_head == s.n_head,
+           "CUDA attention: n_kv_head " + std::to_string(s.n_kv_head) + " != n_head " +
+               std::to_string(s.n_head) + ": grouped kv heads are not supported on CUDA yet",
+           "use n_kv_head == n_head on CUDA, or the CPU backend");
+}
+
 // The workspace the caller hands over is split in two: a small slot for the partial sums that
 // sum_squares copies back to the host, then the cuBLASLt workspace. Both are used only by work
 // on this object's stream, in stream order, so they never need to be duplicated.
@@ -206,16 +214,25 @@ class CudaKernels final : public Kernels {
     if (dbias != nullptr) cuda_impl::launch_bias_backward(stream_, dbias, dout, N, OC);
   }
 
-  void attention_forward(float* out, float* att, const float* qkv, size_t B, size_t T, size_t C,
-                         size_t NH) override {
-    CudaDeviceGuard guard(device_);
-    cuda_impl::launch_attention_forward(stream_, out, att, qkv, B, T, C, NH);
+  // The probabilities stay in a (B, NH, T, T) buffer until the fused kernel replaces these.
+  size_t attention_saved_floats(const AttentionShape& s) const override {
+    return s.B * s.n_head * s.T * s.T;
   }
-
-  void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
-                          const float* att, size_t B, size_t T, size_t C, size_t NH) override {
+  size_t attention_scratch_floats(const AttentionShape& s) const override {
+    return s.B * s.n_head * s.T * s.T;
+  }
+  void attention_forward(float* out, float* saved, const float* qkv,
+                         const AttentionShape& s) override {
+    check_multi_head(s);
     CudaDeviceGuard guard(device_);
-    cuda_impl::launch_attention_backward(stream_, dqkv, datt, dout, qkv, att, B, T, C, NH);
+    cuda_impl::launch_attention_forward(stream_, out, saved, qkv, s.B, s.T, s.q_width(), s.n_head);
+  }
+  void attention_backward(float* dqkv, float* scratch, const float* dout, const float*,
+                          const float* qkv, const float* saved, const AttentionShape& s) override {
+    check_multi_head(s);
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_attention_backward(stream_, dqkv, scratch, dout, qkv, saved, s.B, s.T,
+                                         s.q_width(), s.n_head);
   }
 
   void gelu_forward(float* out, const float* inp, size_t n) override {

@@ -62,9 +62,9 @@ void print_human(const EstimateSettings& s, const profile::Estimate& e,
               s.sequence_parallel && w.tp > 1 ? ", Megatron sequence parallelism" : "");
   std::printf(
       "run       stage %d, offload_param %s, offload_optimizer %s, micro-batch %zu, seq "
-      "%zu, checkpointing %s\n",
+      "%zu, checkpointing %s%s\n",
       s.input.stage, s.param_desc.c_str(), s.optimizer_desc.c_str(), s.micro_batch, s.seq_len,
-      s.checkpointing ? "on" : "off");
+      s.checkpointing ? "on" : "off", s.recompute.is_selective() ? ", selective recompute" : "");
   if (s.input.stage == 3)
     std::printf("          %zu units below the persistence threshold (%zu) stay gathered\n",
                 e.persistent_units, s.input.param_persistence_threshold);
@@ -129,6 +129,7 @@ int run_estimate(const EstimateFlags& f) {
   j["micro_batch"] = s.micro_batch;
   j["seq_len"] = s.seq_len;
   j["checkpointing"] = s.checkpointing;
+  j["recompute"] = s.recompute.name();
   j["persistent_units"] = e.persistent_units;
   j["tiers"] = tier_json(e.persistent, false);
   j["buffers"] = tier_json(e.buffers, true);

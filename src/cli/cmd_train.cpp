@@ -31,6 +31,7 @@ struct TrainFlags {
   int64_t ulysses = 0;  // 0: from the config
   std::string save_dir, resume;
   bool reset_lr_schedule = false;
+  std::string recompute;                    // none, selective, full; empty: the config's
   int64_t save_every = -1, keep_last = -1;  // -1: from the config
   int64_t pipeline_parallel = 0;            // 0: from the config
   std::string pipeline_schedule;            // empty: from the config
@@ -137,6 +138,10 @@ void add_training_only(CLI::App* sub, TrainFlags& f) {
   sub->add_option("--resume", f.resume,
                   "resume from a checkpoint: a step directory, or a --save-dir (its latest); its "
                   "learning-rate schedule is kept unless --reset-lr-schedule");
+  sub->add_option("--recompute", f.recompute,
+                  "what a block's backward recomputes: none, selective (the attention's core) or "
+                  "full (activation checkpointing); default: the config's tierzero.recompute")
+      ->check(CLI::IsMember({"none", "selective", "full"}));
   sub->add_flag("--reset-lr-schedule", f.reset_lr_schedule,
                 "with --resume: follow the schedule of this run's --steps (and config) instead "
                 "of the checkpoint's");
@@ -189,6 +194,10 @@ train::TrainConfig resolve(const TrainFlags& f) {
     c.zero.offload_optimizer.nvme_path = f.nvme_path;
   }
   if (f.reset_lr_schedule) c.checkpoint.reset_lr_schedule = true;
+  if (!f.recompute.empty()) {  // overrides the config's recompute and activation_checkpointing
+    c.recompute = f.recompute;
+    c.activation_checkpointing = f.recompute == "full";
+  }
   return c;
 }
 

@@ -103,6 +103,10 @@ void add_run_options(CLI::App& app, RunFlags& f) {
   app.add_option("--seq", f.seq, "tokens per sequence")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   app.add_flag("--checkpointing", f.checkpointing, "activation checkpointing per block");
+  app.add_option("--recompute", f.recompute,
+                 "what a block's backward recomputes: none, selective (the attention's core) or "
+                 "full (= --checkpointing); default: the config's tierzero.recompute")
+      ->check(CLI::IsMember({"none", "selective", "full"}));
 }
 
 namespace {
@@ -137,11 +141,17 @@ EstimateSettings resolve_settings(const ModelFlags& model, const WorldFlags& wor
            "sequence length " + std::to_string(s.seq_len) + " exceeds the model's context " +
                std::to_string(s.model.max_seq_len),
            "lower --seq or raise --context");
-  s.checkpointing = run.checkpointing || c.activation_checkpointing;
+  TZ_CHECK(!(run.checkpointing && !run.recompute.empty() && run.recompute != "full"),
+           "--checkpointing (full recompute) with --recompute " + run.recompute,
+           "give one of them");
+  s.recompute = !run.recompute.empty() ? nn::Recompute::parse(run.recompute, "--recompute")
+                : run.checkpointing    ? nn::Recompute(nn::Recompute::full)
+                                       : nn::Recompute::parse(c.recompute, "tierzero.recompute");
+  s.checkpointing = s.recompute.is_full();
 
   const profile::WorldLayout w = resolve_world(world, have_config ? &c : nullptr);
   s.sequence_parallel = world.sequence_parallel || (have_config && c.sequence_parallel);
-  s.input = train::run_estimate_input(c, s.model, w, s.micro_batch, s.seq_len, s.checkpointing,
+  s.input = train::run_estimate_input(c, s.model, w, s.micro_batch, s.seq_len, s.recompute,
                                       s.sequence_parallel);
   s.param_desc = offload_desc(z.offload_param.device, z.offload_param.ratio);
   s.optimizer_desc = offload_desc(z.offload_optimizer.device, z.offload_optimizer.ratio);

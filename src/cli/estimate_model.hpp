@@ -9,6 +9,7 @@
 #include <string>
 
 #include "tierzero/nn/gpt_config.hpp"
+#include "tierzero/nn/recompute.hpp"
 #include "tierzero/profile/estimator.hpp"
 #include "tierzero/train/train_config.hpp"
 
@@ -53,6 +54,7 @@ struct RunFlags {
   int64_t micro_batch = 0;                // 0: the config's train_micro_batch_size_per_gpu
   int64_t seq = 0;             // 0: the config's seq_len, or the model's context without a config
   bool checkpointing = false;  // or the config's tierzero.activation_checkpointing
+  std::string recompute;       // none, selective, full; empty: --checkpointing, or the config's
 };
 void add_run_options(CLI::App& app, RunFlags& f);
 
@@ -63,7 +65,8 @@ struct EstimateSettings {
   bool sequence_parallel = false;  // Megatron's, from the flag or the config
   size_t micro_batch = 1;
   size_t seq_len = 1;
-  bool checkpointing = false;
+  bool checkpointing = false;  // recompute is full
+  nn::Recompute recompute;
   std::string param_desc;  // "none", "cpu (ratio 1)", ...
   std::string optimizer_desc;
 };

@@ -36,17 +36,22 @@ LayerKernelTimes measure_layer_kernels(Device& device, const nn::GPTConfig& mode
     return b;
   };
   {
-    DeviceBuffer qkv = buffer(T * 3 * C, "plan qkv");        // (1, T, 3C)
-    DeviceBuffer out = buffer(T * C, "plan attention out");  // (1, T, C)
-    DeviceBuffer att = buffer(heads * T * T, "plan att");    // (1, NH_r, T, T)
-    DeviceBuffer datt = buffer(heads * T * T, "plan datt");  // (1, NH_r, T, T)
-    DeviceBuffer dqkv = buffer(T * 3 * C, "plan dqkv");      // (1, T, 3C)
+    const kernels::AttentionShape shape = kernels::AttentionShape::mha(1, T, C, heads);
+    DeviceBuffer qkv = buffer(T * 3 * C, "plan qkv");          // (1, T, 3C)
+    DeviceBuffer out = buffer(T * C, "plan attention out");    // (1, T, C)
+    DeviceBuffer dout = buffer(T * C, "plan attention dout");  // (1, T, C)
+    // (the kernel's saved state and scratch; at least one float each, so the buffers exist)
+    DeviceBuffer saved = buffer(std::max<size_t>(k.attention_saved_floats(shape), 1), "plan lse");
+    DeviceBuffer scratch =
+        buffer(std::max<size_t>(k.attention_scratch_floats(shape), 1), "plan attention scratch");
+    DeviceBuffer dqkv = buffer(T * 3 * C, "plan dqkv");  // (1, T, 3C)
     t.attention_forward_s = profile::compute_seconds(3, threads, [&] {
-      k.attention_forward(out.f32(), att.f32(), qkv.f32(), 1, T, C, heads);
+      k.attention_forward(out.f32(), saved.f32(), qkv.f32(), shape);
       s.synchronize();
     });
     t.attention_backward_s = profile::compute_seconds(3, threads, [&] {
-      k.attention_backward(dqkv.f32(), datt.f32(), out.f32(), qkv.f32(), att.f32(), 1, T, C, heads);
+      k.attention_backward(dqkv.f32(), scratch.f32(), dout.f32(), out.f32(), qkv.f32(), saved.f32(),
+                           shape);
       s.synchronize();
     });
   }

@@ -9,7 +9,8 @@
 namespace tierzero::nn {
 
 ActivationDims ActivationDims::of(const GPTConfig& config, size_t B, size_t T, size_t tp,
-                                  bool sequence_parallel, size_t ulysses) {
+                                  bool sequence_parallel, size_t ulysses,
+                                  bool attention_probabilities) {
   TZ_CHECK(B > 0 && T > 0, "empty batch", "");
   TZ_CHECK(tp >= 1, "tensor_parallel 0", "tensor_parallel is at least 1");
   TZ_CHECK(ulysses >= 1, "ulysses_parallel 0", "ulysses_parallel is at least 1");
@@ -60,6 +61,7 @@ ActivationDims ActivationDims::of(const GPTConfig& config, size_t B, size_t T, s
   d.local_channels = config.channels / (tp * ulysses);
   d.local_hidden = 4 * config.channels / tp;
   d.local_vocab = config.padded_vocab_size / tp;
+  d.attention_probabilities = attention_probabilities;
   return d;
 }
 

@@ -36,12 +36,30 @@ void Attention::bind(const ParamLayout& layout) {
   heads_ = channels_ / head_size_;
 }
 
+kernels::AttentionShape Attention::shape(size_t B, size_t T, size_t ulysses) const {
+  const size_t heads = heads_ / ulysses;  // GPT-2: as many kv heads as query heads
+  return {B, T, heads, heads, head_size_};
+}
+
 void Attention::forward(const ModuleContext& ctx, const float* in, float* out,
                         const AttentionActs& a) const {
   if (ctx.ulysses) return forward_ulysses(ctx, in, out, a);
   qkv_.forward(ctx, in, a.qkv);
-  ctx.k.attention_forward(a.atty, a.att, a.qkv, ctx.mb.B(), ctx.mb.T(), channels_, heads_);
+  recompute_core(ctx, a);
   proj_.forward(ctx, a.atty, out);
+}
+
+void Attention::recompute_core(const ModuleContext& ctx, const AttentionActs& a) const {
+  if (!ctx.ulysses) {
+    ctx.k.attention_forward(a.atty, a.lse, a.qkv, shape(ctx.mb.B(), ctx.mb.T(), 1));
+    return;
+  }
+  const ActivationDims& d = ctx.mb.dims();
+  const UlyssesBuffers buf = ctx.scratch.ulysses();
+  UlyssesGroup& u = *ctx.ulysses;
+  float* heads_out = buf.recv;  // (B, Ts, Cl)
+  ctx.k.attention_forward(heads_out, a.lse, a.qkv, shape(d.B, d.seq_len, u.size()));
+  u.to_sequence(ctx.stream, heads_out, a.atty, buf, d.B, d.T, 1, channels_);  // (B, T, C)
 }
 
 void Attention::backward(const ModuleContext& ctx, const float* in, const AttentionActs& a,
@@ -51,8 +69,8 @@ void Attention::backward(const ModuleContext& ctx, const float* in, const Attent
   ctx.zero(ctx.scratch.datty(), B * T * channels_);
   proj_.backward(ctx, a.atty, dout, ctx.scratch.datty());
   ctx.zero(ctx.scratch.dqkv(), B * T * 3 * channels_);
-  ctx.k.attention_backward(ctx.scratch.dqkv(), ctx.scratch.datt(), ctx.scratch.datty(), a.qkv,
-                           a.att, B, T, channels_, heads_);
+  ctx.k.attention_backward(ctx.scratch.dqkv(), ctx.scratch.attention(), ctx.scratch.datty(), a.atty,
+                           a.qkv, a.lse, shape(B, T, 1));
   qkv_.backward(ctx, in, ctx.scratch.dqkv(), din);
 }
 
@@ -66,10 +84,7 @@ void Attention::forward_ulysses(const ModuleContext& ctx, const float* in, float
   float* local_qkv = buf.recv;  // (B, T, 3C), consumed by the re-shard before it reuses recv
   qkv_.forward(ctx, in, local_qkv);
   u.to_heads(ctx.stream, local_qkv, a.qkv, buf, d.B, d.T, 3, channels_);  // (B, Ts, 3Cl)
-  float* heads_out = buf.recv;                                            // (B, Ts, Cl)
-  ctx.k.attention_forward(heads_out, a.att, a.qkv, d.B, d.seq_len, channels_ / u.size(),
-                          heads_ / u.size());
-  u.to_sequence(ctx.stream, heads_out, a.atty, buf, d.B, d.T, 1, channels_);  // (B, T, C)
+  recompute_core(ctx, a);
   proj_.forward(ctx, a.atty, out);
 }
 
@@ -82,10 +97,14 @@ void Attention::backward_ulysses(const ModuleContext& ctx, const float* in, cons
   ctx.zero(datty, d.tokens * channels_);
   proj_.backward(ctx, a.atty, dout, datty);
   u.to_heads(ctx.stream, datty, datty, buf, d.B, d.T, 1, channels_);
+  // The kernel's output in the heads' layout, which the backward reads: re-sharded again from
+  // atty into the projection's output buffer, free here.
+  float* heads_out = ctx.scratch.proj();  // (B, Ts, Cl)
+  u.to_heads(ctx.stream, a.atty, heads_out, buf, d.B, d.T, 1, channels_);
   float* dqkv = ctx.scratch.dqkv();  // (B, Ts, 3Cl), then in place (B, T, 3C)
   ctx.zero(dqkv, d.tokens * 3 * channels_);
-  ctx.k.attention_backward(dqkv, ctx.scratch.datt(), datty, a.qkv, a.att, d.B, d.seq_len,
-                           channels_ / u.size(), heads_ / u.size());
+  ctx.k.attention_backward(dqkv, ctx.scratch.attention(), datty, heads_out, a.qkv, a.lse,
+                           shape(d.B, d.seq_len, u.size()));
   u.to_sequence(ctx.stream, dqkv, dqkv, buf, d.B, d.T, 3, channels_);
   qkv_.backward(ctx, in, dqkv, din);
 }

@@ -27,6 +27,9 @@ class Attention {
   // din (B, T, C) += d(in) for dout (B, T, C); `in` and `acts` are the forward's.
   void backward(const ModuleContext& ctx, const float* in, const AttentionActs& acts,
                 const float* dout, float* din) const;
+  // The attention's core again (selective recompute): acts.atty and acts.lse from acts.qkv, as
+  // the forward computed them (bitwise). No parameters; under Ulysses one all-to-all.
+  void recompute_core(const ModuleContext& ctx, const AttentionActs& acts) const;
 
  private:
   void forward_ulysses(const ModuleContext& ctx, const float* in, float* out,
@@ -35,6 +38,9 @@ class Attention {
                         const float* dout, float* din) const;
 
   size_t head_size_;
+  // The kernel's extents for this rank's heads over B sequences of T positions.
+  kernels::AttentionShape shape(size_t B, size_t T, size_t ulysses) const;
+
   size_t channels_, heads_;  // local: set by bind
   Linear qkv_, proj_;
 };

@@ -37,7 +37,13 @@ void Block::bind(const ParamLayout& layout) {
 
 BlockActs Block::acts(const ModuleContext& ctx) const {
   if (ctx.mb.checkpointing()) return ctx.scratch.block();
-  return ctx.mb.block(static_cast<size_t>(layer_));
+  BlockActs a = ctx.mb.block(static_cast<size_t>(layer_));
+  if (ctx.mb.recompute().is_selective()) {
+    const AttentionActs core = ctx.scratch.attention_core();
+    a.attn.atty = core.atty;
+    a.attn.lse = core.lse;
+  }
+  return a;
 }
 
 void Block::run(const ModuleContext& ctx, const float* in, float* out, const BlockActs& a) const {
@@ -58,8 +64,16 @@ void Block::forward(ModuleContext& ctx, const float* in, float* out) {
 }
 
 void Block::recompute(ModuleContext& ctx) {
-  if (!ctx.mb.checkpointing()) return;  // the forward kept everything
-  run(ctx, ctx.mb.saved_input(index()), nullptr, acts(ctx));
+  switch (ctx.mb.recompute().mode()) {
+    case Recompute::none:  // the forward kept everything
+      return;
+    case Recompute::selective:  // all but the attention's core, rebuilt from the kept qkv
+      attn_.recompute_core(ctx, acts(ctx).attn);
+      return;
+    case Recompute::full:
+      run(ctx, ctx.mb.saved_input(index()), nullptr, acts(ctx));
+      return;
+  }
 }
 
 void Block::backward(ModuleContext& ctx, const float* dout, float* din) {

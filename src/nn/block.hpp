@@ -34,8 +34,9 @@ class Block final : public Module {
   void backward(ModuleContext& ctx, const float* dout, float* din) override;
 
  private:
-  // Where this block's internals live for ctx.mb: its slot in the micro-batch, or with
-  // checkpointing the scratch's single slot.
+  // Where this block's internals live for ctx.mb: its slot in the micro-batch, or with full
+  // recompute the scratch's single slot; with selective recompute the attention's core is the
+  // scratch's.
   BlockActs acts(const ModuleContext& ctx) const;
   // The forward into acts; the output (and the MLP projection it needs) only when out is set.
   void run(const ModuleContext& ctx, const float* in, float* out, const BlockActs& a) const;

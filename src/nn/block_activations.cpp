@@ -3,16 +3,24 @@
 
 namespace tierzero::nn {
 
-void BlockActivations::visit(const ActivationDims& d, size_t n, const BufferVisitor& fn) {
+void AttentionCore::visit(const ActivationDims& d, const BufferVisitor& fn) {
+  fn(atty, d.attention_tokens() * d.local_channels * sizeof(float), "atty (recomputed)");
+  fn(lse, d.attention_saved() * sizeof(float), "attention lse (recomputed)");
+}
+
+void BlockActivations::visit(const ActivationDims& d, size_t n, const BufferVisitor& fn,
+                             bool with_core) {
   const size_t C = d.channels, S = d.stream_tokens, BT = d.tokens, AT = d.attention_tokens();
-  const size_t Cl = d.local_channels, NHl = d.local_heads, Hl = d.local_hidden, T = d.seq_len;
+  const size_t Cl = d.local_channels, Hl = d.local_hidden;
   constexpr size_t f = sizeof(float);
   fn(ln1, n * S * C * f, "ln1");
   fn(ln1_mean, n * S * f, "ln1_mean");
   fn(ln1_rstd, n * S * f, "ln1_rstd");
   fn(qkv, n * AT * 3 * Cl * f, "qkv");
-  fn(atty, n * AT * Cl * f, "atty");
-  fn(att, n * d.B * NHl * T * T * f, "att");
+  if (with_core) {
+    fn(atty, n * AT * Cl * f, "atty");
+    fn(lse, n * d.attention_saved() * f, "attention lse");
+  }
   fn(residual2, n * S * C * f, "residual2");
   fn(ln2, n * S * C * f, "ln2");
   fn(ln2_mean, n * S * f, "ln2_mean");
@@ -23,11 +31,12 @@ void BlockActivations::visit(const ActivationDims& d, size_t n, const BufferVisi
 
 BlockActs BlockActivations::slot(const ActivationDims& d, size_t i) const {
   const size_t C = d.channels, S = d.stream_tokens, BT = d.tokens, AT = d.attention_tokens();
-  const size_t Cl = d.local_channels, NHl = d.local_heads, Hl = d.local_hidden, T = d.seq_len;
+  const size_t Cl = d.local_channels, Hl = d.local_hidden;
   return BlockActs{
       ln1.f32() + i * S * C,
       {ln1_mean.f32() + i * S, ln1_rstd.f32() + i * S},
-      {qkv.f32() + i * AT * 3 * Cl, atty.f32() + i * AT * Cl, att.f32() + i * d.B * NHl * T * T},
+      {qkv.f32() + i * AT * 3 * Cl, atty.f32() ? atty.f32() + i * AT * Cl : nullptr,
+       lse.f32() ? lse.f32() + i * d.attention_saved() : nullptr},
       residual2.f32() + i * S * C,
       ln2.f32() + i * S * C,
       {ln2_mean.f32() + i * S, ln2_rstd.f32() + i * S},

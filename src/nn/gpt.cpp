@@ -152,32 +152,33 @@ GPT::GPT(const GPTConfig& config, DeviceAllocator& allocator, const ModelParalle
   k_.set_stream(device_.default_stream().native());
 }
 
-size_t GPT::micro_batch_bytes_for(const GPTConfig& config, size_t B, size_t T, bool checkpointing,
+size_t GPT::micro_batch_bytes_for(const GPTConfig& config, size_t B, size_t T, Recompute recompute,
                                   size_t tp, bool sequence_parallel, size_t ulysses) {
   return MicroBatch::bytes_for(config,
                                ActivationDims::of(config, B, T, tp, sequence_parallel, ulysses),
-                               PipelineStage::whole(config), checkpointing);
+                               PipelineStage::whole(config), recompute);
 }
 
 size_t GPT::micro_batch_bytes_for(const GPTConfig& config, const ActivationDims& dims,
-                                  const PipelineStage& stage, bool checkpointing) {
-  return MicroBatch::bytes_for(config, dims, stage, checkpointing);
+                                  const PipelineStage& stage, Recompute recompute) {
+  return MicroBatch::bytes_for(config, dims, stage, recompute);
 }
 
-size_t GPT::scratch_bytes_for(const GPTConfig& config, size_t B, size_t T, bool checkpointing,
+size_t GPT::scratch_bytes_for(const GPTConfig& config, size_t B, size_t T, Recompute recompute,
                               size_t tp, bool sequence_parallel, size_t ulysses) {
   return ModelScratch::bytes_for(ActivationDims::of(config, B, T, tp, sequence_parallel, ulysses),
-                                 checkpointing);
+                                 recompute);
 }
 
-size_t GPT::activation_bytes_for(const GPTConfig& config, size_t B, size_t T, bool checkpointing,
+size_t GPT::activation_bytes_for(const GPTConfig& config, size_t B, size_t T, Recompute recompute,
                                  size_t tp, bool sequence_parallel, size_t ulysses) {
-  return micro_batch_bytes_for(config, B, T, checkpointing, tp, sequence_parallel, ulysses) +
-         scratch_bytes_for(config, B, T, checkpointing, tp, sequence_parallel, ulysses);
+  return micro_batch_bytes_for(config, B, T, recompute, tp, sequence_parallel, ulysses) +
+         scratch_bytes_for(config, B, T, recompute, tp, sequence_parallel, ulysses);
 }
 
 ActivationDims GPT::dims(size_t B, size_t T) const {
-  return ActivationDims::of(config_, B, T, layout_.tp().size, sequence_parallel(), ulysses());
+  return ActivationDims::of(config_, B, T, layout_.tp().size, sequence_parallel(), ulysses(),
+                            attention_probabilities());
 }
 
 TensorParallelTraffic GPT::tensor_parallel_traffic() const {
@@ -208,7 +209,7 @@ size_t GPT::activation_bytes() const {
 
 MicroBatch GPT::make_micro_batch(size_t B, size_t T) {
   check_shape(config_, B, T);
-  return MicroBatch(config_, num_modules_, dims(B, T), stage_, checkpointing_, allocator_);
+  return MicroBatch(config_, num_modules_, dims(B, T), stage_, recompute_, allocator_);
 }
 
 void GPT::check(const MicroBatch& mb) const {
@@ -218,15 +219,16 @@ void GPT::check(const MicroBatch& mb) const {
                mb.stage().num_blocks == stage_.num_blocks,
            "micro-batch was made for another model (" + mb.config_.str() + ")",
            "make micro-batches with this model's make_micro_batch");
-  TZ_CHECK(mb.checkpointing() == checkpointing_,
+  TZ_CHECK(mb.recompute() == recompute_,
            std::string("micro-batch was made with activation checkpointing ") +
-               (mb.checkpointing() ? "on" : "off") + " but the model now has it " +
-               (checkpointing_ ? "on" : "off"),
-           "make new micro-batches after changing activation checkpointing");
+               (mb.checkpointing() ? "on" : "off") + " (recompute " + mb.recompute().name() +
+               ") but the model now has it " + (recompute_.is_full() ? "on" : "off") +
+               " (recompute " + recompute_.name() + ")",
+           "make new micro-batches after changing the recompute mode (activation checkpointing)");
 }
 
 void GPT::ensure_scratch(const ActivationDims& d) {
-  if (!scratch_->fits(d, checkpointing_)) scratch_->allocate(d, checkpointing_, allocator_);
+  if (!scratch_->fits(d, recompute_)) scratch_->allocate(d, recompute_, allocator_);
 }
 
 MicroBatch& GPT::cached(size_t B, size_t T) {
@@ -234,20 +236,20 @@ MicroBatch& GPT::cached(size_t B, size_t T) {
            "evaluate and forward_backward run the whole model, not pipeline " + stage_.str(),
            "drive a pipeline stage through forward/backward with micro-batches");
   if (cached_ && cached_->B() == B && cached_->dims().seq_len == T &&
-      scratch_->fits(cached_->dims(), checkpointing_))
+      scratch_->fits(cached_->dims(), recompute_))
     return *cached_;
   check_shape(config_, B, T);
   const ActivationDims d = dims(B, T);
   cached_.reset();  // release the old set first so the budget sees the real peak
   scratch_->release();
-  scratch_->allocate(d, checkpointing_, allocator_);
+  scratch_->allocate(d, recompute_, allocator_);
   cached_ = std::make_unique<MicroBatch>(make_micro_batch(B, T));
   return *cached_;
 }
 
-void GPT::set_activation_checkpointing(bool on) {
-  if (on == checkpointing_) return;
-  checkpointing_ = on;
+void GPT::set_recompute(Recompute recompute) {
+  if (recompute == recompute_) return;
+  recompute_ = recompute;
   if (!cached_) return;  // nothing allocated yet: the first batch allocates in this mode
   const size_t B = cached_->B(), T = cached_->dims().seq_len;
   cached_.reset();
@@ -358,7 +360,7 @@ void GPT::backward(MicroBatch& mb, ParamProvider& params, float grad_scale) {
     const size_t g = m.index();
     ModuleContext ctx = context(mb);
     if (m.backward_reads_params()) ctx.params = params.acquire_params(unit);
-    if (mb.checkpointing()) m.recompute(ctx);
+    if (mb.recompute().mode() != Recompute::none) m.recompute(ctx);
     ctx.grads = params.acquire_grads(unit);
     float* dout = output_grad_of(mb, g);
     float* din = g > 0 ? output_grad_of(mb, g - 1) : nullptr;

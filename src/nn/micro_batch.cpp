@@ -8,13 +8,14 @@
 namespace tierzero::nn {
 
 void MicroBatch::visit(Buffers& b, const GPTConfig&, const ActivationDims& d,
-                       const PipelineStage& stage, bool checkpointing, const BufferVisitor& fn) {
+                       const PipelineStage& stage, Recompute recompute, const BufferVisitor& fn) {
+  const bool checkpointing = recompute.is_full();
   const size_t n = stage.num_blocks, C = d.channels, BT = d.tokens, S = d.stream_tokens;
   constexpr size_t f = sizeof(float);
   fn(b.tokens, BT * sizeof(int32_t), "tokens");
   fn(b.targets, BT * sizeof(int32_t), "targets");
   fn(b.encoded, S * C * f, "encoded");
-  if (!checkpointing) b.blocks.visit(d, n, fn);
+  if (!checkpointing) b.blocks.visit(d, n, fn, !recompute.is_selective());
   fn(b.residual3, n * S * C * f, checkpointing ? "residual3 (checkpoints)" : "residual3");
   if (stage.last()) {
     fn(b.lnf, S * C * f, "lnf");
@@ -27,18 +28,18 @@ void MicroBatch::visit(Buffers& b, const GPTConfig&, const ActivationDims& d,
 }
 
 size_t MicroBatch::bytes_for(const GPTConfig& config, const ActivationDims& d,
-                             const PipelineStage& stage, bool checkpointing) {
+                             const PipelineStage& stage, Recompute recompute) {
   Buffers none;
   return rounded_bytes(
-      [&](const BufferVisitor& fn) { visit(none, config, d, stage, checkpointing, fn); });
+      [&](const BufferVisitor& fn) { visit(none, config, d, stage, recompute, fn); });
 }
 
 MicroBatch::MicroBatch(const GPTConfig& config, size_t num_modules, const ActivationDims& d,
-                       const PipelineStage& stage, bool checkpointing, DeviceAllocator& allocator)
+                       const PipelineStage& stage, Recompute recompute, DeviceAllocator& allocator)
     : config_(config),
       dims_(d),
       stage_(stage),
-      checkpointing_(checkpointing),
+      recompute_(recompute),
       inputs_(num_modules, nullptr),
       host_losses_(d.tokens),
       host_slice_(d.ulysses > 1 ? 2 * d.tokens : 0) {
@@ -48,7 +49,7 @@ MicroBatch::MicroBatch(const GPTConfig& config, size_t num_modules, const Activa
                std::to_string(config.max_seq_len),
            "lower seq_len or use a model with a longer context");
   bytes_ = allocate_buffers(
-      [&](const BufferVisitor& fn) { visit(buffers_, config_, dims_, stage_, checkpointing_, fn); },
+      [&](const BufferVisitor& fn) { visit(buffers_, config_, dims_, stage_, recompute_, fn); },
       allocator);
 }
 
@@ -70,7 +71,7 @@ float* MicroBatch::residual(size_t i) const {
 }
 
 BlockActs MicroBatch::block(size_t layer) const {
-  TZ_CHECK(!checkpointing_, "block " + std::to_string(layer) + "'s internals are not kept",
+  TZ_CHECK(!recompute_.is_full(), "block " + std::to_string(layer) + "'s internals are not kept",
            "with activation checkpointing they live in the model's scratch");
   TZ_CHECK(stage_.holds_block(layer), "no block " + std::to_string(layer) + " in " + stage_.str(),
            "");

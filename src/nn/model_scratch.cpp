@@ -3,17 +3,18 @@
 
 namespace tierzero::nn {
 
-void ModelScratch::visit(Buffers& b, const ActivationDims& d, bool checkpointing,
+void ModelScratch::visit(Buffers& b, const ActivationDims& d, Recompute recompute,
                          const BufferVisitor& fn) {
-  const size_t C = d.channels, BT = d.tokens, AT = d.attention_tokens(), T = d.seq_len;
-  const size_t Cl = d.local_channels, NHl = d.local_heads, Hl = d.local_hidden;
+  const size_t C = d.channels, BT = d.tokens, AT = d.attention_tokens();
+  const size_t Cl = d.local_channels, Hl = d.local_hidden;
   constexpr size_t f = sizeof(float);
-  if (checkpointing) b.block.visit(d, 1, fn);
+  if (recompute.is_full()) b.block.visit(d, 1, fn);
+  if (recompute.is_selective()) b.core.visit(d, fn);
   fn(b.proj, BT * C * f, "proj");
   fn(b.dln, BT * C * f, "dln");
   fn(b.dqkv, AT * 3 * Cl * f, "dqkv");
   fn(b.datty, AT * Cl * f, "datty");
-  fn(b.datt, d.B * NHl * T * T * f, "datt");
+  if (d.attention_scratch() > 0) fn(b.attention, d.attention_scratch() * f, "attention scratch");
   fn(b.dfch, BT * Hl * f, "dfch");
   fn(b.dfch_gelu, BT * Hl * f, "dfch_gelu");
   if (d.tp > 1) {
@@ -28,9 +29,9 @@ void ModelScratch::visit(Buffers& b, const ActivationDims& d, bool checkpointing
   }
 }
 
-size_t ModelScratch::bytes_for(const ActivationDims& d, bool checkpointing) {
+size_t ModelScratch::bytes_for(const ActivationDims& d, Recompute recompute) {
   Buffers none;
-  return rounded_bytes([&](const BufferVisitor& fn) { visit(none, d, checkpointing, fn); });
+  return rounded_bytes([&](const BufferVisitor& fn) { visit(none, d, recompute, fn); });
 }
 
 void ModelScratch::release() {
@@ -39,18 +40,22 @@ void ModelScratch::release() {
   allocated_ = false;
 }
 
-void ModelScratch::allocate(const ActivationDims& d, bool checkpointing,
+void ModelScratch::allocate(const ActivationDims& d, Recompute recompute,
                             DeviceAllocator& allocator) {
   release();  // first, so the budget sees the real peak
-  bytes_ = allocate_buffers([&](const BufferVisitor& fn) { visit(buffers_, d, checkpointing, fn); },
+  bytes_ = allocate_buffers([&](const BufferVisitor& fn) { visit(buffers_, d, recompute, fn); },
                             allocator);
   dims_ = d;  // only once complete (an allocation may throw)
-  checkpointing_ = checkpointing;
+  recompute_ = recompute;
   allocated_ = true;
 }
 
 BlockActs ModelScratch::block() const {
   return buffers_.block.slot(dims_, 0);
+}
+
+AttentionActs ModelScratch::attention_core() const {
+  return {nullptr, buffers_.core.atty.f32(), buffers_.core.lse.f32()};
 }
 
 }  // namespace tierzero::nn

@@ -64,9 +64,9 @@ std::vector<zero::UnitSpec> model_units(const nn::GPTConfig& config, size_t bloc
   return worst;
 }
 
-size_t rank_activation_bytes(const nn::GPTConfig& config, size_t B, size_t T, bool checkpointing,
-                             const profile::WorldLayout& world, bool sequence_parallel,
-                             const std::vector<nn::PipelineStage>& chunks,
+size_t rank_activation_bytes(const nn::GPTConfig& config, size_t B, size_t T,
+                             nn::Recompute checkpointing, const profile::WorldLayout& world,
+                             bool sequence_parallel, const std::vector<nn::PipelineStage>& chunks,
                              const std::string& schedule, size_t micro_batches) {
   const auto tp = static_cast<size_t>(world.tp), sp = static_cast<size_t>(world.sp);
   if (world.pp == 1)
@@ -78,9 +78,9 @@ size_t rank_activation_bytes(const nn::GPTConfig& config, size_t B, size_t T, bo
       nn::pipeline_schedule_from_name(schedule), micro_batches, checkpointing);
 }
 
-size_t activation_bytes(const nn::GPTConfig& config, size_t B, size_t T, bool checkpointing,
-                        const profile::WorldLayout& world, bool sequence_parallel,
-                        const PipelineShape& pipeline) {
+size_t activation_bytes(const nn::GPTConfig& config, size_t B, size_t T,
+                        nn::Recompute checkpointing, const profile::WorldLayout& world,
+                        bool sequence_parallel, const PipelineShape& pipeline) {
   const auto pp = static_cast<size_t>(world.pp);
   if (pp == 1)
     return rank_activation_bytes(config, B, T, checkpointing, world, sequence_parallel, {},
@@ -124,7 +124,7 @@ double ulysses_wire_bytes(const nn::GPTConfig& config, size_t B, size_t T, bool 
 
 profile::EstimateInput run_estimate_input(const TrainConfig& c, const nn::GPTConfig& model,
                                           const profile::WorldLayout& world, size_t B, size_t T,
-                                          bool checkpointing, bool sequence_parallel) {
+                                          nn::Recompute checkpointing, bool sequence_parallel) {
   const PipelineShape pipeline = pipeline_shape_from(c, world.pp);
   return estimate_input_from(
       c,

@@ -112,7 +112,7 @@ size_t PipelineExecutor::activation_bytes_for(const nn::GPTConfig& config,
                                               const nn::ActivationDims& dims,
                                               const std::vector<nn::PipelineStage>& chunks,
                                               nn::PipelineSchedule schedule, size_t micro_batches,
-                                              bool checkpointing) {
+                                              nn::Recompute checkpointing) {
   const std::vector<size_t> n = in_flight_per_chunk(shape_of(chunks, schedule, micro_batches));
   // One scratch: the chunks share it (their actions never overlap).
   size_t bytes = nn::ModelScratch::bytes_for(dims, checkpointing);

@@ -24,6 +24,16 @@
 
 namespace tierzero::train {
 
+namespace {
+// One micro-batch in flight of this rank's model in its recompute mode, as the model sizes it
+// (its dims carry the backend's attention layout).
+size_t one_micro_batch_activation_bytes(const nn::GPT& model, size_t B, size_t T) {
+  const nn::ActivationDims d = model.dims(B, T);
+  return nn::GPT::micro_batch_bytes_for(model.config(), d, model.stage(), model.recompute()) +
+         nn::ModelScratch::bytes_for(d, model.recompute());
+}
+}  // namespace
+
 // "device tier", or where the offloaded states go: "optimizer on nvme (50% of units), ...".
 std::string describe_placement(const TrainConfig& c) {
   std::string out;
@@ -73,6 +83,7 @@ std::unique_ptr<profile::ProfileRecorder> make_recorder(
   info.extra["offload_param"] = c.zero.offload_param.device;
   info.extra["offload_optimizer"] = c.zero.offload_optimizer.device;
   info.extra["activation_checkpointing"] = c.activation_checkpointing ? "on" : "off";
+  info.extra["recompute"] = c.recompute;
   // Under tensor parallelism the parameters, placements and estimate are this rank's pieces.
   const size_t tp = model.tensor_parallel();
   info.extra["tensor_parallel"] = std::to_string(tp);
@@ -108,10 +119,14 @@ std::unique_ptr<profile::ProfileRecorder> make_recorder(
   world.dp = ranks / (world.tp * world.pp * world.sp);
   const auto B = static_cast<size_t>(c.micro_batch_size), T = static_cast<size_t>(c.seq_len);
   // This rank's own (estimate and plan take the rank where it is largest): under pipeline
-  // parallelism the schedule's micro-batches in flight, each its chunks' blocks.
-  const size_t activations = rank_activation_bytes(
-      model.config(), B, T, c.activation_checkpointing, world, model.sequence_parallel(),
-      chunk_stages, c.pipeline_schedule, static_cast<size_t>(c.gradient_accumulation_steps));
+  // parallelism the schedule's micro-batches in flight, each its chunks' blocks; else one
+  // micro-batch as this backend keeps it.
+  const size_t activations =
+      world.pp > 1
+          ? rank_activation_bytes(model.config(), B, T, model.recompute(), world,
+                                  model.sequence_parallel(), chunk_stages, c.pipeline_schedule,
+                                  static_cast<size_t>(c.gradient_accumulation_steps))
+          : one_micro_batch_activation_bytes(model, B, T);
   const profile::Estimate e = profile::estimate(estimate_input_from(
       c, units_from_layout(layout, static_cast<size_t>(c.blocks_per_unit)), world, activations));
   profile::TierCategoryBytes predicted{};
@@ -161,17 +176,15 @@ void write_memory_json_file(const std::string& path, int rank, int ranks,
 // The --memory-json section of a Ulysses rank: its slice of the sequence, and its activation
 // bytes by the model's own count beside those of the same micro-batch on one rank (the tests
 // check the tracker's peak against the first and print the ratio to the second).
-nlohmann::ordered_json ulysses_memory_json(const nn::GPT& model, const TrainConfig& c, size_t B,
-                                           size_t T) {
-  const bool ckpt = c.activation_checkpointing;
+nlohmann::ordered_json ulysses_memory_json(const nn::GPT& model, size_t B, size_t T) {
+  const nn::Recompute ckpt = model.recompute();
   const nn::ActivationDims d = model.dims(B, T);
   nlohmann::ordered_json j;
   j["ulysses"] = model.ulysses();
   j["seq_len"] = T;
   j["positions"] = d.T;
   j["local_heads"] = d.local_heads;
-  j["activation_bytes"] =
-      nn::GPT::activation_bytes_for(model.config(), B, T, ckpt, 1, false, model.ulysses());
+  j["activation_bytes"] = one_micro_batch_activation_bytes(model, B, T);
   j["one_rank_activation_bytes"] = nn::GPT::activation_bytes_for(model.config(), B, T, ckpt);
   return j;
 }
@@ -184,7 +197,7 @@ nlohmann::ordered_json pipeline_memory_json(const PipelineExecutor& pipe,
                                             const TrainConfig& c, size_t B, size_t T) {
   const nn::GPT& model = *chunks.front();
   const nn::ActivationDims dims = model.dims(B, T);
-  const bool ckpt = c.activation_checkpointing;
+  const nn::Recompute ckpt = model.recompute();
   const auto bytes = [&](const nn::PipelineStage& st) {
     return nn::GPT::micro_batch_bytes_for(model.config(), dims, st, ckpt);
   };
@@ -278,6 +291,7 @@ void print_run_banner(std::FILE* out, const TrainConfig& c, const RunShape& shap
     std::fprintf(out, ")");
   }
   if (c.activation_checkpointing) std::fprintf(out, ", activation checkpointing");
+  if (c.recompute == "selective") std::fprintf(out, ", selective recompute");
   std::fprintf(out, "\n");
 }
 
@@ -288,8 +302,7 @@ void write_memory_json(const std::string& path, const TrainConfig& c, const Step
   nlohmann::ordered_json sections = nlohmann::ordered_json::object();
   if (const PipelineExecutor* pipe = schedule.pipeline())
     sections["pipeline"] = pipeline_memory_json(*pipe, chunks.all(), c, B, T);
-  if (chunks.model->ulysses() > 1)
-    sections["ulysses"] = ulysses_memory_json(*chunks.model, c, B, T);
+  if (chunks.model->ulysses() > 1) sections["ulysses"] = ulysses_memory_json(*chunks.model, B, T);
   write_memory_json_file(path, rank, ranks, sections);
 }
 

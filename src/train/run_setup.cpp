@@ -311,7 +311,8 @@ ModelChunks build_model_chunks(const TrainConfig& c, const RunShape& shape,
         nn::chunks_param_layout(shape.model, shape.chunk_stages, m.model->layout().tp()));
     m.chunk_units = nn::chunk_unit_offsets(shape.model, shape.chunk_stages);
   }
-  for (nn::GPT* chunk : m.all()) chunk->set_activation_checkpointing(c.activation_checkpointing);
+  const nn::Recompute recompute = nn::Recompute::parse(c.recompute, "tierzero.recompute");
+  for (nn::GPT* chunk : m.all()) chunk->set_recompute(recompute);
   return m;
 }
 

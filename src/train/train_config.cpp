@@ -360,6 +360,13 @@ void read_tierzero(ConfigReader r, TrainConfig& c) {
   c.device_memory_budget_gb =
       r.get_number("device_memory_budget_gb", c.device_memory_budget_gb, 0.0, 1.0e6);
   c.activation_checkpointing = r.get_bool("activation_checkpointing", c.activation_checkpointing);
+  c.recompute = r.get_string("recompute", c.recompute, {"none", "selective", "full"});
+  if (c.activation_checkpointing && c.recompute == "selective")
+    r.fail("recompute",
+           "is selective but tierzero.activation_checkpointing is true (full "
+           "recompute); set only one of them");
+  if (c.activation_checkpointing) c.recompute = "full";
+  c.activation_checkpointing = c.recompute == "full";
   c.host_memory_budget_gb =
       r.get_number("host_memory_budget_gb", c.host_memory_budget_gb, 0.0, 1.0e6);
   c.blocks_per_unit = r.get_int("blocks_per_unit", c.blocks_per_unit, 1, 1 << 20);

@@ -1,6 +1,7 @@
 // Causal self-attention kernels against the double reference, on every backend. The backward
 // scratch buffer is filled with NaN first: its contents are undefined on entry, so a kernel that
 // reads it before writing would fail here.
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -25,6 +26,10 @@ std::string name(const char* what, const AttentionShape& s) {
          std::to_string(s.C) + " NH" + std::to_string(s.NH);
 }
 
+kernels::AttentionShape mha(const AttentionShape& s) {
+  return kernels::AttentionShape::mha(s.B, s.T, s.C, s.NH);
+}
+
 TEST_P(AttentionTest, ForwardMatchesReference) {
   uint32_t seed = 700;
   for (const AttentionShape& s : kShapes) {
@@ -32,15 +37,13 @@ TEST_P(AttentionTest, ForwardMatchesReference) {
     const std::vector<float> qkv = random_normal(s.B * s.T * 3 * s.C, seed++, 1.5f);  // (B,T,3C)
     auto d_qkv = to_device(qkv);
     auto d_out = empty<float>(s.B * s.T * s.C);  // (B, T, C)
-    // (B, NH, T, T), garbage: the zeros above the diagonal must be written
-    auto d_att = to_device(random_normal(s.B * s.NH * s.T * s.T, seed++));
-    kernels().attention_forward(d_out->get(), d_att->get(), d_qkv->get(), s.B, s.T, s.C, s.NH);
+    auto d_saved = empty<float>(kernels().attention_saved_floats(mha(s)));
+    kernels().attention_forward(d_out->get(), d_saved->get(), d_qkv->get(), mha(s));
 
     std::vector<double> out(s.B * s.T * s.C), att(s.B * s.NH * s.T * s.T);
     ref::attention_forward(out.data(), att.data(), widen(qkv).data(), s.B, s.T, s.C, s.NH);
     // fp32 dot products over hs and sums over T.
     expect_close(name("attention_forward out", s), d_out->download(), out, 1e-5);
-    expect_close(name("attention_forward att", s), d_att->download(), att, 1e-5);
   }
 }
 
@@ -51,17 +54,19 @@ TEST_P(AttentionTest, BackwardAccumulates) {
     const std::vector<float> qkv = random_normal(n_qkv, seed++, 1.5f);       // (B, T, 3C)
     const std::vector<float> dout = random_normal(s.B * s.T * s.C, seed++);  // (B, T, C)
     const std::vector<float> dqkv0 = random_normal(n_qkv, seed++);           // (B, T, 3C) prior
-    std::vector<double> out(s.B * s.T * s.C), att(s.B * s.NH * s.T * s.T);
-    ref::attention_forward(out.data(), att.data(), widen(qkv).data(), s.B, s.T, s.C, s.NH);
 
+    // What the backend's forward keeps (its output and saved state) is the backward's input.
     auto d_qkv = to_device(qkv);
+    auto d_out = empty<float>(s.B * s.T * s.C);
+    auto d_saved = empty<float>(kernels().attention_saved_floats(mha(s)));
+    kernels().attention_forward(d_out->get(), d_saved->get(), d_qkv->get(), mha(s));
     auto d_dout = to_device(dout);
-    auto d_att = to_device(narrow(att));  // as the forward saved it
     auto d_dqkv = to_device(dqkv0);
-    auto d_datt = to_device(
-        std::vector<float>(s.B * s.NH * s.T * s.T, std::numeric_limits<float>::quiet_NaN()));
-    kernels().attention_backward(d_dqkv->get(), d_datt->get(), d_dout->get(), d_qkv->get(),
-                                 d_att->get(), s.B, s.T, s.C, s.NH);
+    const size_t n_scratch = std::max<size_t>(kernels().attention_scratch_floats(mha(s)), 1);
+    auto d_scratch =
+        to_device(std::vector<float>(n_scratch, std::numeric_limits<float>::quiet_NaN()));
+    kernels().attention_backward(d_dqkv->get(), d_scratch->get(), d_dout->get(), d_out->get(),
+                                 d_qkv->get(), d_saved->get(), mha(s));
 
     std::vector<double> dqkv(n_qkv, 0.0);
     ref::attention_backward(dqkv.data(), widen(dout).data(), widen(qkv).data(), s.B, s.T, s.C,
@@ -70,12 +75,13 @@ TEST_P(AttentionTest, BackwardAccumulates) {
   }
 }
 
-TEST_P(AttentionTest, RejectsHeadCountThatDoesNotDivideChannels) {
+TEST_P(AttentionTest, RejectsKvHeadsThatDoNotDivideHeads) {
   if (!is_cpu()) GTEST_SKIP() << "argument errors are thrown by the CPU backend only";
   auto d_qkv = to_device(std::vector<float>(3 * 10, 0.0f));
   auto d_out = empty<float>(10);
-  auto d_att = empty<float>(3);
-  EXPECT_THROW(kernels().attention_forward(d_out->get(), d_att->get(), d_qkv->get(), 1, 1, 10, 3),
+  auto d_lse = empty<float>(3);
+  const kernels::AttentionShape bad{1, 1, 3, 2, 2};  // 2 kv heads cannot serve 3 query heads
+  EXPECT_THROW(kernels().attention_forward(d_out->get(), d_lse->get(), d_qkv->get(), bad),
                tierzero::Error);
 }
 

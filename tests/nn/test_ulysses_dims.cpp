@@ -73,13 +73,18 @@ TEST(UlyssesDims, ActivationBytesFallAsOneOverUlysses) {
 TEST(UlyssesDims, AnalyticAllToAllVolume) {
   const nn::GPTConfig c = tiny_config(61, 64, 16, 3, 4, 32);
   const nn::ActivationDims d = nn::ActivationDims::of(c, 2, 16, 1, false, 2);
-  // Per block: qkv (3C) and the heads' output (C) of the rank's 16 tokens, forward and backward.
+  // Per block: qkv (3C) and the heads' output (C) of the rank's 16 tokens, forward and backward,
+  // and the heads' output again in the backward (the attention backward reads it).
   const nn::UlyssesTraffic t = nn::expected_ulysses_traffic(3, d, false);
-  EXPECT_EQ(t.all_to_all_bytes, 3u * 2 * (3 + 1) * 16 * 32 * 4);
-  EXPECT_EQ(t.calls, 3u * 2 * 2);
+  EXPECT_EQ(t.all_to_all_bytes, 3u * (4 + 5) * 16 * 32 * 4);
+  EXPECT_EQ(t.calls, 3u * (2 + 3));
   const nn::UlyssesTraffic ck = nn::expected_ulysses_traffic(3, d, true);  // + the recompute
-  EXPECT_EQ(ck.all_to_all_bytes, t.all_to_all_bytes * 3 / 2);
-  EXPECT_EQ(ck.calls, 3u * 3 * 2);
+  EXPECT_EQ(ck.all_to_all_bytes, 3u * (4 + 4 + 5) * 16 * 32 * 4);
+  EXPECT_EQ(ck.calls, 3u * (2 + 2 + 3));
+  // Selective recompute re-shards only the heads' output again.
+  const nn::UlyssesTraffic sel = nn::expected_ulysses_traffic(3, d, nn::Recompute::selective);
+  EXPECT_EQ(sel.all_to_all_bytes, 3u * (4 + 1 + 5) * 16 * 32 * 4);
+  EXPECT_EQ(sel.calls, 3u * (2 + 1 + 3));
   // Per rank the volume stays constant as the sequence and the group grow together.
   const nn::ActivationDims d4 =
       nn::ActivationDims::of(tiny_config(61, 64, 32, 3, 4, 32), 2, 32, 1, false, 4);

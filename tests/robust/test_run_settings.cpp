@@ -73,6 +73,7 @@ TEST(RunSettings, EverySettingThatMustAgreeIsCompared) {
       {"tierzero.checkpoint.save_dir", [](TrainConfig& c) { c.checkpoint.save_dir = "/ckpt"; }},
       {"tierzero.activation_checkpointing",
        [](TrainConfig& c) { c.activation_checkpointing = true; }},
+      {"tierzero.recompute", [](TrainConfig& c) { c.recompute = "selective"; }},
       {"tierzero.pipeline_parallel", [](TrainConfig& c) { c.pipeline_parallel = 2; }},
       {"tierzero.pipeline_stages",
        [](TrainConfig& c) {

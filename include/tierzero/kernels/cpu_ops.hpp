@@ -37,12 +37,22 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, size_t N, size_t IC, size_t OC);
 
+// The naive attention (llm.c's), kept as the reference the tiled one is tested against:
 // out (B,T,C), att (B,NH,T,T) probabilities from qkv (B,T,3C); causal, scale 1/sqrt(C/NH)
 void attention_forward(float* out, float* att, const float* qkv, size_t B, size_t T, size_t C,
                        size_t NH);
 // dqkv (B,T,3C) += from dout (B,T,C), qkv (B,T,3C), att (B,NH,T,T); datt (B,NH,T,T) is scratch
 void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
                         const float* att, size_t B, size_t T, size_t C, size_t NH);
+
+// The tiled attention (FlashAttention-2's online softmax, blocks of queries and keys, no T^2
+// buffer) with grouped kv heads; shapes as in Kernels::attention_forward. lse (B,NH,T) receives
+// the logsumexp of each query row's scaled scores, which is all the backward needs besides out.
+void flash_attention_forward(float* out, float* lse, const float* qkv, const AttentionShape& s);
+// dqkv (B,T,(NH+2NKV)hd) += from dout, out (B,T,NH hd), qkv and lse (B,NH,T): the probabilities
+// are recomputed tile by tile.
+void flash_attention_backward(float* dqkv, const float* dout, const float* out, const float* qkv,
+                              const float* lse, const AttentionShape& s);
 
 // out (n) = gelu_tanh(inp (n))
 void gelu_forward(float* out, const float* inp, size_t n);

@@ -31,6 +31,24 @@ struct AdamWParams {
   int64_t step;        // 1-based step count used for bias correction
 };
 
+// The extents of one attention call: B sequences of T positions, n_head query heads and
+// n_kv_head key/value heads of head_dim channels each.
+struct AttentionShape {
+  size_t B = 0;
+  size_t T = 0;
+  size_t n_head = 0;
+  size_t n_kv_head = 0;
+  size_t head_dim = 0;
+
+  size_t q_width() const { return n_head * head_dim; }             // channels of q and of out
+  size_t kv_width() const { return n_kv_head * head_dim; }         // channels of k, of v
+  size_t qkv_width() const { return q_width() + 2 * kv_width(); }  // a row of qkv
+  // GPT-2's multi-head attention over C channels: NH heads, as many kv heads, C / NH each.
+  static AttentionShape mha(size_t B, size_t T, size_t C, size_t NH) {
+    return {B, T, NH, NH, NH > 0 ? C / NH : 0};
+  }
+};
+
 class Kernels {
  public:
   virtual ~Kernels() = default;
@@ -86,19 +104,29 @@ class Kernels {
                                const float* weight,  // (OC, IC)
                                size_t N, size_t IC, size_t OC) = 0;
 
-  // Causal multi-head self-attention. qkv[b,t,:] holds q (0..C), k (C..2C), v (2C..3C); head h
-  // uses channels h*hs..(h+1)*hs with hs = C/NH; scores are scaled by 1/sqrt(hs).
-  // att receives the softmax probabilities (zero above the diagonal), which backward needs.
-  virtual void attention_forward(float* out,        // (B, T, C)
-                                 float* att,        // (B, NH, T, T)
-                                 const float* qkv,  // (B, T, 3C)
-                                 size_t B, size_t T, size_t C, size_t NH) = 0;
-  virtual void attention_backward(float* dqkv,        // (B, T, 3C) +=
-                                  float* datt,        // (B, NH, T, T) scratch, contents undefined
-                                  const float* dout,  // (B, T, C)
-                                  const float* qkv,   // (B, T, 3C)
-                                  const float* att,   // (B, NH, T, T)
-                                  size_t B, size_t T, size_t C, size_t NH) = 0;
+  // Causal self-attention with grouped key/value heads (s.n_kv_head divides s.n_head; query head
+  // h reads kv head h / (n_head / n_kv_head); GPT-2 has n_kv_head == n_head). qkv[b,t,:] holds
+  // q (NH*hd), then k (NKV*hd), then v (NKV*hd); head h uses its hd channels of each; scores are
+  // scaled by 1/sqrt(hd). `saved` is what the forward keeps for the backward:
+  // attention_saved_floats(s) of it. The CPU backend's tiled kernel (online softmax, nothing of
+  // size T^2) keeps the per-row logsumexp of the scaled scores (B, NH, T); the CUDA backend keeps
+  // the softmax probabilities (B, NH, T, T) until its fused kernel lands.
+  virtual size_t attention_saved_floats(const AttentionShape& s) const = 0;
+  // The backward's scratch (contents undefined on entry), attention_scratch_floats(s) floats;
+  // 0 on the CPU, (B, NH, T, T) on CUDA.
+  virtual size_t attention_scratch_floats(const AttentionShape& s) const = 0;
+  virtual void attention_forward(float* out,        // (B, T, NH*hd)
+                                 float* saved,      // (attention_saved_floats)
+                                 const float* qkv,  // (B, T, (NH + 2 NKV) hd)
+                                 const AttentionShape& s) = 0;
+  // dqkv += d(qkv) for dout; out and saved are the forward's.
+  virtual void attention_backward(float* dqkv,         // (B, T, (NH + 2 NKV) hd) +=
+                                  float* scratch,      // (attention_scratch_floats), nullable if 0
+                                  const float* dout,   // (B, T, NH*hd)
+                                  const float* out,    // (B, T, NH*hd)
+                                  const float* qkv,    // (B, T, (NH + 2 NKV) hd)
+                                  const float* saved,  // (attention_saved_floats)
+                                  const AttentionShape& s) = 0;
 
   // GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
   virtual void gelu_forward(float* out, const float* inp, size_t n) = 0;  // (n)

@@ -22,11 +22,19 @@ namespace tierzero::nn {
 struct BlockActs {
   float* ln1;                // (S, C)
   LayerNormStats ln1_stats;  // mean, rstd (S)
-  AttentionActs attn;        // qkv (B, Ts, 3Cl), atty (B, Ts, Cl), att (B, NHl, Ts, Ts)
+  AttentionActs attn;        // qkv (B, Ts, 3Cl), atty (B, Ts, Cl), lse (B, NHl, Ts)
   float* residual2;          // (S, C) the stream between the attention and the MLP branch
   float* ln2;                // (S, C)
   LayerNormStats ln2_stats;  // mean, rstd (S)
   MlpActs mlp;               // fch, fch_gelu (B, T, Hl)
+};
+
+// The attention's core of one block, which selective recompute rebuilds in the backward: the
+// heads' output and the kernel's saved softmax statistics.
+struct AttentionCore {
+  DeviceBuffer atty;  // (B, Ts, Cl)
+  DeviceBuffer lse;   // (attention_saved)
+  void visit(const ActivationDims& d, const BufferVisitor& fn);
 };
 
 struct BlockActivations {  // n blocks of one micro-batch's dims; see visit
@@ -35,7 +43,7 @@ struct BlockActivations {  // n blocks of one micro-batch's dims; see visit
   DeviceBuffer ln1_rstd;   // (n, S)
   DeviceBuffer qkv;        // (n, B, Ts, 3Cl)
   DeviceBuffer atty;       // (n, B, Ts, Cl)
-  DeviceBuffer att;        // (n, B, NHl, Ts, Ts)
+  DeviceBuffer lse;        // (n, B, NHl, Ts); (n, B, NHl, Ts, Ts) probabilities on CUDA
   DeviceBuffer residual2;  // (n, S, C)
   DeviceBuffer ln2;        // (n, S, C)
   DeviceBuffer ln2_mean;   // (n, S)
@@ -43,9 +51,10 @@ struct BlockActivations {  // n blocks of one micro-batch's dims; see visit
   DeviceBuffer fch;        // (n, B, T, Hl)
   DeviceBuffer fch_gelu;   // (n, B, T, Hl)
 
-  // Every buffer above with its bytes for n blocks of dims d.
-  void visit(const ActivationDims& d, size_t n, const BufferVisitor& fn);
-  // Slot i < n, for buffers allocated by visit with d.
+  // Every buffer above with its bytes for n blocks of dims d; without the attention's core
+  // (atty, lse) unless with_core (selective recompute keeps it in the model's scratch).
+  void visit(const ActivationDims& d, size_t n, const BufferVisitor& fn, bool with_core = true);
+  // Slot i < n, for buffers allocated by visit with d (attn.atty, attn.lse null without core).
   BlockActs slot(const ActivationDims& d, size_t i) const;
 };
 

@@ -38,6 +38,7 @@
 #include "tierzero/nn/param_layout.hpp"
 #include "tierzero/nn/param_provider.hpp"
 #include "tierzero/nn/pp/pipeline_stage.hpp"
+#include "tierzero/nn/recompute.hpp"
 #include "tierzero/nn/sp/ulysses_group.hpp"
 #include "tierzero/nn/tp/tensor_parallel_group.hpp"
 
@@ -99,6 +100,8 @@ class GPT {
   size_t tensor_parallel() const { return layout_.tp().size; }
   bool sequence_parallel() const { return tp_ && tp_->sequence_parallel(); }
   size_t ulysses() const { return ulysses_ ? ulysses_->size() : 1; }
+  // Whether the backend's attention keeps (B, NH, T, T) probabilities (ActivationDims).
+  bool attention_probabilities() const { return k_.attention_scratch_floats({1, 2, 1, 1, 1}) > 0; }
   // This rank's activation extents for a micro-batch of B whole sequences of T (throws as
   // ActivationDims::of).
   ActivationDims dims(size_t B, size_t T) const;
@@ -154,13 +157,17 @@ class GPT {
   // kernels on the same inputs). Changing it reallocates the facade's activations for the current
   // shape (logits() is invalid until the next evaluate()); micro-batches made before the change
   // are refused.
-  void set_activation_checkpointing(bool on);
+  void set_activation_checkpointing(bool on) { set_recompute(Recompute(on)); }
+  // The recompute mode (Recompute): none, selective (the attention's core, rebuilt from the kept
+  // qkv) or full (activation checkpointing as above); the same rules as above on changing it.
+  void set_recompute(Recompute recompute);
+  Recompute recompute() const { return recompute_; }
   // Use `with`'s scratch from now on (a rank's interleaved pipeline chunks: their actions never
   // overlap, so one scratch serves all of them); before either allocated it.
   void share_scratch(GPT& with);
   // Waits until the model's work issued so far has run (before another engine reads its buffers).
   void sync() { device_.default_stream().synchronize(); }
-  bool activation_checkpointing() const { return checkpointing_; }
+  bool activation_checkpointing() const { return recompute_.is_full(); }
   // Exactly the activation bytes of one micro-batch in flight for (B, T) in the given mode: a
   // MicroBatch plus the model's scratch, the sum of DeviceAllocator::round_size over their
   // buffers, which is what the MemoryTracker records (Category::activation) when the allocator
@@ -169,15 +176,15 @@ class GPT {
   // tp, sequence_parallel, ulysses: the per-rank count under tensor (and sequence) parallelism
   // or Ulysses (T is then still the whole sequence).
   static size_t activation_bytes_for(const GPTConfig& config, size_t B, size_t T,
-                                     bool checkpointing, size_t tp = 1,
+                                     Recompute recompute, size_t tp = 1,
                                      bool sequence_parallel = false, size_t ulysses = 1);
   static size_t micro_batch_bytes_for(const GPTConfig& config, size_t B, size_t T,
-                                      bool checkpointing, size_t tp = 1,
+                                      Recompute recompute, size_t tp = 1,
                                       bool sequence_parallel = false, size_t ulysses = 1);
   // One micro-batch of a pipeline stage (its blocks; the logits on the last stage only).
   static size_t micro_batch_bytes_for(const GPTConfig& config, const ActivationDims& dims,
-                                      const PipelineStage& stage, bool checkpointing);
-  static size_t scratch_bytes_for(const GPTConfig& config, size_t B, size_t T, bool checkpointing,
+                                      const PipelineStage& stage, Recompute recompute);
+  static size_t scratch_bytes_for(const GPTConfig& config, size_t B, size_t T, Recompute recompute,
                                   size_t tp = 1, bool sequence_parallel = false,
                                   size_t ulysses = 1);
 
@@ -208,7 +215,7 @@ class GPT {
   DeviceBuffer workspace_;                 // kernels' scratch (cuBLASLt)
   std::shared_ptr<ModelScratch> scratch_;  // shared by a rank's pipeline chunks (share_scratch)
   std::unique_ptr<MicroBatch> cached_;     // the facade's
-  bool checkpointing_ = false;
+  Recompute recompute_;
 };
 
 }  // namespace tierzero::nn

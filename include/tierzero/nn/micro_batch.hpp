@@ -14,6 +14,7 @@
 #include "tierzero/nn/block_activations.hpp"
 #include "tierzero/nn/gpt_config.hpp"
 #include "tierzero/nn/pp/pipeline_stage.hpp"
+#include "tierzero/nn/recompute.hpp"
 
 namespace tierzero::nn {
 
@@ -23,23 +24,24 @@ class MicroBatch {
  public:
   // Allocates the activations of one micro-batch of `config` with this rank's dims d for the
   // pipeline stage's blocks (Category::activation; the final norm's, the logits and losses on
-  // the last stage only); with checkpointing only the blocks' inputs are kept (see
-  // BlockActivations). num_modules: the whole model's top-level modules, whose forward inputs it
-  // records by index.
+  // the last stage only); with full recompute only the blocks' inputs are kept, with selective
+  // all but the attention's core (see BlockActivations and Recompute). num_modules: the whole
+  // model's top-level modules, whose forward inputs it records by index.
   MicroBatch(const GPTConfig& config, size_t num_modules, const ActivationDims& d,
-             const PipelineStage& stage, bool checkpointing, DeviceAllocator& allocator);
+             const PipelineStage& stage, Recompute recompute, DeviceAllocator& allocator);
   MicroBatch(MicroBatch&&) = default;
   MicroBatch& operator=(MicroBatch&&) = default;
 
   size_t B() const { return dims_.B; }
   size_t T() const { return dims_.T; }  // this rank's positions of each sequence (Ulysses: a slice)
   const ActivationDims& dims() const { return dims_; }
-  bool checkpointing() const { return checkpointing_; }
+  bool checkpointing() const { return recompute_.is_full(); }
+  Recompute recompute() const { return recompute_; }
   bool has_targets() const { return has_targets_; }
   // Bytes of its buffers as the MemoryTracker counts them; equals bytes_for(its shape).
   size_t activation_bytes() const { return bytes_; }
   static size_t bytes_for(const GPTConfig& config, const ActivationDims& d,
-                          const PipelineStage& stage, bool checkpointing);
+                          const PipelineStage& stage, Recompute recompute);
   const PipelineStage& stage() const { return stage_; }
 
   const int32_t* tokens() const;   // (B, T) device
@@ -56,7 +58,8 @@ class MicroBatch {
   float* stage_output() const {
     return residual(stage_.first_block + stage_.num_blocks);
   }  // (S, C)
-  // Block `layer`'s saved internals; without checkpointing only (then they live in scratch).
+  // Block `layer`'s saved internals; not with full recompute (then they live in scratch); with
+  // selective recompute the attention's core (attn.atty, attn.lse) is null here (in scratch).
   BlockActs block(size_t layer) const;
   float* lnf() const;  // (S, C) the final layernorm's output; last stage only
   LayerNormStats final_norm_stats() const;
@@ -85,12 +88,12 @@ class MicroBatch {
     DeviceBuffer dresidual;   // (S, C)
   };
   static void visit(Buffers& b, const GPTConfig& config, const ActivationDims& d,
-                    const PipelineStage& stage, bool checkpointing, const BufferVisitor& fn);
+                    const PipelineStage& stage, Recompute recompute, const BufferVisitor& fn);
 
   GPTConfig config_;
   ActivationDims dims_;
   PipelineStage stage_;
-  bool checkpointing_;
+  Recompute recompute_;
   Buffers buffers_;
   size_t bytes_ = 0;
   std::vector<const float*> inputs_;  // per top-level module: its forward input

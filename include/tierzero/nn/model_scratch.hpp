@@ -1,7 +1,8 @@
 // ModelScratch: activation memory one model shares across micro-batches, because nothing in it
 // outlives one module call: the projection output a block adds into the stream, the gradients
-// inside one block's (or the head-to-final-norm) backward, and with activation checkpointing the
-// one block's internals that each forward and recompute rebuilds. Under tensor parallelism it
+// inside one block's (or the head-to-final-norm) backward, and with full recompute (activation
+// checkpointing) the one block's internals that each forward and recompute rebuilds, with
+// selective recompute the one attention core. Under tensor parallelism it
 // also holds what the collectives between modules need: the cross-entropy's per-rank partials,
 // and with sequence parallelism the all-gathered inputs and gradients of the tensor-parallel
 // regions and the reduce-scattered outputs leaving them. Under Ulysses the attention's gradients
@@ -15,6 +16,7 @@
 #include "tierzero/nn/activation_buffers.hpp"
 #include "tierzero/nn/activation_dims.hpp"
 #include "tierzero/nn/block_activations.hpp"
+#include "tierzero/nn/recompute.hpp"
 #include "tierzero/nn/sp/ulysses_group.hpp"
 
 namespace tierzero::nn {
@@ -22,24 +24,29 @@ namespace tierzero::nn {
 class ModelScratch {
  public:
   // Releases what it holds, then allocates for dims d in the given mode.
-  void allocate(const ActivationDims& d, bool checkpointing, DeviceAllocator& allocator);
+  void allocate(const ActivationDims& d, Recompute recompute, DeviceAllocator& allocator);
   void release();
-  bool fits(const ActivationDims& d, bool checkpointing) const {
-    return allocated_ && d == dims_ && checkpointing == checkpointing_;
+  bool fits(const ActivationDims& d, Recompute recompute) const {
+    return allocated_ && d == dims_ && recompute == recompute_;
   }
   size_t bytes() const { return bytes_; }  // as the MemoryTracker counts them
-  static size_t bytes_for(const ActivationDims& d, bool checkpointing);
+  static size_t bytes_for(const ActivationDims& d, Recompute recompute);
 
   // BT: all B*T tokens; S: the stream's rows; Cl, NHl, Hl: this rank's part (see BlockActs);
   // AT, Ts: the attention's rows and sequence (B*T and T without Ulysses).
-  float* proj() const { return buffers_.proj.f32(); }            // (BT, C)
-  float* dln() const { return buffers_.dln.f32(); }              // (BT, C)
-  float* dqkv() const { return buffers_.dqkv.f32(); }            // (AT, 3Cl)
-  float* datty() const { return buffers_.datty.f32(); }          // (AT, Cl)
-  float* datt() const { return buffers_.datt.f32(); }            // (B, NHl, Ts, Ts)
+  float* proj() const { return buffers_.proj.f32(); }    // (BT, C)
+  float* dln() const { return buffers_.dln.f32(); }      // (BT, C)
+  float* dqkv() const { return buffers_.dqkv.f32(); }    // (AT, 3Cl)
+  float* datty() const { return buffers_.datty.f32(); }  // (AT, Cl)
+  // The attention backward's scratch: none with the CPU's tiled kernel (null), (B, NHl, Ts, Ts)
+  // on CUDA (ActivationDims::attention_scratch).
+  float* attention() const { return buffers_.attention.f32(); }
   float* dfch() const { return buffers_.dfch.f32(); }            // (BT, Hl)
   float* dfch_gelu() const { return buffers_.dfch_gelu.f32(); }  // (BT, Hl)
-  BlockActs block() const;  // the checkpointing mode's one block of internals
+  BlockActs block() const;  // full recompute's one block of internals
+  // Selective recompute's one attention core (atty, lse; qkv null): every block's forward
+  // writes it, its recompute rebuilds it before its backward.
+  AttentionActs attention_core() const;
   // Tensor parallel only:
   float* xent_partials() const { return buffers_.xent_partials.f32(); }  // (BT, 3)
   float* xent_all() const { return buffers_.xent_all.f32(); }            // (tp, BT, 3)
@@ -56,12 +63,13 @@ class ModelScratch {
 
  private:
   struct Buffers {
-    BlockActivations block;      // 1 block's internals when checkpointing, else empty
+    BlockActivations block;      // 1 block's internals with full recompute, else empty
+    AttentionCore core;          // 1 attention core with selective recompute, else empty
     DeviceBuffer proj;           // (BT, C) attproj / fcproj output before the residual add
     DeviceBuffer dln;            // (BT, C) gradient of a layernorm output
     DeviceBuffer dqkv;           // (AT, 3Cl)
     DeviceBuffer datty;          // (AT, Cl)
-    DeviceBuffer datt;           // (B, NHl, Ts, Ts) the attention backward's scratch
+    DeviceBuffer attention;      // (attention_scratch) the attention backward's, CUDA only
     DeviceBuffer dfch;           // (BT, Hl)
     DeviceBuffer dfch_gelu;      // (BT, Hl)
     DeviceBuffer xent_partials;  // (BT, 3) this rank's max, sum of exps, target logit
@@ -71,12 +79,12 @@ class ModelScratch {
     DeviceBuffer reduced;        // (S, C) a region's output or input gradient, reduce-scattered
     DeviceBuffer norm_grads;     // (2, C) a layernorm's gain and bias gradients over S rows
   };
-  static void visit(Buffers& b, const ActivationDims& d, bool checkpointing,
+  static void visit(Buffers& b, const ActivationDims& d, Recompute recompute,
                     const BufferVisitor& fn);
 
   ActivationDims dims_;
   bool allocated_ = false;
-  bool checkpointing_ = false;
+  Recompute recompute_;
   Buffers buffers_;
   size_t bytes_ = 0;
 };

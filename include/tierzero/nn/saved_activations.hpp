@@ -14,11 +14,13 @@ struct LayerNormStats {
 // What the attention keeps from its forward for its backward. Under Ulysses (slice of T = Ts /
 // ulysses positions, Cl = C / ulysses, NHl = NH / ulysses): qkv (B, Ts, 3Cl) this rank's heads
 // over the whole sequence, as the kernel read it; atty (B, T, C) all heads' outputs of the slice,
-// as the projection read it (the same count as (B, Ts, Cl)); att (B, NHl, Ts, Ts).
+// as the projection read it (the same count as (B, Ts, Cl)); lse (B, NHl, Ts).
 struct AttentionActs {
   float* qkv;   // (B, T, 3C)
   float* atty;  // (B, T, C) the heads' outputs, before the projection
-  float* att;   // (B, NH, T, T) softmax probabilities
+  // What the kernel keeps for its backward (ActivationDims::attention_saved): each query row's
+  // logsumexp (B, NH, T) with the CPU's tiled kernel; on CUDA the probabilities (B, NH, T, T).
+  float* lse;
 };
 
 // What the MLP keeps from its forward for its backward.

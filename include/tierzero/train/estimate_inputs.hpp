@@ -11,6 +11,7 @@
 
 #include "tierzero/nn/gpt_config.hpp"
 #include "tierzero/nn/pp/pipeline_stage.hpp"
+#include "tierzero/nn/recompute.hpp"
 #include "tierzero/profile/estimator.hpp"
 #include "tierzero/train/train_config.hpp"
 #include "tierzero/zero/partition.hpp"
@@ -46,15 +47,15 @@ std::vector<zero::UnitSpec> model_units(const nn::GPTConfig& config, size_t bloc
 // vocabulary over tp; with Megatron sequence parallelism the residual stream too) and, with
 // pp > 1, each chunk's blocks times the micro-batches `schedule` keeps in flight there over
 // `micro_batches` per step, plus the chunks' scratch (what the trainer's executor allocates).
-size_t rank_activation_bytes(const nn::GPTConfig& config, size_t B, size_t T, bool checkpointing,
-                             const profile::WorldLayout& world, bool sequence_parallel,
-                             const std::vector<nn::PipelineStage>& chunks,
+size_t rank_activation_bytes(const nn::GPTConfig& config, size_t B, size_t T,
+                             nn::Recompute checkpointing, const profile::WorldLayout& world,
+                             bool sequence_parallel, const std::vector<nn::PipelineStage>& chunks,
                              const std::string& schedule, size_t micro_batches);
 
 // rank_activation_bytes for the rank where it is largest (pp > 1: every rank's chunks of the cut).
-size_t activation_bytes(const nn::GPTConfig& config, size_t B, size_t T, bool checkpointing,
-                        const profile::WorldLayout& world, bool sequence_parallel = false,
-                        const PipelineShape& pipeline = {});
+size_t activation_bytes(const nn::GPTConfig& config, size_t B, size_t T,
+                        nn::Recompute checkpointing, const profile::WorldLayout& world,
+                        bool sequence_parallel = false, const PipelineShape& pipeline = {});
 
 // Bytes one rank sends in its tensor-parallel collectives per training micro-batch on ring
 // algorithms: the model's analytic payload (nn::expected_tensor_parallel_traffic), an all-reduce
@@ -74,6 +75,6 @@ double ulysses_wire_bytes(const nn::GPTConfig& config, size_t B, size_t T, bool 
 // config's).
 profile::EstimateInput run_estimate_input(const TrainConfig& config, const nn::GPTConfig& model,
                                           const profile::WorldLayout& world, size_t B, size_t T,
-                                          bool checkpointing, bool sequence_parallel);
+                                          nn::Recompute checkpointing, bool sequence_parallel);
 
 }  // namespace tierzero::train

@@ -75,7 +75,7 @@ class PipelineExecutor {
   static size_t activation_bytes_for(const nn::GPTConfig& config, const nn::ActivationDims& dims,
                                      const std::vector<nn::PipelineStage>& chunks,
                                      nn::PipelineSchedule schedule, size_t micro_batches,
-                                     bool checkpointing);
+                                     nn::Recompute checkpointing);
 
   // One step's forward and backward of every micro-batch: tokens[i], targets[i] (host (B, T))
   // for micro-batch i; gradients accumulate grad_scale * d(mean loss of each micro-batch) into

@@ -167,8 +167,13 @@ struct TrainConfig {
   // Transformer blocks per partition-store unit (the granularity of gathers and reduce-scatters).
   int64_t blocks_per_unit = 1;
   // Keep only each transformer block's input and recompute the block in the backward: less
-  // activation memory for one more forward's compute.
+  // activation memory for one more forward's compute. The same as recompute "full" (kept equal
+  // to recompute == "full" after parsing).
   bool activation_checkpointing = false;
+  // What a block's backward recomputes (nn::Recompute): "none"; "selective", only the
+  // attention's core (its output and softmax statistics, from the kept qkv); "full", the whole
+  // block (activation_checkpointing).
+  std::string recompute = "none";
   // Megatron tensor parallelism: ranks that split every block's heads and MLP features and the
   // vocabulary (the world is dp x tensor_parallel; consecutive ranks form a tensor-parallel
   // group). 1: none.

@@ -8,14 +8,18 @@
 namespace tierzero::nn {
 
 UlyssesTraffic expected_ulysses_traffic(size_t num_layers, const ActivationDims& d,
-                                        bool checkpointing) {
+                                        Recompute recompute) {
   UlyssesTraffic t;
   if (d.ulysses == 1) return t;
-  // Per block: qkv (3 C) and the heads' output (C) forward, their gradients backward.
-  const size_t per_pass = (3 + 1) * d.tokens * d.channels * sizeof(float);
-  const size_t passes = 2 + (checkpointing ? 1 : 0);  // forward, backward, recompute
-  t.all_to_all_bytes = num_layers * passes * per_pass;
-  t.calls = num_layers * passes * 2;
+  // Per block: qkv (3 C) and the heads' output (C) forward (and in the recompute), their
+  // gradients backward, and there the heads' output once more, which the attention's backward
+  // reads in the heads' layout (D = rowsum(dO * O)). A selective recompute re-shards the heads'
+  // output only.
+  const size_t row = d.tokens * d.channels * sizeof(float);
+  const size_t forwards = 1 + (recompute.is_full() ? 1 : 0);
+  const size_t core = recompute.is_selective() ? 1 : 0;
+  t.all_to_all_bytes = num_layers * (forwards * (3 + 1) + core + (3 + 1 + 1)) * row;
+  t.calls = num_layers * (forwards * 2 + core + 3);
   return t;
 }
 

@@ -16,6 +16,7 @@
 #include "tierzero/device/device.hpp"
 #include "tierzero/kernels/kernels.hpp"
 #include "tierzero/nn/activation_dims.hpp"
+#include "tierzero/nn/recompute.hpp"
 
 namespace tierzero::nn {
 
@@ -28,10 +29,11 @@ struct UlyssesTraffic {
 
 // What one training micro-batch (forward, loss, backward) of a GPT moves through its Ulysses
 // group, from the model's structure alone (docs/ulysses.md derives it): per block the forward's
-// qkv (3 C) and heads' output (C), the backward's gradients of both, and with checkpointing the
-// recompute's forward again. Zero at ulysses 1.
+// qkv (3 C) and heads' output (C), the backward's gradients of both and the heads' output again,
+// with full recompute the forward's two again, with selective recompute the heads' output again.
+// Zero at ulysses 1.
 UlyssesTraffic expected_ulysses_traffic(size_t num_layers, const ActivationDims& dims,
-                                        bool checkpointing);
+                                        Recompute recompute);
 
 // Scratch the re-sharding packs through: each at least (B, T, 3 C), this rank's slice at its
 // widest; `floats` is what each holds (checked on every re-shard).

@@ -1,0 +1,24 @@
+# Issue 31: the CPU's tiled attention (no T^2 buffer) against the naive kernel it replaced, and
+# selective recompute (attention's core only) against none and full.
+tierzero_test(test_tiled_attention
+  SOURCES tiled/test_tiled_attention.cpp
+  LIBS tz_kernels)
+tierzero_test(test_recompute
+  SOURCES tiled/test_recompute.cpp
+  LIBS tz_train tz_nn)
+target_include_directories(test_recompute PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/nn)
+# End to end at one rank, at tensor_parallel 2 and at ulysses 2: none, selective and full train
+# bit for bit the same, and each activation peak is the estimate's.
+foreach(case "1;1;1;np1" "2;2;1;np2_tp2" "2;1;2;np2_ulysses2")
+  list(GET case 0 ranks)
+  list(GET case 1 tp)
+  list(GET case 2 ulysses)
+  list(GET case 3 tag)
+  add_test(NAME train_recompute_modes_match_${tag}
+           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/tiled/run_recompute_match.sh
+                   $<TARGET_FILE:tierzero> ${ranks} ${tp} ${ulysses}
+                   ${MPIEXEC_EXECUTABLE} --oversubscribe --bind-to none)
+  set_tests_properties(train_recompute_modes_match_${tag} PROPERTIES
+                       TIMEOUT 400 LABELS "train;mpi" RESOURCE_LOCK mpi_ranks
+                       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;OMPI_MCA_btl=self,vader;TIERZERO_COMM_TIMEOUT_S=30;OMP_NUM_THREADS=1")
+endforeach()
