@@ -7,7 +7,7 @@ tierzero_test(test_llama
 target_include_directories(test_llama PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/reference)
 target_compile_definitions(test_llama PRIVATE TIERZERO_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 
-foreach(mode tp2 pp2 ulysses2 zero3_nvme tp4_refused)
+foreach(mode tp2 pp2 ulysses2 zero3_nvme zero3_host_ckpt tp4_refused resume_zero3_nvme)
   add_test(NAME train_llama_${mode}_matches_one_rank
            COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/llama/run_llama_match.sh $<TARGET_FILE:tierzero>
                    ${mode} 1e-5 ${MPIEXEC_EXECUTABLE} --oversubscribe --bind-to none)
