@@ -15,3 +15,10 @@ foreach(mode tp2 pp2 ulysses2 zero3_nvme zero3_host_ckpt tp4_refused resume_zero
                        TIMEOUT 600 LABELS "llama;mpi" RESOURCE_LOCK mpi_ranks
                        ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;OMPI_MCA_btl=self,vader;TIERZERO_COMM_TIMEOUT_S=30;OMP_NUM_THREADS=1")
 endforeach()
+
+# The Llama kernels on every backend (the CUDA cases skip where there is no GPU).
+add_executable(test_llama_kernels llama/test_llama_kernels.cpp kernels/kernel_test_support.cpp)
+target_include_directories(test_llama_kernels PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/kernels)
+target_link_libraries(test_llama_kernels PRIVATE tz_device tz_kernels GTest::gtest_main)
+tierzero_cxx_target(test_llama_kernels)
+gtest_discover_tests(test_llama_kernels DISCOVERY_TIMEOUT 120)
