@@ -16,7 +16,9 @@
 #include "tierzero/device/device_allocator.hpp"
 #include "tierzero/nn/gpt.hpp"
 #include "tierzero/train/adamw_optimizer.hpp"
+#include "tierzero/train/config_bridges.hpp"
 #include "tierzero/train/hf_llama_names.hpp"
+#include "tierzero/train/train_config.hpp"
 
 using namespace tierzero;
 using tierzero::testing::Fixture;
@@ -185,4 +187,39 @@ TEST(LlamaConfig, PresetsBuildAndSplitsAreChecked) {
   const size_t n = nn::gpt_parameter_count(nn::GPTConfig::preset("llama-3.1-8b"));
   std::printf("llama-3.1-8b parameters: %zu\n", n);
   EXPECT_NEAR(static_cast<double>(n), 8.03e9, 0.01e9);
+}
+
+TEST(LlamaConfig, ModelSectionReadsHuggingFaceKeys) {
+  const train::TrainConfig c = train::TrainConfig::parse(
+      R"({"tierzero": {"model": {"architecture": "llama", "vocab_size": 256, "n_layer": 2,
+          "n_head": 4, "n_embd": 32, "context_length": 64, "num_key_value_heads": 2,
+          "intermediate_size": 64, "rms_norm_eps": 1e-6, "rope_theta": 500000.0,
+          "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                           "high_freq_factor": 4.0, "original_max_position_embeddings": 16},
+          "qkv_bias": true, "tie_word_embeddings": true}}})",
+      "test");
+  const nn::GPTConfig g = train::gpt_config_from(c.model);
+  EXPECT_EQ(g.arch.norm, nn::NormKind::rmsnorm);
+  EXPECT_EQ(g.arch.positions, nn::PositionKind::rope);
+  EXPECT_EQ(g.arch.mlp, nn::MlpKind::swiglu);
+  EXPECT_EQ(g.kv_heads(), 2u);
+  EXPECT_EQ(g.hidden(), 64u);
+  EXPECT_DOUBLE_EQ(g.arch.norm_eps, 1e-6);
+  EXPECT_DOUBLE_EQ(g.arch.rope_theta, 500000.0);
+  EXPECT_TRUE(g.arch.rope_scaling.llama3);
+  EXPECT_EQ(g.arch.rope_scaling.original_max_position_embeddings, 16u);
+  EXPECT_TRUE(g.arch.qkv_bias);
+  EXPECT_FALSE(g.arch.linear_bias);
+  EXPECT_TRUE(g.arch.tie_embeddings);
+  // GPT-2 stays the default, and an unknown key is the usual error naming its path.
+  EXPECT_TRUE(train::gpt_config_from(train::TrainConfig::defaults().model).is_gpt2());
+  try {
+    train::TrainConfig::parse(R"({"tierzero": {"model": {"num_kv_heads": 2}}})", "test");
+    ADD_FAILURE() << "an unknown model key was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("num_kv_heads"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(train::TrainConfig::parse(
+                   R"({"tierzero": {"model": {"n_head": 4, "num_key_value_heads": 3}}})", "test"),
+               Error);
 }
