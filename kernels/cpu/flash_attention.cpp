@@ -58,8 +58,12 @@ struct HeadRows {
 
 HeadRows head_rows(const float* qkv, const AttentionShape& s, size_t b, size_t h) {
   const size_t W = s.qkv_width(), hd = s.head_dim;
-  const size_t kvh = h / (s.n_head / s.n_kv_head);
+  const size_t rep = s.n_head / s.n_kv_head, kvh = h / rep;
   const float* row0 = qkv + b * s.T * W;
+  if (s.grouped) {  // group kvh: its rep query heads, then its k head, then its v head
+    const float* group = row0 + kvh * (rep + 2) * hd;
+    return {group + (h % rep) * hd, group + rep * hd, group + (rep + 1) * hd, W};
+  }
   return {row0 + h * hd, row0 + s.q_width() + kvh * hd,
           row0 + s.q_width() + s.kv_width() + kvh * hd, W};
 }

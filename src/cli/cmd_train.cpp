@@ -60,7 +60,8 @@ void add_common(CLI::App* sub, TrainFlags& f) {
   sub->add_option("--device", f.device, "cpu, cuda or cuda:N");
   sub->add_option("--threads", f.threads, "CPU threads (default: all)")->check(CLI::Range(1, 4096));
   sub->add_option("--model", f.model,
-                  "gpt2, gpt2-medium, gpt2-large, gpt2-xl, or a custom layers,heads,channels "
+                  "gpt2, gpt2-medium, gpt2-large, gpt2-xl, llama-3.2-1b, llama-3.1-8b, "
+                  "qwen2.5-0.5b, smollm-135m, llama-tiny, or a custom layers,heads,channels "
                   "(e.g. 48,25,1600)");
   sub->add_option("--load", f.load, "llm.c model checkpoint (version 3, fp32) to start from");
   sub->add_option("--log-level", f.log_level, "debug, info, warn, error or off");

@@ -10,7 +10,9 @@
 namespace tierzero::cli {
 
 void add_model_options(CLI::App& app, ModelFlags& f) {
-  app.add_option("--model", f.model, "preset: gpt2, gpt2-medium, gpt2-large, gpt2-xl");
+  app.add_option("--model", f.model,
+                 "preset: gpt2, gpt2-medium, gpt2-large, gpt2-xl, llama-3.2-1b, llama-3.1-8b, "
+                 "qwen2.5-0.5b, smollm-135m, llama-tiny");
   app.add_option("--layers", f.layers, "transformer blocks (L)")->check(CLI::Range(1, 100000));
   app.add_option("--heads", f.heads, "attention heads")->check(CLI::Range(1, 100000));
   app.add_option("--channels", f.channels, "model width (C)")->check(CLI::Range(1, 1000000));
@@ -50,6 +52,7 @@ nn::GPTConfig resolve_model(const ModelFlags& f, const train::TrainConfig* confi
   s.context_length = f.context > 0 ? f.context : static_cast<int64_t>(c.max_seq_len);
   s.vocab_size = f.vocab > 0 ? f.vocab : static_cast<int64_t>(c.vocab_size);
   s.padded_vocab_size = f.vocab > 0 ? 0 : static_cast<int64_t>(c.padded_vocab_size);
+  s.arch = c.arch;  // a Llama-family preset or config keeps its architecture
   return train::gpt_config_from(s);
 }
 

@@ -12,10 +12,10 @@ void ModelScratch::visit(Buffers& b, const ActivationDims& d, Recompute recomput
   if (recompute.is_selective()) b.core.visit(d, fn);
   fn(b.proj, BT * C * f, "proj");
   fn(b.dln, BT * C * f, "dln");
-  fn(b.dqkv, AT * 3 * Cl * f, "dqkv");
+  fn(b.dqkv, AT * d.local_qkv * f, "dqkv");
   fn(b.datty, AT * Cl * f, "datty");
   if (d.attention_scratch() > 0) fn(b.attention, d.attention_scratch() * f, "attention scratch");
-  fn(b.dfch, BT * Hl * f, "dfch");
+  fn(b.dfch, BT * d.local_fc * f, "dfch");
   fn(b.dfch_gelu, BT * Hl * f, "dfch_gelu");
   if (d.tp > 1) {
     fn(b.xent_partials, BT * 3 * f, "xent_partials");

@@ -41,7 +41,7 @@ class ModelScratch {
   // The attention backward's scratch: none with the CPU's tiled kernel (null), (B, NHl, Ts, Ts)
   // on CUDA (ActivationDims::attention_scratch).
   float* attention() const { return buffers_.attention.f32(); }
-  float* dfch() const { return buffers_.dfch.f32(); }            // (BT, Hl)
+  float* dfch() const { return buffers_.dfch.f32(); }            // (BT, Hl or 2 Hl: SwiGLU)
   float* dfch_gelu() const { return buffers_.dfch_gelu.f32(); }  // (BT, Hl)
   BlockActs block() const;  // full recompute's one block of internals
   // Selective recompute's one attention core (atty, lse; qkv null): every block's forward
@@ -56,9 +56,10 @@ class ModelScratch {
   float* reduced() const { return buffers_.reduced.f32(); }              // (S, C)
   float* norm_grads() const { return buffers_.norm_grads.f32(); }        // (2, C)
   // Ulysses' packing buffers, each at least (BT, 3C): dfch and dfch_gelu ((BT, 4C) at tp 1,
-  // which Ulysses needs), unused outside the MLP's backward.
+  // which Ulysses needs), unused outside the MLP's backward. dfch_gelu is the smaller (SwiGLU's
+  // dfch holds gate and up).
   UlyssesBuffers ulysses() const {
-    return {dfch(), dfch_gelu(), buffers_.dfch.bytes() / sizeof(float)};
+    return {dfch(), dfch_gelu(), buffers_.dfch_gelu.bytes() / sizeof(float)};
   }
 
  private:

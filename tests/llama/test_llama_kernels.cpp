@@ -1,0 +1,176 @@
+// The Llama family's kernels on every backend. Grouped-query attention against the multi-head
+// kernel on the same backend with each kv head repeated for its group's query heads (the forward
+// must agree, and each kv head's gradient must be the sum over its group); rotary embeddings'
+// backward must undo their forward and keep every pair's length; and where a backend other than
+// the CPU runs, RMSNorm, RoPE and SwiGLU must match the CPU kernels (which test_llama checks
+// against Hugging Face transformers).
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kernel_test_support.hpp"
+#include "tierzero/kernels/kernels.hpp"
+
+namespace tierzero::test {
+namespace {
+
+class LlamaKernelTest : public KernelTest {};
+TZ_INSTANTIATE_BACKENDS(LlamaKernelTest);
+
+// The multi-head [q | k | v] rows equivalent to grouped rows: kv head g repeated for its rep
+// query heads.
+std::vector<float> to_multi_head(const std::vector<float>& grouped, size_t rows, size_t NH,
+                                 size_t KVH, size_t hs) {
+  const size_t rep = NH / KVH, C = NH * hs, W = KVH * (rep + 2) * hs;
+  std::vector<float> mha(rows * 3 * C);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t h = 0; h < NH; ++h) {
+      const size_t g = h / rep, base = r * W + g * (rep + 2) * hs;
+      for (size_t i = 0; i < hs; ++i) {
+        mha[r * 3 * C + h * hs + i] = grouped[base + (h % rep) * hs + i];
+        mha[r * 3 * C + C + h * hs + i] = grouped[base + rep * hs + i];
+        mha[r * 3 * C + 2 * C + h * hs + i] = grouped[base + (rep + 1) * hs + i];
+      }
+    }
+  return mha;
+}
+
+// The multi-head gradient folded back onto the grouped layout: k and v summed over each group.
+std::vector<double> to_grouped(const std::vector<float>& mha, size_t rows, size_t NH, size_t KVH,
+                               size_t hs) {
+  const size_t rep = NH / KVH, C = NH * hs, W = KVH * (rep + 2) * hs;
+  std::vector<double> g(rows * W, 0.0);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t h = 0; h < NH; ++h) {
+      const size_t base = r * W + h / rep * (rep + 2) * hs;
+      for (size_t i = 0; i < hs; ++i) {
+        g[base + (h % rep) * hs + i] += double{mha[r * 3 * C + h * hs + i]};
+        g[base + rep * hs + i] += double{mha[r * 3 * C + C + h * hs + i]};
+        g[base + (rep + 1) * hs + i] += double{mha[r * 3 * C + 2 * C + h * hs + i]};
+      }
+    }
+  return g;
+}
+
+// The grouped layout through the backend's attention (on the CPU the tiled kernel, shape.grouped)
+// and the reference grouped-query kernel (probabilities kept) both equal the multi-head attention
+// on the same heads with each kv head repeated over its group.
+TEST_P(LlamaKernelTest, GroupedQueryAttentionIsMultiHeadWithSharedKv) {
+  const size_t B = 2, T = 11, NH = 4, hs = 8, C = NH * hs;
+  uint32_t seed = 3000;
+  const auto floats = [this](size_t n) { return empty<float>(std::max<size_t>(n, 1)); };
+  for (size_t KVH : {size_t{4}, size_t{2}, size_t{1}}) {
+    const std::string what = "KVH " + std::to_string(KVH);
+    const size_t W = KVH * (NH / KVH + 2) * hs, rows = B * T;
+    const kernels::AttentionShape g{B, T, NH, KVH, hs, true}, m{B, T, NH, NH, hs, false};
+    const std::vector<float> qkv = random_normal(rows * W, seed++, 1.5f);
+    const std::vector<float> mha = to_multi_head(qkv, rows, NH, KVH, hs);
+    auto d_qkv = to_device(qkv);
+    auto d_mha = to_device(mha);
+    auto out = empty<float>(rows * C), out_ref = empty<float>(rows * C),
+         out_mha = empty<float>(rows * C);
+    auto saved = floats(kernels().attention_saved_floats(g)),
+         saved_mha = floats(kernels().attention_saved_floats(m));
+    auto att_ref = empty<float>(B * NH * T * T);
+    kernels().attention_forward(out->get(), saved->get(), d_qkv->get(), g);
+    kernels().gqa_attention_forward(out_ref->get(), att_ref->get(), d_qkv->get(), B, T, NH, KVH,
+                                    hs);
+    kernels().attention_forward(out_mha->get(), saved_mha->get(), d_mha->get(), m);
+    expect_close("grouped forward out, " + what, out->download(), widen(out_mha->download()), 1e-6);
+    expect_close("reference gqa forward out, " + what, out_ref->download(),
+                 widen(out_mha->download()), 1e-6);
+
+    const std::vector<float> dout = random_normal(rows * C, seed++);
+    auto d_dout = to_device(dout);
+    auto dqkv = to_device(std::vector<float>(rows * W, 0.0f));
+    auto dqkv_ref = to_device(std::vector<float>(rows * W, 0.0f));
+    auto dmha = to_device(std::vector<float>(rows * 3 * C, 0.0f));
+    auto scratch = floats(kernels().attention_scratch_floats(g)),
+         scratch_mha = floats(kernels().attention_scratch_floats(m));
+    auto datt_ref = empty<float>(B * NH * T * T);
+    kernels().attention_backward(dqkv->get(), scratch->get(), d_dout->get(), out->get(),
+                                 d_qkv->get(), saved->get(), g);
+    kernels().gqa_attention_backward(dqkv_ref->get(), datt_ref->get(), d_dout->get(), d_qkv->get(),
+                                     att_ref->get(), B, T, NH, KVH, hs);
+    kernels().attention_backward(dmha->get(), scratch_mha->get(), d_dout->get(), out_mha->get(),
+                                 d_mha->get(), saved_mha->get(), m);
+    const std::vector<double> want = to_grouped(dmha->download(), rows, NH, KVH, hs);
+    expect_close("grouped backward dqkv, " + what, dqkv->download(), want, 1e-5);
+    expect_close("reference gqa backward dqkv, " + what, dqkv_ref->download(), want, 1e-5);
+  }
+}
+
+TEST_P(LlamaKernelTest, RopeBackwardUndoesForwardAndKeepsLengths) {
+  const size_t B = 2, T = 9, blocks = 2, block_heads = 4, rotated = 3, hs = 16;
+  kernels::RopeParams p;
+  p.llama3 = true;
+  p.original_max = 16.0f;
+  const size_t n = B * T * blocks * block_heads * hs;
+  const std::vector<float> x = random_normal(n, 3100);
+  auto d = to_device(x);
+  kernels().rope_forward(d->get(), B, T, blocks, block_heads, rotated, hs, 3, p);
+  const std::vector<float> y = d->download();
+  size_t moved = 0;
+  for (size_t row = 0; row < n / hs; ++row) {
+    const bool turned = (row % block_heads) < rotated;
+    for (size_t i = 0; i < hs / 2; ++i) {
+      const size_t a = row * hs + i, b = a + hs / 2;
+      const double before = std::hypot(double{x[a]}, double{x[b]});
+      const double after = std::hypot(double{y[a]}, double{y[b]});
+      ASSERT_NEAR(after, before, 1e-5 * (1.0 + before)) << "pair length changed";
+      if (!turned) {
+        ASSERT_EQ(y[a], x[a]) << "a v head was rotated";
+      }
+      moved += y[a] != x[a];
+    }
+  }
+  EXPECT_GT(moved, n / 8) << "the rotation did not move the q and k heads";
+  kernels().rope_backward(d->get(), B, T, blocks, block_heads, rotated, hs, 3, p);
+  expect_close("rope backward(forward(x))", d->download(), widen(x), 1e-5);
+}
+
+TEST_P(LlamaKernelTest, MatchesTheCpuKernels) {
+  if (is_cpu()) GTEST_SKIP() << "compares another backend with the CPU";
+  auto cpu = kernels::make_cpu_kernels();
+  const size_t N = 37, C = 96, H = 80;
+  const std::vector<float> x = random_normal(N * C, 3200), w = random_normal(C, 3201, 0.2f, 1.0f);
+  const std::vector<float> dy = random_normal(N * C, 3202);
+  std::vector<float> y(N * C), rstd(N), dx(N * C, 0.0f), dw(C, 0.0f);
+  cpu->rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), N, C, 1e-6f);
+  cpu->rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), N, C);
+  auto d_x = to_device(x), d_w = to_device(w), d_dy = to_device(dy);
+  auto d_y = empty<float>(N * C), d_rstd = empty<float>(N);
+  auto d_dx = to_device(std::vector<float>(N * C, 0.0f)),
+       d_dw = to_device(std::vector<float>(C, 0.0f));
+  kernels().rmsnorm_forward(d_y->get(), d_rstd->get(), d_x->get(), d_w->get(), N, C, 1e-6f);
+  kernels().rmsnorm_backward(d_dx->get(), d_dw->get(), d_dy->get(), d_x->get(), d_w->get(),
+                             d_rstd->get(), N, C);
+  expect_close("rmsnorm out", d_y->download(), widen(y), 1e-5);
+  expect_close("rmsnorm dinp", d_dx->download(), widen(dx), 1e-5);
+  expect_close("rmsnorm dweight", d_dw->download(), widen(dw), 1e-4);
+
+  const std::vector<float> gu = random_normal(N * 2 * H, 3203), ds = random_normal(N * H, 3204);
+  std::vector<float> s(N * H), dgu(N * 2 * H, 0.0f);
+  cpu->swiglu_forward(s.data(), gu.data(), N, H);
+  cpu->swiglu_backward(dgu.data(), gu.data(), ds.data(), N, H);
+  auto d_gu = to_device(gu), d_ds = to_device(ds);
+  auto d_s = empty<float>(N * H);
+  auto d_dgu = to_device(std::vector<float>(N * 2 * H, 0.0f));
+  kernels().swiglu_forward(d_s->get(), d_gu->get(), N, H);
+  kernels().swiglu_backward(d_dgu->get(), d_gu->get(), d_ds->get(), N, H);
+  expect_close("swiglu out", d_s->download(), widen(s), 1e-5);
+  expect_close("swiglu dinp", d_dgu->download(), widen(dgu), 1e-5);
+
+  kernels::RopeParams p;
+  p.theta = 500000.0f;
+  p.llama3 = true;
+  std::vector<float> r = random_normal(2 * 300 * 3 * 64, 3205);
+  auto d_r = to_device(r);
+  cpu->rope_forward(r.data(), 2, 300, 1, 3, 2, 64, 100, p);
+  kernels().rope_forward(d_r->get(), 2, 300, 1, 3, 2, 64, 100, p);
+  expect_close("rope", d_r->download(), widen(r), 1e-4);
+}
+
+}  // namespace
+}  // namespace tierzero::test
