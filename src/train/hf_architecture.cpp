@@ -90,6 +90,9 @@ nlohmann::ordered_json gpt2_to_json(const nn::GPTConfig& c) {
           {"layer_norm_epsilon", kLayerNormEps},
           {"activation_function", "gelu_new"},
           {"tie_word_embeddings", true},
+          // The last token ends a document, GPT-2's 50256 and the byte tokenizer's 256 alike.
+          {"bos_token_id", c.vocab_size - 1},
+          {"eos_token_id", c.vocab_size - 1},
           {"tierzero_padded_vocab_size", c.padded_vocab_size}};
 }
 
