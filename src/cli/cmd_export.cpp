@@ -75,12 +75,13 @@ int export_directory(const ExportFlags& f, const std::string& dir, const nn::GPT
   options.dtype = f.dtype == "bf16" ? DType::bf16 : f.dtype == "fp16" ? DType::f16 : DType::f32;
   options.max_shard_bytes = parse_size(f.max_shard_size);
   const train::HfExportSummary sum = train::write_hf_directory(
-      f.output, config, options, [&](const train::HfTensor& t, float* ours) {
+      f.output, config, options,
+      [&](const train::HfTensor& t, size_t row, size_t rows, float* ours) {
         const nn::ParamTensor& p = layout.get(t.kind, t.layer);
         const size_t unit = g.store_unit[p.unit];
-        const size_t at = g.offset[p.unit] + layout.offset_in_unit(p) + t.row0 * t.cols;
+        const size_t at = g.offset[p.unit] + layout.offset_in_unit(p) + row * t.cols;
         TZ_CHECK(ranges.read(g.specs[unit].name, {"master", "params_full", "param_shard"},
-                             dtype_name(DType::f32), at, t.numel(), ours),
+                             dtype_name(DType::f32), at, rows * t.cols, ours),
                  "checkpoint '" + dir + "' holds no fp32 values of unit " + g.specs[unit].name,
                  "export a checkpoint written by train --save-dir");
       });

@@ -107,6 +107,7 @@ std::vector<HfTensor> gpt2_hf_tensors(const nn::GPTConfig& c) {
     h.cols = t.cols;
     h.transpose = t.transpose;
     h.shape = t.shape;
+    h.spans = {HfRowSpan{0, 0, h.rows}};
     out.push_back(std::move(h));
   }
   return out;

@@ -71,7 +71,7 @@ std::string shape_str(const std::vector<size_t>& s) {
 struct Scan {
   nn::GPTConfig config;
   std::vector<std::string> shard_paths;
-  std::vector<HfDirectoryRanges::Piece> pieces;  // the architecture's tensors, in its order
+  std::vector<HfDirectoryRanges::Found> found;  // the architecture's tensors, in its order
 };
 
 // tensor name (as in the files) -> shard file name; one entry per tensor.
@@ -129,7 +129,7 @@ class Scanner {
       for (const auto& [name, e] : header(kSingleName).entries) index_.emplace(name, kSingleName);
     }
     std::set<std::string> used;
-    for (const HfTensor& t : arch.tensors(s.config)) s.pieces.push_back(find(arch, t, &used));
+    for (const HfTensor& t : arch.tensors(s.config)) s.found.push_back(find(arch, t, &used));
     refuse_unknown(arch, used);
     s.shard_paths.resize(shard_index_.size());
     for (const auto& [file, i] : shard_index_) s.shard_paths[i] = dir_ + "/" + file;
@@ -145,7 +145,7 @@ class Scanner {
   }
 
   // The file name of `t` (some prefix + its name) in the index, its shard's entry checked.
-  HfDirectoryRanges::Piece find(const HfArchitecture& arch, const HfTensor& t,
+  HfDirectoryRanges::Found find(const HfArchitecture& arch, const HfTensor& t,
                                 std::set<std::string>* used) {
     auto it = index_.end();
     for (const std::string& prefix : arch.prefixes)
@@ -163,7 +163,7 @@ class Scanner {
     TZ_CHECK(e != h.entries.end(),
              "'" + path + "' lacks tensor " + it->first + " (listed in " + kIndexName + ")",
              "the shard does not belong to this index; re-copy the directory");
-    HfDirectoryRanges::Piece p;
+    HfDirectoryRanges::Found p;
     p.tensor = t;
     TZ_CHECK(dtype_of(e->second.dtype, &p.dtype),
              "tensor " + it->first + " of '" + path + "' is " + e->second.dtype +
@@ -228,16 +228,22 @@ HfDirectoryRanges::HfDirectoryRanges(const std::string& dir, const nn::ParamLayo
       layout.tp().size == 1 && nn::ParamLayout(s.config).total_numel() == layout.total_numel(),
       "model directory '" + dir + "' (" + s.config.str() + ") does not match the model's layout",
       "build the model from the directory's own shape (tensor parallel 1, every stage)");
+  found_ = std::move(s.found);
   pieces_.resize(layout.tensors().size());
-  size_t largest = 0;  // elements of a piece read through the block
-  for (Piece& p : s.pieces) {
-    const nn::ParamTensor* t = layout.find(p.tensor.kind, p.tensor.layer);
-    TZ_CHECK(t != nullptr && t->numel % p.tensor.cols == 0 &&
-                 (p.tensor.row0 + p.tensor.rows) * p.tensor.cols <= t->numel,
-             "tensor " + p.tensor.name + " of '" + dir + "' does not fit the model's layout",
+  size_t largest = 0;  // elements of a tensor read through the block
+  for (const Found& f : found_) {
+    const HfTensor& h = f.tensor;
+    const nn::ParamTensor* t = layout.find(h.kind, h.layer);
+    TZ_CHECK(t != nullptr && t->numel % h.cols == 0,
+             "tensor " + h.name + " of '" + dir + "' does not fit the model's layout",
              "build the model from the directory's own shape");
-    if (p.tensor.transpose || p.dtype != DType::f32) largest = std::max(largest, p.tensor.numel());
-    pieces_[static_cast<size_t>(t - layout.tensors().data())].push_back(std::move(p));
+    for (const HfRowSpan& span : h.spans) {
+      TZ_CHECK(span.hf_row + span.rows <= h.rows && (span.row + span.rows) * h.cols <= t->numel,
+               "tensor " + h.name + " of '" + dir + "' does not fit the model's layout",
+               "build the model from the directory's own shape");
+      pieces_[static_cast<size_t>(t - layout.tensors().data())].push_back(Piece{&f, span});
+    }
+    if (h.transpose || f.dtype != DType::f32) largest = std::max(largest, h.numel());
   }
   for (size_t i = 0; i < pieces_.size(); ++i)
     TZ_CHECK(!pieces_[i].empty(),
@@ -254,11 +260,12 @@ HfDirectoryRanges::~HfDirectoryRanges() {
 }
 
 void HfDirectoryRanges::pread_piece(const Piece& p, size_t at, size_t count, void* dst) const {
-  const size_t es = dtype_size(p.dtype);
-  const std::string failed = detail::pread_all(fd_[p.shard], dst, count * es, p.offset + at * es);
+  const Found& f = *p.found;
+  const size_t es = dtype_size(f.dtype);
+  const std::string failed = detail::pread_all(fd_[f.shard], dst, count * es, f.offset + at * es);
   TZ_CHECK(
       failed.empty(),
-      "cannot read tensor " + p.tensor.name + " from '" + shard_path_[p.shard] + "': " + failed,
+      "cannot read tensor " + f.tensor.name + " from '" + shard_path_[f.shard] + "': " + failed,
       "the file is truncated or unreadable; re-copy or re-export it");
 }
 
@@ -271,28 +278,32 @@ void HfDirectoryRanges::read(size_t begin, size_t count, float* out) const {
   detail::for_each_tensor_part(
       layout_, begin, count, [&](size_t i, size_t first, size_t at, size_t n) {
         for (const Piece& p : pieces_[i]) {
-          // The piece holds our elements [lo, hi) of the tensor.
-          const size_t lo = p.tensor.row0 * p.tensor.cols, hi = lo + p.tensor.numel();
+          // The span fills our elements [lo, hi) of the tensor from its HF tensor's elements
+          // starting at `hf`.
+          const size_t cols = p.found->tensor.cols;
+          const size_t lo = p.span.row * cols, hi = lo + p.span.rows * cols;
+          const size_t hf = p.span.hf_row * cols;
           const size_t from = std::max(first, lo), to = std::min(first + n, hi);
-          if (from < to) read_piece(p, from - lo, to - from, out + at + (from - first));
+          if (from < to) read_piece(p, hf + (from - lo), to - from, out + at + (from - first));
         }
       });
 }
 
 void HfDirectoryRanges::read_piece(const Piece& p, size_t first, size_t n, float* out) const {
-  if (p.tensor.transpose) {
+  const DType dtype = p.found->dtype;
+  if (p.found->tensor.transpose) {
     read_transposed(p, first, n, out);
     return;
   }
-  if (p.dtype == DType::f32) {  // ours and the file's in the same order and type
+  if (dtype == DType::f32) {  // ours and the file's in the same order and type
     pread_piece(p, first, n, out);
     return;
   }
   for (size_t done = 0; done < n;) {
     const size_t m = std::min(n - done, block_floats_);
-    block_.resize(m * dtype_size(p.dtype));
+    block_.resize(m * dtype_size(dtype));
     pread_piece(p, first + done, m, block_.data());
-    convert_to_f32(out + done, block_.data(), p.dtype, m);
+    convert_to_f32(out + done, block_.data(), dtype, m);
     done += m;
   }
 }
@@ -303,7 +314,8 @@ void HfDirectoryRanges::read_piece(const Piece& p, size_t first, size_t n, float
 // would be skipped, else each file row's needed columns alone.
 void HfDirectoryRanges::read_transposed(const Piece& p, size_t first, size_t n, float* out) const {
   constexpr size_t kSkip = 1024;  // elements a pread costs about as much as
-  const size_t R = p.tensor.rows, C = p.tensor.cols, es = dtype_size(p.dtype);
+  const DType dtype = p.found->dtype;
+  const size_t R = p.found->tensor.rows, C = p.found->tensor.cols, es = dtype_size(dtype);
   const size_t last = first + n - 1;
   const size_t r0 = first / C, r1 = last / C + 1;
   const bool one_row = r0 + 1 == r1;
@@ -328,7 +340,7 @@ void HfDirectoryRanges::read_transposed(const Piece& p, size_t first, size_t n, 
         const size_t hi = std::min(cb, r + 1 == r1 ? last % C + 1 : C);
         for (size_t c = lo; c < hi; ++c)
           out[r * C + c - first] =
-              element_f32(block_.data() + ((c - ca) * stride + (r - ra)) * es, p.dtype);
+              element_f32(block_.data() + ((c - ca) * stride + (r - ra)) * es, dtype);
       }
       ca = cb;
     }

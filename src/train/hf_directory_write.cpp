@@ -63,8 +63,7 @@ void to_hf(const HfTensor& t, const float* ours, DType dtype, std::vector<float>
 }
 
 void write_shard(const std::string& path, const std::vector<HfTensor>& tensors, size_t first,
-                 size_t last, const std::string& prefix, DType dtype,
-                 const std::function<void(const HfTensor& t, float* ours)>& fill) {
+                 size_t last, const std::string& prefix, DType dtype, const HfFill& fill) {
   nlohmann::ordered_json header;
   header["__metadata__"] = {{"format", "pt"}, {"producer", "tierzero export"}};
   uint64_t at = 0;
@@ -85,8 +84,9 @@ void write_shard(const std::string& path, const std::vector<HfTensor>& tensors, 
   std::vector<float> ours, scratch;  // one tensor at a time
   std::vector<uint8_t> bytes;
   for (size_t i = first; i < last; ++i) {
-    ours.assign(tensors[i].numel(), 0.0f);  // (rows, cols)
-    fill(tensors[i], ours.data());
+    const HfTensor& t = tensors[i];
+    ours.assign(t.numel(), 0.0f);  // (rows, cols), our orientation
+    for (const HfRowSpan& s : t.spans) fill(t, s.row, s.rows, ours.data() + s.hf_row * t.cols);
     to_hf(tensors[i], ours.data(), dtype, scratch, bytes);
     w.write(bytes.data(), bytes.size());
   }
@@ -120,9 +120,8 @@ std::string prepare_temporary(const std::string& dir) {
 
 }  // namespace
 
-HfExportSummary write_hf_directory(
-    const std::string& dir, const nn::GPTConfig& config, const HfExportOptions& options,
-    const std::function<void(const HfTensor& t, float* ours)>& fill) {
+HfExportSummary write_hf_directory(const std::string& dir, const nn::GPTConfig& config,
+                                   const HfExportOptions& options, const HfFill& fill) {
   TZ_CHECK(options.max_shard_bytes > 0, "--max-shard-size must be positive", "");
   const HfArchitecture& arch = hf_architecture_of(config);
   const std::vector<HfTensor> tensors = arch.tensors(config);

@@ -41,11 +41,11 @@ std::string temp_dir(const std::string& name) {
   return d;
 }
 
-// A value for every element of every HF tensor, distinct per tensor and row.
-float value(const train::HfTensor& t, size_t k) {
-  const double id = static_cast<double>(t.kind) * 31.0 + t.layer + 0.5;
-  return static_cast<float>(std::sin(0.37 * static_cast<double>(k + t.row0 * t.cols) + 1.3 * id) *
-                            (1.0 + 0.1 * static_cast<double>(t.layer + 1)));
+// A value for every element k of our tensor (kind, layer), distinct per tensor and row.
+float value(nn::ParamKind kind, int layer, size_t k) {
+  const double id = static_cast<double>(kind) * 31.0 + layer + 0.5;
+  return static_cast<float>(std::sin(0.37 * static_cast<double>(k) + 1.3 * id) *
+                            (1.0 + 0.1 * static_cast<double>(layer + 1)));
 }
 
 train::HfExportSummary write_dir(const std::string& dir, const nn::GPTConfig& c, DType dtype,
@@ -53,9 +53,11 @@ train::HfExportSummary write_dir(const std::string& dir, const nn::GPTConfig& c,
   train::HfExportOptions o;
   o.dtype = dtype;
   o.max_shard_bytes = shard_bytes;
-  return train::write_hf_directory(dir, c, o, [](const train::HfTensor& t, float* ours) {
-    for (size_t k = 0; k < t.numel(); ++k) ours[k] = value(t, k);
-  });
+  return train::write_hf_directory(
+      dir, c, o, [](const train::HfTensor& t, size_t row, size_t rows, float* ours) {
+        for (size_t k = 0; k < rows * t.cols; ++k)
+          ours[k] = value(t.kind, t.layer, row * t.cols + k);
+      });
 }
 
 // The flat buffer the directory should load as: every value rounded through `dtype`.
@@ -64,11 +66,14 @@ std::vector<float> expected(const nn::GPTConfig& c, const nn::ParamLayout& layou
   std::vector<uint8_t> raw;
   for (const train::HfTensor& t : train::hf_architecture_of(c).tensors(c)) {
     const nn::ParamTensor& p = layout.get(t.kind, t.layer);
-    float* dst = out.data() + p.offset + t.row0 * t.cols;
-    for (size_t k = 0; k < t.numel(); ++k) dst[k] = value(t, k);
-    raw.resize(t.numel() * dtype_size(dtype));
-    convert_from_f32(raw.data(), dtype, dst, t.numel());
-    convert_to_f32(dst, raw.data(), dtype, t.numel());
+    for (const train::HfRowSpan& sp : t.spans) {
+      float* dst = out.data() + p.offset + sp.row * t.cols;  // (sp.rows, cols)
+      const size_t n = sp.rows * t.cols;
+      for (size_t k = 0; k < n; ++k) dst[k] = value(t.kind, t.layer, sp.row * t.cols + k);
+      raw.resize(n * dtype_size(dtype));
+      convert_from_f32(raw.data(), dtype, dst, n);
+      convert_to_f32(dst, raw.data(), dtype, n);
+    }
   }
   return out;
 }

@@ -15,16 +15,25 @@
 
 namespace tierzero::train {
 
-// One HF tensor and the part of our tensor (kind, layer) it fills: rows [row0, row0 + rows) of
-// a tensor `cols` wide (a vector: one row). Rows of ours no HF tensor fills (wte's padding) are
-// zero.
+// Consecutive rows of an HF tensor (in our orientation) and where they go in our tensor.
+struct HfRowSpan {
+  size_t hf_row = 0;  // first row in the HF tensor
+  size_t row = 0;     // first row in ours
+  size_t rows = 0;
+};
+
+// One HF tensor and the parts of our tensor (kind, layer) it fills: `rows` rows of `cols`
+// elements in our orientation (a vector: one row), placed by row spans — one span for a tensor
+// that is ours whole, several where our layout fuses HF tensors (Llama's q, k and v heads into
+// one grouped qkv). Rows of ours no HF tensor fills (wte's padding) are zero.
 struct HfTensor {
   std::string name;  // HF's without the architecture's prefix, e.g. "h.3.mlp.c_fc.weight"
   nn::ParamKind kind = nn::ParamKind::wte;
-  int layer = -1;                       // ours (-1: not per layer)
-  size_t row0 = 0, rows = 0, cols = 0;  // ours
-  bool transpose = false;               // HF's is (cols, rows) (GPT-2's Conv1D)
-  std::vector<size_t> shape;            // HF's
+  int layer = -1;                // ours (-1: not per layer)
+  size_t rows = 0, cols = 0;     // in our orientation
+  bool transpose = false;        // HF's is (cols, rows) (GPT-2's Conv1D)
+  std::vector<size_t> shape;     // HF's
+  std::vector<HfRowSpan> spans;  // covering its rows once
   size_t numel() const { return rows * cols; }
 };
 

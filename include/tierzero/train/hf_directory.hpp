@@ -50,7 +50,7 @@ class HfDirectoryRanges final : public ModelRanges {
   size_t shards() const { return shard_path_.size(); }
 
   // One HF tensor as found: its shard, where its data starts and its element type.
-  struct Piece {
+  struct Found {
     HfTensor tensor;
     size_t shard = 0;     // index into shard_path_
     uint64_t offset = 0;  // bytes from the shard's start
@@ -58,7 +58,12 @@ class HfDirectoryRanges final : public ModelRanges {
   };
 
  private:
-  // Elements [first, first + n) of piece p (its rows x cols, ours), converted.
+  // One row span of a found tensor: what fills part of a layout tensor.
+  struct Piece {
+    const Found* found;
+    HfRowSpan span;
+  };
+  // Elements [first, first + n) of piece p's HF tensor (its rows x cols, ours), converted.
   void read_piece(const Piece& p, size_t first, size_t n, float* out) const;       // (n)
   void read_transposed(const Piece& p, size_t first, size_t n, float* out) const;  // (n)
   // `count` elements of piece p's file data from element `at` into dst (raw bytes).
@@ -69,7 +74,8 @@ class HfDirectoryRanges final : public ModelRanges {
   size_t block_floats_;
   std::vector<std::string> shard_path_;
   std::vector<int> fd_;                     // (shards)
-  std::vector<std::vector<Piece>> pieces_;  // (layout tensors) the HF tensors filling each
+  std::vector<Found> found_;                // the architecture's HF tensors
+  std::vector<std::vector<Piece>> pieces_;  // (layout tensors) the spans filling each
   mutable std::vector<uint8_t> block_;      // (<= 4 x block_floats bytes) raw file elements
 };
 
@@ -89,11 +95,11 @@ struct HfExportSummary {
 // Writes the directory `dir` (it must not exist or be empty): shards of at most max_shard_bytes
 // (a larger tensor alone in its own), model.safetensors.index.json when there are several (one
 // shard is model.safetensors, as transformers writes it), config.json. Everything is written in a
-// sibling temporary directory and renamed into place, so `dir` appears only whole. `fill(t,
-// ours)` puts rows [t.row0, t.row0 + t.rows) of our tensor (t.kind, t.layer) (t.rows x t.cols
-// fp32) into `ours`; host memory holds one tensor. Error naming the file on failure.
+// sibling temporary directory and renamed into place, so `dir` appears only whole. `fill(t, row,
+// rows, ours)` puts rows [row, row + rows) of our tensor (t.kind, t.layer) (rows x t.cols fp32)
+// into `ours`; host memory holds one HF tensor. Error naming the file on failure.
+using HfFill = std::function<void(const HfTensor& t, size_t row, size_t rows, float* ours)>;
 HfExportSummary write_hf_directory(const std::string& dir, const nn::GPTConfig& config,
-                                   const HfExportOptions& options,
-                                   const std::function<void(const HfTensor& t, float* ours)>& fill);
+                                   const HfExportOptions& options, const HfFill& fill);
 
 }  // namespace tierzero::train
