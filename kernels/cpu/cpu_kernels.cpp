@@ -56,6 +56,39 @@ class CpuKernels final : public Kernels {
     cpu::attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH);
   }
 
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, size_t N,
+                       size_t C, float eps) override {
+    cpu::rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
+  }
+  void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                        const float* weight, const float* rstd, size_t N, size_t C) override {
+    cpu::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
+  }
+  void rope_forward(float* x, size_t B, size_t T, size_t blocks, size_t block_heads,
+                    size_t rotated_heads, size_t hs, size_t pos0, const RopeParams& p) override {
+    cpu::rope_apply(x, B, T, blocks, block_heads, rotated_heads, hs, pos0, p, false);
+  }
+  void rope_backward(float* dx, size_t B, size_t T, size_t blocks, size_t block_heads,
+                     size_t rotated_heads, size_t hs, size_t pos0, const RopeParams& p) override {
+    cpu::rope_apply(dx, B, T, blocks, block_heads, rotated_heads, hs, pos0, p, true);
+  }
+  void swiglu_forward(float* out, const float* inp, size_t N, size_t H) override {
+    cpu::swiglu_forward(out, inp, N, H);
+  }
+  void swiglu_backward(float* dinp, const float* inp, const float* dout, size_t N,
+                       size_t H) override {
+    cpu::swiglu_backward(dinp, inp, dout, N, H);
+  }
+  void gqa_attention_forward(float* out, float* att, const float* qkv, size_t B, size_t T,
+                             size_t NH, size_t KVH, size_t hs) override {
+    cpu::gqa_attention_forward(out, att, qkv, B, T, NH, KVH, hs);
+  }
+  void gqa_attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
+                              const float* att, size_t B, size_t T, size_t NH, size_t KVH,
+                              size_t hs) override {
+    cpu::gqa_attention_backward(dqkv, datt, dout, qkv, att, B, T, NH, KVH, hs);
+  }
+
   void gelu_forward(float* out, const float* inp, size_t n) override {
     cpu::gelu_forward(out, inp, n);
   }

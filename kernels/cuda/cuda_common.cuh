@@ -155,6 +155,24 @@ void launch_attention_backward(cudaStream_t stream, float* dqkv, float* datt, co
                                const float* qkv, const float* att, size_t B, size_t T, size_t C,
                                size_t NH);
 
+// llama.cu: the Llama family's operations (kernels.hpp).
+void launch_rmsnorm_forward(cudaStream_t stream, float* out, float* rstd, const float* inp,
+                            const float* weight, size_t N, size_t C, float eps);
+void launch_rmsnorm_backward(cudaStream_t stream, float* dinp, float* dweight, const float* dout,
+                             const float* inp, const float* weight, const float* rstd, size_t N,
+                             size_t C);
+void launch_rope(cudaStream_t stream, float* x, size_t B, size_t T, size_t blocks,
+                 size_t block_heads, size_t rotated_heads, size_t hs, size_t pos0,
+                 const RopeParams& p, bool inverse);
+void launch_swiglu_forward(cudaStream_t stream, float* out, const float* inp, size_t N, size_t H);
+void launch_swiglu_backward(cudaStream_t stream, float* dinp, const float* inp, const float* dout,
+                            size_t N, size_t H);
+void launch_gqa_attention_forward(cudaStream_t stream, float* out, float* att, const float* qkv,
+                                  size_t B, size_t T, size_t NH, size_t KVH, size_t hs);
+void launch_gqa_attention_backward(cudaStream_t stream, float* dqkv, float* datt, const float* dout,
+                                   const float* qkv, const float* att, size_t B, size_t T,
+                                   size_t NH, size_t KVH, size_t hs);
+
 // softmax_xent.cu; dlogits null means forward only.
 void launch_softmax_xent(cudaStream_t stream, float* dlogits, float* losses, const float* logits,
                          const int32_t* targets, float dloss, size_t N, size_t V, size_t Vp);

@@ -218,6 +218,50 @@ class CudaKernels final : public Kernels {
     cuda_impl::launch_attention_backward(stream_, dqkv, datt, dout, qkv, att, B, T, C, NH);
   }
 
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, size_t N,
+                       size_t C, float eps) override {
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_rmsnorm_forward(stream_, out, rstd, inp, weight, N, C, eps);
+  }
+  void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                        const float* weight, const float* rstd, size_t N, size_t C) override {
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_rmsnorm_backward(stream_, dinp, dweight, dout, inp, weight, rstd, N, C);
+  }
+  void rope_forward(float* x, size_t B, size_t T, size_t blocks, size_t block_heads,
+                    size_t rotated_heads, size_t hs, size_t pos0, const RopeParams& p) override {
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_rope(stream_, x, B, T, blocks, block_heads, rotated_heads, hs, pos0, p,
+                           false);
+  }
+  void rope_backward(float* dx, size_t B, size_t T, size_t blocks, size_t block_heads,
+                     size_t rotated_heads, size_t hs, size_t pos0, const RopeParams& p) override {
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_rope(stream_, dx, B, T, blocks, block_heads, rotated_heads, hs, pos0, p,
+                           true);
+  }
+  void swiglu_forward(float* out, const float* inp, size_t N, size_t H) override {
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_swiglu_forward(stream_, out, inp, N, H);
+  }
+  void swiglu_backward(float* dinp, const float* inp, const float* dout, size_t N,
+                       size_t H) override {
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_swiglu_backward(stream_, dinp, inp, dout, N, H);
+  }
+  void gqa_attention_forward(float* out, float* att, const float* qkv, size_t B, size_t T,
+                             size_t NH, size_t KVH, size_t hs) override {
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_gqa_attention_forward(stream_, out, att, qkv, B, T, NH, KVH, hs);
+  }
+  void gqa_attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
+                              const float* att, size_t B, size_t T, size_t NH, size_t KVH,
+                              size_t hs) override {
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_gqa_attention_backward(stream_, dqkv, datt, dout, qkv, att, B, T, NH, KVH,
+                                             hs);
+  }
+
   void gelu_forward(float* out, const float* inp, size_t n) override {
     CudaDeviceGuard guard(device_);
     cuda_impl::launch_gelu_forward(stream_, out, inp, n);

@@ -8,6 +8,29 @@
 
 namespace tierzero::nn {
 
+namespace {
+
+// The Llama family's own splits: the kv heads over tp and Ulysses (whole kv groups per rank),
+// the MLP's intermediate features over tp.
+void check_llama_split(const GPTConfig& config, size_t tp, size_t ulysses) {
+  if (config.is_gpt2()) return;
+  const std::string kv = std::to_string(config.kv_heads());
+  TZ_CHECK(config.kv_heads() % tp == 0,
+           "n_kv_head " + kv + " is not divisible by tensor_parallel " + std::to_string(tp) +
+               ": each tensor-parallel rank computes whole kv groups",
+           "choose a tensor_parallel size that divides num_key_value_heads");
+  TZ_CHECK(config.kv_heads() % ulysses == 0,
+           "n_kv_head " + kv + " is not divisible by ulysses_parallel " + std::to_string(ulysses) +
+               ": each Ulysses rank attends over whole kv groups",
+           "choose a ulysses_parallel size that divides num_key_value_heads");
+  TZ_CHECK(config.hidden() % tp == 0,
+           "intermediate_size " + std::to_string(config.hidden()) +
+               " is not divisible by tensor_parallel " + std::to_string(tp),
+           "choose a tensor_parallel size that divides the MLP's intermediate size");
+}
+
+}  // namespace
+
 ActivationDims ActivationDims::of(const GPTConfig& config, size_t B, size_t T, size_t tp,
                                   bool sequence_parallel, size_t ulysses) {
   TZ_CHECK(B > 0 && T > 0, "empty batch", "");
@@ -39,6 +62,7 @@ ActivationDims ActivationDims::of(const GPTConfig& config, size_t B, size_t T, s
                tps,
            "choose a tensor_parallel size that divides it, or set model.padded_vocab_size to a "
            "multiple of tensor_parallel");
+  check_llama_split(config, tp, ulysses);
   ActivationDims d;
   d.B = B;
   d.seq_len = T;
@@ -57,8 +81,12 @@ ActivationDims ActivationDims::of(const GPTConfig& config, size_t B, size_t T, s
   d.stream_tokens = d.sequence_parallel ? d.tokens / tp : d.tokens;
   d.channels = config.channels;
   d.local_heads = config.num_heads / (tp * ulysses);
-  d.local_channels = config.channels / (tp * ulysses);
-  d.local_hidden = 4 * config.channels / tp;
+  d.local_kv_heads = config.kv_heads() / (tp * ulysses);
+  d.head_dim = config.head_dim();
+  d.local_channels = config.attention_channels() / (tp * ulysses);
+  d.local_qkv = config.qkv_channels() / (tp * ulysses);
+  d.local_hidden = config.hidden() / tp;
+  d.local_fc = config.fc_channels() / tp;
   d.local_vocab = config.padded_vocab_size / tp;
   return d;
 }

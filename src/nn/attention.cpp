@@ -1,5 +1,7 @@
 // Attention: QKV projection, the causal attention kernel, output projection; backward in reverse
-// with the model's scratch for the gradients that live only inside it.
+// with the model's scratch for the gradients that live only inside it. GPT-2 runs the multi-head
+// kernel on [q | k | v] rows; the Llama family the grouped-query kernel on the grouped layout,
+// with rotary embeddings on q and k.
 #include "tierzero/nn/attention.hpp"
 
 #include "tierzero/nn/micro_batch.hpp"
@@ -8,20 +10,48 @@
 namespace tierzero::nn {
 
 namespace {
-size_t head_size(const GPTConfig& c) {
-  return c.channels / c.num_heads;
+
+kernels::RopeParams rope_params(const GPTConfig& c) {
+  kernels::RopeParams p;
+  p.theta = static_cast<float>(c.arch.rope_theta);
+  const RopeScaling& s = c.arch.rope_scaling;
+  p.llama3 = s.llama3;
+  p.factor = static_cast<float>(s.factor);
+  p.low_freq_factor = static_cast<float>(s.low_freq_factor);
+  p.high_freq_factor = static_cast<float>(s.high_freq_factor);
+  p.original_max = static_cast<float>(s.original_max_position_embeddings);
+  return p;
 }
+
+Linear qkv_linear(const GPTConfig& c, int layer) {
+  if (c.is_gpt2())  // q, k and v are each cut into whole heads
+    return Linear(ParamKind::qkvw, ParamKind::qkvb, layer, c.channels, 3 * c.channels,
+                  LinearSplit::column, 3, c.head_dim());
+  // Whole kv groups (the group's query heads, k and v) stay on one rank.
+  const size_t rep = c.num_heads / c.kv_heads();
+  return Linear(ParamKind::qkvw, ParamKind::qkvb, layer, c.channels, c.qkv_channels(),
+                LinearSplit::column, 1, (rep + 2) * c.head_dim(), c.arch.qkv_bias);
+}
+
+Linear proj_linear(const GPTConfig& c, int layer) {
+  // The projection's inputs are the heads' outputs: a rank's are its groups' query heads.
+  const size_t rep = c.is_gpt2() ? 1 : c.num_heads / c.kv_heads();
+  return Linear(ParamKind::attprojw, ParamKind::attprojb, layer, c.attention_channels(), c.channels,
+                LinearSplit::row, 1, rep * c.head_dim(), c.arch.linear_bias);
+}
+
 }  // namespace
 
 Attention::Attention(const GPTConfig& config, int layer)
-    : head_size_(head_size(config)),
-      channels_(config.channels),
+    : grouped_(!config.is_gpt2()),
+      rope_(config.arch.positions == PositionKind::rope),
+      rope_params_(rope_params(config)),
+      head_size_(config.head_dim()),
+      group_heads_(config.num_heads / config.kv_heads()),
+      channels_(config.attention_channels()),
       heads_(config.num_heads),
-      // q, k and v are each cut into whole heads; the projection's inputs are the heads' outputs.
-      qkv_(ParamKind::qkvw, ParamKind::qkvb, layer, config.channels, 3 * config.channels,
-           LinearSplit::column, 3, head_size(config)),
-      proj_(ParamKind::attprojw, ParamKind::attprojb, layer, config.channels, config.channels,
-            LinearSplit::row, 1, head_size(config)) {}
+      qkv_(qkv_linear(config, layer)),
+      proj_(proj_linear(config, layer)) {}
 
 std::vector<TensorMeta> Attention::parameters() const {
   std::vector<TensorMeta> p = qkv_.parameters();
@@ -32,12 +62,14 @@ std::vector<TensorMeta> Attention::parameters() const {
 void Attention::bind(const ParamLayout& layout) {
   qkv_.bind(layout);
   proj_.bind(layout);
-  channels_ = qkv_.out_features() / 3;
+  qkv_width_ = qkv_.out_features();
+  channels_ = grouped_ ? proj_.in_features() : qkv_.out_features() / 3;
   heads_ = channels_ / head_size_;
 }
 
 void Attention::forward(const ModuleContext& ctx, const float* in, float* out,
                         const AttentionActs& a) const {
+  if (grouped_) return forward_grouped(ctx, in, out, a);
   if (ctx.ulysses) return forward_ulysses(ctx, in, out, a);
   qkv_.forward(ctx, in, a.qkv);
   ctx.k.attention_forward(a.atty, a.att, a.qkv, ctx.mb.B(), ctx.mb.T(), channels_, heads_);
@@ -46,6 +78,7 @@ void Attention::forward(const ModuleContext& ctx, const float* in, float* out,
 
 void Attention::backward(const ModuleContext& ctx, const float* in, const AttentionActs& a,
                          const float* dout, float* din) const {
+  if (grouped_) return backward_grouped(ctx, in, a, dout, din);
   if (ctx.ulysses) return backward_ulysses(ctx, in, a, dout, din);
   const size_t B = ctx.mb.B(), T = ctx.mb.T();
   ctx.zero(ctx.scratch.datty(), B * T * channels_);
@@ -87,6 +120,58 @@ void Attention::backward_ulysses(const ModuleContext& ctx, const float* in, cons
   ctx.k.attention_backward(dqkv, ctx.scratch.datt(), datty, a.qkv, a.att, d.B, d.seq_len,
                            channels_ / u.size(), heads_ / u.size());
   u.to_sequence(ctx.stream, dqkv, dqkv, buf, d.B, d.T, 3, channels_);
+  qkv_.backward(ctx, in, dqkv, din);
+}
+
+void Attention::rotate(const ModuleContext& ctx, float* qkv, size_t B, size_t Ts, size_t groups,
+                       bool undo) const {
+  if (!rope_) return;
+  // A group's query heads and its k head turn; its v head does not. Positions start at 0: the
+  // kernel always sees whole sequences (Ulysses re-shards to them first).
+  const size_t rep = group_heads_;
+  if (undo)
+    ctx.k.rope_backward(qkv, B, Ts, groups, rep + 2, rep + 1, head_size_, 0, rope_params_);
+  else
+    ctx.k.rope_forward(qkv, B, Ts, groups, rep + 2, rep + 1, head_size_, 0, rope_params_);
+}
+
+// Grouped layout. Without Ulysses the kernel sees this rank's groups over the micro-batch's
+// sequences; with it (p ranks) the projections see the slice with every group, the kernel the
+// whole sequence with 1 / p of the groups (each rank's contiguous share of the row).
+void Attention::forward_grouped(const ModuleContext& ctx, const float* in, float* out,
+                                const AttentionActs& a) const {
+  const ActivationDims& d = ctx.mb.dims();
+  const size_t p = ctx.ulysses ? ctx.ulysses->size() : 1;
+  const size_t heads = heads_ / p, groups = heads / group_heads_;
+  const UlyssesBuffers buf = ctx.ulysses ? ctx.scratch.ulysses() : UlyssesBuffers{};
+  float* local_qkv = ctx.ulysses ? buf.recv : a.qkv;  // (B, T, qkv_width_)
+  qkv_.forward(ctx, in, local_qkv);
+  if (ctx.ulysses)  // (B, Ts, qkv_width_ / p)
+    ctx.ulysses->to_heads(ctx.stream, local_qkv, a.qkv, buf, d.B, d.T, 1, qkv_width_);
+  rotate(ctx, a.qkv, d.B, d.seq_len, groups, false);
+  float* heads_out = ctx.ulysses ? buf.recv : a.atty;  // (B, Ts, channels_ / p)
+  ctx.k.gqa_attention_forward(heads_out, a.att, a.qkv, d.B, d.seq_len, heads, groups, head_size_);
+  if (ctx.ulysses)  // (B, T, channels_)
+    ctx.ulysses->to_sequence(ctx.stream, heads_out, a.atty, buf, d.B, d.T, 1, channels_);
+  proj_.forward(ctx, a.atty, out);
+}
+
+void Attention::backward_grouped(const ModuleContext& ctx, const float* in, const AttentionActs& a,
+                                 const float* dout, float* din) const {
+  const ActivationDims& d = ctx.mb.dims();
+  const size_t p = ctx.ulysses ? ctx.ulysses->size() : 1;
+  const size_t heads = heads_ / p, groups = heads / group_heads_;
+  const UlyssesBuffers buf = ctx.ulysses ? ctx.scratch.ulysses() : UlyssesBuffers{};
+  float* datty = ctx.scratch.datty();  // (B, T, channels_), under Ulysses then (B, Ts, ./p)
+  ctx.zero(datty, d.tokens * channels_);
+  proj_.backward(ctx, a.atty, dout, datty);
+  if (ctx.ulysses) ctx.ulysses->to_heads(ctx.stream, datty, datty, buf, d.B, d.T, 1, channels_);
+  float* dqkv = ctx.scratch.dqkv();  // (B, Ts, qkv_width_ / p), under Ulysses then (B, T, .)
+  ctx.zero(dqkv, d.tokens * qkv_width_);
+  ctx.k.gqa_attention_backward(dqkv, ctx.scratch.datt(), datty, a.qkv, a.att, d.B, d.seq_len, heads,
+                               groups, head_size_);
+  rotate(ctx, dqkv, d.B, d.seq_len, groups, true);
+  if (ctx.ulysses) ctx.ulysses->to_sequence(ctx.stream, dqkv, dqkv, buf, d.B, d.T, 1, qkv_width_);
   qkv_.backward(ctx, in, dqkv, din);
 }
 

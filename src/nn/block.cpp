@@ -14,9 +14,11 @@ Block::Block(const GPTConfig& config, int layer, size_t index)
     : Module("block." + std::to_string(layer), "block." + std::to_string(layer), index),
       layer_(layer),
       channels_(config.channels),
-      ln1_(ParamKind::ln1w, ParamKind::ln1b, layer, config.channels),
+      ln1_(ParamKind::ln1w, ParamKind::ln1b, layer, config.channels, config.arch.norm,
+           config.arch.norm_eps),
       attn_(config, layer),
-      ln2_(ParamKind::ln2w, ParamKind::ln2b, layer, config.channels),
+      ln2_(ParamKind::ln2w, ParamKind::ln2b, layer, config.channels, config.arch.norm,
+           config.arch.norm_eps),
       mlp_(config, layer) {}
 
 std::vector<TensorMeta> Block::parameters() const {

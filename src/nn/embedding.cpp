@@ -19,6 +19,8 @@ Embedding::Embedding(const GPTConfig& config, size_t index)
       vocab_padded_(config.padded_vocab_size),
       max_seq_len_(config.max_seq_len),
       channels_(config.channels),
+      learned_positions_(config.arch.positions == PositionKind::learned),
+      untied_head_(!config.arch.tie_embeddings),
       wte_(ParamKind::wte, -1),
       wpe_(ParamKind::wpe, -1) {}
 
@@ -27,30 +29,40 @@ std::vector<TensorMeta> Embedding::parameters() const {
   const auto maxT = static_cast<int64_t>(max_seq_len_);
   TensorMeta wte{ParamKind::wte, -1, {Vp, C}, true};
   wte.partition_dim = 0;  // each tp rank holds a range of the vocabulary
-  return {wte, TensorMeta{ParamKind::wpe, -1, {maxT, C}, true}};
+  std::vector<TensorMeta> p{wte};
+  if (learned_positions_) p.push_back(TensorMeta{ParamKind::wpe, -1, {maxT, C}, true});
+  if (untied_head_) {
+    TensorMeta head{ParamKind::lmheadw, -1, {Vp, C}, true};
+    head.partition_dim = 0;  // the head's logit columns, as wte's rows
+    p.push_back(head);
+  }
+  return p;
 }
 
 void Embedding::bind(const ParamLayout& layout) {
   Module::bind(layout);
   wte_.bind(layout);
-  wpe_.bind(layout);
+  if (learned_positions_) wpe_.bind(layout);
   vocab_local_ = static_cast<size_t>(wte_.shape()[0]);
   vocab_start_ = layout.tp().rank * vocab_local_;
 }
 
 void Embedding::forward(ModuleContext& ctx, const float*, float* out) {
-  if (ctx.tp == nullptr) {
+  if (ctx.tp == nullptr && learned_positions_) {
     const float* wpe = wpe_.in(ctx.params) + first_position(ctx) * channels_;  // (T, C) rows
     ctx.k.encoder_forward(out, ctx.mb.tokens(), wte_.in(ctx.params), wpe, ctx.mb.B(), ctx.mb.T(),
                           channels_);
     return;
   }
-  // Partial sums over all B*T tokens, then summed over the group into this rank's rows.
+  // Partial sums over all B*T tokens, then summed over the group into this rank's rows (one
+  // rank, rotary positions: the lookup alone).
   const ActivationDims& d = ctx.mb.dims();
   float* partial = ctx.sequence_parallel() ? ctx.scratch.proj() : out;  // (B*T, C)
+  const bool add_positions = learned_positions_ && ctx.tp->rank() == 0;
   ctx.k.encoder_forward_vocab_range(partial, ctx.mb.tokens(), wte_.in(ctx.params),
-                                    ctx.tp->rank() == 0 ? wpe_.in(ctx.params) : nullptr,
-                                    vocab_start_, vocab_local_, d.B, d.T, channels_);
+                                    add_positions ? wpe_.in(ctx.params) : nullptr, vocab_start_,
+                                    vocab_local_, d.B, d.T, channels_);
+  if (ctx.tp == nullptr) return;
   if (ctx.sequence_parallel())
     ctx.tp->reduce_scatter(ctx.stream, partial, out, d.stream_tokens * channels_);
   else
@@ -58,7 +70,7 @@ void Embedding::forward(ModuleContext& ctx, const float*, float* out) {
 }
 
 void Embedding::backward(ModuleContext& ctx, const float* dout, float*) {
-  if (ctx.tp == nullptr) {
+  if (ctx.tp == nullptr && learned_positions_) {
     float* dwpe = wpe_.in(ctx.grads) + first_position(ctx) * channels_;  // (T, C) rows
     ctx.k.encoder_backward(wte_.in(ctx.grads), dwpe, dout, ctx.mb.tokens(), ctx.mb.B(), ctx.mb.T(),
                            channels_);
@@ -68,8 +80,9 @@ void Embedding::backward(ModuleContext& ctx, const float* dout, float*) {
   // equal on every rank).
   const ActivationDims& d = ctx.mb.dims();
   const float* full = ctx.gather_stream(dout, ctx.scratch.gathered_grad());  // (B*T, C)
-  ctx.k.encoder_backward_vocab_range(wte_.in(ctx.grads), wpe_.in(ctx.grads), full, ctx.mb.tokens(),
-                                     vocab_start_, vocab_local_, d.B, d.T, channels_);
+  ctx.k.encoder_backward_vocab_range(
+      wte_.in(ctx.grads), learned_positions_ ? wpe_.in(ctx.grads) : nullptr, full, ctx.mb.tokens(),
+      vocab_start_, vocab_local_, d.B, d.T, channels_);
 }
 
 }  // namespace tierzero::nn

@@ -7,7 +7,8 @@ namespace tierzero::nn {
 
 FinalNorm::FinalNorm(const GPTConfig& config, size_t index)
     : Module("final_norm", "final_norm", index),
-      norm_(ParamKind::lnfw, ParamKind::lnfb, -1, config.channels) {}
+      norm_(ParamKind::lnfw, ParamKind::lnfb, -1, config.channels, config.arch.norm,
+            config.arch.norm_eps) {}
 
 void FinalNorm::bind(const ParamLayout& layout) {
   Module::bind(layout);

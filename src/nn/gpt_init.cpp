@@ -25,6 +25,7 @@ double init_std(ParamKind kind, size_t num_layers) {
     case ParamKind::wpe:
     case ParamKind::qkvw:
     case ParamKind::fcw:
+    case ParamKind::lmheadw:
       return 0.02;
     default:
       return 0.0;

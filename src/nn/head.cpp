@@ -11,7 +11,7 @@ Head::Head(const GPTConfig& config, size_t index)
     : Module("head", "embeddings", index),
       vocab_padded_(config.padded_vocab_size),
       channels_(config.channels),
-      wte_(ParamKind::wte, -1) {}
+      wte_(config.arch.tie_embeddings ? ParamKind::wte : ParamKind::lmheadw, -1) {}
 
 void Head::bind(const ParamLayout& layout) {
   Module::bind(layout);

@@ -1,5 +1,6 @@
-// LayerNorm: replicated gain and bias, and the layernorm kernels over the residual stream's rows
-// (this rank's under sequence parallelism, whose gain and bias gradients are then all-reduced).
+// LayerNorm and RMSNorm: replicated gain (and bias), and the norm kernels over the residual
+// stream's rows (this rank's under sequence parallelism, whose gain and bias gradients are then
+// all-reduced).
 #include "tierzero/nn/layer_norm.hpp"
 
 #include "tierzero/nn/micro_batch.hpp"
@@ -7,27 +8,35 @@
 
 namespace tierzero::nn {
 
-LayerNorm::LayerNorm(ParamKind weight, ParamKind bias, int layer, size_t channels)
+LayerNorm::LayerNorm(ParamKind weight, ParamKind bias, int layer, size_t channels, NormKind kind,
+                     double eps)
     : weight_kind_(weight),
       bias_kind_(bias),
       layer_(layer),
       channels_(channels),
+      kind_(kind),
+      eps_(static_cast<float>(eps)),
       weight_(weight, layer),
       bias_(bias, layer) {}
 
 std::vector<TensorMeta> LayerNorm::parameters() const {
   const auto C = static_cast<int64_t>(channels_);
+  if (kind_ == NormKind::rmsnorm) return {TensorMeta{weight_kind_, layer_, {C}, false}};
   return {TensorMeta{weight_kind_, layer_, {C}, false}, TensorMeta{bias_kind_, layer_, {C}, false}};
 }
 
 void LayerNorm::bind(const ParamLayout& layout) {
   weight_.bind(layout);
-  bias_.bind(layout);
+  if (kind_ == NormKind::layernorm) bias_.bind(layout);
 }
 
 void LayerNorm::forward(const ModuleContext& ctx, const float* in, float* out,
                         const LayerNormStats& stats) const {
   const size_t N = ctx.mb.dims().stream_tokens;
+  if (kind_ == NormKind::rmsnorm) {
+    ctx.k.rmsnorm_forward(out, stats.rstd, in, weight_.in(ctx.params), N, channels_, eps_);
+    return;
+  }
   ctx.k.layernorm_forward(out, stats.mean, stats.rstd, in, weight_.in(ctx.params),
                           bias_.in(ctx.params), N, channels_);
 }
@@ -35,23 +44,33 @@ void LayerNorm::forward(const ModuleContext& ctx, const float* in, float* out,
 void LayerNorm::backward(const ModuleContext& ctx, const float* in, const LayerNormStats& stats,
                          const float* dout, float* din) const {
   const size_t N = ctx.mb.dims().stream_tokens;
+  const bool rms = kind_ == NormKind::rmsnorm;
   if (!ctx.sequence_parallel()) {
-    ctx.k.layernorm_backward(din, weight_.in(ctx.grads), bias_.in(ctx.grads), dout, in,
-                             weight_.in(ctx.params), stats.mean, stats.rstd, N, channels_);
+    if (rms)
+      ctx.k.rmsnorm_backward(din, weight_.in(ctx.grads), dout, in, weight_.in(ctx.params),
+                             stats.rstd, N, channels_);
+    else
+      ctx.k.layernorm_backward(din, weight_.in(ctx.grads), bias_.in(ctx.grads), dout, in,
+                               weight_.in(ctx.params), stats.mean, stats.rstd, N, channels_);
     return;
   }
   // Each rank normalised only its rows: the gain's and bias's gradients are partial sums, and
   // must be summed over the group for this micro-batch alone (the unit's gradients accumulate
   // over micro-batches), so they are made apart, all-reduced, then added.
   const size_t C = channels_;
-  float* g = ctx.scratch.norm_grads();  // (2, C) gain, bias
-  ctx.zero(g, 2 * C);
-  ctx.k.layernorm_backward(din, g, g + C, dout, in, weight_.in(ctx.params), stats.mean, stats.rstd,
-                           N, C);
-  ctx.tp->all_reduce(ctx.stream, g, 2 * C);
+  const size_t parts = rms ? 1 : 2;
+  float* g = ctx.scratch.norm_grads();  // (parts, C) gain, bias
+  ctx.zero(g, parts * C);
+  if (rms)
+    ctx.k.rmsnorm_backward(din, g, dout, in, weight_.in(ctx.params), stats.rstd, N, C);
+  else
+    ctx.k.layernorm_backward(din, g, g + C, dout, in, weight_.in(ctx.params), stats.mean,
+                             stats.rstd, N, C);
+  ctx.tp->all_reduce(ctx.stream, g, parts * C);
   float* dw = weight_.in(ctx.grads);
-  float* db = bias_.in(ctx.grads);
   ctx.k.residual_forward(dw, dw, g, C);
+  if (rms) return;
+  float* db = bias_.in(ctx.grads);
   ctx.k.residual_forward(db, db, g + C, C);
 }
 

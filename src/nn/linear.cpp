@@ -6,7 +6,7 @@
 namespace tierzero::nn {
 
 Linear::Linear(ParamKind weight, ParamKind bias, int layer, size_t in_features, size_t out_features,
-               LinearSplit split, size_t stride, size_t granule)
+               LinearSplit split, size_t stride, size_t granule, bool has_bias)
     : weight_kind_(weight),
       bias_kind_(bias),
       layer_(layer),
@@ -17,6 +17,7 @@ Linear::Linear(ParamKind weight, ParamKind bias, int layer, size_t in_features, 
       split_(split),
       stride_(stride),
       granule_(granule),
+      has_bias_(has_bias),
       weight_(weight, layer),
       bias_(bias, layer) {}
 
@@ -33,16 +34,17 @@ std::vector<TensorMeta> Linear::parameters() const {
     w.partition_stride = stride_;
     w.partition_granule = granule_;
   }
+  if (!has_bias_) return {w};
   return {w, b};
 }
 
 void Linear::bind(const ParamLayout& layout) {
   weight_.bind(layout);
-  bias_.bind(layout);
+  if (has_bias_) bias_.bind(layout);
   out_ = static_cast<size_t>(weight_.shape()[0]);
   in_ = static_cast<size_t>(weight_.shape()[1]);
   // A row-parallel output is summed over the group: one rank adds the (replicated) bias.
-  bias_in_forward_ = split_ != LinearSplit::row || layout.tp().rank == 0;
+  bias_in_forward_ = has_bias_ && (split_ != LinearSplit::row || layout.tp().rank == 0);
 }
 
 void Linear::forward(const ModuleContext& ctx, const float* in, float* out) const {
@@ -56,8 +58,8 @@ void Linear::backward(const ModuleContext& ctx, const float* in, const float* do
   // Every rank has the whole dout of a row-parallel output, so each computes the bias's
   // gradient, and the replicas stay equal.
   const size_t N = ctx.mb.dims().tokens;
-  ctx.k.matmul_backward(din, weight_.in(ctx.grads), bias_.in(ctx.grads), dout, in,
-                        weight_.in(ctx.params), N, in_, out_);
+  ctx.k.matmul_backward(din, weight_.in(ctx.grads), has_bias_ ? bias_.in(ctx.grads) : nullptr, dout,
+                        in, weight_.in(ctx.params), N, in_, out_);
 }
 
 }  // namespace tierzero::nn

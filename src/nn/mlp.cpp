@@ -1,5 +1,5 @@
-// MLP: fc, GELU, projection; backward in reverse with the model's scratch for the hidden
-// gradients.
+// MLP: fc, GELU (or SwiGLU), projection; backward in reverse with the model's scratch for the
+// hidden gradients.
 #include "tierzero/nn/mlp.hpp"
 
 #include "tierzero/nn/micro_batch.hpp"
@@ -7,12 +7,19 @@
 
 namespace tierzero::nn {
 
+namespace {
+bool is_swiglu(const GPTConfig& c) {
+  return c.arch.mlp == MlpKind::swiglu;
+}
+}  // namespace
+
 MLP::MLP(const GPTConfig& config, int layer)
-    : hidden_(4 * config.channels),
-      fc_(ParamKind::fcw, ParamKind::fcb, layer, config.channels, 4 * config.channels,
-          LinearSplit::column),
-      proj_(ParamKind::fcprojw, ParamKind::fcprojb, layer, 4 * config.channels, config.channels,
-            LinearSplit::row) {}
+    : swiglu_(is_swiglu(config)),
+      hidden_(config.hidden()),
+      fc_(ParamKind::fcw, ParamKind::fcb, layer, config.channels, config.fc_channels(),
+          LinearSplit::column, is_swiglu(config) ? 2 : 1, 1, config.arch.linear_bias),
+      proj_(ParamKind::fcprojw, ParamKind::fcprojb, layer, config.hidden(), config.channels,
+            LinearSplit::row, 1, 1, config.arch.linear_bias) {}
 
 std::vector<TensorMeta> MLP::parameters() const {
   std::vector<TensorMeta> p = fc_.parameters();
@@ -23,22 +30,30 @@ std::vector<TensorMeta> MLP::parameters() const {
 void MLP::bind(const ParamLayout& layout) {
   fc_.bind(layout);
   proj_.bind(layout);
-  hidden_ = fc_.out_features();
+  hidden_ = proj_.in_features();
 }
 
 void MLP::forward(const ModuleContext& ctx, const float* in, float* out, const MlpActs& a) const {
   fc_.forward(ctx, in, a.fch);
-  ctx.k.gelu_forward(a.fch_gelu, a.fch, ctx.mb.B() * ctx.mb.T() * hidden_);
+  const size_t N = ctx.mb.B() * ctx.mb.T();
+  if (swiglu_)
+    ctx.k.swiglu_forward(a.fch_gelu, a.fch, N, hidden_);
+  else
+    ctx.k.gelu_forward(a.fch_gelu, a.fch, N * hidden_);
   if (out) proj_.forward(ctx, a.fch_gelu, out);
 }
 
 void MLP::backward(const ModuleContext& ctx, const float* in, const MlpActs& a, const float* dout,
                    float* din) const {
-  const size_t n = ctx.mb.B() * ctx.mb.T() * hidden_;
+  const size_t N = ctx.mb.B() * ctx.mb.T();
+  const size_t n = N * hidden_;
   ctx.zero(ctx.scratch.dfch_gelu(), n);
   proj_.backward(ctx, a.fch_gelu, dout, ctx.scratch.dfch_gelu());
-  ctx.zero(ctx.scratch.dfch(), n);
-  ctx.k.gelu_backward(ctx.scratch.dfch(), a.fch, ctx.scratch.dfch_gelu(), n);
+  ctx.zero(ctx.scratch.dfch(), swiglu_ ? 2 * n : n);
+  if (swiglu_)
+    ctx.k.swiglu_backward(ctx.scratch.dfch(), a.fch, ctx.scratch.dfch_gelu(), N, hidden_);
+  else
+    ctx.k.gelu_backward(ctx.scratch.dfch(), a.fch, ctx.scratch.dfch_gelu(), n);
   fc_.backward(ctx, in, ctx.scratch.dfch(), din);
 }
 

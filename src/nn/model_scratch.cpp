@@ -11,10 +11,10 @@ void ModelScratch::visit(Buffers& b, const ActivationDims& d, bool checkpointing
   if (checkpointing) b.block.visit(d, 1, fn);
   fn(b.proj, BT * C * f, "proj");
   fn(b.dln, BT * C * f, "dln");
-  fn(b.dqkv, AT * 3 * Cl * f, "dqkv");
+  fn(b.dqkv, AT * d.local_qkv * f, "dqkv");
   fn(b.datty, AT * Cl * f, "datty");
   fn(b.datt, d.B * NHl * T * T * f, "datt");
-  fn(b.dfch, BT * Hl * f, "dfch");
+  fn(b.dfch, BT * d.local_fc * f, "dfch");
   fn(b.dfch_gelu, BT * Hl * f, "dfch_gelu");
   if (d.tp > 1) {
     fn(b.xent_partials, BT * 3 * f, "xent_partials");

@@ -31,9 +31,9 @@ Shape with_dim(const Shape& s, size_t d, int64_t v) {
 }  // namespace
 
 const char* param_kind_name(ParamKind k) {
-  static const char* names[] = {"wte",      "wpe",      "ln1w", "ln1b", "qkvw", "qkvb",
-                                "attprojw", "attprojb", "ln2w", "ln2b", "fcw",  "fcb",
-                                "fcprojw",  "fcprojb",  "lnfw", "lnfb"};
+  static const char* names[] = {"wte",      "wpe",      "ln1w", "ln1b", "qkvw",   "qkvb",
+                                "attprojw", "attprojb", "ln2w", "ln2b", "fcw",    "fcb",
+                                "fcprojw",  "fcprojb",  "lnfw", "lnfb", "lmheadw"};
   return names[static_cast<size_t>(k)];
 }
 

@@ -27,7 +27,11 @@ constexpr size_t kHeaderBytes = kHeaderInts * sizeof(int32_t);
 // Visits every parameter slice in llm.c file order.
 template <typename Fn>
 void for_each_in_file_order(const nn::ParamLayout& layout, size_t num_layers, Fn fn) {
-  for (size_t k = 0; k < nn::kNumParamKinds; ++k) {
+  TZ_CHECK(
+      layout.find(nn::ParamKind::wpe) != nullptr && layout.find(nn::ParamKind::lnfb) != nullptr,
+      "an llm.c model file holds a GPT-2 only, not this Llama-family model",
+      "use training checkpoints (--save-dir, --resume) for Llama-family models");
+  for (size_t k = 0; k < nn::kNumGpt2ParamKinds; ++k) {
     auto kind = static_cast<nn::ParamKind>(k);
     bool layered = !(kind == nn::ParamKind::wte || kind == nn::ParamKind::wpe ||
                      kind == nn::ParamKind::lnfw || kind == nn::ParamKind::lnfb);

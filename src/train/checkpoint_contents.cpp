@@ -287,6 +287,41 @@ CheckpointContents open_checkpoint(const std::string& step_dir) {
   return c;
 }
 
+namespace {
+
+// A Llama-family model's architecture as the checkpoint identity records it
+// (Trainer::checkpoint_identity writes it through model_arch_json).
+nn::GPTArch model_arch_from(const Fields& f) {
+  nn::GPTArch a;
+  auto choice = [&](const char* key, const char* first, const char* second) {
+    const std::string v = f.string(key);
+    if (v != first && v != second) f.fail(key, v, std::string(first) + " or " + second);
+    return v == second;
+  };
+  auto flag = [&](const char* key) { return f.integer(key, 0, 1) == 1; };
+  a.norm = choice("norm", "layernorm", "rmsnorm") ? nn::NormKind::rmsnorm : nn::NormKind::layernorm;
+  a.norm_eps = f.number("norm_eps", 1e-12, 1.0);
+  a.positions =
+      choice("positions", "learned", "rope") ? nn::PositionKind::rope : nn::PositionKind::learned;
+  a.rope_theta = f.number("rope_theta", 1.0, 1e12);
+  a.rope_scaling.llama3 = flag("rope_llama3");
+  a.rope_scaling.factor = f.number("rope_factor", 1e-6, 1e6);
+  a.rope_scaling.low_freq_factor = f.number("rope_low_freq_factor", 1e-6, 1e6);
+  a.rope_scaling.high_freq_factor = f.number("rope_high_freq_factor", 1e-6, 1e6);
+  a.rope_scaling.original_max_position_embeddings =
+      static_cast<size_t>(f.integer("rope_original_max", 1, 1 << 24));
+  a.mlp = choice("mlp", "gelu", "swiglu") ? nn::MlpKind::swiglu : nn::MlpKind::gelu;
+  a.intermediate_size = static_cast<size_t>(f.integer("intermediate_size", 0, 1 << 24));
+  a.num_kv_heads = static_cast<size_t>(f.integer("num_kv_heads", 0, 1 << 16));
+  a.head_dim = static_cast<size_t>(f.integer("head_dim", 0, 1 << 16));
+  a.qkv_bias = flag("qkv_bias");
+  a.linear_bias = flag("linear_bias");
+  a.tie_embeddings = flag("tie_embeddings");
+  return a;
+}
+
+}  // namespace
+
 nn::GPTConfig checkpoint_model(const CheckpointContents& c) {
   const Fields id(c.manifest.path, c.manifest.identity, "identity");
   const Fields s = id.object("model_shape");
@@ -299,14 +334,16 @@ nn::GPTConfig checkpoint_model(const CheckpointContents& c) {
   g.num_layers = static_cast<size_t>(s.integer("num_layers", 1, 1 << 16));
   g.num_heads = static_cast<size_t>(s.integer("num_heads", 1, 1 << 16));
   g.channels = static_cast<size_t>(s.integer("channels", 1, 1 << 20));
-  if (g.channels % g.num_heads != 0)
+  if (id.has("model_arch")) g.arch = model_arch_from(id.object("model_arch"));
+  if (g.is_gpt2() && g.channels % g.num_heads != 0)
     s.fail("channels", std::to_string(g.channels),
            "a multiple of num_heads (" + std::to_string(g.num_heads) + ")");
   // The parameter count (so the layout is never built for a shape its files cannot hold), then
   // every tensor where the rank files say it is.
   const size_t C = g.channels, L = g.num_layers;
   const size_t params =  // at least (the padded rows aside): bounded by the limits above
-      g.vocab_size * C + g.max_seq_len * C + L * (12 * C * C + 13 * C) + 2 * C;
+      g.is_gpt2() ? g.vocab_size * C + g.max_seq_len * C + L * (12 * C * C + 13 * C) + 2 * C
+                  : g.vocab_size * C;
   const int64_t want = id.integer("parameters", 1, kMaxElems);
   size_t data = 0;
   for (const CheckpointRankFile& r : c.ranks) data += r.file_bytes;

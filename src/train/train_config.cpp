@@ -317,6 +317,68 @@ void read_ds_checkpoint(ConfigReader r) {
   r.finish();
 }
 
+// Hugging Face's rope_scaling object; only rope_type "llama3" is built.
+void read_rope_scaling(ConfigReader r, nn::RopeScaling& s) {
+  const std::string type = r.get_string("rope_type", "llama3");
+  if (type != "llama3") r.fail("rope_type", "= " + type + " is not supported (only llama3)");
+  s.llama3 = true;
+  s.factor = r.get_number("factor", s.factor, 1e-6, 1e6);
+  s.low_freq_factor = r.get_number("low_freq_factor", s.low_freq_factor, 1e-6, 1e6);
+  s.high_freq_factor = r.get_number("high_freq_factor", s.high_freq_factor, 1e-6, 1e6);
+  s.original_max_position_embeddings = static_cast<size_t>(
+      r.get_int("original_max_position_embeddings",
+                static_cast<int64_t>(s.original_max_position_embeddings), 1, 1 << 24));
+  if (s.high_freq_factor <= s.low_freq_factor)
+    r.fail("high_freq_factor", "must be larger than low_freq_factor");
+  r.finish();
+}
+
+// One of `names` (the enum's values in order), or the fallback's index.
+template <typename E>
+E read_choice(ConfigReader& r, const std::string& key, E fallback,
+              const std::vector<std::string>& names) {
+  const std::string v = r.get_string(key, names[static_cast<size_t>(fallback)]);
+  for (size_t i = 0; i < names.size(); ++i)
+    if (v == names[i]) return static_cast<E>(i);
+  std::string all;
+  for (const std::string& n : names) all += (all.empty() ? "" : " or ") + n;
+  r.fail(key, "= " + v + " is not one of " + all);
+  return fallback;
+}
+
+// The architecture keys (GPT-2's values unless given). "architecture": "llama" starts from the
+// Llama family's parts (RMSNorm, rotary positions, SwiGLU, no biases, untied head).
+void read_arch(ConfigReader& r, ModelShape& m) {
+  nn::GPTArch& a = m.arch;
+  const std::string family = r.get_string("architecture", a.is_gpt2() ? "gpt2" : "llama");
+  if (family == "llama" && a.is_gpt2()) {
+    a.norm = nn::NormKind::rmsnorm;
+    a.positions = nn::PositionKind::rope;
+    a.mlp = nn::MlpKind::swiglu;
+    a.qkv_bias = a.linear_bias = a.tie_embeddings = false;
+  } else if (family != "llama" && family != "gpt2") {
+    r.fail("architecture", "= " + family + " is not one of gpt2 or llama");
+  }
+  a.norm = read_choice(r, "norm", a.norm, {"layernorm", "rmsnorm"});
+  a.norm_eps = r.get_number("rms_norm_eps", a.norm_eps, 1e-12, 1.0);
+  a.positions = read_choice(r, "positions", a.positions, {"learned", "rope"});
+  a.rope_theta = r.get_number("rope_theta", a.rope_theta, 1.0, 1e12);
+  if (r.has("rope_scaling") && !r.is_null("rope_scaling"))
+    read_rope_scaling(r.child("rope_scaling"), a.rope_scaling);
+  else if (r.has("rope_scaling"))
+    r.accept({"rope_scaling"});
+  a.mlp = read_choice(r, "mlp", a.mlp, {"gelu", "swiglu"});
+  a.intermediate_size = static_cast<size_t>(r.get_int(
+      "intermediate_size", static_cast<int64_t>(a.intermediate_size), 0, int64_t{1} << 24));
+  a.num_kv_heads = static_cast<size_t>(
+      r.get_int("num_key_value_heads", static_cast<int64_t>(a.num_kv_heads), 0, 4096));
+  a.head_dim = static_cast<size_t>(
+      r.get_int("head_dim", static_cast<int64_t>(a.head_dim), 0, int64_t{1} << 16));
+  a.qkv_bias = r.get_bool("qkv_bias", a.qkv_bias);
+  a.linear_bias = r.get_bool("proj_bias", a.linear_bias);
+  a.tie_embeddings = r.get_bool("tie_word_embeddings", a.tie_embeddings);
+}
+
 void read_model(ConfigReader r, ModelShape& m) {
   m.vocab_size = r.get_int("vocab_size", m.vocab_size, 2, 1 << 24);
   m.padded_vocab_size = r.get_int("padded_vocab_size", m.padded_vocab_size, 0, 1 << 24);
@@ -324,9 +386,13 @@ void read_model(ConfigReader r, ModelShape& m) {
   m.n_layer = r.get_int("n_layer", m.n_layer, 1, 4096);
   m.n_head = r.get_int("n_head", m.n_head, 1, 4096);
   m.n_embd = r.get_int("n_embd", m.n_embd, 1, 1 << 20);
-  if (m.n_embd % m.n_head != 0)
+  read_arch(r, m);
+  if (m.arch.head_dim == 0 && m.n_embd % m.n_head != 0)
     r.fail("n_embd", "= " + std::to_string(m.n_embd) +
                          " must be divisible by n_head = " + std::to_string(m.n_head));
+  if (m.arch.num_kv_heads != 0 && m.n_head % static_cast<int64_t>(m.arch.num_kv_heads) != 0)
+    r.fail("num_key_value_heads", "= " + std::to_string(m.arch.num_kv_heads) +
+                                      " must divide n_head = " + std::to_string(m.n_head));
   if (m.padded_vocab_size != 0 && m.padded_vocab_size < m.vocab_size)
     r.fail("padded_vocab_size",
            "= " + std::to_string(m.padded_vocab_size) +
@@ -483,6 +549,7 @@ void apply_model_name(const std::string& text, ModelShape& m) {
   m.n_layer = static_cast<int64_t>(p.num_layers);
   m.n_head = static_cast<int64_t>(p.num_heads);
   m.n_embd = static_cast<int64_t>(p.channels);
+  m.arch = p.arch;
 }
 
 }  // namespace tierzero::train

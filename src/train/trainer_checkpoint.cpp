@@ -22,6 +22,28 @@ namespace tierzero::train {
 
 namespace {
 
+// A Llama-family model's architecture in the checkpoint identity (read back by
+// checkpoint_contents' model_arch_from); flags as 0/1.
+nlohmann::ordered_json model_arch_json(const nn::GPTArch& a) {
+  const nn::RopeScaling& r = a.rope_scaling;
+  return {{"norm", a.norm == nn::NormKind::rmsnorm ? "rmsnorm" : "layernorm"},
+          {"norm_eps", a.norm_eps},
+          {"positions", a.positions == nn::PositionKind::rope ? "rope" : "learned"},
+          {"rope_theta", a.rope_theta},
+          {"rope_llama3", r.llama3 ? 1 : 0},
+          {"rope_factor", r.factor},
+          {"rope_low_freq_factor", r.low_freq_factor},
+          {"rope_high_freq_factor", r.high_freq_factor},
+          {"rope_original_max", r.original_max_position_embeddings},
+          {"mlp", a.mlp == nn::MlpKind::swiglu ? "swiglu" : "gelu"},
+          {"intermediate_size", a.intermediate_size},
+          {"num_kv_heads", a.num_kv_heads},
+          {"head_dim", a.head_dim},
+          {"qkv_bias", a.qkv_bias ? 1 : 0},
+          {"linear_bias", a.linear_bias ? 1 : 0},
+          {"tie_embeddings", a.tie_embeddings ? 1 : 0}};
+}
+
 // A checkpoint block's element type: fp32 for 4-byte states, else the working type.
 std::string block_dtype(const TrainConfig& c, size_t elem_bytes) {
   return dtype_name(elem_bytes == sizeof(float) ? DType::f32 : working_dtype(c));
@@ -162,6 +184,7 @@ nlohmann::ordered_json Trainer::checkpoint_identity() const {
                        {"num_layers", mc.num_layers},
                        {"num_heads", mc.num_heads},
                        {"channels", mc.channels}};
+  if (!mc.is_gpt2()) id["model_arch"] = model_arch_json(mc.arch);  // GPT-2's files unchanged
   // The layout (may change on resume: checkpoint_layout_keys), then what may not.
   const comm::MeshShape mesh = s.groups.mesh ? s.groups.mesh->layout().shape() : comm::MeshShape{};
   id["ranks"] = s.run.world_size;

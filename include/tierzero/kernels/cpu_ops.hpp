@@ -44,6 +44,27 @@ void attention_forward(float* out, float* att, const float* qkv, size_t B, size_
 void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
                         const float* att, size_t B, size_t T, size_t C, size_t NH);
 
+// Llama's operations (kernels.hpp has their exact definitions).
+// out (N,C), rstd (N) from inp (N,C), weight (C)
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, size_t N,
+                     size_t C, float eps);
+// dinp (N,C) +=, dweight (C) += from dout, inp (N,C), weight (C), rstd (N)
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                      const float* weight, const float* rstd, size_t N, size_t C);
+// x (B,T,blocks,block_heads,hs) rotated in place (inverse: the backward)
+void rope_apply(float* x, size_t B, size_t T, size_t blocks, size_t block_heads,
+                size_t rotated_heads, size_t hs, size_t pos0, const RopeParams& p, bool inverse);
+// out (N,H) = silu(inp[:, :H]) * inp[:, H:] with inp (N,2H)
+void swiglu_forward(float* out, const float* inp, size_t N, size_t H);
+// dinp (N,2H) += from inp (N,2H), dout (N,H)
+void swiglu_backward(float* dinp, const float* inp, const float* dout, size_t N, size_t H);
+// out (B,T,NH hs), att (B,NH,T,T) from qkv (B,T,KVH (NH/KVH + 2) hs), grouped layout
+void gqa_attention_forward(float* out, float* att, const float* qkv, size_t B, size_t T, size_t NH,
+                           size_t KVH, size_t hs);
+// dqkv (B,T,KVH (NH/KVH + 2) hs) += from dout (B,T,NH hs), qkv, att (B,NH,T,T); datt scratch
+void gqa_attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
+                            const float* att, size_t B, size_t T, size_t NH, size_t KVH, size_t hs);
+
 // out (n) = gelu_tanh(inp (n))
 void gelu_forward(float* out, const float* inp, size_t n);
 // dinp (n) += gelu_tanh'(inp (n)) * dout (n)

@@ -31,6 +31,21 @@ struct AdamWParams {
   int64_t step;        // 1-based step count used for bias correction
 };
 
+// Rotary frequencies: inv_freq[i] = 1 / theta^(2i / hs), then, with llama3 set, Llama 3's
+// scaling (Hugging Face _compute_llama3_parameters): wavelengths longer than
+// original_max / low_freq_factor divided by factor, shorter than original_max / high_freq_factor
+// kept, and the band between interpolated smoothly.
+struct RopeParams {
+  float theta = 10000.0f;
+  bool llama3 = false;
+  float factor = 8.0f;
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  float original_max = 8192.0f;
+};
+// inv_freq (hs / 2) for p, in fp32 as Hugging Face computes it. Shared by every backend.
+void rope_inv_freq(float* inv_freq, size_t hs, const RopeParams& p);
+
 class Kernels {
  public:
   virtual ~Kernels() = default;
@@ -99,6 +114,60 @@ class Kernels {
                                   const float* qkv,   // (B, T, 3C)
                                   const float* att,   // (B, NH, T, T)
                                   size_t B, size_t T, size_t C, size_t NH) = 0;
+
+  // ---- the Llama family's operations (llama_ops below; see RopeParams) ----
+
+  // RMSNorm (Llama): out = inp * rstd * weight, rstd = 1 / sqrt(mean(inp^2) + eps) per row.
+  virtual void rmsnorm_forward(float* out,           // (N, C)
+                               float* rstd,          // (N)
+                               const float* inp,     // (N, C)
+                               const float* weight,  // (C)
+                               size_t N, size_t C, float eps) = 0;
+  virtual void rmsnorm_backward(float* dinp,          // (N, C) +=
+                                float* dweight,       // (C) +=
+                                const float* dout,    // (N, C)
+                                const float* inp,     // (N, C)
+                                const float* weight,  // (C)
+                                const float* rstd,    // (N)
+                                size_t N, size_t C) = 0;
+
+  // Rotary position embedding, in place, Hugging Face's rotate_half convention: within a head of
+  // hs channels, channel i < hs/2 pairs with i + hs/2 and both turn by the angle
+  // (pos0 + t) * inv_freq[i]. Each row of x holds `blocks` blocks of `block_heads` heads; the
+  // first `rotated_heads` heads of every block are rotated (the grouped q, k, v layout: a kv
+  // group's query heads and its k head). rope_backward applies the inverse rotation, turning the
+  // gradient of the rotated values into that of the values before it (in place, not +=).
+  virtual void rope_forward(float* x,  // (B, T, blocks, block_heads, hs)
+                            size_t B, size_t T, size_t blocks, size_t block_heads,
+                            size_t rotated_heads, size_t hs, size_t pos0, const RopeParams& p) = 0;
+  virtual void rope_backward(float* dx,  // (B, T, blocks, block_heads, hs)
+                             size_t B, size_t T, size_t blocks, size_t block_heads,
+                             size_t rotated_heads, size_t hs, size_t pos0, const RopeParams& p) = 0;
+
+  // SwiGLU: out[n, i] = silu(inp[n, i]) * inp[n, H + i] (each row: gate (H), then up (H)).
+  virtual void swiglu_forward(float* out,        // (N, H)
+                              const float* inp,  // (N, 2H)
+                              size_t N, size_t H) = 0;
+  virtual void swiglu_backward(float* dinp,        // (N, 2H) +=
+                               const float* inp,   // (N, 2H)
+                               const float* dout,  // (N, H)
+                               size_t N, size_t H) = 0;
+
+  // Causal grouped-query attention on the grouped layout: qkv[b,t,:] holds KVH groups of
+  // (rep + 2) heads of hs channels, rep = NH / KVH: the group's rep query heads, its k head, its
+  // v head. Query head h (of group h / rep) writes out[b,t,h*hs..(h+1)*hs). Scores are scaled by
+  // 1/sqrt(hs); att receives the softmax probabilities (zero above the diagonal). The backward
+  // sums each k and v head's gradient over its group's query heads.
+  virtual void gqa_attention_forward(float* out,        // (B, T, NH hs)
+                                     float* att,        // (B, NH, T, T)
+                                     const float* qkv,  // (B, T, KVH (rep + 2) hs)
+                                     size_t B, size_t T, size_t NH, size_t KVH, size_t hs) = 0;
+  virtual void gqa_attention_backward(float* dqkv,        // (B, T, KVH (rep + 2) hs) +=
+                                      float* datt,        // (B, NH, T, T) scratch
+                                      const float* dout,  // (B, T, NH hs)
+                                      const float* qkv,   // (B, T, KVH (rep + 2) hs)
+                                      const float* att,   // (B, NH, T, T)
+                                      size_t B, size_t T, size_t NH, size_t KVH, size_t hs) = 0;
 
   // GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
   virtual void gelu_forward(float* out, const float* inp, size_t n) = 0;  // (n)

@@ -25,7 +25,11 @@ struct ActivationDims {
   size_t channels = 0;        // C, the residual stream's width
   size_t local_channels = 0;  // C / (tp ulysses): the channels of this rank's attention heads
   size_t local_heads = 0;     // NH / (tp ulysses)
-  size_t local_hidden = 0;    // 4C / tp: this rank's MLP hidden features
+  size_t local_kv_heads = 0;  // KVH / (tp ulysses): grouped-query attention's kv heads
+  size_t head_dim = 0;        // hs
+  size_t local_qkv = 0;       // the fused q, k, v row: 3 Cl (GPT-2), (NHl + 2 KVHl) hs (Llama)
+  size_t local_hidden = 0;    // 4C / tp (or intermediate_size / tp): this rank's MLP hidden
+  size_t local_fc = 0;        // the MLP's first projection's row: Hl, or 2 Hl for SwiGLU
   size_t local_vocab = 0;     // Vp / tp: this rank's logit columns
   size_t tp = 1;
   bool sequence_parallel = false;  // only ever true with tp > 1
@@ -35,10 +39,10 @@ struct ActivationDims {
   // sequence of each of the B rows; equal to `tokens` without Ulysses.
   size_t attention_tokens() const { return B * seq_len; }
 
-  // T is the whole sequence. Throws Error naming what does not divide: the heads or the padded
-  // vocabulary by tp, with sequence parallelism the B * T tokens by tp, under Ulysses the heads
-  // or the sequence by ulysses. sequence_parallel with tp 1 is no split. Ulysses with tp > 1 is
-  // refused (not built).
+  // T is the whole sequence. Throws Error naming what does not divide: the heads, kv heads, MLP
+  // hidden features or the padded vocabulary by tp, with sequence parallelism the B * T tokens by
+  // tp, under Ulysses the heads the kv heads or the sequence by ulysses. sequence_parallel with tp
+  // 1 is no split. Ulysses with tp > 1 is refused (not built).
   static ActivationDims of(const GPTConfig& config, size_t B, size_t T, size_t tp = 1,
                            bool sequence_parallel = false, size_t ulysses = 1);
   bool operator==(const ActivationDims&) const = default;

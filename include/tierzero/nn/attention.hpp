@@ -3,11 +3,17 @@
 // heads, and the output projection row-parallel. Under Ulysses (ctx.ulysses) the projections run
 // on this rank's slice of the sequence with all heads, and the attention kernel on the whole
 // sequence with this rank's heads, an all-to-all on either side (UlyssesGroup).
+// The Llama family's attention (any model that is not GPT-2) uses the grouped layout instead of
+// GPT-2's [q | k | v]: the fused projection's rows are KVH groups of (the group's query heads,
+// its k head, its v head) (kernels.hpp), so whole groups split over tp and Ulysses ranks as
+// equal contiguous pieces; q and k are turned by rotary embeddings before the kernel (and their
+// gradients turned back after it), and the projections' biases are optional.
 #pragma once
 
 #include <cstddef>
 #include <vector>
 
+#include "tierzero/kernels/kernels.hpp"
 #include "tierzero/nn/gpt_config.hpp"
 #include "tierzero/nn/linear.hpp"
 
@@ -18,7 +24,7 @@ namespace tierzero::nn {
 // over the whole sequence, as the kernel read it; atty (B, T, C) all heads' outputs of the slice,
 // as the projection read it (the same count as (B, Ts, Cl)); att (B, NHl, Ts, Ts).
 struct AttentionActs {
-  float* qkv;   // (B, T, 3C)
+  float* qkv;   // (B, T, 3C); grouped: (B, T, KVH (rep + 2) hs), after the rotary embedding
   float* atty;  // (B, T, C) the heads' outputs, before the projection
   float* att;   // (B, NH, T, T) softmax probabilities
 };
@@ -27,7 +33,8 @@ class Attention {
  public:
   Attention(const GPTConfig& config, int layer);
 
-  std::vector<TensorMeta> parameters() const;  // qkvw, qkvb, attprojw, attprojb
+  // qkvw, qkvb, attprojw, attprojb (the biases the architecture has)
+  std::vector<TensorMeta> parameters() const;
   void bind(const ParamLayout& layout);
 
   // out (B, T, C) = attproj(attention(qkv(in))); in (B, T, C) is the layernormed stream.
@@ -43,8 +50,21 @@ class Attention {
   void backward_ulysses(const ModuleContext& ctx, const float* in, const AttentionActs& acts,
                         const float* dout, float* din) const;
 
+  void forward_grouped(const ModuleContext& ctx, const float* in, float* out,
+                       const AttentionActs& acts) const;
+  void backward_grouped(const ModuleContext& ctx, const float* in, const AttentionActs& acts,
+                        const float* dout, float* din) const;
+  // The rotary embedding on q and k of qkv (B, Ts, groups (rep + 2) hs); undo: the backward's.
+  void rotate(const ModuleContext& ctx, float* qkv, size_t B, size_t Ts, size_t groups,
+              bool undo) const;
+
+  bool grouped_;  // the Llama layout and kernels (not GPT-2)
+  bool rope_;
+  kernels::RopeParams rope_params_;
   size_t head_size_;
-  size_t channels_, heads_;  // local: set by bind
+  size_t group_heads_;       // rep: query heads per kv head (1 for GPT-2)
+  size_t channels_, heads_;  // local: set by bind (channels_: the heads' outputs, NHl hs)
+  size_t qkv_width_ = 0;     // local fused q, k, v row, set by bind
   Linear qkv_, proj_;
 };
 

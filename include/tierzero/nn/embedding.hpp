@@ -2,7 +2,9 @@
 // embeddings. Its input is the micro-batch's tokens rather than a float tensor. Under tensor
 // parallelism each rank looks up the tokens of its vocabulary range (zeros for the rest; tp
 // rank 0 adds the positions) and the partial sums are all-reduced, or reduce-scattered to this
-// rank's rows of the stream under sequence parallelism.
+// rank's rows of the stream under sequence parallelism. With rotary positions (Llama) there is
+// no wpe; with an untied head the embeddings' unit also holds the head's lm_head weight (cut by
+// vocabulary like wte), so the unit is what the first and last pipeline stages share either way.
 #pragma once
 
 #include <cstddef>
@@ -17,7 +19,8 @@ class Embedding final : public Module {
  public:
   Embedding(const GPTConfig& config, size_t index);
 
-  std::vector<TensorMeta> parameters() const override;  // wte (Vp, C), wpe (maxT, C)
+  // wte (Vp, C), wpe (maxT, C) for learned positions, lmheadw (Vp, C) when untied
+  std::vector<TensorMeta> parameters() const override;
   void bind(const ParamLayout& layout) override;
   // The lookup's gradient is a scatter of dout into rows: no parameter values needed.
   bool backward_reads_params() const override { return false; }
@@ -29,6 +32,7 @@ class Embedding final : public Module {
 
  private:
   size_t vocab_padded_, max_seq_len_, channels_;
+  bool learned_positions_, untied_head_;
   size_t vocab_start_ = 0, vocab_local_ = 0;  // this rank's rows of wte, after bind
   ParamRef wte_, wpe_;
 };

@@ -4,7 +4,8 @@
 // Under tensor parallelism wte's rows are cut by vocabulary, so the head is column-parallel: each
 // rank computes its columns of the logits (the loss is vocabulary-parallel, see GPT), and the
 // input gradient's partial sums are all-reduced (reduce-scattered under sequence parallelism,
-// whose input is gathered first).
+// whose input is gathered first). An untied head (Llama 3 8B) reads its own lmheadw instead,
+// which the Embedding declares in the same unit.
 #pragma once
 
 #include <cstddef>
@@ -28,7 +29,7 @@ class Head final : public Module {
 
  private:
   size_t vocab_padded_, channels_;
-  ParamRef wte_;
+  ParamRef wte_;  // wte, or lmheadw when untied
 };
 
 }  // namespace tierzero::nn

@@ -1,25 +1,29 @@
 // LayerNorm over the channels, with its (replicated) gain and bias, and the per-row statistics
-// its backward reuses.
+// its backward reuses; or, as the Llama family normalises, RMSNorm: a gain and no bias, and only
+// the rstd statistic.
 #pragma once
 
 #include <cstddef>
 #include <vector>
 
+#include "tierzero/nn/gpt_config.hpp"
 #include "tierzero/nn/module.hpp"
 
 namespace tierzero::nn {
 
 // What a layernorm's forward keeps besides its output, for the backward.
 struct LayerNormStats {
-  float* mean;  // (S) per row of the stream (S = B*T unless sequence parallel)
+  float* mean;  // (S) per row of the stream (S = B*T unless sequence parallel); unused by RMSNorm
   float* rstd;  // (S)
 };
 
 class LayerNorm {
  public:
-  LayerNorm(ParamKind weight, ParamKind bias, int layer, size_t channels);
+  LayerNorm(ParamKind weight, ParamKind bias, int layer, size_t channels,
+            NormKind kind = NormKind::layernorm, double eps = 1e-5);
 
-  std::vector<TensorMeta> parameters() const;  // weight (C), bias (C): replicated, no decay
+  // weight (C), bias (C, layernorm only): replicated, no decay
+  std::vector<TensorMeta> parameters() const;
   void bind(const ParamLayout& layout);
 
   // out (S, C) = layernorm(in (S, C)), keeping stats; S: the stream's rows on this rank.
@@ -34,6 +38,8 @@ class LayerNorm {
   ParamKind weight_kind_, bias_kind_;
   int layer_;
   size_t channels_;
+  NormKind kind_;
+  float eps_;
   ParamRef weight_, bias_;
 };
 

@@ -16,11 +16,13 @@ enum class LinearSplit { replicated, column, row };
 class Linear {
  public:
   // stride: fused outputs cut separately (column split of fused QKV: 3); granule: features that
-  // stay on one rank along the split dim (an attention head's channels).
+  // stay on one rank along the split dim (an attention head's channels); has_bias false: no
+  // bias tensor (Llama's projections).
   Linear(ParamKind weight, ParamKind bias, int layer, size_t in_features, size_t out_features,
-         LinearSplit split, size_t stride = 1, size_t granule = 1);
+         LinearSplit split, size_t stride = 1, size_t granule = 1, bool has_bias = true);
 
-  std::vector<TensorMeta> parameters() const;  // weight (out, in) with decay, bias (out)
+  // weight (out, in) with decay, bias (out) when it has one
+  std::vector<TensorMeta> parameters() const;
   void bind(const ParamLayout& layout);
   size_t in_features() const { return in_; }    // local, after bind
   size_t out_features() const { return out_; }  // local, after bind
@@ -38,6 +40,7 @@ class Linear {
   size_t in_, out_;            // local: set by bind
   LinearSplit split_;
   size_t stride_, granule_;
+  bool has_bias_;
   bool bias_in_forward_ = true;  // false on tp ranks > 0 of a row-parallel linear
   ParamRef weight_, bias_;
 };

@@ -1,4 +1,7 @@
 // MLP: fc (column-parallel, C -> 4C), GELU, projection (row-parallel, 4C -> C), Megatron's split.
+// The Llama family's SwiGLU MLP is the same with fc the fused gate and up projections (C -> 2H,
+// each cut separately, so a rank holds its gate and up features), silu(gate) * up for the GELU,
+// and no biases.
 #pragma once
 
 #include <cstddef>
@@ -11,26 +14,27 @@ namespace tierzero::nn {
 
 // What the MLP keeps from its forward for its backward.
 struct MlpActs {
-  float* fch;       // (B, T, 4C)
-  float* fch_gelu;  // (B, T, 4C)
+  float* fch;       // (B, T, 4C); SwiGLU: (B, T, 2H) gate, up
+  float* fch_gelu;  // (B, T, 4C); SwiGLU: (B, T, H) silu(gate) * up
 };
 
 class MLP {
  public:
   MLP(const GPTConfig& config, int layer);
 
-  std::vector<TensorMeta> parameters() const;  // fcw, fcb, fcprojw, fcprojb
+  std::vector<TensorMeta> parameters() const;  // fcw, fcb, fcprojw, fcprojb (biases if any)
   void bind(const ParamLayout& layout);
 
-  // out (B, T, C) = fcproj(gelu(fc(in))). out may be null: a checkpoint recompute needs only
-  // acts rebuilt, not the output the forward already delivered.
+  // out (B, T, C) = fcproj(gelu(fc(in))) (or fcproj(swiglu(fc(in)))). out may be null: a checkpoint
+  // recompute needs only acts rebuilt, not the output the forward already delivered.
   void forward(const ModuleContext& ctx, const float* in, float* out, const MlpActs& acts) const;
   // din (B, T, C) += d(in) for dout (B, T, C); `in` and `acts` are the forward's.
   void backward(const ModuleContext& ctx, const float* in, const MlpActs& acts, const float* dout,
                 float* din) const;
 
  private:
-  size_t hidden_;  // 4C, local after bind
+  bool swiglu_;
+  size_t hidden_;  // 4C (or H), local after bind
   Linear fc_, proj_;
 };
 

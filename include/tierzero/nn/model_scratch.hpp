@@ -37,7 +37,7 @@ class ModelScratch {
   float* dqkv() const { return buffers_.dqkv.f32(); }            // (AT, 3Cl)
   float* datty() const { return buffers_.datty.f32(); }          // (AT, Cl)
   float* datt() const { return buffers_.datt.f32(); }            // (B, NHl, Ts, Ts)
-  float* dfch() const { return buffers_.dfch.f32(); }            // (BT, Hl)
+  float* dfch() const { return buffers_.dfch.f32(); }            // (BT, Hl or 2 Hl: SwiGLU)
   float* dfch_gelu() const { return buffers_.dfch_gelu.f32(); }  // (BT, Hl)
   BlockActs block() const;  // the checkpointing mode's one block of internals
   // Tensor parallel only:
@@ -49,9 +49,10 @@ class ModelScratch {
   float* reduced() const { return buffers_.reduced.f32(); }              // (S, C)
   float* norm_grads() const { return buffers_.norm_grads.f32(); }        // (2, C)
   // Ulysses' packing buffers, each at least (BT, 3C): dfch and dfch_gelu ((BT, 4C) at tp 1,
-  // which Ulysses needs), unused outside the MLP's backward.
+  // which Ulysses needs), unused outside the MLP's backward. dfch_gelu is the smaller (SwiGLU's
+  // dfch holds gate and up).
   UlyssesBuffers ulysses() const {
-    return {dfch(), dfch_gelu(), buffers_.dfch.bytes() / sizeof(float)};
+    return {dfch(), dfch_gelu(), buffers_.dfch_gelu.bytes() / sizeof(float)};
   }
 
  private:

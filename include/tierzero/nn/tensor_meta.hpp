@@ -13,7 +13,9 @@
 
 namespace tierzero::nn {
 
-// The tensor kinds of GPT-2, in llm.c's checkpoint order.
+// The tensor kinds: GPT-2's in llm.c's checkpoint order, then the Llama family's untied head.
+// The Llama modules reuse GPT-2's kinds for their counterparts (qkvw: the fused q, k, v in the
+// grouped layout; fcw: the fused gate and up projections; ln*w: the RMSNorm gains).
 enum class ParamKind {
   wte,
   wpe,
@@ -30,9 +32,11 @@ enum class ParamKind {
   fcprojw,
   fcprojb,
   lnfw,
-  lnfb
+  lnfb,
+  lmheadw  // the untied head (Llama 3 8B); tied models read wte
 };
-constexpr size_t kNumParamKinds = 16;
+constexpr size_t kNumParamKinds = 17;
+constexpr size_t kNumGpt2ParamKinds = 16;  // wte ... lnfb: what an llm.c checkpoint holds
 const char* param_kind_name(ParamKind k);
 
 // This rank's place in its tensor-parallel group.

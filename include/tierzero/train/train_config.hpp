@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "tierzero/nn/gpt_config.hpp"
+
 namespace tierzero::train {
 
 struct ModelShape {
@@ -19,10 +21,15 @@ struct ModelShape {
   int64_t n_layer = 4;
   int64_t n_head = 4;
   int64_t n_embd = 128;
+  // GPT-2 (the default) or the Llama family's parts; the model section's keys are Hugging Face
+  // config.json's (rms_norm_eps, rope_theta, rope_scaling, intermediate_size,
+  // num_key_value_heads, tie_word_embeddings, head_dim, ...), or "architecture": "llama".
+  nn::GPTArch arch;
 };
 
-// `train --model`: a GPT-2 preset name (gpt2 ... gpt2-xl: its whole shape, 50257 tokens and 1024
-// positions) or a custom "layers,heads,channels" (the vocabulary and context stay as they are).
+// `train --model`: a preset name (gpt2 ... gpt2-xl: its whole shape, 50257 tokens and 1024
+// positions; the Llama family's, e.g. llama-3.2-1b or llama-tiny, with their architecture) or a
+// custom "layers,heads,channels" (the vocabulary, context and architecture stay as they are).
 // Throws Error naming the text when it is neither.
 void apply_model_name(const std::string& text, ModelShape& shape);
 

@@ -1,0 +1,326 @@
+// The Llama family's operations on CUDA, in the style of the GPT-2 kernels beside them (clarity
+// over speed): RMSNorm (one warp per row; the gain's gradient per column tile with one atomic per
+// column and block), rotary embeddings (one thread per rotated pair), SwiGLU (grid-stride), and
+// grouped-query attention on the grouped q, k, v layout (kernels.hpp): one warp per query row
+// forward; backward a query-row kernel then a key-row kernel that sums each kv head's gradient
+// over its group's query heads, so every gradient element has one writer.
+#include "cuda/cuda_common.cuh"
+
+namespace tierzero::kernels::cuda_impl {
+
+namespace {
+
+__device__ __forceinline__ size_t warp_row() {
+  return static_cast<size_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
+}
+
+__global__ void rmsnorm_forward_kernel(float* out,           // (N, C)
+                                       float* rstd,          // (N)
+                                       const float* inp,     // (N, C)
+                                       const float* weight,  // (C)
+                                       size_t N, size_t C, float eps) {
+  const size_t row = warp_row();
+  const size_t lane = threadIdx.x % kWarpSize;
+  if (row >= N) return;  // warp-uniform
+  const float* x = inp + row * C;
+  float* y = out + row * C;
+  float sq = 0.0f;
+  for (size_t c = lane; c < C; c += kWarpSize) sq += x[c] * x[c];
+  const float s = rsqrtf(warp_sum(sq) / static_cast<float>(C) + eps);
+  for (size_t c = lane; c < C; c += kWarpSize) y[c] = weight[c] * (x[c] * s);
+  if (lane == 0) rstd[row] = s;
+}
+
+// dinp += s (dnorm - x s^2 mean(dnorm x)), dnorm = dout weight; one warp per row.
+__global__ void rmsnorm_backward_input_kernel(float* dinp, const float* dout, const float* inp,
+                                              const float* weight, const float* rstd, size_t N,
+                                              size_t C) {
+  const size_t row = warp_row();
+  const size_t lane = threadIdx.x % kWarpSize;
+  if (row >= N) return;
+  const float* x = inp + row * C;
+  const float* dy = dout + row * C;
+  float* dx = dinp + row * C;
+  const float s = rstd[row];
+  float dot = 0.0f;
+  for (size_t c = lane; c < C; c += kWarpSize) dot += dy[c] * weight[c] * x[c];
+  const float k = warp_sum(dot) / static_cast<float>(C) * s * s;
+  for (size_t c = lane; c < C; c += kWarpSize) dx[c] += s * (dy[c] * weight[c] - x[c] * k);
+}
+
+constexpr int kColumnTile = 32;
+constexpr int kRowLanes = 8;
+constexpr size_t kRowsPerBlock = 256;
+
+__global__ void rmsnorm_backward_weight_kernel(float* dweight, const float* dout, const float* inp,
+                                               const float* rstd, size_t N, size_t C) {
+  __shared__ float partial[kRowLanes][kColumnTile + 1];
+  const size_t c = static_cast<size_t>(blockIdx.x) * kColumnTile + threadIdx.x;
+  const size_t row_begin = static_cast<size_t>(blockIdx.y) * kRowsPerBlock;
+  const size_t row_end = row_begin + kRowsPerBlock < N ? row_begin + kRowsPerBlock : N;
+  float dw = 0.0f;
+  if (c < C)
+    for (size_t r = row_begin + threadIdx.y; r < row_end; r += kRowLanes)
+      dw += dout[r * C + c] * (inp[r * C + c] * rstd[r]);
+  partial[threadIdx.y][threadIdx.x] = dw;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float sum = 0.0f;
+    for (int k = 0; k < kRowLanes; ++k) sum += partial[k][threadIdx.x];
+    atomicAdd(&dweight[c], sum);
+  }
+}
+
+// The same frequencies as rope_inv_freq (rope.cpp), computed per thread.
+__device__ float inv_freq(size_t i, size_t hs, RopeParams p) {
+  float f = 1.0f / powf(p.theta, static_cast<float>(2 * i) / static_cast<float>(hs));
+  if (!p.llama3) return f;
+  const float wavelen = 6.283185307179586f / f;
+  if (wavelen > p.original_max / p.low_freq_factor) return f / p.factor;
+  if (wavelen < p.original_max / p.high_freq_factor) return f;
+  const float smooth =
+      (p.original_max / wavelen - p.low_freq_factor) / (p.high_freq_factor - p.low_freq_factor);
+  return (1.0f - smooth) * f / p.factor + smooth * f;
+}
+
+// One thread per (b, t, block, rotated head, pair i).
+__global__ void rope_kernel(float* x, size_t B, size_t T, size_t blocks, size_t block_heads,
+                            size_t rotated_heads, size_t hs, size_t pos0, RopeParams p,
+                            float sign) {
+  const size_t half = hs / 2;
+  const size_t n = B * T * blocks * rotated_heads * half;
+  for (size_t idx = global_thread_index(); idx < n; idx += grid_stride()) {
+    const size_t i = idx % half;
+    size_t rest = idx / half;
+    const size_t h = rest % rotated_heads;
+    rest /= rotated_heads;
+    const size_t g = rest % blocks;
+    const size_t bt = rest / blocks;
+    const size_t t = bt % T;
+    float* head = x + bt * blocks * block_heads * hs + (g * block_heads + h) * hs;
+    const float angle = static_cast<float>(pos0 + t) * inv_freq(i, hs, p);
+    const float c = cosf(angle), s = sign * sinf(angle);
+    const float x1 = head[i], x2 = head[half + i];
+    head[i] = x1 * c - x2 * s;
+    head[half + i] = x2 * c + x1 * s;
+  }
+}
+
+__global__ void swiglu_forward_kernel(float* out, const float* inp, size_t N, size_t H) {
+  for (size_t idx = global_thread_index(); idx < N * H; idx += grid_stride()) {
+    const size_t n = idx / H, i = idx % H;
+    const float g = inp[n * 2 * H + i], u = inp[n * 2 * H + H + i];
+    out[idx] = g / (1.0f + expf(-g)) * u;
+  }
+}
+
+__global__ void swiglu_backward_kernel(float* dinp, const float* inp, const float* dout, size_t N,
+                                       size_t H) {
+  for (size_t idx = global_thread_index(); idx < N * H; idx += grid_stride()) {
+    const size_t n = idx / H, i = idx % H;
+    const float g = inp[n * 2 * H + i], u = inp[n * 2 * H + H + i];
+    const float sig = 1.0f / (1.0f + expf(-g));
+    dinp[n * 2 * H + i] += dout[idx] * u * sig * (1.0f + g * (1.0f - sig));
+    dinp[n * 2 * H + H + i] += dout[idx] * g * sig;
+  }
+}
+
+// The grouped layout's offsets (see kernels.hpp): query head h, its group's k and v.
+struct Grouped {
+  size_t rep, hs, row;
+  __device__ size_t q(size_t h) const { return (h / rep * (rep + 2) + h % rep) * hs; }
+  __device__ size_t k(size_t h) const { return (h / rep * (rep + 2) + rep) * hs; }
+  __device__ size_t v(size_t h) const { return k(h) + hs; }
+};
+
+__device__ __forceinline__ float dot(const float* a, const float* b, size_t n) {
+  float s = 0.0f;
+  for (size_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// One warp per query row (b, h, t).
+__global__ void gqa_forward_kernel(float* out, float* att, const float* qkv, size_t B, size_t T,
+                                   size_t NH, Grouped L) {
+  const size_t row = warp_row();
+  const size_t lane = threadIdx.x % kWarpSize;
+  if (row >= B * NH * T) return;
+  const size_t t = row % T, h = (row / T) % NH, b = row / T / NH;
+  const size_t hs = L.hs;
+  const float scale = 1.0f / sqrtf(static_cast<float>(hs));
+  const float* q = qkv + (b * T + t) * L.row + L.q(h);
+  const float* k0 = qkv + b * T * L.row + L.k(h);
+  const float* v0 = qkv + b * T * L.row + L.v(h);
+  float* att_row = att + row * T;
+  float max_score = -CUDART_INF_F;
+  for (size_t t2 = lane; t2 <= t; t2 += kWarpSize) {
+    const float score = dot(q, k0 + t2 * L.row, hs) * scale;
+    att_row[t2] = score;
+    max_score = fmaxf(max_score, score);
+  }
+  max_score = warp_max(max_score);
+  float sum = 0.0f;
+  for (size_t t2 = lane; t2 <= t; t2 += kWarpSize) {
+    const float e = expf(att_row[t2] - max_score);
+    att_row[t2] = e;
+    sum += e;
+  }
+  const float inv_sum = 1.0f / warp_sum(sum);
+  for (size_t t2 = lane; t2 < T; t2 += kWarpSize)
+    att_row[t2] = t2 <= t ? att_row[t2] * inv_sum : 0.0f;
+  __syncwarp();
+  float* y = out + (b * T + t) * NH * hs + h * hs;
+  for (size_t d = lane; d < hs; d += kWarpSize) {
+    float acc = 0.0f;
+    for (size_t t2 = 0; t2 <= t; ++t2) acc += att_row[t2] * v0[t2 * L.row + d];
+    y[d] = acc;
+  }
+}
+
+// Per query row: the pre-softmax gradient into datt, then dq.
+__global__ void gqa_backward_query_kernel(float* dqkv, float* datt, const float* dout,
+                                          const float* qkv, const float* att, size_t B, size_t T,
+                                          size_t NH, Grouped L) {
+  const size_t row = warp_row();
+  const size_t lane = threadIdx.x % kWarpSize;
+  if (row >= B * NH * T) return;
+  const size_t t = row % T, h = (row / T) % NH, b = row / T / NH;
+  const size_t hs = L.hs;
+  const float scale = 1.0f / sqrtf(static_cast<float>(hs));
+  const float* dy = dout + (b * T + t) * NH * hs + h * hs;
+  const float* k0 = qkv + b * T * L.row + L.k(h);
+  const float* v0 = qkv + b * T * L.row + L.v(h);
+  const float* att_row = att + row * T;
+  float* dpre = datt + row * T;
+  float row_dot = 0.0f;
+  for (size_t t2 = lane; t2 <= t; t2 += kWarpSize) {
+    const float g = dot(dy, v0 + t2 * L.row, hs);
+    dpre[t2] = g;
+    row_dot += att_row[t2] * g;
+  }
+  row_dot = warp_sum(row_dot);
+  for (size_t t2 = lane; t2 <= t; t2 += kWarpSize) dpre[t2] = att_row[t2] * (dpre[t2] - row_dot);
+  __syncwarp();
+  float* dq = dqkv + (b * T + t) * L.row + L.q(h);
+  for (size_t d = lane; d < hs; d += kWarpSize) {
+    float acc = 0.0f;
+    for (size_t t2 = 0; t2 <= t; ++t2) acc += dpre[t2] * k0[t2 * L.row + d];
+    dq[d] += scale * acc;
+  }
+}
+
+// Per key row (b, kv group g, t2): dk, dv summed over the group's query heads and later queries.
+__global__ void gqa_backward_key_kernel(float* dqkv, const float* dpre, const float* dout,
+                                        const float* qkv, const float* att, size_t B, size_t T,
+                                        size_t NH, size_t KVH, Grouped L) {
+  const size_t row = warp_row();
+  const size_t lane = threadIdx.x % kWarpSize;
+  if (row >= B * KVH * T) return;
+  const size_t t2 = row % T, g = (row / T) % KVH, b = row / T / KVH;
+  const size_t hs = L.hs;
+  const float scale = 1.0f / sqrtf(static_cast<float>(hs));
+  float* dk = dqkv + (b * T + t2) * L.row + L.k(g * L.rep);
+  float* dv = dk + hs;
+  for (size_t d = lane; d < hs; d += kWarpSize) {
+    float dk_acc = 0.0f, dv_acc = 0.0f;
+    for (size_t j = 0; j < L.rep; ++j) {
+      const size_t h = g * L.rep + j;
+      const float* q0 = qkv + b * T * L.row + L.q(h);
+      const float* dy0 = dout + b * T * NH * hs + h * hs;
+      const float* dpre_col = dpre + (b * NH + h) * T * T + t2;
+      const float* att_col = att + (b * NH + h) * T * T + t2;
+      for (size_t t = t2; t < T; ++t) {
+        dk_acc += dpre_col[t * T] * q0[t * L.row + d];
+        dv_acc += att_col[t * T] * dy0[t * NH * hs + d];
+      }
+    }
+    dk[d] += scale * dk_acc;
+    dv[d] += dv_acc;
+  }
+}
+
+Grouped grouped(const char* op, size_t NH, size_t KVH, size_t hs) {
+  TZ_CHECK(NH > 0 && KVH > 0 && NH % KVH == 0,
+           std::string(op) + ": NH (" + std::to_string(NH) + ") must be a multiple of KVH (" +
+               std::to_string(KVH) + ")",
+           "check n_head and num_key_value_heads in the model config");
+  const size_t rep = NH / KVH;
+  return Grouped{rep, hs, KVH * (rep + 2) * hs};
+}
+
+}  // namespace
+
+void launch_rmsnorm_forward(cudaStream_t stream, float* out, float* rstd, const float* inp,
+                            const float* weight, size_t N, size_t C, float eps) {
+  if (N == 0 || C == 0) return;
+  rmsnorm_forward_kernel<<<warp_per_row_blocks(N), kBlockSize, 0, stream>>>(out, rstd, inp, weight,
+                                                                            N, C, eps);
+  TZ_CUDA_CHECK_LAUNCH();
+}
+
+void launch_rmsnorm_backward(cudaStream_t stream, float* dinp, float* dweight, const float* dout,
+                             const float* inp, const float* weight, const float* rstd, size_t N,
+                             size_t C) {
+  if (N == 0 || C == 0) return;
+  rmsnorm_backward_input_kernel<<<warp_per_row_blocks(N), kBlockSize, 0, stream>>>(
+      dinp, dout, inp, weight, rstd, N, C);
+  TZ_CUDA_CHECK_LAUNCH();
+  const size_t row_blocks = ceil_div(N, kRowsPerBlock);
+  TZ_CHECK(row_blocks <= kMaxGridY, "rmsnorm_backward: too many rows (" + std::to_string(N) + ")",
+           "use smaller micro-batches");
+  const dim3 grid(static_cast<unsigned>(ceil_div(C, kColumnTile)),
+                  static_cast<unsigned>(row_blocks));
+  rmsnorm_backward_weight_kernel<<<grid, dim3(kColumnTile, kRowLanes), 0, stream>>>(
+      dweight, dout, inp, rstd, N, C);
+  TZ_CUDA_CHECK_LAUNCH();
+}
+
+void launch_rope(cudaStream_t stream, float* x, size_t B, size_t T, size_t blocks,
+                 size_t block_heads, size_t rotated_heads, size_t hs, size_t pos0,
+                 const RopeParams& p, bool inverse) {
+  const size_t n = B * T * blocks * rotated_heads * (hs / 2);
+  if (n == 0) return;
+  rope_kernel<<<grid_stride_blocks(n), kBlockSize, 0, stream>>>(
+      x, B, T, blocks, block_heads, rotated_heads, hs, pos0, p, inverse ? -1.0f : 1.0f);
+  TZ_CUDA_CHECK_LAUNCH();
+}
+
+void launch_swiglu_forward(cudaStream_t stream, float* out, const float* inp, size_t N, size_t H) {
+  if (N * H == 0) return;
+  swiglu_forward_kernel<<<grid_stride_blocks(N * H), kBlockSize, 0, stream>>>(out, inp, N, H);
+  TZ_CUDA_CHECK_LAUNCH();
+}
+
+void launch_swiglu_backward(cudaStream_t stream, float* dinp, const float* inp, const float* dout,
+                            size_t N, size_t H) {
+  if (N * H == 0) return;
+  swiglu_backward_kernel<<<grid_stride_blocks(N * H), kBlockSize, 0, stream>>>(dinp, inp, dout, N,
+                                                                               H);
+  TZ_CUDA_CHECK_LAUNCH();
+}
+
+void launch_gqa_attention_forward(cudaStream_t stream, float* out, float* att, const float* qkv,
+                                  size_t B, size_t T, size_t NH, size_t KVH, size_t hs) {
+  const Grouped L = grouped("gqa_attention_forward", NH, KVH, hs);
+  const size_t rows = B * NH * T;
+  if (rows == 0 || hs == 0) return;
+  gqa_forward_kernel<<<warp_per_row_blocks(rows), kBlockSize, 0, stream>>>(out, att, qkv, B, T, NH,
+                                                                           L);
+  TZ_CUDA_CHECK_LAUNCH();
+}
+
+void launch_gqa_attention_backward(cudaStream_t stream, float* dqkv, float* datt, const float* dout,
+                                   const float* qkv, const float* att, size_t B, size_t T,
+                                   size_t NH, size_t KVH, size_t hs) {
+  const Grouped L = grouped("gqa_attention_backward", NH, KVH, hs);
+  const size_t rows = B * NH * T;
+  if (rows == 0 || hs == 0) return;
+  gqa_backward_query_kernel<<<warp_per_row_blocks(rows), kBlockSize, 0, stream>>>(
+      dqkv, datt, dout, qkv, att, B, T, NH, L);
+  TZ_CUDA_CHECK_LAUNCH();
+  gqa_backward_key_kernel<<<warp_per_row_blocks(B * KVH * T), kBlockSize, 0, stream>>>(
+      dqkv, datt, dout, qkv, att, B, T, NH, KVH, L);
+  TZ_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tierzero::kernels::cuda_impl

@@ -1,0 +1,17 @@
+# The Llama family (issue 30): parity of the modules with Hugging Face transformers at one rank
+# (test_llama), and `tierzero train` on the Llama modules under every parallelism against the
+# one-rank run (run_llama_match.sh).
+tierzero_test(test_llama
+  SOURCES llama/test_llama_parity.cpp reference/fixture_reader.cpp
+  LIBS tz_train tz_nn)
+target_include_directories(test_llama PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/reference)
+target_compile_definitions(test_llama PRIVATE TIERZERO_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+
+foreach(mode tp2 pp2 ulysses2 zero3_nvme zero3_host_ckpt tp4_refused resume_zero3_nvme)
+  add_test(NAME train_llama_${mode}_matches_one_rank
+           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/llama/run_llama_match.sh $<TARGET_FILE:tierzero>
+                   ${mode} 1e-5 ${MPIEXEC_EXECUTABLE} --oversubscribe --bind-to none)
+  set_tests_properties(train_llama_${mode}_matches_one_rank PROPERTIES
+                       TIMEOUT 600 LABELS "llama;mpi" RESOURCE_LOCK mpi_ranks
+                       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;OMPI_MCA_btl=self,vader;TIERZERO_COMM_TIMEOUT_S=30;OMP_NUM_THREADS=1")
+endforeach()
