@@ -9,7 +9,12 @@ test_nn checks TierZero against. The llm.c weights are first rounded to the dire
 torch_dtype (bf16 / fp16), so the logits must agree to float32 rounding whatever the dtype.
 transformers and torch are dependencies of this script only (pip install torch transformers).
 
+For the Llama family (no llm.c file), --against REF_DIR compares the logits of DIR with those of
+the directory the model came from (e.g. tests/data/llama/llama_tiny, loaded with --load, trained
+0 steps, saved with --save-dir and exported), both through transformers.
+
 Usage:  python3 scripts/reference/check_hf_export.py DIR model.bin [--tol 1e-4]
+        python3 scripts/reference/check_hf_export.py DIR --against REF_DIR [--tol 1e-4]
 """
 
 import argparse
@@ -69,21 +74,41 @@ def forward(d, p, tokens):
     return (x @ p["wte"].T)[..., :d["V"]]
 
 
+def load(path):
+    # transformers 5 calls the argument dtype, 4 torch_dtype.
+    key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
+    return AutoModelForCausalLM.from_pretrained(path, **{key: torch.float32}).eval()
+
+
+def compare_directories(path, ref_path, tol):
+    """0 when both directories' logits on random tokens agree within tol."""
+    model, ref = load(path), load(ref_path)
+    V = ref.config.vocab_size
+    tokens = torch.randint(0, V, (2, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ours, theirs = model(tokens).logits, ref(tokens).logits
+    err = (ours - theirs).abs().max().item()
+    print(f"{type(model).__name__} from '{path}' against '{ref_path}': logits {tuple(ours.shape)}, "
+          f"max |logit| {theirs.abs().max().item():.4g}, max abs difference {err:.3g} (tol {tol:g})")
+    return 0 if err <= tol else 1
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("dir")
-    ap.add_argument("model_bin")
+    ap.add_argument("model_bin", nargs="?")
+    ap.add_argument("--against", help="a Hugging Face directory to compare logits with")
     ap.add_argument("--tol", type=float, default=1e-4, help="max abs logit difference")
     a = ap.parse_args()
+    if a.against:
+        sys.exit(compare_directories(a.dir, a.against, a.tol))
     d, p = read_llmc(a.model_bin)
     with open(f"{a.dir}/config.json") as f:
         torch_dtype = json.load(f).get("torch_dtype", "float32")
     rounding = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(torch_dtype)
     if rounding is not None:  # the directory holds the weights rounded to its dtype
         p = {k: v.to(rounding).to(torch.float32) for k, v in p.items()}
-    # transformers 5 calls the argument dtype, 4 torch_dtype.
-    key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
-    model = AutoModelForCausalLM.from_pretrained(a.dir, **{key: torch.float32}).eval()
+    model = load(a.dir)
     gen = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, d["V"], (2, d["maxT"]), generator=gen)
     with torch.no_grad():

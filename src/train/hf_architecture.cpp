@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "hf_architecture_llama.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/train/safetensors_gpt2.hpp"
 
@@ -127,23 +128,30 @@ bool gpt2_ignorable(const std::string& name) {
 const HfArchitecture kGpt2{"GPT2LMHeadModel", "gpt2",          {"transformer.", ""}, gpt2_from_json,
                            gpt2_to_json,      gpt2_hf_tensors, gpt2_ignorable};
 
-// Architectures whose layout this build does not have yet (h-llama adds it).
-constexpr const char* kNotYet[] = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"};
+std::vector<const HfArchitecture*> all() {
+  return {&kGpt2, &detail::hf_llama_architecture(), &detail::hf_mistral_architecture(),
+          &detail::hf_qwen2_architecture()};
+}
 
 }  // namespace
 
 const HfArchitecture& hf_architecture(const std::string& name, const std::string& source) {
-  if (name == kGpt2.name) return kGpt2;
-  for (const char* later : kNotYet)
-    if (name == later)
-      TZ_THROW("'" + source + "': architecture " + name + " is not supported by this build yet",
-               "this build loads GPT2LMHeadModel directories");
+  for (const HfArchitecture* a : all())
+    if (name == a->name) return *a;
   TZ_THROW("'" + source + "': architecture '" + name + "' is not supported",
-           "this build loads GPT2LMHeadModel directories");
+           "this build loads GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM and "
+           "Qwen2ForCausalLM directories");
 }
 
-const HfArchitecture& hf_architecture_of(const nn::GPTConfig&) {
-  return kGpt2;
+const HfArchitecture* hf_architecture_by_model_type(const std::string& model_type) {
+  for (const HfArchitecture* a : all())
+    if (model_type == a->model_type) return a;
+  return nullptr;
+}
+
+const HfArchitecture& hf_architecture_of(const nn::GPTConfig& config) {
+  if (config.is_gpt2()) return kGpt2;
+  return config.arch.qkv_bias ? detail::hf_qwen2_architecture() : detail::hf_llama_architecture();
 }
 
 }  // namespace tierzero::train

@@ -113,10 +113,17 @@ class Scanner {
              "give --load a Hugging Face model directory (config.json and model.safetensors)");
     const nlohmann::json cfg = read_json_file(config_path, "model config");
     const nlohmann::json archs = cfg.value("architectures", nlohmann::json());
-    TZ_CHECK(archs.is_array() && !archs.empty() && archs[0].is_string(),
-             "'" + config_path + "' lacks key 'architectures' (a list naming the model class)",
+    const nlohmann::json type = cfg.value("model_type", nlohmann::json());
+    const HfArchitecture* by_type =
+        type.is_string() ? hf_architecture_by_model_type(type.get<std::string>()) : nullptr;
+    const bool named = archs.is_array() && !archs.empty() && archs[0].is_string();
+    TZ_CHECK(named || by_type != nullptr,
+             "'" + config_path +
+                 "' lacks key 'architectures' (a list naming the model class) and its model_type " +
+                 type.dump() + " names none this build knows",
              "add e.g. \"architectures\": [\"GPT2LMHeadModel\"]");
-    const HfArchitecture& arch = hf_architecture(archs[0].get<std::string>(), config_path);
+    const HfArchitecture& arch =
+        named ? hf_architecture(archs[0].get<std::string>(), config_path) : *by_type;
     Scan s;
     s.config = arch.config_from_json(cfg, config_path);
     sharded_ = file_exists(dir_ + "/" + kIndexName);

@@ -4,6 +4,13 @@
 tierzero_test(test_hf_directory
   SOURCES hf/test_hf_directory.cpp
   LIBS tz_train TIMEOUT 120)
+# The Llama family's tables against h-llama's fixtures (tests/data/llama).
+tierzero_test(test_hf_llama_directory
+  SOURCES hf/test_hf_llama_directory.cpp reference/fixture_reader.cpp
+  LIBS tz_train TIMEOUT 120)
+target_include_directories(test_hf_llama_directory PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/reference)
+target_compile_definitions(test_hf_llama_directory PRIVATE
+                           TIERZERO_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 add_test(NAME train_hf_directory_round_trip
          COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/hf/run_hf_roundtrip.sh $<TARGET_FILE:tierzero>
                  ${MPIEXEC_EXECUTABLE} --oversubscribe --bind-to none)

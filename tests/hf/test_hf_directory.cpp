@@ -3,7 +3,7 @@
 // tiny blocks (HfDirectoryRanges) equal to the values written, rounded to the dtype; the block
 // buffer stays bounded; one shard is model.safetensors without an index; malformed directories
 // (a missing shard, a tensor the index lists but its shard lacks, one the index lacks, a wrong
-// dtype, a wrong shape, an unknown or not-yet-supported architecture, a config key missing, an
+// dtype, a wrong shape, an unknown architecture or another one's config, a config key missing, an
 // unknown tensor) are Errors naming the file and the key or tensor.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -219,9 +219,9 @@ TEST(HfDirectory, MalformedDirectoriesAreRefusedNamingFileAndKey) {
     j["architectures"] = {"FalconForCausalLM"};
     write_text(d + "/config.json", j.dump());
     expect_has(load(d), {d + "/config.json", "architecture 'FalconForCausalLM' is not supported"});
-    j["architectures"] = {"LlamaForCausalLM"};
+    j["architectures"] = {"LlamaForCausalLM"};  // a GPT-2 config.json under Llama's name
     write_text(d + "/config.json", j.dump());
-    expect_has(load(d), {"architecture LlamaForCausalLM is not supported by this build yet"});
+    expect_has(load(d), {"lacks key 'hidden_size' (needed for LlamaForCausalLM)"});
   }
   {  // config.json missing a key, and one with a value we cannot run
     const std::string d = copy("key");

@@ -58,6 +58,10 @@ struct HfArchitecture {
 // The architecture config.json names, or Error (naming `source`) saying which are supported.
 const HfArchitecture& hf_architecture(const std::string& name, const std::string& source);
 
+// The architecture of a config.json "model_type" ("gpt2", "llama", ...), or null: what a
+// config.json without "architectures" (as some tools write) is read as.
+const HfArchitecture* hf_architecture_by_model_type(const std::string& model_type);
+
 // The architecture a model of this shape is written as.
 const HfArchitecture& hf_architecture_of(const nn::GPTConfig& config);
 
