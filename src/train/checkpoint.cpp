@@ -15,6 +15,7 @@
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/input_file.hpp"
 #include "tierzero/nn/gpt_modules.hpp"
+#include "tierzero/train/hf_directory.hpp"
 #include "tierzero/train/safetensors_gpt2.hpp"
 
 namespace tierzero::train {
@@ -173,6 +174,7 @@ void ModelRanges::read_runs(const std::vector<Run>& runs, float* out, std::vecto
 
 std::unique_ptr<ModelRanges> open_model_ranges(const std::string& path,
                                                const nn::ParamLayout& layout) {
+  if (is_hf_directory(path)) return open_hf_directory_ranges(path, layout);
   if (is_safetensors_path(path)) return open_gpt2_safetensors_ranges(path, layout);
   return std::make_unique<ModelFileRanges>(path, layout);
 }

@@ -16,6 +16,7 @@
 #include "tierzero/nn/tp/tensor_parallel_params.hpp"
 #include "tierzero/train/byte_tokenizer.hpp"
 #include "tierzero/train/config_bridges.hpp"
+#include "tierzero/train/hf_directory.hpp"
 #include "tierzero/train/placement_from_config.hpp"
 #include "tierzero/train/safetensors_gpt2.hpp"
 #include "tierzero/train/synthetic_corpus.hpp"
@@ -143,7 +144,8 @@ RunShape plan_run_shape(const TrainConfig& c, int rank, int world_size) {
   RunShape s;
   s.model = gpt_config_from(c.model);
   if (!c.load_checkpoint.empty()) {
-    s.model = is_safetensors_path(c.load_checkpoint)
+    s.model = is_hf_directory(c.load_checkpoint) ? read_hf_directory_config(c.load_checkpoint)
+              : is_safetensors_path(c.load_checkpoint)
                   ? read_gpt2_safetensors_config(c.load_checkpoint)
                   : read_checkpoint_config(c.load_checkpoint);
     log::info("model shape from checkpoint '" + c.load_checkpoint + "': " + s.model.str());

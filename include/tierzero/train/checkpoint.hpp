@@ -43,8 +43,9 @@ class ModelRanges {
                  size_t block_elems = size_t{1} << 22) const;
 };
 
-// Opens `path` by its kind (an llm.c file, or safetensors by its name's extension) for reading
-// `layout` (the one-rank layout of the file's own model) by range. Error names the file.
+// Opens `path` by its kind (a Hugging Face model directory, an llm.c file, or safetensors by its
+// name's extension) for reading `layout` (the one-rank layout of the file's own model) by range.
+// Error names the file.
 std::unique_ptr<ModelRanges> open_model_ranges(const std::string& path,
                                                const nn::ParamLayout& layout);
 
