@@ -5,16 +5,15 @@
 #include <queue>
 
 #include "bpe_tables.hpp"
+#include "piece_cache.hpp"
 #include "tierzero/core/error.hpp"
 
 namespace tierzero::train {
 
 namespace {
 
-// Pre-tokens longer than this are merged every time (`tokenizers` caches up to 256 too), and
-// the cache starts over past kCacheEntries, so memory stays bounded on any input.
+// Pre-tokens longer than this are merged every time (`tokenizers` caches up to 256 too).
 constexpr size_t kCacheMaxBytes = 256;
-constexpr size_t kCacheEntries = size_t{1} << 20;
 // Up to this many symbols, a scan for the lowest-rank pair beats a heap.
 constexpr size_t kScanMaxSymbols = 64;
 
@@ -25,18 +24,13 @@ size_t utf8_length(unsigned char lead) {
   return 4;
 }
 
-struct Cached {
-  uint32_t offset, count;  // into the cache arena
-};
-
 }  // namespace
 
 struct BpeEncoder::State {
   const BpeTokenizer::Tables& t;
   std::vector<std::unique_ptr<Pcre2Matcher>> split_matchers;
   std::unique_ptr<Pcre2Matcher> byte_level_matcher;
-  std::unordered_map<std::string, Cached, StringHash, std::equal_to<>> cache;
-  std::vector<uint32_t> arena;   // the cached pre-tokens' ids
+  PieceCache cache;
   std::vector<uint32_t> ids;     // (symbols) merge work space
   std::vector<uint32_t> ranks;   // (symbols) rank of (ids[i], ids[i + 1]); UINT32_MAX: none
   std::vector<uint32_t> merged;  // (symbols) the token (ids[i], ids[i + 1]) merges into
@@ -102,33 +96,29 @@ struct BpeEncoder::State {
       out->push_back(t.byte_ids[static_cast<unsigned char>(word[0])]);
       return;
     }
-    if (t.ignore_merges)
-      if (const auto it = t.vocab.find(word); it != t.vocab.end()) {
-        out->push_back(it->second);
+    // The cache holds what the word became, whether by ignore_merges or by merging.
+    const bool cacheable = word.size() <= kCacheMaxBytes;
+    const uint64_t h = cacheable ? hash_bytes(word) : 0;
+    size_t count = 0;
+    if (cacheable)
+      if (const uint32_t* hit = cache.find(word, h, &count)) {
+        out->insert(out->end(), hit, hit + count);
         return;
       }
-    if (const auto it = cache.find(word); it != cache.end()) {
-      out->insert(out->end(), arena.begin() + it->second.offset,
-                  arena.begin() + it->second.offset + it->second.count);
-      return;
+    const auto in_vocab = t.ignore_merges ? t.vocab.find(word) : t.vocab.end();
+    if (in_vocab != t.vocab.end()) {
+      ids.assign(1, in_vocab->second);
+    } else {
+      ids.resize(word.size());
+      for (size_t i = 0; i < word.size(); ++i)
+        ids[i] = t.byte_ids[static_cast<unsigned char>(word[i])];
+      if (ids.size() <= kScanMaxSymbols)
+        merge_by_scan();
+      else
+        merge_by_heap();
     }
-    ids.resize(word.size());
-    for (size_t i = 0; i < word.size(); ++i)
-      ids[i] = t.byte_ids[static_cast<unsigned char>(word[i])];
-    if (ids.size() <= kScanMaxSymbols)
-      merge_by_scan();
-    else
-      merge_by_heap();
     out->insert(out->end(), ids.begin(), ids.end());
-    if (word.size() <= kCacheMaxBytes) {
-      if (cache.size() >= kCacheEntries) {
-        cache.clear();
-        arena.clear();
-      }
-      cache.emplace(std::string(word),
-                    Cached{static_cast<uint32_t>(arena.size()), static_cast<uint32_t>(ids.size())});
-      arena.insert(arena.end(), ids.begin(), ids.end());
-    }
+    if (cacheable) cache.insert(word, h, ids.data(), ids.size());
   }
 
   void rank_pair(size_t i) {
