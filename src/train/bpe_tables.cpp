@@ -66,17 +66,15 @@ void build_vocab(const TokenizerSpec& spec, BpeTokenizer::Tables* t, BytesToId* 
   for (const auto& [text, id] : spec.vocab) max_id = std::max(max_id, id);
   for (const AddedTokenSpec& a : spec.added) max_id = std::max(max_id, a.id);
   t->vocab_size = spec.vocab.empty() && spec.added.empty() ? 0 : size_t{max_id} + 1;
-  t->id_text.assign(t->vocab_size, {});
-  t->id_known.assign(t->vocab_size, 0);
+  t->id_text.reserve(spec.vocab.size() + spec.added.size());
   std::string bytes;
   for (const auto& [text, id] : spec.vocab) {
-    if (t->id_known[id])
+    if (t->id_text.count(id) != 0)
       fail(spec.path, "model.vocab." + text, "id " + std::to_string(id) + " is given twice");
     if (!byte_level_to_bytes(text, code_point_byte, &bytes))
       fail(spec.path, "model.vocab." + text, "is not byte-level text (GPT-2's byte alphabet)",
            "TierZero reads byte-level BPE; is this a SentencePiece-style vocabulary?");
-    t->id_known[id] = 1;
-    t->id_text[id] = bytes;
+    t->id_text.emplace(id, bytes);
     t->vocab.emplace(bytes, id);
     mapped->emplace(text, id);
   }
@@ -134,10 +132,7 @@ void build_added(const TokenizerSpec& spec, const BytesToId& mapped, BpeTokenize
     any = true;
     max_added = std::max(max_added, id);
     t->added_ids.emplace(a.content, id);
-    if (!t->id_known[id]) {
-      t->id_known[id] = 1;
-      t->id_text[id] = a.content;
-    }
+    t->id_text.emplace(id, a.content);  // no-op for a token of the vocabulary
     AddedTokenSet& set = t->added[a.normalized ? 1 : 0];
     set.empty = false;
     set.by_first_byte[static_cast<unsigned char>(a.content[0])].push_back({a.content, id});

@@ -75,9 +75,10 @@ struct BpeTokenizer::Tables {
   bool ignore_merges = false;
   std::array<uint32_t, 256> byte_ids{};  // the token of each single byte
   MergeTable merges;
-  BytesToId vocab;                     // raw bytes -> id
-  std::vector<std::string> id_text;    // (vocab_size) raw bytes of each id, for decoding
-  std::vector<uint8_t> id_known;       // (vocab_size) 1 where an id has a token
+  BytesToId vocab;  // raw bytes -> id
+  // id -> raw bytes, for decoding: a map, since ids may be sparse (a file's largest id, not its
+  // size, must not decide how much memory this takes).
+  std::unordered_map<uint32_t, std::string> id_text;
   std::array<AddedTokenSet, 2> added;  // not normalized, then normalized (their order)
   BytesToId added_ids;                 // content -> id
   size_t vocab_size = 0;

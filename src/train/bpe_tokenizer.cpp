@@ -30,11 +30,12 @@ std::optional<uint32_t> BpeTokenizer::added_token(std::string_view content) cons
 std::string BpeTokenizer::decode(const uint32_t* ids, size_t count) const {
   std::string text;
   for (size_t i = 0; i < count; ++i) {
-    TZ_CHECK(ids[i] < tables_->vocab_size && tables_->id_known[ids[i]],
+    const auto it = tables_->id_text.find(ids[i]);
+    TZ_CHECK(it != tables_->id_text.end(),
              "token id " + std::to_string(ids[i]) + " (at " + std::to_string(i) +
                  ") is not in the tokenizer '" + tables_->path + "'",
              "the ids come from another tokenizer");
-    text += tables_->id_text[ids[i]];
+    text += it->second;
   }
   return text;
 }

@@ -8,9 +8,12 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 
 #include "cli_runner.hpp"
@@ -292,6 +295,121 @@ TEST(TokenShards32, HeaderIsValidatedAgainstTheFileSize) {
   f.write(reinterpret_cast<const char*>(header), sizeof header);
   f.close();
   expect_has(error_of([&] { tierzero::train::open_token_shard(path); }), "only version 7");
+}
+
+}  // namespace
+
+namespace {
+
+// Seeded damage to a file's bytes: flips, truncations, insertions, and (for JSON) numbers and
+// keys swapped. Every damaged file must load and work or be an Error: never a crash, a hang or
+// another exception (TIERZERO_FUZZ_SEED reproduces a run).
+std::string damage(const std::string& s, std::mt19937_64& rng, std::string* what) {
+  std::string d = s;
+  const auto at = [&] { return static_cast<size_t>(rng() % std::max<size_t>(d.size(), 1)); };
+  switch (rng() % 5) {
+    case 0: {
+      const size_t i = at();
+      d[i] = static_cast<char>(rng());
+      *what = "byte " + std::to_string(i) + " changed";
+      break;
+    }
+    case 1:
+      d.resize(at());
+      *what = "truncated to " + std::to_string(d.size());
+      break;
+    case 2: {
+      const size_t i = at();
+      d.insert(i, std::string(1 + rng() % 8, static_cast<char>(rng())));
+      *what = "bytes inserted at " + std::to_string(i);
+      break;
+    }
+    case 3: {  // a digit run replaced by a big number (ids, ranks)
+      const size_t i = d.find_first_of("0123456789", at());
+      if (i == std::string::npos) break;
+      const char* big[] = {"4294967295", "2147483647", "128255", "99999999999", "-1", "1e9"};
+      d.replace(i, 1, big[rng() % 6]);
+      *what = "number at " + std::to_string(i) + " made big";
+      break;
+    }
+    default: {  // a quote removed or added
+      const size_t i = d.find('"', at());
+      if (i == std::string::npos) break;
+      d.erase(i, 1);
+      *what = "quote at " + std::to_string(i) + " removed";
+    }
+  }
+  return d;
+}
+
+uint64_t fuzz_seed() {
+  const char* s = std::getenv("TIERZERO_FUZZ_SEED");
+  return s ? std::strtoull(s, nullptr, 10) : 30;
+}
+
+TEST(TokenizerFuzz, DamagedTokenizerJsonLoadsOrIsAnError) {
+  const std::string seed_text = read_text(kData + "/llama3.tokenizer.json");
+  TempDir dir;
+  const std::string path = dir.path + "/t.json";
+  std::mt19937_64 rng(fuzz_seed());
+  size_t loaded = 0, refused = 0;
+  for (int i = 0; i < 150; ++i) {
+    std::string what;
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << damage(seed_text, rng, &what);
+    try {
+      const auto tok = BpeTokenizer::load(path);
+      std::vector<uint32_t> ids;
+      BpeEncoder(tok).encode("Hello TierZero, 123 \xe4\xb8\xad <|eot_id|>\r\n", &ids);
+      tok->decode(ids.data(), ids.size());
+      ++loaded;
+    } catch (const Error&) {
+      ++refused;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "case " << i << " (" << what << "): not an Error: " << e.what();
+    }
+  }
+  std::printf("damaged tokenizer.json: %zu loaded, %zu refused\n", loaded, refused);
+  EXPECT_GT(refused, 0u);
+}
+
+TEST(TokenizerFuzz, Damaged32BitShardsReadOrAreAnError) {
+  TempDir dir;
+  const std::string seed_path = dir.path + "/seed.bin", path = dir.path + "/case.bin";
+  std::vector<uint32_t> tokens(300);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>(i * 977 % 128256);
+  tierzero::train::write_token_shard(seed_path, tokens.data(), tokens.size());
+  const std::string seed = read_text(seed_path);
+  std::mt19937_64 rng(fuzz_seed());
+  size_t read = 0, refused = 0;
+  for (int i = 0; i < 200; ++i) {
+    std::string what, bytes;
+    if (rng() % 2 == 0) {  // a header field (magic, version, count) set to a chosen value
+      bytes = seed;
+      const int32_t values[] = {20240520, 20240801, 1,   7,   0,   -1, INT32_MAX,
+                                299,      300,      301, 600, 150, 2,  3};
+      const int32_t v = values[rng() % 14];
+      const size_t field = rng() % 3;
+      std::memcpy(&bytes[field * 4], &v, 4);
+      what = "header[" + std::to_string(field) + "] = " + std::to_string(v);
+    } else {
+      bytes = damage(seed, rng, &what);
+    }
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    try {
+      tierzero::train::DataLoader loader(tierzero::train::open_token_shards(path), 2, 8, 128256);
+      std::vector<int32_t> x(16), y(16);
+      for (size_t b = 0; b <= loader.batches_per_epoch(); ++b)
+        loader.next_batch(x.data(), y.data());
+      ++read;
+    } catch (const Error&) {
+      ++refused;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "case " << i << " (" << what << "): not an Error: " << e.what();
+    }
+  }
+  std::printf("damaged shards: %zu read, %zu refused\n", read, refused);
+  EXPECT_GT(refused, 0u);
+  EXPECT_GT(read, 0u);
 }
 
 }  // namespace
