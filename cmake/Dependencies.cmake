@@ -3,6 +3,9 @@ find_package(Threads REQUIRED)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 REQUIRED)
+# PCRE2 (libpcre2-dev) for the byte-level BPE tokenizers' pre-tokenizer regexes (src/train).
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 
 # OpenBLAS: Debian installs it as the BLAS alternative; cblas.h comes with libopenblas-dev.
 find_library(OPENBLAS_LIBRARY NAMES openblas REQUIRED)

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what TierZero needs to build and test, from Debian packages, skipping what is already
 # there (chromium renders the HTML report in its test; libpng decodes the screenshot; ISA-L
-# computes the swap and checkpoint CRC32C; iproute2's `ip` makes the network namespaces of the
-# two-node test), and the
+# computes the swap and checkpoint CRC32C; PCRE2 runs the tokenizers' Unicode regexes in
+# prepare-data; iproute2's `ip` makes the network namespaces of the two-node test), and the
 # Python `safetensors` package from PyPI for the test that reads an exported model back as a
 # Hugging Face user would (never a dependency of the library).
 # The CUDA toolkit is not installed here: when /usr/local/cuda/bin/nvcc exists the
@@ -11,7 +11,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config git
-  libopenblas-dev liburing-dev nlohmann-json3-dev libcli11-dev libisal-dev
+  libopenblas-dev liburing-dev nlohmann-json3-dev libcli11-dev libisal-dev libpcre2-dev
   libgtest-dev googletest libbenchmark-dev
   openmpi-bin libopenmpi-dev fio
   chromium libpng-dev iproute2

@@ -9,6 +9,7 @@
 #include "tierzero/bench/crc.hpp"
 #include "tierzero/bench/io.hpp"
 #include "tierzero/bench/oversize.hpp"
+#include "tierzero/bench/tokenize.hpp"
 #include "tierzero/bench/train_step.hpp"
 
 namespace tierzero::cli {
@@ -103,6 +104,16 @@ std::function<int()> add_bench_oversize_command(CLI::App& parent) {
   return [o, c] { return c->parsed() ? bench::bench_oversize(*o).exit_code() : -1; };
 }
 
+std::function<int()> add_bench_tokenize_command(CLI::App& parent) {
+  auto o = std::make_shared<bench::BenchTokenizeOptions>();
+  CLI::App* c = parent.add_subcommand(
+      "tokenize", "byte-level BPE (tokenizer.json) encoding MB/s over a corpus, one thread");
+  c->add_option("--tokenizer", o->tokenizer, "Hugging Face tokenizer.json")->required();
+  c->add_option("--input", o->input, "UTF-8 text corpus")->required();
+  add_ranged_option(*c, "--repeats", o->repeats, "runs (the best one is the figure)", 1, 100);
+  return [o, c] { return c->parsed() ? bench::bench_tokenize(*o).report.exit_code() : -1; };
+}
+
 }  // namespace
 
 Command add_bench_command(CLI::App& app) {
@@ -133,14 +144,17 @@ Command add_bench_command(CLI::App& app) {
   std::function<int()> ulysses = add_bench_ulysses_command(*group);
   std::function<int()> crc = add_bench_crc_command(*group);
   std::function<int()> oversize = add_bench_oversize_command(*group);
+  std::function<int()> tokenize = add_bench_tokenize_command(*group);
 
-  return {group, [train, io, comm, adam, t, o, c, a, train_modes, tp, pp, ulysses, crc, oversize] {
+  return {group, [train, io, comm, adam, t, o, c, a, train_modes, tp, pp, ulysses, crc, oversize,
+                  tokenize] {
             if (const int rc = train_modes(); rc >= 0) return rc;
             if (const int rc = crc(); rc >= 0) return rc;
             if (const int rc = tp(); rc >= 0) return rc;
             if (const int rc = pp(); rc >= 0) return rc;
             if (const int rc = ulysses(); rc >= 0) return rc;
             if (const int rc = oversize(); rc >= 0) return rc;
+            if (const int rc = tokenize(); rc >= 0) return rc;
             if (t->parsed()) return bench::bench_train_step(*train).report.exit_code();
             if (o->parsed()) return bench::bench_io(*io).report.exit_code();
             if (c->parsed()) return bench::bench_comm(*comm).exit_code();

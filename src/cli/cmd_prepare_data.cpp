@@ -1,5 +1,8 @@
-// `tierzero prepare-data`: a text file -> llm.c token shards with the byte-level tokenizer.
-// The first val_fraction of the tokens become val_000000.bin, the rest train_NNNNNN.bin. A
+// `tierzero prepare-data`: a text file -> llm.c token shards, with the byte-level tokenizer or,
+// with --tokenizer, a Hugging Face tokenizer.json (byte-level BPE: GPT-2, Llama 3, Qwen 2).
+// Shards hold uint16 tokens when the vocabulary fits, uint32 ones beyond 65,536 ids
+// (token_shards.hpp). The first val_fraction of the tokens become val_000000.bin, the rest
+// train_NNNNNN.bin. A
 // manifest in the directory lists what it wrote, so a later run replaces exactly those shards
 // (and refuses to touch shard-like files it did not write).
 #include <algorithm>
@@ -13,6 +16,7 @@
 #include "commands.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/output_files.hpp"
+#include "tierzero/train/bpe_tokenizer.hpp"
 #include "tierzero/train/byte_tokenizer.hpp"
 #include "tierzero/train/output_paths.hpp"
 #include "tierzero/train/token_shards.hpp"
@@ -26,6 +30,8 @@ namespace fs = std::filesystem;
 struct PrepareFlags {
   std::string input;
   std::string output = "data";
+  std::string tokenizer;  // tokenizer.json; empty: byte-level
+  std::string doc_token;  // added token put before the text; empty: the tokenizer's usual one
   double val_fraction = 0.1;
   int64_t shard_tokens = 100000000;
 };
@@ -99,6 +105,63 @@ std::vector<ShardPlan> plan_shards(size_t tokens, size_t n_val, size_t per_shard
   return plan;
 }
 
+// The input's tokens, led by a document token, and the vocabulary they come from.
+struct Tokenized {
+  std::vector<uint32_t> tokens;
+  size_t vocab_size = 0;
+  std::string vocabulary;  // for the closing message
+};
+
+// The added token that starts a document: --doc-token, else GPT-2's and Qwen 2's
+// <|endoftext|> or Llama 3's <|begin_of_text|> (what llm.c's data scripts put before each one).
+uint32_t document_token(const train::BpeTokenizer& tok, const std::string& wanted) {
+  for (const char* name : {"<|endoftext|>", "<|begin_of_text|>"})
+    if (wanted.empty() && tok.added_token(name)) return *tok.added_token(name);
+  const std::optional<uint32_t> id = tok.added_token(wanted);
+  TZ_CHECK(!wanted.empty() && id.has_value(),
+           wanted.empty() ? "tokenizer '" + tok.path() +
+                                "' has neither <|endoftext|> nor <|begin_of_text|> to start a "
+                                "document with"
+                          : "tokenizer '" + tok.path() + "' has no added token '" + wanted + "'",
+           "name one of its added_tokens with --doc-token");
+  return *id;
+}
+
+Tokenized tokenize(const PrepareFlags& f, const std::string& text) {
+  Tokenized t;
+  if (f.tokenizer.empty()) {
+    TZ_CHECK(f.doc_token.empty(), "--doc-token needs --tokenizer",
+             "the byte-level tokenizer starts documents with its own end-of-text token");
+    const std::vector<uint16_t> bytes = train::byte_tokenize(text);
+    t.tokens.reserve(bytes.size() + 1);
+    t.tokens.push_back(train::kEotToken);
+    t.tokens.insert(t.tokens.end(), bytes.begin(), bytes.end());
+    t.vocab_size = static_cast<size_t>(train::kByteVocabSize);
+    t.vocabulary = "byte-level, vocab_size 257 (256 bytes + end-of-text 256)";
+    return t;
+  }
+  const auto tok = train::BpeTokenizer::load(f.tokenizer);
+  const size_t bad = train::find_invalid_utf8(text);
+  TZ_CHECK(bad == std::string::npos,
+           "input text '" + f.input + "' is not valid UTF-8 at byte " + std::to_string(bad),
+           "a tokenizer.json tokenizes UTF-8 text; convert the file (e.g. with iconv)");
+  t.tokens.push_back(document_token(*tok, f.doc_token));
+  train::BpeEncoder(tok).encode(text, &t.tokens);
+  t.vocab_size = tok->vocab_size();
+  t.vocabulary = "tokenizer '" + f.tokenizer + "', vocab_size " + std::to_string(t.vocab_size) +
+                 (t.vocab_size > 65536 ? " (uint32 token shards)" : " (uint16 token shards)") +
+                 "; the model's vocab_size must be at least that";
+  return t;
+}
+
+// Writes tokens [begin, begin + count) in the narrowest width the vocabulary allows.
+void write_shard(const std::string& path, const Tokenized& t, size_t begin, size_t count) {
+  if (t.vocab_size > 65536) return train::write_token_shard(path, t.tokens.data() + begin, count);
+  const std::vector<uint16_t> narrow(t.tokens.begin() + static_cast<ptrdiff_t>(begin),
+                                     t.tokens.begin() + static_cast<ptrdiff_t>(begin + count));
+  train::write_token_shard(path, narrow.data(), count);
+}
+
 int run_prepare(const PrepareFlags& f) {
   std::ifstream in(f.input, std::ios::binary);
   if (!in)
@@ -109,8 +172,8 @@ int run_prepare(const PrepareFlags& f) {
   check_no_foreign_shards(dir, before);
   std::stringstream ss;
   ss << in.rdbuf();
-  std::vector<uint16_t> tokens = train::byte_tokenize(ss.str());
-  tokens.insert(tokens.begin(), train::kEotToken);
+  const Tokenized tokenized = tokenize(f, ss.str());
+  const std::vector<uint32_t>& tokens = tokenized.tokens;
   TZ_CHECK(tokens.size() >= 2, "input text '" + f.input + "' is empty", "give a non-empty file");
 
   const auto n_val = static_cast<size_t>(static_cast<double>(tokens.size()) * f.val_fraction);
@@ -130,7 +193,7 @@ int run_prepare(const PrepareFlags& f) {
   write_manifest(dir, f.input, both);
   for (const ShardPlan& p : plan) {
     const std::string path = (dir / p.name).string();
-    train::write_token_shard(path, tokens.data() + p.begin, p.count);
+    write_shard(path, tokenized, p.begin, p.count);
     std::fprintf(stderr, "wrote %s (%zu tokens)\n", path.c_str(), p.count);
   }
   for (const std::string& stale : before)
@@ -138,8 +201,7 @@ int run_prepare(const PrepareFlags& f) {
       std::fprintf(stderr, "removed %s (from an earlier prepare-data)\n",
                    (dir / stale).string().c_str());
   write_manifest(dir, f.input, now);
-  std::fprintf(stderr, "vocabulary: byte-level, vocab_size %lld (256 bytes + end-of-text %d)\n",
-               static_cast<long long>(train::kByteVocabSize), train::kEotToken);
+  std::fprintf(stderr, "vocabulary: %s\n", tokenized.vocabulary.c_str());
   return 0;
 }
 
@@ -150,6 +212,11 @@ Command add_prepare_data_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("prepare-data", "turn a text file into llm.c token shards");
   sub->add_option("input", flags->input, "UTF-8 (or any) text file")->required();
   sub->add_option("-o,--output", flags->output, "output directory")->capture_default_str();
+  sub->add_option("--tokenizer", flags->tokenizer,
+                  "Hugging Face tokenizer.json (byte-level BPE: GPT-2, Llama 3, Qwen 2); "
+                  "default: byte-level tokens");
+  sub->add_option("--doc-token", flags->doc_token,
+                  "added token put before the text (default: <|endoftext|> or <|begin_of_text|>)");
   sub->add_option("--val-fraction", flags->val_fraction, "share of tokens for validation")
       ->check(CLI::Range(0.0, 0.9))
       ->capture_default_str();

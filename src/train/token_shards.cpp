@@ -51,13 +51,22 @@ class FileShard final : public TokenShard {
 
   const std::string& name() const override { return path_; }
   size_t size() const override { return tokens_; }
-  void read(size_t pos, size_t count, uint16_t* out) const override {
+  void read(size_t pos, size_t count, uint32_t* out) const override {
     TZ_CHECK(pos <= tokens_ && count <= tokens_ - pos,
              "read past the end of shard '" + path_ + "' (tokens [" + std::to_string(pos) + ", +" +
                  std::to_string(count) + ") of " + std::to_string(tokens_) + ")",
              "");
-    pread_all(fd_, out, count * sizeof(uint16_t),
-              static_cast<off_t>(kHeaderBytes + pos * sizeof(uint16_t)), path_);
+    const auto offset = static_cast<off_t>(kHeaderBytes + pos * token_bytes_);
+    if (token_bytes_ == sizeof(uint32_t)) return pread_all(fd_, out, count * 4, offset, path_);
+    // 16-bit tokens: read into the second half of `out`, widen from the front (each uint32
+    // written lies at or before the uint16s still to be read).
+    auto* narrow = reinterpret_cast<uint16_t*>(out + count) - count;
+    pread_all(fd_, narrow, count * sizeof(uint16_t), offset, path_);
+    for (size_t i = 0; i < count; ++i) {
+      uint16_t v;
+      std::memcpy(&v, narrow + i, sizeof v);
+      out[i] = v;
+    }
   }
 
  private:
@@ -70,20 +79,26 @@ class FileShard final : public TokenShard {
                "regenerate it with tierzero prepare-data");
     int32_t header[kShardHeaderInts];
     pread_all(fd_, header, kHeaderBytes, 0, path_);
-    if (header[0] != kShardMagic)
+    if (header[0] != kShardMagic && header[0] != kShard32Magic)
       TZ_THROW("data shard '" + path_ + "' has bad magic " + std::to_string(header[0]) +
-                   " (expected " + std::to_string(kShardMagic) + ")",
+                   " (expected " + std::to_string(kShardMagic) + " for uint16 tokens or " +
+                   std::to_string(kShard32Magic) + " for uint32 tokens)",
                "this is not an llm.c token shard (a checkpoint, or raw text?)");
-    if (header[1] != kShardVersion)
+    const bool wide = header[0] == kShard32Magic;
+    const int32_t version = wide ? kShard32Version : kShardVersion;
+    if (header[1] != version)
       TZ_THROW("data shard '" + path_ + "' has version " + std::to_string(header[1]) +
-                   ", only version 1 (uint16 tokens) is supported",
+                   "; with magic " + std::to_string(header[0]) + " only version " +
+                   std::to_string(version) + (wide ? " (uint32" : " (uint16") +
+                   " tokens) is supported",
                "regenerate it with tierzero prepare-data");
+    token_bytes_ = wide ? sizeof(uint32_t) : sizeof(uint16_t);
     if (header[2] < 0)
       TZ_THROW("data shard '" + path_ + "' declares a negative token count (" +
                    std::to_string(header[2]) + ") in header field 2",
                "the header is corrupt; regenerate it with tierzero prepare-data");
     tokens_ = static_cast<size_t>(header[2]);
-    const size_t expected = kHeaderBytes + tokens_ * sizeof(uint16_t);
+    const size_t expected = kHeaderBytes + tokens_ * token_bytes_;
     if (file_bytes != expected)
       TZ_THROW("data shard '" + path_ + "' is " +
                    (file_bytes < expected ? "truncated" : "too long") + ": header says " +
@@ -95,6 +110,7 @@ class FileShard final : public TokenShard {
   std::string path_;
   int fd_ = -1;
   size_t tokens_ = 0;
+  size_t token_bytes_ = sizeof(uint16_t);
 };
 
 class MemoryShard final : public TokenShard {
@@ -103,10 +119,11 @@ class MemoryShard final : public TokenShard {
       : name_(std::move(name)), tokens_(std::move(tokens)) {}
   const std::string& name() const override { return name_; }
   size_t size() const override { return tokens_.size(); }
-  void read(size_t pos, size_t count, uint16_t* out) const override {
+  void read(size_t pos, size_t count, uint32_t* out) const override {
     TZ_CHECK(pos <= tokens_.size() && count <= tokens_.size() - pos,
              "read past the end of " + name_, "");
-    std::memcpy(out, tokens_.data() + pos, count * sizeof(uint16_t));
+    std::copy(tokens_.begin() + static_cast<ptrdiff_t>(pos),
+              tokens_.begin() + static_cast<ptrdiff_t>(pos + count), out);
   }
 
  private:
@@ -145,7 +162,10 @@ std::unique_ptr<TokenShard> make_memory_shard(std::string name, std::vector<uint
   return std::make_unique<MemoryShard>(std::move(name), std::move(tokens));
 }
 
-void write_token_shard(const std::string& path, const uint16_t* tokens, size_t count) {
+namespace {
+
+void write_shard_file(const std::string& path, const void* tokens, size_t count,
+                      size_t token_bytes) {
   TZ_CHECK(count <= static_cast<size_t>(INT32_MAX),
            "shard '" + path + "' would hold " + std::to_string(count) + " tokens",
            "the llm.c header stores the count as int32; use smaller shards");
@@ -153,8 +173,9 @@ void write_token_shard(const std::string& path, const uint16_t* tokens, size_t c
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) TZ_THROW("cannot create '" + tmp + "': " + errno_string(), "check the directory");
   int32_t header[kShardHeaderInts] = {};
-  header[0] = kShardMagic;
-  header[1] = kShardVersion;
+  const bool wide = token_bytes == sizeof(uint32_t);
+  header[0] = wide ? kShard32Magic : kShardMagic;
+  header[1] = wide ? kShard32Version : kShardVersion;
   header[2] = static_cast<int32_t>(count);
   auto write_all = [&](const void* buf, size_t bytes) {
     auto* p = static_cast<const char*>(buf);
@@ -172,7 +193,7 @@ void write_token_shard(const std::string& path, const uint16_t* tokens, size_t c
     }
   };
   write_all(header, sizeof header);
-  write_all(tokens, count * sizeof(uint16_t));
+  write_all(tokens, count * token_bytes);
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     std::string err = errno_string();
     ::unlink(tmp.c_str());
@@ -183,6 +204,16 @@ void write_token_shard(const std::string& path, const uint16_t* tokens, size_t c
     ::unlink(tmp.c_str());
     TZ_THROW("cannot rename '" + tmp + "' to '" + path + "': " + err, "");
   }
+}
+
+}  // namespace
+
+void write_token_shard(const std::string& path, const uint16_t* tokens, size_t count) {
+  write_shard_file(path, tokens, count, sizeof(uint16_t));
+}
+
+void write_token_shard(const std::string& path, const uint32_t* tokens, size_t count) {
+  write_shard_file(path, tokens, count, sizeof(uint32_t));
 }
 
 }  // namespace tierzero::train

@@ -43,7 +43,7 @@ class DataLoader {
   size_t rank_, world_;
   size_t shard_ = 0;
   size_t position_ = 0;
-  std::vector<uint16_t> buffer_;  // (B*T + 1)
+  std::vector<uint32_t> buffer_;  // (B*T + 1)
 };
 
 }  // namespace tierzero::train
