@@ -137,20 +137,41 @@ std::vector<zero::UnitSpec> model_units(const nn::GPTConfig& config, size_t bloc
 size_t activation_bytes(const nn::GPTConfig& config, size_t B, size_t T, bool checkpointing,
                         const profile::WorldLayout& world, bool sequence_parallel,
                         const PipelineFlags& pipeline) {
+  return activation_estimate_for(config, B, T, checkpointing, world, sequence_parallel, pipeline,
+                                 Tier::device, 2)
+      .activation_bytes;
+}
+
+train::ActivationEstimate activation_estimate_for(const nn::GPTConfig& config, size_t B, size_t T,
+                                                  bool checkpointing,
+                                                  const profile::WorldLayout& world,
+                                                  bool sequence_parallel,
+                                                  const PipelineFlags& pipeline, Tier tier,
+                                                  size_t device_slots) {
   const auto pp = static_cast<size_t>(world.pp), sp = static_cast<size_t>(world.sp);
   const auto tp = static_cast<size_t>(world.tp);
-  if (pp == 1)
-    return nn::GPT::activation_bytes_for(config, B, T, checkpointing, tp, sequence_parallel, sp);
-  // Each rank holds its chunks' activations for as many micro-batches as the schedule keeps in
-  // flight there; the largest is the rank that must fit.
   const nn::ActivationDims dims = nn::ActivationDims::of(config, B, T, tp, sequence_parallel, sp);
   const nn::PipelineSchedule schedule = nn::pipeline_schedule_from_name(pipeline.schedule);
+  if (pp == 1)
+    return train::activation_estimate(config, dims, {}, schedule, 1, checkpointing, tier,
+                                      device_slots);
+  // Each rank holds its chunks' activations for as many micro-batches as the schedule keeps in
+  // flight there; the largest is the rank that must fit.
   const size_t m = pipeline.micro_batches > 0 ? pipeline.micro_batches : pp;
-  size_t worst = 0;
+  train::ActivationEstimate worst;
+  size_t worst_device = 0;
   for (const std::vector<nn::PipelineStage>& chunks :
-       rank_chunks(config, pp, pipeline.virtual_stages, pipeline.blocks_per_stage))
-    worst = std::max(worst, train::PipelineExecutor::activation_bytes_for(
-                                config, dims, chunks, schedule, m, checkpointing));
+       rank_chunks(config, pp, pipeline.virtual_stages, pipeline.blocks_per_stage)) {
+    train::ActivationEstimate a = train::activation_estimate(config, dims, chunks, schedule, m,
+                                                             checkpointing, tier, device_slots);
+    profile::TierBytes extra;
+    profile::add_checkpoint_bytes(a.checkpoints, extra);
+    const size_t device = a.activation_bytes + extra.tier_total(Tier::device);
+    if (device >= worst_device) {
+      worst_device = device;
+      worst = a;
+    }
+  }
   return worst;
 }
 
@@ -200,6 +221,10 @@ void add_run_options(CLI::App& app, RunFlags& f) {
   app.add_option("--seq", f.seq, "tokens per sequence")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   app.add_flag("--checkpointing", f.checkpointing, "activation checkpointing per block");
+  app.add_option("--activation-offload", f.activation_offload,
+                 "where the block checkpoints live: device, host (cpu) or nvme (implies "
+                 "--checkpointing unless device)")
+      ->check(CLI::IsMember({"device", "host", "cpu", "nvme"}));
 }
 
 namespace {
@@ -248,13 +273,21 @@ EstimateSettings resolve_settings(const ModelFlags& model, const WorldFlags& wor
   } else if (pipeline.schedule == "interleaved") {
     pipeline.schedule = "1f1b";  // --pp other than the config's: one chunk per rank
   }
+  if (!run.activation_offload.empty())
+    c.activation_checkpoints.device =
+        run.activation_offload == "host" ? "cpu" : run.activation_offload;
+  if (c.activation_checkpoints.device != "device" && !run.activation_offload.empty())
+    s.checkpointing = true;
+  const train::ActivationEstimate a = activation_estimate_for(
+      s.model, s.micro_batch, s.seq_len, s.checkpointing, w, s.sequence_parallel, pipeline,
+      train::checkpoint_tier_of(c.activation_checkpoints),
+      static_cast<size_t>(c.activation_checkpoints.buffer_count));
   s.input = train::estimate_input_from(
       c,
       model_units(s.model, static_cast<size_t>(c.blocks_per_unit), static_cast<size_t>(w.tp),
                   static_cast<size_t>(w.pp), pipeline),
-      w,
-      activation_bytes(s.model, s.micro_batch, s.seq_len, s.checkpointing, w, s.sequence_parallel,
-                       pipeline));
+      w, a.activation_bytes);
+  s.input.checkpoints = a.checkpoints;
   s.input.placement.param.ratio = param_ratio;
   s.param_desc = offload_desc(z.offload_param.device, param_ratio);
   s.optimizer_desc = offload_desc(z.offload_optimizer.device, z.offload_optimizer.ratio);

@@ -10,6 +10,7 @@
 
 #include "tierzero/nn/gpt_config.hpp"
 #include "tierzero/profile/estimator.hpp"
+#include "tierzero/train/activation_estimate.hpp"
 #include "tierzero/train/train_config.hpp"
 
 namespace tierzero::cli {
@@ -72,6 +73,15 @@ std::vector<zero::UnitSpec> model_units(const nn::GPTConfig& config, size_t bloc
 size_t activation_bytes(const nn::GPTConfig& config, size_t B, size_t T, bool checkpointing,
                         const profile::WorldLayout& world, bool sequence_parallel = false,
                         const PipelineFlags& pipeline = {});
+// The same with the block checkpoints on `tier` (tierzero.activation_checkpoints): the
+// micro-batches' bytes without them, and the checkpoints' placement for the estimator, for the
+// rank where the device bytes are largest.
+train::ActivationEstimate activation_estimate_for(const nn::GPTConfig& config, size_t B, size_t T,
+                                                  bool checkpointing,
+                                                  const profile::WorldLayout& world,
+                                                  bool sequence_parallel,
+                                                  const PipelineFlags& pipeline, Tier tier,
+                                                  size_t device_slots);
 
 // Bytes one rank sends in its tensor-parallel collectives per training micro-batch on ring
 // algorithms: the model's analytic payload (nn::expected_tensor_parallel_traffic), an all-reduce
@@ -96,6 +106,8 @@ struct RunFlags {
   int64_t micro_batch = 0;                // 0: the config's train_micro_batch_size_per_gpu
   int64_t seq = 0;             // 0: the config's seq_len, or the model's context without a config
   bool checkpointing = false;  // or the config's tierzero.activation_checkpointing
+  // device, host (cpu) or nvme: tierzero.activation_checkpoints.device; empty: the config's.
+  std::string activation_offload;
 };
 void add_run_options(CLI::App& app, RunFlags& f);
 

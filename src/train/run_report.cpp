@@ -16,6 +16,7 @@
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/output_files.hpp"
 #include "tierzero/profile/estimator.hpp"
+#include "tierzero/train/activation_estimate.hpp"
 #include "tierzero/train/config_bridges.hpp"
 #include "tierzero/train/progress.hpp"
 
@@ -69,6 +70,8 @@ std::unique_ptr<profile::ProfileRecorder> make_recorder(
   info.extra["offload_param"] = c.zero.offload_param.device;
   info.extra["offload_optimizer"] = c.zero.offload_optimizer.device;
   info.extra["activation_checkpointing"] = c.activation_checkpointing ? "on" : "off";
+  if (c.activation_checkpointing)
+    info.extra["activation_checkpoints"] = c.activation_checkpoints.device;
   // Under tensor parallelism the parameters, placements and estimate are this rank's pieces.
   const size_t tp = model.tensor_parallel();
   info.extra["tensor_parallel"] = std::to_string(tp);
@@ -104,16 +107,19 @@ std::unique_ptr<profile::ProfileRecorder> make_recorder(
   world.dp = ranks / (world.tp * world.pp * world.sp);
   const auto B = static_cast<size_t>(c.micro_batch_size), T = static_cast<size_t>(c.seq_len);
   // Under pipeline parallelism the schedule's micro-batches in flight, each the stage's blocks.
-  const size_t activations =
-      world.pp > 1
-          ? PipelineExecutor::activation_bytes_for(
-                model.config(), model.dims(B, T), chunk_stages,
-                nn::pipeline_schedule_from_name(c.pipeline_schedule),
-                static_cast<size_t>(c.gradient_accumulation_steps), c.activation_checkpointing)
-          : nn::GPT::activation_bytes_for(model.config(), B, T, c.activation_checkpointing, tp,
-                                          model.sequence_parallel(), model.ulysses());
-  const profile::Estimate e = profile::estimate(estimate_input_from(
-      c, units_from_layout(layout, static_cast<size_t>(c.blocks_per_unit)), world, activations));
+  // With the checkpoints on a tier, the micro-batches hold none of them: the tier counts them.
+  const ActivationEstimate activations =
+      activation_estimate(model.config(), model.dims(B, T),
+                          world.pp > 1 ? chunk_stages : std::vector<nn::PipelineStage>{},
+                          nn::pipeline_schedule_from_name(c.pipeline_schedule),
+                          static_cast<size_t>(c.gradient_accumulation_steps),
+                          c.activation_checkpointing, checkpoint_tier_of(c.activation_checkpoints),
+                          static_cast<size_t>(c.activation_checkpoints.buffer_count));
+  profile::EstimateInput input =
+      estimate_input_from(c, units_from_layout(layout, static_cast<size_t>(c.blocks_per_unit)),
+                          world, activations.activation_bytes);
+  input.checkpoints = activations.checkpoints;
+  const profile::Estimate e = profile::estimate(input);
   profile::TierCategoryBytes predicted{};
   for (size_t t = 0; t < kNumTiers; ++t)
     for (size_t k = 0; k < kNumCategories; ++k)
