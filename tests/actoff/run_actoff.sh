@@ -45,13 +45,30 @@ same() {  # same <name> <reference>: bitwise equal losses and gradient norms
   fi
 }
 if [ "$mode" = budget ]; then
-  # 8 blocks of (2 x 32, 64) fp32 checkpoints: 7 x 16 KiB stored. A device budget that holds the
-  # model and the activations without checkpoints on the device, and a host budget of 1 MiB
-  # around the pool's staging: the host tier is refused, NVMe trains.
-  run device --activation-offload device || exit 1
-  run nvme --activation-offload nvme --nvme-path "$dir" --host-mem 8M || exit 1
-  same nvme device
-  grep -A3 "activation_checkpoint" "$dir/nvme.out" | head -4
+  # 24 blocks of (4 x 64, 64) fp32 checkpoints: 23 x 64 KiB stored. Measured peaks set the
+  # budgets: a device budget halfway between the device peak with the checkpoints on the device
+  # and with them on NVMe, a host budget halfway between the host peak with them on the host and
+  # with them on NVMe (small aio buffers). The device and host runs must be refused, NVMe trains.
+  sed -i 's/"train_micro_batch_size_per_gpu": 2/"train_micro_batch_size_per_gpu": 4, "aio": {"block_size": 65536, "queue_depth": 4}/; s/"seq_len": 32/"seq_len": 64/; s/"context_length": 32/"context_length": 64/; s/"n_layer": 8/"n_layer": 24/' "$dir/run.json"
+  peak() {  # peak <memory json> <tier>
+    python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['tier_peaks'][sys.argv[2]])" "$1" "$2"
+  }
+  run device --activation-offload device --memory-json "$dir/device.mem" || exit 1
+  run host --activation-offload host --memory-json "$dir/host.mem" || exit 1
+  run nvme --activation-offload nvme --nvme-path "$dir" --memory-json "$dir/nvme.mem" || exit 1
+  dev_mem=$(( ($(peak "$dir/device.mem" device) + $(peak "$dir/nvme.mem" device)) / 2 ))
+  host_mem=$(( ($(peak "$dir/host.mem" host) + $(peak "$dir/nvme.mem" host)) / 2 ))
+  echo "budget: device $dev_mem bytes, host $host_mem bytes (between the placements' peaks)"
+  budgets="--device-mem $dev_mem --host-mem $host_mem"
+  for tier in device host; do
+    if timeout -k 5 240 "$tierzero" train --config "$dir/run.json" --activation-offload $tier \
+        $budgets > "$dir/refused_$tier.out" 2>&1; then
+      echo "FAIL: budget: checkpoints on the $tier trained within budgets they exceed"; exit 1
+    fi
+    grep -o "[a-z]* memory budget exceeded[^;]*" "$dir/refused_$tier.out" | head -1
+  done
+  run nvme_budget --activation-offload nvme --nvme-path "$dir" $budgets || exit 1
+  same nvme_budget device
   exit 0
 fi
 run device --activation-offload device || exit 1
