@@ -159,19 +159,23 @@ train::ActivationEstimate activation_estimate_for(const nn::GPTConfig& config, s
   // flight there; the largest is the rank that must fit.
   const size_t m = pipeline.micro_batches > 0 ? pipeline.micro_batches : pp;
   train::ActivationEstimate worst;
-  size_t worst_device = 0;
+  size_t worst_device = 0, stored_most = 0;
   for (const std::vector<nn::PipelineStage>& chunks :
        rank_chunks(config, pp, pipeline.virtual_stages, pipeline.blocks_per_stage)) {
     train::ActivationEstimate a = train::activation_estimate(config, dims, chunks, schedule, m,
                                                              checkpointing, tier, device_slots);
     profile::TierBytes extra;
     profile::add_checkpoint_bytes(a.checkpoints, extra);
+    // The rank with the most device bytes; among equals, the one storing the most checkpoints.
+    stored_most = std::max(stored_most, a.checkpoints.stored);
     const size_t device = a.activation_bytes + extra.tier_total(Tier::device);
-    if (device >= worst_device) {
+    if (device > worst_device ||
+        (device == worst_device && a.checkpoints.stored >= worst.checkpoints.stored)) {
       worst_device = device;
       worst = a;
     }
   }
+  worst.checkpoints.stored_most = stored_most;
   return worst;
 }
 

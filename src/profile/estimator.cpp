@@ -222,13 +222,13 @@ void add_checkpoint_bytes(const CheckpointPlacementInput& c, zero::StateBytes& i
       zero::CheckpointTier::device_bytes_for(c.device_slots, c.bytes, c.stored);
   if (c.tier == Tier::host) {
     cell(Tier::host, Category::activation_checkpoint) +=
-        c.stored * offload::HostPool::round_size(c.bytes);
+        c.tier_count() * offload::HostPool::round_size(c.bytes);
     return;
   }
   const size_t padded =
       std::max<size_t>(offload::kIoAlignment, (c.bytes + offload::kIoAlignment - 1) /
                                                   offload::kIoAlignment * offload::kIoAlignment);
-  cell(Tier::nvme, Category::activation_checkpoint) += c.stored * padded;
+  cell(Tier::nvme, Category::activation_checkpoint) += c.tier_count() * padded;
   // Pinned staging: a checkpoint per slot on its way out and one per slot on its way in.
   cell(Tier::host, Category::io) += 2 * std::min(std::max<size_t>(c.device_slots, 2), c.stored) *
                                     offload::HostPool::round_size(c.bytes);

@@ -6,6 +6,7 @@
 // activation byte count computed by the caller. Formulas: docs/estimator.md.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -37,6 +38,10 @@ struct CheckpointPlacementInput {
   size_t bytes = 0;         // one checkpoint (its sequence shard under sequence parallelism)
   size_t stored = 0;        // checkpoints a rank stores at once (micro-batches in flight x blocks)
   size_t device_slots = 3;  // tierzero.activation_checkpoints.buffer_count
+  // The most any rank stores (pipeline stages differ: the estimate's device is the rank with the
+  // most device bytes, its host and NVMe bytes bound every rank's); 0: `stored`.
+  size_t stored_most = 0;
+  size_t tier_count() const { return std::max(stored, stored_most); }
 };
 
 // The bytes per tier the placement adds (Category::activation_checkpoint; NVMe staging in io),
