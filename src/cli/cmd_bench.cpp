@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "bench_activations.hpp"
 #include "bench_adam.hpp"
 #include "bench_comm.hpp"
 #include "bench_crc.hpp"
@@ -199,8 +200,11 @@ Command add_bench_command(CLI::App& app) {
   std::function<int()> ulysses = add_bench_ulysses_command(*bench);
   std::function<int()> crc = add_bench_crc_command(*bench);
   std::function<int()> oversize = add_bench_oversize_command(*bench);
+  std::function<int()> activations = add_bench_activations_command(*bench);
 
-  return {bench, [train, io, comm, adam, t, o, c, a, train_modes, tp, pp, ulysses, crc, oversize] {
+  return {bench, [train, io, comm, adam, t, o, c, a, train_modes, tp, pp, ulysses, crc, oversize,
+                  activations] {
+            if (const int rc = activations(); rc >= 0) return rc;
             if (const int rc = train_modes(); rc >= 0) return rc;
             if (const int rc = crc(); rc >= 0) return rc;
             if (const int rc = tp(); rc >= 0) return rc;

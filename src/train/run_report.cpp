@@ -284,6 +284,9 @@ void print_run_banner(std::FILE* out, const TrainConfig& c, const RunShape& shap
     std::fprintf(out, ")");
   }
   if (c.activation_checkpointing) std::fprintf(out, ", activation checkpointing");
+  if (c.activation_checkpointing && c.activation_checkpoints.device != "device")
+    std::fprintf(out, " (checkpoints on %s)",
+                 c.activation_checkpoints.device == "cpu" ? "the host" : "nvme");
   std::fprintf(out, "\n");
 }
 

@@ -19,6 +19,11 @@
 #include "tierzero/core/memory_tracker.hpp"
 #include "tierzero/nn/checkpoint_store.hpp"
 #include "tierzero/nn/gpt.hpp"
+#include "tierzero/nn/param_layout.hpp"
+#include "tierzero/profile/estimator.hpp"
+#include "tierzero/profile/planner.hpp"
+#include "tierzero/train/activation_estimate.hpp"
+#include "tierzero/train/store_provider.hpp"
 #include "tierzero/zero/checkpoint_tier.hpp"
 #include "tiny_gpt.hpp"
 
@@ -218,4 +223,44 @@ TEST(ActivationTier, HostBudgetTooSmallIsRefused) {
   const std::string err =
       error_of([&] { g.model.forward_backward(g.params, g.x.data(), g.y.data(), g.B, g.T, 1.0f); });
   EXPECT_NE(err.find("activation checkpoint"), std::string::npos) << err;
+}
+
+// The planner searches the checkpoints' tier: at a device budget that the estimate with the
+// checkpoints on the host fits and no configuration with them on the device does, it chooses
+// the host (checkpoints dominate this model: 32 blocks of (1024, 8) floats, few parameters, so
+// no optimizer or parameter offload saves as much).
+TEST(ActivationTier, PlannerPlacesCheckpointsOffTheDevice) {
+  const nn::GPTConfig cfg = tiny_config(50, 64, 1024, 32, 1, 8);
+  const size_t B = 1, T = 1024;
+  auto placed = [&](size_t b, Tier tier) {
+    const nn::ActivationDims db = nn::ActivationDims::of(cfg, b, T, 1, false, 1);
+    const train::ActivationEstimate a = train::activation_estimate(
+        cfg, db, {}, nn::PipelineSchedule::one_f_one_b, 1, true, tier, 2);
+    return profile::PlanRequest::PlacedActivations{a.activation_bytes, a.checkpoints};
+  };
+  profile::PlanRequest req;
+  req.base.units = train::units_from_layout(nn::ParamLayout(cfg), 1);
+  req.seq_len = T;
+  req.target_global_batch = B;
+  req.activation_bytes = [&](size_t b, bool ckpt) {
+    return nn::GPT::activation_bytes_for(cfg, b, T, ckpt);
+  };
+  req.placed_checkpoints = placed;
+  // The estimate at stage 0 with the checkpoints on the host, micro-batch B: its device bytes
+  // are the budget (with the margin).
+  profile::EstimateInput in = req.base;
+  const profile::PlanRequest::PlacedActivations host = placed(B, Tier::host);
+  in.activation_bytes = host.activation_bytes;
+  in.checkpoints = host.checkpoints;
+  const size_t device_need = profile::estimate(in).tier_total(Tier::device);
+  req.budget = {static_cast<size_t>(static_cast<double>(device_need) / (1.0 - req.margin)) + 1,
+                size_t{1} << 30, size_t{1} << 30};
+  const profile::PlanResult any = profile::plan(req);
+  ASSERT_TRUE(any.found);
+  EXPECT_TRUE(any.best.checkpointing);
+  EXPECT_NE(any.best.checkpoint_tier, Tier::device) << any.best.describe();
+  req.only_checkpoint_tier = static_cast<size_t>(Tier::device);
+  const profile::PlanResult on_device = profile::plan(req);
+  EXPECT_FALSE(on_device.found) << on_device.best.describe();
+  std::printf("device budget %zu B: chosen %s\n", req.budget[0], any.best.describe().c_str());
 }
