@@ -27,5 +27,7 @@ std::function<int()> add_bench_train_modes_commands(
 std::function<int()> add_bench_tp_command(CLI::App& parent);
 std::function<int()> add_bench_pp_command(CLI::App& parent);
 std::function<int()> add_bench_ulysses_command(CLI::App& parent);
+// bench activations: checkpoints on device, host and NVMe (tierzero/bench/activations.hpp).
+std::function<int()> add_bench_activations_command(CLI::App& bench);
 
 }  // namespace tierzero::cli

@@ -5,6 +5,7 @@
 
 #include <memory>
 
+#include "tierzero/bench/activations.hpp"
 #include "tierzero/bench/pp.hpp"
 #include "tierzero/bench/tp.hpp"
 #include "tierzero/bench/train_modes.hpp"
@@ -159,6 +160,29 @@ std::function<int()> add_bench_ulysses_command(CLI::App& parent) {
   add_ranged_option(*c, "--threads", o->threads, "OpenMP threads per rank", 1, 1024);
   c->add_flag("--activation-checkpointing", o->checkpointing, "run with activation checkpointing");
   return [o, c] { return c->parsed() ? bench::bench_ulysses(*o).exit_code() : -1; };
+}
+
+std::function<int()> add_bench_activations_command(CLI::App& bench) {
+  auto o = std::make_shared<bench::BenchActivationsOptions>();
+  CLI::App* c = bench.add_subcommand(
+      "activations",
+      "checkpoints on device, host, NVMe: longest sequence under a budget, step time");
+  add_train_run_options(*c, *o, "sequences per micro-batch",
+                        "step-time runs per placement, alternating (default 2)");
+  c->add_option("--budget", o->budget, "device memory budget of the fit runs, e.g. 48MiB")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  add_ranged_option(*c, "--seq-step", o->seq_step, "the search's sequence granularity", 1,
+                    int64_t{1} << 20);
+  add_ranged_option(*c, "--max-seq", o->max_seq, "the longest sequence tried", 1, int64_t{1} << 24);
+  add_ranged_option(*c, "--fit-steps", o->fit_steps, "steps of each fit run", 1, 1000);
+  add_ranged_option(*c, "--probes", o->probes, "fit runs beyond the prediction, at most", 0, 100);
+  add_ranged_option(*c, "--stage", o->stage, "ZeRO stage of every run", 0, 3);
+  add_ranged_option(*c, "--threads", o->threads, "OpenMP threads", 1, 1024);
+  add_ranged_option(*c, "--buffer-count", o->buffer_count,
+                    "device slots of the checkpoints (activation_checkpoints.buffer_count)", 2,
+                    1 << 20);
+  return [o, c] { return c->parsed() ? bench::bench_activations(*o) : -1; };
 }
 
 }  // namespace tierzero::cli

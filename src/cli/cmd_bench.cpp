@@ -145,9 +145,11 @@ Command add_bench_command(CLI::App& app) {
   std::function<int()> crc = add_bench_crc_command(*group);
   std::function<int()> oversize = add_bench_oversize_command(*group);
   std::function<int()> tokenize = add_bench_tokenize_command(*group);
+  std::function<int()> activations = add_bench_activations_command(*group);
 
   return {group, [train, io, comm, adam, t, o, c, a, train_modes, tp, pp, ulysses, crc, oversize,
-                  tokenize] {
+                  tokenize, activations] {
+            if (const int rc = activations(); rc >= 0) return rc;
             if (const int rc = train_modes(); rc >= 0) return rc;
             if (const int rc = crc(); rc >= 0) return rc;
             if (const int rc = tp(); rc >= 0) return rc;

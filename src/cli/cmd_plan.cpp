@@ -5,11 +5,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <numeric>
 
 #include "commands.hpp"
 #include "estimate_model.hpp"
 #include "plan_check.hpp"
 #include "plan_kernel_times.hpp"
+#include "plan_longest_seq.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/output_files.hpp"
 #include "tierzero/device/device.hpp"
@@ -41,6 +43,7 @@ struct PlanFlags {
   std::string output;
   bool check = false;
   int64_t check_steps = 5;
+  bool longest_seq = false;  // binary search for the longest sequence that fits
 };
 
 // The step-time model's error that tests/profile/run_plan_time.sh holds it to: a small GPT on one
@@ -124,6 +127,11 @@ nlohmann::json config_json(const PlanFlags& f, const nn::GPTConfig& m, size_t se
   if (f.host_mem > 0)
     j["tierzero"]["host_memory_budget_gb"] =
         static_cast<double>(f.host_mem) * static_cast<double>(ranks_per_node(f)) / 1073741824.0;
+  if (c.checkpointing && c.checkpoint_tier != Tier::device) {
+    j["tierzero"]["activation_checkpoints"] = {{"device", offload_device(c.checkpoint_tier)}};
+    if (c.checkpoint_tier == Tier::nvme)
+      j["tierzero"]["activation_checkpoints"]["nvme_path"] = f.nvme_path;
+  }
   if (f.threads > 0) j["tierzero"]["threads"] = f.threads;
   if (c.grads_on_nvme()) j["tierzero"]["offload_gradients"] = "nvme";
   return j;
@@ -140,6 +148,13 @@ void print_bytes_vs_budget(const profile::PlanRequest& req, const profile::Estim
   }
 }
 
+// Sequence lengths the layout can cut: Megatron sequence parallelism splits the tokens over tp,
+// Ulysses each sequence over sp.
+size_t seq_quantum(const PlanFlags& f, const profile::WorldLayout& world) {
+  const size_t tp = f.world.sequence_parallel ? static_cast<size_t>(world.tp) : 1;
+  return std::lcm(tp, static_cast<size_t>(world.sp));
+}
+
 int run_plan(const PlanFlags& flags) {
   PlanFlags f = flags;
   std::string device_why;
@@ -148,7 +163,7 @@ int run_plan(const PlanFlags& flags) {
     device_why = "assumed, written to -o; the rates come from --calibration";
   const nn::GPTConfig model = resolve_model(f.model, nullptr);
   const profile::WorldLayout world = resolve_world(f.world);
-  const size_t seq = f.seq > 0 ? static_cast<size_t>(f.seq) : model.max_seq_len;
+  size_t seq = f.seq > 0 ? static_cast<size_t>(f.seq) : model.max_seq_len;
   TZ_CHECK(seq <= model.max_seq_len,
            "sequence length " + std::to_string(seq) + " exceeds the model's context " +
                std::to_string(model.max_seq_len),
@@ -180,6 +195,13 @@ int run_plan(const PlanFlags& flags) {
   req.activation_bytes = [&](size_t b, bool ckpt) {
     return train::activation_bytes(model, b, seq, ckpt, world, f.world.sequence_parallel);
   };
+  req.placed_checkpoints = [&](size_t b, Tier tier) {
+    const train::ActivationEstimate a = train::activation_estimate_for(
+        model, b, seq, nn::Recompute(nn::Recompute::full), world, f.world.sequence_parallel, {},
+        tier, static_cast<size_t>(defaults.activation_checkpoints.buffer_count));
+    return profile::PlanRequest::PlacedActivations{a.activation_bytes, a.checkpoints};
+  };
+  if (f.longest_seq) return print_longest_seq(req, seq, model.max_seq_len, seq_quantum(f, world));
   req.tensor_parallel_wire_bytes = [&](size_t b, bool ckpt) {
     return train::tensor_parallel_wire_bytes(model, b, seq, ckpt, world, f.world.sequence_parallel);
   };
@@ -355,6 +377,10 @@ Command add_plan_command(CLI::App& app) {
   sub->add_flag("--check", f->check,
                 "train the choice here for 1 + --check-steps steps and print the predicted step "
                 "time's error (one rank)");
+  sub->add_flag("--longest-seq", f->longest_seq,
+                "the longest sequence (up to the model's context) this model trains at with "
+                "these budgets, by the estimator, with the placement chosen there, for "
+                "checkpoints on each tier");
   sub->add_option("--check-steps", f->check_steps, "steps --check measures after one warm-up")
       ->check(CLI::Range(int64_t{1}, int64_t{1000}))
       ->capture_default_str();

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "tierzero/core/error.hpp"
 #include "tierzero/train/placement_from_config.hpp"
 #include "tierzero/train/train_config.hpp"
 #include "tierzero/train/trainer.hpp"
@@ -45,6 +46,7 @@ struct TrainFlags {
   int64_t micro_batch = 0;    // train_micro_batch_size_per_gpu; 0: from the config
   std::string offload_param, offload_optimizer;  // none, cpu (host) or nvme; empty: the config's
   std::string nvme_path;                         // both offloads' nvme_path; empty: the config's
+  std::string activation_offload;                // device, host (cpu) or nvme; empty: the config's
 };
 
 // The placement names the flags accept: DeepSpeed's (none, cpu, nvme), and host for cpu; the
@@ -115,6 +117,11 @@ void add_common(CLI::App* sub, TrainFlags& f) {
   sub->add_option("--nvme-path", f.nvme_path,
                   "directory on the NVMe drive for the swap files of offload_param and "
                   "offload_optimizer (their nvme_path)");
+  sub->add_option("--activation-offload", f.activation_offload,
+                  "where the block checkpoints live between forward and backward: device, host "
+                  "(cpu) or nvme (tierzero.activation_checkpoints.device; host and nvme turn "
+                  "activation checkpointing on; nvme uses --nvme-path)")
+      ->check(CLI::IsMember({"device", "host", "cpu", "nvme"}));
 }
 
 // What only training uses: the optimizer's settings and placement, and checkpoints.
@@ -194,11 +201,27 @@ train::TrainConfig resolve(const TrainFlags& f) {
     c.zero.offload_param.nvme_path = f.nvme_path;
     c.zero.offload_optimizer.nvme_path = f.nvme_path;
   }
-  if (f.reset_lr_schedule) c.checkpoint.reset_lr_schedule = true;
   if (!f.recompute.empty()) {  // overrides the config's recompute and activation_checkpointing
     c.recompute = f.recompute;
     c.activation_checkpointing = f.recompute == "full";
   }
+  if (!f.activation_offload.empty()) {
+    const Tier tier = train::tier_from_name(f.activation_offload, "--activation-offload");
+    c.activation_checkpoints.device =
+        tier == Tier::device ? "device" : train::offload_device_name(tier);
+    if (c.activation_checkpoints.device != "device") {  // checkpoints there need full recompute
+      if (c.recompute == "selective")
+        TZ_THROW("--activation-offload " + f.activation_offload + " with selective recompute",
+                 "block checkpoints on a tier need full recompute: --recompute full");
+      c.recompute = "full";
+      c.activation_checkpointing = true;
+    }
+  }
+  if (!f.nvme_path.empty()) c.activation_checkpoints.nvme_path = f.nvme_path;
+  if (c.activation_checkpoints.device == "nvme" && c.activation_checkpoints.nvme_path.empty())
+    TZ_THROW("--activation-offload nvme needs a directory",
+             "pass --nvme-path (or tierzero.activation_checkpoints.nvme_path)");
+  if (f.reset_lr_schedule) c.checkpoint.reset_lr_schedule = true;
   return c;
 }
 

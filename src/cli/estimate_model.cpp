@@ -110,6 +110,10 @@ void add_run_options(CLI::App& app, RunFlags& f) {
                  "what a block's backward recomputes: none, selective (the attention's core) or "
                  "full (= --checkpointing); default: the config's tierzero.recompute")
       ->check(CLI::IsMember({"none", "selective", "full"}));
+  app.add_option("--activation-offload", f.activation_offload,
+                 "where the block checkpoints live: device, host (cpu) or nvme (implies "
+                 "--checkpointing unless device)")
+      ->check(CLI::IsMember({"device", "host", "cpu", "nvme"}));
 }
 
 namespace {
@@ -154,6 +158,17 @@ EstimateSettings resolve_settings(const ModelFlags& model, const WorldFlags& wor
 
   const profile::WorldLayout w = resolve_world(world, have_config ? &c : nullptr);
   s.sequence_parallel = world.sequence_parallel || (have_config && c.sequence_parallel);
+  if (!run.activation_offload.empty()) {
+    c.activation_checkpoints.device =
+        run.activation_offload == "host" ? "cpu" : run.activation_offload;
+    if (c.activation_checkpoints.device != "device") {
+      TZ_CHECK(!s.recompute.is_selective(),
+               "--activation-offload " + run.activation_offload + " with selective recompute",
+               "activation checkpoints on a tier need full recompute (--recompute full)");
+      s.recompute = nn::Recompute(nn::Recompute::full);
+      s.checkpointing = true;
+    }
+  }
   s.input = train::run_estimate_input(c, s.model, w, s.micro_batch, s.seq_len, s.recompute,
                                       s.sequence_parallel);
   s.param_desc = offload_desc(z.offload_param.device, z.offload_param.ratio);

@@ -11,6 +11,7 @@
 #include "tierzero/nn/gpt_config.hpp"
 #include "tierzero/nn/recompute.hpp"
 #include "tierzero/profile/estimator.hpp"
+#include "tierzero/train/activation_estimate.hpp"
 #include "tierzero/train/train_config.hpp"
 
 namespace tierzero::cli {
@@ -55,6 +56,8 @@ struct RunFlags {
   int64_t seq = 0;             // 0: the config's seq_len, or the model's context without a config
   bool checkpointing = false;  // or the config's tierzero.activation_checkpointing
   std::string recompute;       // none, selective, full; empty: --checkpointing, or the config's
+  // device, host (cpu) or nvme: tierzero.activation_checkpoints.device; empty: the config's.
+  std::string activation_offload;
 };
 void add_run_options(CLI::App& app, RunFlags& f);
 

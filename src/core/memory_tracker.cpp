@@ -17,7 +17,7 @@ const char* tier_name(Tier t) {
 
 const char* category_name(Category c) {
   static const char* names[] = {"param", "grad", "optimizer", "activation",
-                                "comm",  "io",   "workspace"};
+                                "comm",  "io",   "workspace", "activation_checkpoint"};
   return names[static_cast<size_t>(c)];
 }
 

@@ -160,8 +160,13 @@ size_t GPT::micro_batch_bytes_for(const GPTConfig& config, size_t B, size_t T, R
 }
 
 size_t GPT::micro_batch_bytes_for(const GPTConfig& config, const ActivationDims& dims,
-                                  const PipelineStage& stage, Recompute recompute) {
-  return MicroBatch::bytes_for(config, dims, stage, recompute);
+                                  const PipelineStage& stage, Recompute recompute,
+                                  bool external_checkpoints) {
+  return MicroBatch::bytes_for(config, dims, stage, recompute, external_checkpoints);
+}
+
+size_t GPT::checkpoint_bytes_for(const ActivationDims& d) {
+  return d.stream_tokens * d.channels * sizeof(float);
 }
 
 size_t GPT::scratch_bytes_for(const GPTConfig& config, size_t B, size_t T, Recompute recompute,
@@ -209,7 +214,8 @@ size_t GPT::activation_bytes() const {
 
 MicroBatch GPT::make_micro_batch(size_t B, size_t T) {
   check_shape(config_, B, T);
-  return MicroBatch(config_, num_modules_, dims(B, T), stage_, recompute_, allocator_);
+  return MicroBatch(config_, num_modules_, dims(B, T), stage_, recompute_, allocator_,
+                    store_ != nullptr);
 }
 
 void GPT::check(const MicroBatch& mb) const {
@@ -225,6 +231,9 @@ void GPT::check(const MicroBatch& mb) const {
                ") but the model now has it " + (recompute_.is_full() ? "on" : "off") +
                " (recompute " + recompute_.name() + ")",
            "make new micro-batches after changing the recompute mode (activation checkpointing)");
+  TZ_CHECK(mb.external_checkpoints() == (recompute_.is_full() && store_ != nullptr),
+           "micro-batch was made for another checkpoint placement",
+           "make new micro-batches after set_checkpoint_store");
 }
 
 void GPT::ensure_scratch(const ActivationDims& d) {
@@ -254,6 +263,29 @@ void GPT::set_recompute(Recompute recompute) {
   const size_t B = cached_->B(), T = cached_->dims().seq_len;
   cached_.reset();
   cached(B, T);
+}
+
+void GPT::set_checkpoint_store(CheckpointStore* store) {
+  if (store == store_) return;
+  store_ = store;
+  if (!cached_) return;
+  const size_t B = cached_->B(), T = cached_->dims().seq_len;
+  cached_.reset();
+  cached(B, T);
+}
+
+void GPT::begin_checkpoint_read(MicroBatch& mb, size_t position, size_t module) {
+  float* at = const_cast<float*>(store_->begin_read(mb.id(), position));
+  mb.set_external(position, at);
+  mb.save_input(module, at);
+}
+
+void GPT::end_checkpoint(MicroBatch& mb, size_t position, bool read, bool discard) {
+  mb.set_external(position, nullptr);
+  if (read)
+    store_->end_read(mb.id(), position);
+  else
+    store_->end_write(mb.id(), position, discard);
 }
 
 ModuleContext GPT::context(MicroBatch& mb) {
@@ -305,7 +337,7 @@ float* GPT::output_grad_of(MicroBatch& mb, size_t i) const {
 }
 
 void GPT::forward(MicroBatch& mb, ParamProvider& params, const int32_t* tokens,
-                  const int32_t* targets) {
+                  const int32_t* targets, bool for_backward) {
   check(mb);
   const size_t B = mb.B(), Ts = mb.dims().seq_len;
   check_tokens(config_, tokens, targets, B, Ts);
@@ -333,9 +365,14 @@ void GPT::forward(MicroBatch& mb, ParamProvider& params, const int32_t* tokens,
     Module& m = *modules_[i];
     const size_t g = m.index();  // in the whole model: wires it to the residual stream
     ModuleContext ctx = context(mb);
+    // A block writes the checkpoint of the next into the store's buffer, and hands its own
+    // input to the store once its forward is issued (module g reads residual g - 1).
+    if (mb.is_external(g))
+      mb.set_external(g, store_->begin_write(mb.id(), g, checkpoint_bytes_for(mb.dims())));
     ctx.params = params.acquire_params(m.unit());
     m.forward(ctx, input_of(mb, g), output_of(mb, g));
     params.release_params(m.unit());
+    if (g > 0 && mb.is_external(g - 1)) end_checkpoint(mb, g - 1, false, !for_backward);
   }
   mb.forwarded_ = true;
 }
@@ -359,7 +396,9 @@ void GPT::backward(MicroBatch& mb, ParamProvider& params, float grad_scale) {
     const size_t unit = m.unit();
     const size_t g = m.index();
     ModuleContext ctx = context(mb);
+    const bool stored = g > 0 && mb.is_external(g - 1);
     if (m.backward_reads_params()) ctx.params = params.acquire_params(unit);
+    if (stored) begin_checkpoint_read(mb, g - 1, g);  // its input, read ahead by the store
     if (mb.recompute().mode() != Recompute::none) m.recompute(ctx);
     ctx.grads = params.acquire_grads(unit);
     float* dout = output_grad_of(mb, g);
@@ -367,6 +406,7 @@ void GPT::backward(MicroBatch& mb, ParamProvider& params, float grad_scale) {
     // A fresh gradient starts at zero; the residual stream's running one carries on.
     if (din && din != dout) ctx.zero(din, d.stream_tokens * d.channels);
     m.backward(ctx, dout, din);
+    if (stored) end_checkpoint(mb, g - 1, true, false);
     if (ctx.params) params.release_params(unit);
     if (finishes_unit_[i]) params.grads_done(unit);
   }
@@ -399,7 +439,7 @@ float GPT::loss(MicroBatch& mb) {
 float GPT::evaluate(ParamProvider& params, const int32_t* tokens, const int32_t* targets, size_t B,
                     size_t T) {
   MicroBatch& mb = cached(B, T);
-  forward(mb, params, tokens, targets);
+  forward(mb, params, tokens, targets, false);
   if (!targets) {
     device_.default_stream().synchronize();
     return 0.0f;

@@ -1,14 +1,23 @@
 // MicroBatch: its buffers in one list (allocation and byte count), and views into them.
 #include "tierzero/nn/micro_batch.hpp"
 
+#include <atomic>
 #include <string>
 
 #include "tierzero/core/error.hpp"
 
 namespace tierzero::nn {
 
+namespace {
+uint64_t next_id() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1);
+}
+}  // namespace
+
 void MicroBatch::visit(Buffers& b, const GPTConfig&, const ActivationDims& d,
-                       const PipelineStage& stage, Recompute recompute, const BufferVisitor& fn) {
+                       const PipelineStage& stage, Recompute recompute, bool external,
+                       const BufferVisitor& fn) {
   const bool checkpointing = recompute.is_full();
   const size_t n = stage.num_blocks, C = d.channels, BT = d.tokens, S = d.stream_tokens;
   constexpr size_t f = sizeof(float);
@@ -16,7 +25,10 @@ void MicroBatch::visit(Buffers& b, const GPTConfig&, const ActivationDims& d,
   fn(b.targets, BT * sizeof(int32_t), "targets");
   fn(b.encoded, S * C * f, "encoded");
   if (!checkpointing) b.blocks.visit(d, n, fn, !recompute.is_selective());
-  fn(b.residual3, n * S * C * f, checkpointing ? "residual3 (checkpoints)" : "residual3");
+  if (checkpointing && external)
+    fn(b.residual3, S * C * f, "residual3 (stage output; checkpoints in a store)");
+  else
+    fn(b.residual3, n * S * C * f, checkpointing ? "residual3 (checkpoints)" : "residual3");
   if (stage.last()) {
     fn(b.lnf, S * C * f, "lnf");
     fn(b.lnf_mean, S * f, "lnf_mean");
@@ -28,18 +40,22 @@ void MicroBatch::visit(Buffers& b, const GPTConfig&, const ActivationDims& d,
 }
 
 size_t MicroBatch::bytes_for(const GPTConfig& config, const ActivationDims& d,
-                             const PipelineStage& stage, Recompute recompute) {
+                             const PipelineStage& stage, Recompute recompute, bool external) {
   Buffers none;
   return rounded_bytes(
-      [&](const BufferVisitor& fn) { visit(none, config, d, stage, recompute, fn); });
+      [&](const BufferVisitor& fn) { visit(none, config, d, stage, recompute, external, fn); });
 }
 
 MicroBatch::MicroBatch(const GPTConfig& config, size_t num_modules, const ActivationDims& d,
-                       const PipelineStage& stage, Recompute recompute, DeviceAllocator& allocator)
+                       const PipelineStage& stage, Recompute recompute, DeviceAllocator& allocator,
+                       bool external_checkpoints)
     : config_(config),
       dims_(d),
       stage_(stage),
       recompute_(recompute),
+      external_(recompute.is_full() && external_checkpoints),
+      id_(next_id()),
+      external_at_(stage.num_blocks, nullptr),
       inputs_(num_modules, nullptr),
       host_losses_(d.tokens),
       host_slice_(d.ulysses > 1 ? 2 * d.tokens : 0) {
@@ -49,7 +65,9 @@ MicroBatch::MicroBatch(const GPTConfig& config, size_t num_modules, const Activa
                std::to_string(config.max_seq_len),
            "lower seq_len or use a model with a longer context");
   bytes_ = allocate_buffers(
-      [&](const BufferVisitor& fn) { visit(buffers_, config_, dims_, stage_, recompute_, fn); },
+      [&](const BufferVisitor& fn) {
+        visit(buffers_, config_, dims_, stage_, recompute_, external_, fn);
+      },
       allocator);
 }
 
@@ -67,7 +85,23 @@ float* MicroBatch::residual(size_t i) const {
            "residual stream position " + std::to_string(i) + " is not in " + stage_.str(),
            "positions are the stage's first block to one past its last");
   if (i == first) return buffers_.encoded.f32();
+  if (external_) {
+    if (i == first + stage_.num_blocks) return buffers_.residual3.f32();
+    float* at = external_at_[i - first - 1];
+    TZ_CHECK(at != nullptr,
+             "the checkpoint of block " + std::to_string(i) + " is not on the device now",
+             "internal error: the model reads a stored checkpoint only between begin and end");
+    return at;
+  }
   return buffers_.residual3.f32() + (i - first - 1) * dims_.stream_tokens * dims_.channels;
+}
+
+void MicroBatch::set_external(size_t i, float* buffer) {
+  TZ_CHECK(is_external(i),
+           "residual stream position " + std::to_string(i) + " of " + stage_.str() +
+               " is not a stored checkpoint",
+           "internal error");
+  external_at_[i - stage_.first_block - 1] = buffer;
 }
 
 BlockActs MicroBatch::block(size_t layer) const {

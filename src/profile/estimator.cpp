@@ -6,6 +6,7 @@
 #include "tierzero/core/error.hpp"
 #include "tierzero/device/device_allocator.hpp"
 #include "tierzero/offload/host_pool.hpp"
+#include "tierzero/zero/checkpoint_tier.hpp"
 #include "tierzero/zero/partition_store.hpp"
 #include "tierzero/zero/unit_groups.hpp"
 
@@ -205,7 +206,32 @@ Estimate estimate(const EstimateInput& in, const std::vector<zero::UnitRun>& run
   }
 
   slot(e.buffers, Tier::device, Category::activation) += in.activation_bytes;
+  add_checkpoint_bytes(in.checkpoints, e.buffers);
+  // The checkpoints' NVMe engine stages through its own bounce buffers from the same pool.
+  if (in.checkpoints.tier == Tier::nvme && in.checkpoints.stored > 0)
+    slot(e.buffers, Tier::host, Category::io) += in.nvme_bounce_bytes;
   return e;
+}
+
+void add_checkpoint_bytes(const CheckpointPlacementInput& c, zero::StateBytes& into) {
+  if (c.tier == Tier::device || c.stored == 0) return;
+  auto cell = [&into](Tier t, Category k) -> size_t& {
+    return into.bytes[static_cast<size_t>(t)][static_cast<size_t>(k)];
+  };
+  cell(Tier::device, Category::activation_checkpoint) +=
+      zero::CheckpointTier::device_bytes_for(c.device_slots, c.bytes, c.stored);
+  if (c.tier == Tier::host) {
+    cell(Tier::host, Category::activation_checkpoint) +=
+        c.tier_count() * offload::HostPool::round_size(c.bytes);
+    return;
+  }
+  const size_t padded =
+      std::max<size_t>(offload::kIoAlignment, (c.bytes + offload::kIoAlignment - 1) /
+                                                  offload::kIoAlignment * offload::kIoAlignment);
+  cell(Tier::nvme, Category::activation_checkpoint) += c.tier_count() * padded;
+  // Pinned staging: a checkpoint per slot on its way out and one per slot on its way in.
+  cell(Tier::host, Category::io) += 2 * std::min(std::max<size_t>(c.device_slots, 2), c.stored) *
+                                    offload::HostPool::round_size(c.bytes);
 }
 
 const char* offload_option_name(OffloadOption o) {

@@ -44,7 +44,11 @@ std::string Candidate::describe() const {
             : "");
   std::snprintf(buf, sizeof buf, "stage %d, %s, %s%s, %s, micro-batch %zu x %zu accumulation%s",
                 stage, param.c_str(), optim, grads_on_nvme() ? ", gradients nvme" : "",
-                checkpointing ? "checkpointing" : "no checkpointing", micro_batch, accumulation,
+                !checkpointing                    ? "no checkpointing"
+                : checkpoint_tier == Tier::device ? "checkpointing"
+                : checkpoint_tier == Tier::host   ? "checkpointing (checkpoints on the host)"
+                                                  : "checkpointing (checkpoints on nvme)",
+                micro_batch, accumulation,
                 stage == 3 && max_live_parameters == 0 ? ", stage3_max_live_parameters 0" : "");
   return buf;
 }
@@ -95,6 +99,15 @@ StepTime predict_step_time(const PlanRequest& req, const Candidate& c) {
   if (c.stage <= 1) {
     per_step += 2.0 * full_bytes * ring / comm_bps;  // all-reduce after the last micro-step
     per_step += f_optim * shard_bytes / copy_bps;    // the rank's slice to the host
+  }
+  // Block checkpoints on a tier: written out in the forward and read back in the backward,
+  // behind compute (write-behind, read-ahead).
+  const CheckpointPlacementInput& ck = c.estimate_checkpoints;
+  if (ck.tier != Tier::device) {
+    const double moved = static_cast<double>(ck.stored * ck.bytes);
+    per_micro += 2.0 * moved / copy_bps;
+    if (ck.tier == Tier::nvme)
+      per_micro += moved / (r.nvme_write_gbps * 1e9) + moved / (r.nvme_read_gbps * 1e9);
   }
   t.transfer_s = micro * per_micro + per_step + nvme_grad_s;
   // Units are gathered ahead and reduced behind compute, so per unit the step takes the longer
@@ -162,9 +175,18 @@ PlanResult plan(const PlanRequest& req, size_t keep_rejected) {
       for (const zero::OffloadTarget& optim : optim_options)
         for (Tier grads : {Tier::host, Tier::nvme})
           for (size_t chunk : chunk_options)
-            for (bool ckpt : {false, true})
+            for (int ck = 0; ck < 4; ++ck)  // no checkpointing; checkpoints on device, host, nvme
               for (size_t b = 1; b <= per_rank_batch; b *= 2)
                 for (size_t max_live : {req.base.max_live_parameters, size_t{0}}) {
+                  const bool ckpt = ck > 0;
+                  const Tier ckpt_tier = ck > 1 ? static_cast<Tier>(ck - 1) : Tier::device;
+                  // Checkpoints off the device: with a placement function and a budget there.
+                  if (ckpt_tier != Tier::device &&
+                      (!req.placed_checkpoints || req.budget[static_cast<size_t>(ckpt_tier)] == 0))
+                    continue;
+                  if (req.only_checkpoint_tier < kNumTiers &&
+                      (!ckpt || static_cast<size_t>(ckpt_tier) != req.only_checkpoint_tier))
+                    continue;
                   if (param.tier != Tier::device && stage != 3) continue;
                   // Gradient shards go to NVMe only with the optimizer there, at stages 2-3.
                   if (grads == Tier::nvme && (stage < 2 || optim.tier != Tier::nvme)) continue;
@@ -192,7 +214,17 @@ PlanResult plan(const PlanRequest& req, size_t keep_rejected) {
                   in.max_live_parameters = max_live;
                   in.stage = stage;
                   in.placement = c.placement;
-                  in.activation_bytes = req.activation_bytes(b, ckpt);
+                  c.checkpoint_tier = ckpt_tier;
+                  in.checkpoints = {};
+                  if (ckpt_tier == Tier::device) {
+                    in.activation_bytes = req.activation_bytes(b, ckpt);
+                  } else {
+                    const PlanRequest::PlacedActivations placed =
+                        req.placed_checkpoints(b, ckpt_tier);
+                    in.activation_bytes = placed.activation_bytes;
+                    in.checkpoints = placed.checkpoints;
+                  }
+                  c.estimate_checkpoints = in.checkpoints;
                   c.estimate = estimate(in, runs);
                   c.time = predict_step_time(req, c);
                   c.fits = true;
@@ -223,10 +255,11 @@ PlanResult plan(const PlanRequest& req, size_t keep_rejected) {
   auto simpler = [](const Candidate& a, const Candidate& b) {
     const size_t a_off = a.estimate.tier_total(Tier::host) + a.estimate.tier_total(Tier::nvme);
     const size_t b_off = b.estimate.tier_total(Tier::host) + b.estimate.tier_total(Tier::nvme);
-    return std::make_tuple(-static_cast<int64_t>(a.micro_batch), a.checkpointing, a_off, a.stage,
+    return std::make_tuple(-static_cast<int64_t>(a.micro_batch), a.checkpointing,
+                           static_cast<int>(a.checkpoint_tier), a_off, a.stage,
                            a.time.per_token_s) <
-           std::make_tuple(-static_cast<int64_t>(b.micro_batch), b.checkpointing, b_off, b.stage,
-                           b.time.per_token_s);
+           std::make_tuple(-static_cast<int64_t>(b.micro_batch), b.checkpointing,
+                           static_cast<int>(b.checkpoint_tier), b_off, b.stage, b.time.per_token_s);
   };
   for (Candidate& c : fitting) {
     if (c.time.per_token_s > fastest * (1.0 + kTie)) continue;
@@ -241,13 +274,14 @@ PlanResult plan(const PlanRequest& req, size_t keep_rejected) {
     return std::make_pair(a.time.per_token_s, a.overflow_bytes) <
            std::make_pair(b.time.per_token_s, b.overflow_bytes);
   });
-  std::map<std::tuple<int, int, int, double, bool, size_t, bool, size_t>, bool> seen;
+  std::map<std::tuple<int, int, int, double, bool, size_t, bool, size_t, int>, bool> seen;
   for (Candidate& c : rejected) {
     if (result.rejected.size() >= keep_rejected) break;
-    auto key = std::make_tuple(c.stage, static_cast<int>(c.placement.param.tier),
-                               static_cast<int>(c.placement.optimizer.tier),
-                               c.placement.optimizer.ratio, c.checkpointing, c.max_live_parameters,
-                               c.grads_on_nvme(), c.placement.nvme_chunk_elems);
+    auto key =
+        std::make_tuple(c.stage, static_cast<int>(c.placement.param.tier),
+                        static_cast<int>(c.placement.optimizer.tier), c.placement.optimizer.ratio,
+                        c.checkpointing, c.max_live_parameters, c.grads_on_nvme(),
+                        c.placement.nvme_chunk_elems, static_cast<int>(c.checkpoint_tier));
     if (seen[key]) continue;
     seen[key] = true;
     result.rejected.push_back(std::move(c));

@@ -106,10 +106,11 @@ TierCategoryBytes bytes_from_json(const json& j) {
     throw std::invalid_argument("expected " + std::to_string(kNumTiers) + " tiers of " +
                                 std::to_string(kNumCategories) + " category byte counts");
   for (size_t t = 0; t < kNumTiers; ++t) {
-    if (!j[t].is_array() || j[t].size() != kNumCategories)
+    // Profiles written before activation_checkpoint (the last category) hold one fewer.
+    if (!j[t].is_array() || (j[t].size() != kNumCategories && j[t].size() != kNumCategories - 1))
       throw std::invalid_argument("expected " + std::to_string(kNumCategories) +
                                   " category byte counts per tier");
-    for (size_t c = 0; c < kNumCategories; ++c) b[t][c] = as_size(j[t][c], "byte count");
+    for (size_t c = 0; c < j[t].size(); ++c) b[t][c] = as_size(j[t][c], "byte count");
   }
   return b;
 }
@@ -200,9 +201,10 @@ StepProfile step_from_json(const json& j) {
   if (!peaks.is_array() || peaks.size() != kNumTiers)
     throw std::invalid_argument("'peak' must hold one row per tier");
   for (size_t t = 0; t < kNumTiers; ++t) {
-    if (!peaks[t].is_array() || peaks[t].size() != kNumCategories)
+    if (!peaks[t].is_array() ||
+        (peaks[t].size() != kNumCategories && peaks[t].size() != kNumCategories - 1))
       throw std::invalid_argument("'peak' rows must hold one entry per category");
-    for (size_t k = 0; k < kNumCategories; ++k) s.peak[t][k] = peak_from_json(peaks[t][k]);
+    for (size_t k = 0; k < peaks[t].size(); ++k) s.peak[t][k] = peak_from_json(peaks[t][k]);
   }
   const json& tier_peaks = j.at("tier_peak");
   if (!tier_peaks.is_array() || tier_peaks.size() != kNumTiers)

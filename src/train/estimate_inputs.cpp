@@ -95,6 +95,41 @@ size_t activation_bytes(const nn::GPTConfig& config, size_t B, size_t T,
   return worst;
 }
 
+ActivationEstimate activation_estimate_for(const nn::GPTConfig& config, size_t B, size_t T,
+                                           nn::Recompute recompute,
+                                           const profile::WorldLayout& world,
+                                           bool sequence_parallel, const PipelineShape& pipeline,
+                                           Tier tier, size_t device_slots) {
+  const auto pp = static_cast<size_t>(world.pp), sp = static_cast<size_t>(world.sp);
+  const auto tp = static_cast<size_t>(world.tp);
+  const nn::ActivationDims dims = nn::ActivationDims::of(config, B, T, tp, sequence_parallel, sp);
+  const nn::PipelineSchedule schedule = nn::pipeline_schedule_from_name(pipeline.schedule);
+  if (pp == 1)
+    return activation_estimate(config, dims, {}, schedule, 1, recompute, tier, device_slots);
+  // Each rank holds its chunks' activations for as many micro-batches as the schedule keeps in
+  // flight there; the largest is the rank that must fit.
+  const size_t m = pipeline.micro_batches > 0 ? pipeline.micro_batches : pp;
+  ActivationEstimate worst;
+  size_t worst_device = 0, stored_most = 0;
+  for (const std::vector<nn::PipelineStage>& chunks :
+       rank_chunks(config, pp, pipeline.virtual_stages, pipeline.blocks_per_stage)) {
+    const ActivationEstimate a =
+        activation_estimate(config, dims, chunks, schedule, m, recompute, tier, device_slots);
+    profile::TierBytes extra;
+    profile::add_checkpoint_bytes(a.checkpoints, extra);
+    // The rank with the most device bytes; among equals, the one storing the most checkpoints.
+    stored_most = std::max(stored_most, a.checkpoints.stored);
+    const size_t device = a.activation_bytes + extra.tier_total(Tier::device);
+    if (device > worst_device ||
+        (device == worst_device && a.checkpoints.stored >= worst.checkpoints.stored)) {
+      worst_device = device;
+      worst = a;
+    }
+  }
+  worst.checkpoints.stored_most = stored_most;
+  return worst;
+}
+
 double tensor_parallel_wire_bytes(const nn::GPTConfig& config, size_t B, size_t T,
                                   bool checkpointing, const profile::WorldLayout& world,
                                   bool sequence_parallel) {
@@ -126,11 +161,21 @@ profile::EstimateInput run_estimate_input(const TrainConfig& c, const nn::GPTCon
                                           const profile::WorldLayout& world, size_t B, size_t T,
                                           nn::Recompute checkpointing, bool sequence_parallel) {
   const PipelineShape pipeline = pipeline_shape_from(c, world.pp);
-  return estimate_input_from(
-      c,
+  const std::vector<zero::UnitSpec> units =
       model_units(model, static_cast<size_t>(c.blocks_per_unit), static_cast<size_t>(world.tp),
-                  static_cast<size_t>(world.pp), pipeline),
-      world, activation_bytes(model, B, T, checkpointing, world, sequence_parallel, pipeline));
+                  static_cast<size_t>(world.pp), pipeline);
+  const Tier tier = checkpoint_tier_of(c.activation_checkpoints);
+  if (!checkpointing.is_full() || tier == Tier::device)
+    return estimate_input_from(
+        c, units, world,
+        activation_bytes(model, B, T, checkpointing, world, sequence_parallel, pipeline));
+  // The block checkpoints on the host or NVMe: the micro-batches hold none of them.
+  const ActivationEstimate a =
+      activation_estimate_for(model, B, T, checkpointing, world, sequence_parallel, pipeline, tier,
+                              static_cast<size_t>(c.activation_checkpoints.buffer_count));
+  profile::EstimateInput input = estimate_input_from(c, units, world, a.activation_bytes);
+  input.checkpoints = a.checkpoints;
+  return input;
 }
 
 }  // namespace tierzero::train

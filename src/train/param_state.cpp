@@ -181,6 +181,7 @@ class StoreParams final : public ParamState {
   }
 
   nn::ParamProvider& provider() override { return *provider_; }
+  offload::HostPool* host_pool() override { return store_->host_pool(); }
   void zero_grads() override { store_->zero_grads(); }
   StepOutcome step(double lr, double clip, double loss_scale) override {
     const zero::StoreStepStats st = store_->step(lr, clip, loss_scale);

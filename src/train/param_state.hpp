@@ -57,6 +57,8 @@ class ParamState {
   // The store (null on the reference path) and its unit grouping, for reports and the banner.
   virtual const zero::PartitionStore* store() const { return nullptr; }
   virtual const UnitGrouping* grouping() const { return nullptr; }
+  // The store's pinned pool (null without one), which activation checkpoints on the host share.
+  virtual offload::HostPool* host_pool() { return nullptr; }
   int zero_stage() const { return store() ? store()->stage() : 0; }
 };
 

@@ -112,13 +112,23 @@ size_t PipelineExecutor::activation_bytes_for(const nn::GPTConfig& config,
                                               const nn::ActivationDims& dims,
                                               const std::vector<nn::PipelineStage>& chunks,
                                               nn::PipelineSchedule schedule, size_t micro_batches,
-                                              nn::Recompute checkpointing) {
+                                              nn::Recompute checkpointing,
+                                              bool external_checkpoints) {
   const std::vector<size_t> n = in_flight_per_chunk(shape_of(chunks, schedule, micro_batches));
   // One scratch: the chunks share it (their actions never overlap).
   size_t bytes = nn::ModelScratch::bytes_for(dims, checkpointing);
   for (size_t c = 0; c < chunks.size(); ++c)
-    bytes += n[c] * nn::GPT::micro_batch_bytes_for(config, dims, chunks[c], checkpointing);
+    bytes += n[c] * nn::GPT::micro_batch_bytes_for(config, dims, chunks[c], checkpointing,
+                                                   external_checkpoints);
   return bytes;
+}
+
+size_t PipelineExecutor::stored_checkpoints(const std::vector<nn::PipelineStage>& chunks,
+                                            nn::PipelineSchedule schedule, size_t micro_batches) {
+  const std::vector<size_t> n = in_flight_per_chunk(shape_of(chunks, schedule, micro_batches));
+  size_t stored = 0;
+  for (size_t c = 0; c < chunks.size(); ++c) stored += n[c] * (chunks[c].num_blocks - 1);
+  return stored;
 }
 
 PipelineExecutor::Slot& PipelineExecutor::slot_of(size_t chunk, size_t micro_batch) {
@@ -290,7 +300,7 @@ double PipelineExecutor::evaluate(nn::ParamProvider& params, const int32_t* toke
     slot.micro_batch = SIZE_MAX;
     nn::MicroBatch& mb = slot.mb;
     if (k > 0) receive(mb.stage_input(), prev, tag(0, k, false), false);
-    chunks_[c]->forward(mb, *view[c], tokens, targets);
+    chunks_[c]->forward(mb, *view[c], tokens, targets, false);
     if (k + 1 < V) {
       send(slot, mb.stage_output(), next, tag(0, k + 1, false));
     } else if (targets) {

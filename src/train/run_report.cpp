@@ -17,6 +17,7 @@
 #include "tierzero/core/output_files.hpp"
 #include "tierzero/nn/gpt_modules.hpp"
 #include "tierzero/profile/estimator.hpp"
+#include "tierzero/train/activation_estimate.hpp"
 #include "tierzero/train/config_bridges.hpp"
 #include "tierzero/train/estimate_inputs.hpp"
 #include "tierzero/train/placement_from_config.hpp"
@@ -84,6 +85,8 @@ std::unique_ptr<profile::ProfileRecorder> make_recorder(
   info.extra["offload_optimizer"] = c.zero.offload_optimizer.device;
   info.extra["activation_checkpointing"] = c.activation_checkpointing ? "on" : "off";
   info.extra["recompute"] = c.recompute;
+  if (c.activation_checkpointing)
+    info.extra["activation_checkpoints"] = c.activation_checkpoints.device;
   // Under tensor parallelism the parameters, placements and estimate are this rank's pieces.
   const size_t tp = model.tensor_parallel();
   info.extra["tensor_parallel"] = std::to_string(tp);
@@ -120,15 +123,20 @@ std::unique_ptr<profile::ProfileRecorder> make_recorder(
   const auto B = static_cast<size_t>(c.micro_batch_size), T = static_cast<size_t>(c.seq_len);
   // This rank's own (estimate and plan take the rank where it is largest): under pipeline
   // parallelism the schedule's micro-batches in flight, each its chunks' blocks; else one
-  // micro-batch as this backend keeps it.
-  const size_t activations =
-      world.pp > 1
-          ? rank_activation_bytes(model.config(), B, T, model.recompute(), world,
-                                  model.sequence_parallel(), chunk_stages, c.pipeline_schedule,
-                                  static_cast<size_t>(c.gradient_accumulation_steps))
-          : one_micro_batch_activation_bytes(model, B, T);
-  const profile::Estimate e = profile::estimate(estimate_input_from(
-      c, units_from_layout(layout, static_cast<size_t>(c.blocks_per_unit)), world, activations));
+  // micro-batch as this backend keeps it. With the checkpoints on a tier, the micro-batches hold
+  // none of them: the tier counts them.
+  const ActivationEstimate activations =
+      activation_estimate(model.config(), model.dims(B, T),
+                          world.pp > 1 ? chunk_stages : std::vector<nn::PipelineStage>{},
+                          nn::pipeline_schedule_from_name(c.pipeline_schedule),
+                          static_cast<size_t>(c.gradient_accumulation_steps), model.recompute(),
+                          checkpoint_tier_of(c.activation_checkpoints),
+                          static_cast<size_t>(c.activation_checkpoints.buffer_count));
+  profile::EstimateInput input =
+      estimate_input_from(c, units_from_layout(layout, static_cast<size_t>(c.blocks_per_unit)),
+                          world, activations.activation_bytes);
+  input.checkpoints = activations.checkpoints;
+  const profile::Estimate e = profile::estimate(input);
   profile::TierCategoryBytes predicted{};
   for (size_t t = 0; t < kNumTiers; ++t)
     for (size_t k = 0; k < kNumCategories; ++k)
@@ -292,6 +300,9 @@ void print_run_banner(std::FILE* out, const TrainConfig& c, const RunShape& shap
   }
   if (c.activation_checkpointing) std::fprintf(out, ", activation checkpointing");
   if (c.recompute == "selective") std::fprintf(out, ", selective recompute");
+  if (c.activation_checkpointing && c.activation_checkpoints.device != "device")
+    std::fprintf(out, " (checkpoints on %s)",
+                 c.activation_checkpoints.device == "cpu" ? "the host" : "nvme");
   std::fprintf(out, "\n");
 }
 

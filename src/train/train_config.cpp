@@ -408,6 +408,16 @@ void read_checkpoint(ConfigReader r, TrainConfig::CheckpointConfig& c) {
   r.finish();
 }
 
+void read_activation_placement(ConfigReader r, ActivationCheckpointPlacement& a) {
+  a.device = r.get_string("device", a.device, {"device", "cpu", "host", "nvme"});
+  if (a.device == "host") a.device = "cpu";
+  a.nvme_path = r.get_string("nvme_path", a.nvme_path);
+  a.buffer_count = r.get_int("buffer_count", a.buffer_count, 2, 1 << 20);
+  if (a.device == "nvme" && a.nvme_path.empty())
+    r.fail("nvme_path", "is empty but device is \"nvme\"; name a directory on the drive");
+  r.finish();
+}
+
 void read_tierzero(ConfigReader r, TrainConfig& c) {
   read_model(r.child("model"), c.model);
   read_checkpoint(r.child("checkpoint"), c.checkpoint);
@@ -433,6 +443,7 @@ void read_tierzero(ConfigReader r, TrainConfig& c) {
            "recompute); set only one of them");
   if (c.activation_checkpointing) c.recompute = "full";
   c.activation_checkpointing = c.recompute == "full";
+  read_activation_placement(r.child("activation_checkpoints"), c.activation_checkpoints);
   c.host_memory_budget_gb =
       r.get_number("host_memory_budget_gb", c.host_memory_budget_gb, 0.0, 1.0e6);
   c.blocks_per_unit = r.get_int("blocks_per_unit", c.blocks_per_unit, 1, 1 << 20);

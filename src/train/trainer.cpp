@@ -25,6 +25,7 @@
 #include "tierzero/nn/gpt_modules.hpp"
 #include "tierzero/profile/rank_profiles.hpp"
 #include "tierzero/train/checkpoint_save_dir.hpp"
+#include "tierzero/train/config_bridges.hpp"
 #include "tierzero/train/lr_schedule.hpp"
 #include "tierzero/train/profiling_provider.hpp"
 #include "tierzero/train/rank_agreement.hpp"
@@ -107,6 +108,13 @@ void Trainer::build() {
                               s.shape.chunk_stages.front());
   s.params = make_param_state(config_, s.run, s.groups, s.chunks.layout(), *s.device, *s.allocator,
                               initial);
+  // The host budget is the node's: its ranks share it (as the store's pool does).
+  const size_t local_ranks =
+      s.run.session ? static_cast<size_t>(comm::node_local_size(s.run.session->world())) : 1;
+  s.checkpoints = place_checkpoints(
+      config_, *s.allocator, s.params->host_pool(),
+      store_config_from(config_).host_budget_bytes / std::max<size_t>(local_ranks, 1),
+      s.chunks.all());
 }
 
 Trainer::~Trainer() = default;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "checkpoint_placement.hpp"
 #include "param_state.hpp"
 #include "run_setup.hpp"
 #include "tierzero/train/trainer.hpp"
@@ -23,6 +24,9 @@ struct Trainer::State {
   ProcessGroups groups;
   ModelChunks chunks;
   std::unique_ptr<ParamState> params;
+  // Where the block checkpoints live (null: in the micro-batches); after params, whose pinned
+  // pool it may share.
+  std::unique_ptr<CheckpointPlacement> checkpoints;
   int64_t lr_schedule_steps = 0;          // the schedule's length in use (saved in checkpoints)
   int64_t resumed_lr_schedule_steps = 0;  // the resumed checkpoint's (0: none or not recorded)
 };

@@ -313,8 +313,17 @@ TEST(TrainConfig, ActivationCheckpointingKeys) {
   std::printf("error: %s\n", e.c_str());
   EXPECT_NE(e.find("'tierzero.activation_checkpointing' must be true or false"), std::string::npos)
       << e;
-  e = parse_error(R"({"tierzero": {"activation_checkpoint": true}})");
+  // (activation_checkpoint is nearest to tierzero.activation_checkpoints, the placement.)
+  e = parse_error(R"({"tierzero": {"activation_checkpointin": true}})");
   EXPECT_NE(e.find("did you mean 'tierzero.activation_checkpointing'"), std::string::npos) << e;
+  e = parse_error(R"({"tierzero": {"activation_checkpoints": {"device": "gpu"}}})");
+  EXPECT_NE(e.find("tierzero.activation_checkpoints.device"), std::string::npos) << e;
+  e = parse_error(R"({"tierzero": {"activation_checkpoints": {"device": "nvme"}}})");
+  EXPECT_NE(e.find("tierzero.activation_checkpoints.nvme_path"), std::string::npos) << e;
+  c = TrainConfig::parse(
+      R"({"tierzero": {"activation_checkpoints": {"device": "host", "buffer_count": 4}}})", "t");
+  EXPECT_EQ(c.activation_checkpoints.device, "cpu");
+  EXPECT_EQ(c.activation_checkpoints.buffer_count, 4);
   e = parse_error(R"({"activation_checkpointing": {"partition_activations": true}})");
   std::printf("error: %s\n", e.c_str());
   EXPECT_NE(e.find("'activation_checkpointing.partition_activations' = true is not supported"),

@@ -15,9 +15,20 @@
 namespace tierzero {
 
 enum class Tier : uint8_t { device = 0, host = 1, nvme = 2 };
-enum class Category : uint8_t { param = 0, grad, optimizer, activation, comm, io, workspace };
+// activation_checkpoint: the blocks' saved inputs under activation checkpointing when they are
+// placed on a tier of their own (device slots, pinned host copies, NVMe extents).
+enum class Category : uint8_t {
+  param = 0,
+  grad,
+  optimizer,
+  activation,
+  comm,
+  io,
+  workspace,
+  activation_checkpoint
+};
 constexpr size_t kNumTiers = 3;
-constexpr size_t kNumCategories = 7;
+constexpr size_t kNumCategories = 8;
 
 const char* tier_name(Tier t);
 const char* category_name(Category c);

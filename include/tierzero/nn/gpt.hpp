@@ -31,6 +31,7 @@
 #include "tierzero/comm/communicator.hpp"
 #include "tierzero/device/device_allocator.hpp"
 #include "tierzero/nn/activation_dims.hpp"
+#include "tierzero/nn/checkpoint_store.hpp"
 #include "tierzero/nn/gpt_config.hpp"
 #include "tierzero/nn/gpt_modules.hpp"
 #include "tierzero/nn/micro_batch.hpp"
@@ -123,8 +124,10 @@ class GPT {
   // runs the forward up to the logits. A pipeline stage runs its modules only: after the first,
   // the caller has put the previous stage's output into mb.stage_input(); before the last, the
   // stage's output is in mb.stage_output() afterwards.
-  void forward(MicroBatch& mb, ParamProvider& params, const int32_t* tokens,
-               const int32_t* targets);
+  // for_backward false: no backward follows (evaluation), so checkpoints placed in a
+  // CheckpointStore are dropped rather than written out.
+  void forward(MicroBatch& mb, ParamProvider& params, const int32_t* tokens, const int32_t* targets,
+               bool for_backward = true);
   // After forward(mb) with targets: the loss's backward, accumulating (+=) grad_scale *
   // d(mean loss of mb) into the provider's gradients. mb's logits then hold their gradient.
   // Before the last pipeline stage the caller has put the gradient of the stage's output into
@@ -162,6 +165,16 @@ class GPT {
   // qkv) or full (activation checkpointing as above); the same rules as above on changing it.
   void set_recompute(Recompute recompute);
   Recompute recompute() const { return recompute_; }
+  // Where the block checkpoints go with checkpointing on: null (the default) keeps them in the
+  // MicroBatch on the device; a store places them on its tier (the stage's first block's input,
+  // the embeddings' output or the received activation, stays in the MicroBatch). Set before the
+  // micro-batches are made; changing it reallocates the facade's activations like
+  // set_activation_checkpointing.
+  void set_checkpoint_store(CheckpointStore* store);
+  CheckpointStore* checkpoint_store() const { return store_; }
+  // Bytes of one block checkpoint of dims d: (S, C) floats, the sequence shard under Megatron
+  // sequence parallelism and the slice under Ulysses.
+  static size_t checkpoint_bytes_for(const ActivationDims& d);
   // Use `with`'s scratch from now on (a rank's interleaved pipeline chunks: their actions never
   // overlap, so one scratch serves all of them); before either allocated it.
   void share_scratch(GPT& with);
@@ -182,8 +195,10 @@ class GPT {
                                       Recompute recompute, size_t tp = 1,
                                       bool sequence_parallel = false, size_t ulysses = 1);
   // One micro-batch of a pipeline stage (its blocks; the logits on the last stage only).
+  // external_checkpoints: the checkpoints after the stage's first live in a CheckpointStore.
   static size_t micro_batch_bytes_for(const GPTConfig& config, const ActivationDims& dims,
-                                      const PipelineStage& stage, Recompute recompute);
+                                      const PipelineStage& stage, Recompute recompute,
+                                      bool external_checkpoints = false);
   static size_t scratch_bytes_for(const GPTConfig& config, size_t B, size_t T, Recompute recompute,
                                   size_t tp = 1, bool sequence_parallel = false,
                                   size_t ulysses = 1);
@@ -195,6 +210,9 @@ class GPT {
   void cross_entropy(MicroBatch& mb, const float* dloss);
   MicroBatch& cached(size_t B, size_t T);  // the facade's micro-batch, (re)made for (B, T)
   ModuleContext context(MicroBatch& mb);
+  // A stored checkpoint (mb.is_external(position)) between the store's begin and end calls.
+  void begin_checkpoint_read(MicroBatch& mb, size_t position, size_t module);
+  void end_checkpoint(MicroBatch& mb, size_t position, bool read, bool discard);
   // The residual-stream wiring of module i within mb: what it reads and writes in the forward,
   // and the gradient of its output in the backward.
   const float* input_of(MicroBatch& mb, size_t i) const;
@@ -216,6 +234,7 @@ class GPT {
   std::shared_ptr<ModelScratch> scratch_;  // shared by a rank's pipeline chunks (share_scratch)
   std::unique_ptr<MicroBatch> cached_;     // the facade's
   Recompute recompute_;
+  CheckpointStore* store_ = nullptr;  // null: checkpoints stay in the MicroBatch
 };
 
 }  // namespace tierzero::nn

@@ -27,8 +27,12 @@ class MicroBatch {
   // the last stage only); with full recompute only the blocks' inputs are kept, with selective
   // all but the attention's core (see BlockActivations and Recompute). num_modules: the whole
   // model's top-level modules, whose forward inputs it records by index.
+  // external_checkpoints (with full recompute): the checkpoints of the stage's blocks after its
+  // first live in a CheckpointStore, not here; the MicroBatch keeps only the stage's input and
+  // output of the residual stream, and the GPT points residual() at the store's buffers.
   MicroBatch(const GPTConfig& config, size_t num_modules, const ActivationDims& d,
-             const PipelineStage& stage, Recompute recompute, DeviceAllocator& allocator);
+             const PipelineStage& stage, Recompute recompute, DeviceAllocator& allocator,
+             bool external_checkpoints = false);
   MicroBatch(MicroBatch&&) = default;
   MicroBatch& operator=(MicroBatch&&) = default;
 
@@ -41,7 +45,17 @@ class MicroBatch {
   // Bytes of its buffers as the MemoryTracker counts them; equals bytes_for(its shape).
   size_t activation_bytes() const { return bytes_; }
   static size_t bytes_for(const GPTConfig& config, const ActivationDims& d,
-                          const PipelineStage& stage, Recompute recompute);
+                          const PipelineStage& stage, Recompute recompute,
+                          bool external_checkpoints = false);
+  // Names the micro-batch's checkpoints in a CheckpointStore: unique in the process.
+  uint64_t id() const { return id_; }
+  bool external_checkpoints() const { return external_; }
+  // Whether residual(i) is a checkpoint kept in a CheckpointStore (external_checkpoints).
+  bool is_external(size_t i) const {
+    return external_ && i > stage_.first_block && i < stage_.first_block + stage_.num_blocks;
+  }
+  // Points residual(i) (is_external(i)) at a store's device buffer; null: not on the device.
+  void set_external(size_t i, float* buffer);
   const PipelineStage& stage() const { return stage_; }
 
   const int32_t* tokens() const;   // (B, T) device
@@ -79,7 +93,8 @@ class MicroBatch {
     DeviceBuffer targets;     // (B, T) int32
     DeviceBuffer encoded;     // (S, C) the stage's input: the embeddings' output on the first
     BlockActivations blocks;  // the stage's n blocks' internals; empty when checkpointing
-    DeviceBuffer residual3;   // (n, S, C) block outputs; the checkpoints when checkpointing
+    DeviceBuffer residual3;   // (n, S, C) block outputs; the checkpoints when checkpointing;
+                              // (1, S, C) the stage's output with external checkpoints
     DeviceBuffer lnf;         // (S, C)
     DeviceBuffer lnf_mean;    // (S)
     DeviceBuffer lnf_rstd;    // (S)
@@ -88,12 +103,16 @@ class MicroBatch {
     DeviceBuffer dresidual;   // (S, C)
   };
   static void visit(Buffers& b, const GPTConfig& config, const ActivationDims& d,
-                    const PipelineStage& stage, Recompute recompute, const BufferVisitor& fn);
+                    const PipelineStage& stage, Recompute recompute, bool external,
+                    const BufferVisitor& fn);
 
   GPTConfig config_;
   ActivationDims dims_;
   PipelineStage stage_;
   Recompute recompute_;
+  bool external_ = false;  // checkpoints in a CheckpointStore
+  uint64_t id_ = 0;
+  std::vector<float*> external_at_;  // (num_blocks) the store's buffer of residual(first + 1 + j)
   Buffers buffers_;
   size_t bytes_ = 0;
   std::vector<const float*> inputs_;  // per top-level module: its forward input

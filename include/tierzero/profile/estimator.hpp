@@ -6,6 +6,7 @@
 // activation byte count computed by the caller. Formulas: docs/estimator.md.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -28,6 +29,25 @@ struct WorldLayout {
   int partition_group() const { return dp * sp; }
 };
 
+// Activation checkpoints placed on a tier (tierzero.activation_checkpoints; zero::CheckpointTier).
+// On the device (the default) they are part of EstimateInput::activation_bytes; on the host or
+// NVMe activation_bytes leaves them out (the micro-batches' form without them) and they are
+// counted here: the device slots they pass through, and their copies on their tier.
+struct CheckpointPlacementInput {
+  Tier tier = Tier::device;
+  size_t bytes = 0;         // one checkpoint (its sequence shard under sequence parallelism)
+  size_t stored = 0;        // checkpoints a rank stores at once (micro-batches in flight x blocks)
+  size_t device_slots = 3;  // tierzero.activation_checkpoints.buffer_count
+  // The most any rank stores (pipeline stages differ: the estimate's device is the rank with the
+  // most device bytes, its host and NVMe bytes bound every rank's); 0: `stored`.
+  size_t stored_most = 0;
+  size_t tier_count() const { return std::max(stored, stored_most); }
+};
+
+// The bytes per tier the placement adds (Category::activation_checkpoint; NVMe staging in io),
+// as zero::CheckpointTier allocates them.
+void add_checkpoint_bytes(const CheckpointPlacementInput& c, zero::StateBytes& into);
+
 struct EstimateInput {
   // The units one rank holds — its pipeline stage's, as its tensor-parallel rank holds them (its
   // pieces of every tensor) — in execution order.
@@ -36,6 +56,7 @@ struct EstimateInput {
   int stage = 0;
   zero::PlacementConfig placement;
   size_t activation_bytes = 0;  // device bytes of activations per rank (caller's model formula)
+  CheckpointPlacementInput checkpoints;  // where the block checkpoints live (default: device)
   size_t param_persistence_threshold = 100000;  // stage3_param_persistence_threshold (elements)
   size_t max_live_parameters = 1000000000;      // stage3_max_live_parameters (elements)
   size_t reduce_bucket_elems = 500000000;       // reduce_bucket_size (elements per bucket)

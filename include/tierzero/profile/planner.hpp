@@ -25,6 +25,16 @@ struct PlanRequest {
   // Activation bytes per rank for (micro-batch, checkpointing); supplied by the caller, who knows
   // the model (the profile layer does not).
   std::function<size_t(size_t micro_batch, bool checkpointing)> activation_bytes;
+  // Optional: block checkpoints placed on the host or NVMe (a dimension the planner then
+  // searches with checkpointing on): the activation bytes without the stored checkpoints and
+  // the checkpoints' placement, per micro-batch. None: checkpoints only on the device.
+  struct PlacedActivations {
+    size_t activation_bytes = 0;
+    CheckpointPlacementInput checkpoints;
+  };
+  std::function<PlacedActivations(size_t micro_batch, Tier tier)> placed_checkpoints;
+  // Search only this checkpoint tier (with checkpointing); kNumTiers: every tier offered.
+  size_t only_checkpoint_tier = kNumTiers;
   // Bytes one rank sends over the wire in its tensor-parallel collectives per micro-step (ring
   // algorithms; the model's analytic volume); optional, none without tensor parallelism.
   std::function<double(size_t micro_batch, bool checkpointing)> tensor_parallel_wire_bytes;
@@ -67,12 +77,15 @@ struct Candidate {
   int stage = 0;
   zero::PlacementConfig placement;
   bool checkpointing = false;
+  Tier checkpoint_tier = Tier::device;  // where the block checkpoints live (checkpointing only)
   size_t micro_batch = 1;
   size_t accumulation = 1;  // gradient accumulation steps to reach the target global batch
   // stage3_max_live_parameters: the request's, or 0 (only the two largest units live at once)
   // when that is what makes stage 3 fit; the time model does not see the lost prefetch depth.
   size_t max_live_parameters = 0;
   Estimate estimate;
+  CheckpointPlacementInput
+      estimate_checkpoints;  // the checkpoints' placement it was estimated with
   StepTime time;
   bool fits = false;
   Tier overflow = Tier::device;  // the first tier that did not fit (when !fits)

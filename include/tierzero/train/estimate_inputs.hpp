@@ -13,6 +13,7 @@
 #include "tierzero/nn/pp/pipeline_stage.hpp"
 #include "tierzero/nn/recompute.hpp"
 #include "tierzero/profile/estimator.hpp"
+#include "tierzero/train/activation_estimate.hpp"
 #include "tierzero/train/train_config.hpp"
 #include "tierzero/zero/partition.hpp"
 
@@ -56,6 +57,15 @@ size_t rank_activation_bytes(const nn::GPTConfig& config, size_t B, size_t T,
 size_t activation_bytes(const nn::GPTConfig& config, size_t B, size_t T,
                         nn::Recompute checkpointing, const profile::WorldLayout& world,
                         bool sequence_parallel = false, const PipelineShape& pipeline = {});
+
+// activation_bytes with the block checkpoints on `tier` (tierzero.activation_checkpoints): the
+// micro-batches' bytes without them, and the checkpoints' placement for the estimator, for the
+// rank where the device bytes are largest.
+ActivationEstimate activation_estimate_for(const nn::GPTConfig& config, size_t B, size_t T,
+                                           nn::Recompute recompute,
+                                           const profile::WorldLayout& world,
+                                           bool sequence_parallel, const PipelineShape& pipeline,
+                                           Tier tier, size_t device_slots);
 
 // Bytes one rank sends in its tensor-parallel collectives per training micro-batch on ring
 // algorithms: the model's analytic payload (nn::expected_tensor_parallel_traffic), an all-reduce

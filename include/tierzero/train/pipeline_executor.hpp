@@ -75,7 +75,12 @@ class PipelineExecutor {
   static size_t activation_bytes_for(const nn::GPTConfig& config, const nn::ActivationDims& dims,
                                      const std::vector<nn::PipelineStage>& chunks,
                                      nn::PipelineSchedule schedule, size_t micro_batches,
-                                     nn::Recompute checkpointing);
+                                     nn::Recompute checkpointing,
+                                     bool external_checkpoints = false);
+  // Block checkpoints the rank stores at once when they live in a CheckpointStore: per chunk,
+  // its micro-batches in flight times its blocks after the first.
+  static size_t stored_checkpoints(const std::vector<nn::PipelineStage>& chunks,
+                                   nn::PipelineSchedule schedule, size_t micro_batches);
 
   // One step's forward and backward of every micro-batch: tokens[i], targets[i] (host (B, T))
   // for micro-batch i; gradients accumulate grad_scale * d(mean loss of each micro-batch) into

@@ -68,6 +68,18 @@ inline OffloadConfig optimizer_offload_defaults() {
   return o;
 }
 
+// tierzero.activation_checkpoints (train --activation-offload, --activation-nvme-path): the tier
+// the block checkpoints live on between the forward and the backward when activation
+// checkpointing is on. "device" keeps them in device memory (as without this section); "cpu"
+// (or "host") moves them to pinned host memory under host_memory_budget_gb, "nvme" to swap files
+// in nvme_path (checksummed). buffer_count: device slots a checkpoint is written from and read
+// back into ahead of the backward (at least 2; the prefetch's budget in checkpoints).
+struct ActivationCheckpointPlacement {
+  std::string device = "device";  // device, cpu (= host), nvme
+  std::string nvme_path;
+  int64_t buffer_count = 3;
+};
+
 struct ZeroConfig {
   int64_t stage = 0;
   OffloadConfig offload_param;
@@ -181,6 +193,7 @@ struct TrainConfig {
   // attention's core (its output and softmax statistics, from the kept qkv); "full", the whole
   // block (activation_checkpointing).
   std::string recompute = "none";
+  ActivationCheckpointPlacement activation_checkpoints;
   // Megatron tensor parallelism: ranks that split every block's heads and MLP features and the
   // vocabulary (the world is dp x tensor_parallel; consecutive ranks form a tensor-parallel
   // group). 1: none.
