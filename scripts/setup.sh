@@ -4,7 +4,10 @@
 # computes the swap and checkpoint CRC32C; iproute2's `ip` makes the network namespaces of the
 # two-node test), and the
 # Python `safetensors` package from PyPI for the test that reads an exported model back as a
-# Hugging Face user would (never a dependency of the library).
+# Hugging Face user would (never a dependency of the library). The Python package
+# (integrations/python, pybind11 from Debian) builds with scikit-build-core and is tested with
+# pytest, ml_dtypes (bf16 arrays) and PyTorch's CPU build (OffloadAdamW's tests only), all from
+# PyPI and none a dependency of the library.
 # The CUDA toolkit is not installed here: when /usr/local/cuda/bin/nvcc exists the
 # CUDA backend is built too.
 set -euo pipefail
@@ -15,6 +18,7 @@ packages=(
   libgtest-dev googletest libbenchmark-dev
   openmpi-bin libopenmpi-dev fio
   chromium libpng-dev iproute2
+  python3-dev pybind11-dev
 )
 
 missing=()
@@ -43,4 +47,17 @@ if ! python3 -c "import safetensors, numpy" 2>/dev/null; then
   echo "setup: installing the Python packages safetensors and numpy (the export test)" >&2
   python3 -m pip install --quiet safetensors numpy 2>/dev/null ||
     python3 -m pip install --quiet --break-system-packages safetensors numpy
+fi
+
+pip_install() {
+  python3 -m pip install --quiet "$@" 2>/dev/null ||
+    python3 -m pip install --quiet --break-system-packages "$@"
+}
+if ! python3 -c "import scikit_build_core, pytest, ml_dtypes" 2>/dev/null; then
+  echo "setup: installing scikit-build-core, pytest and ml_dtypes (the Python package's build and tests)" >&2
+  pip_install scikit-build-core pytest ml_dtypes
+fi
+if ! python3 -c "import torch" 2>/dev/null; then
+  echo "setup: installing PyTorch (CPU) for the OffloadAdamW tests" >&2
+  pip_install torch --index-url https://download.pytorch.org/whl/cpu || pip_install torch
 fi

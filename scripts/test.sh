@@ -4,11 +4,13 @@
 # builds the same suite with AddressSanitizer + UndefinedBehaviorSanitizer (CPU backend) and runs
 # it again, so memory errors fail the run too. The multi-rank MPI tests run only in the first
 # pass: Open MPI's own allocations are not ASan-clean.
-# Extra arguments go to both ctest runs (e.g. -R Offload).
+# Between the two, the Python package is installed and its pytest suite run
+# (scripts/test_python.sh). Extra arguments go to both ctest runs (e.g. -R Offload).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh ci
 ctest --preset ci -j2 "$@"
+scripts/test_python.sh
 scripts/build.sh asan
 ctest --preset asan -j2 -LE mpi "$@"
