@@ -5,6 +5,11 @@
 # the two-rank mpiexec test included. Extra arguments go to pytest (e.g. -k offload).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache, when the machine has it and the caller chose no launcher: the library's ~140 PIC objects
+# are then compiled once per change, not once per fresh build directory.
+if command -v ccache >/dev/null && [ -z "${CMAKE_CXX_COMPILER_LAUNCHER:-}" ]; then
+  export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_C_COMPILER_LAUNCHER=ccache
+fi
 pip_install() {
   python3 -m pip install --quiet --no-build-isolation "$@" ||
     python3 -m pip install --quiet --no-build-isolation --break-system-packages "$@"

@@ -109,6 +109,21 @@ def test_sigint_saves_the_checkpoint_and_raises_keyboard_interrupt(tiny_config, 
     assert len(tierzero.train(tiny_config, quiet=True)["steps"]) == 1
 
 
+def test_sigterm_stops_cleanly_with_the_checkpoint_saved(tiny_config, tmp_path):
+    # SIGTERM reaches the trainer's own handler (Python has none): the run ends after the step
+    # with the checkpoint written and returns normally, marked interrupted.
+    tiny_config["tierzero"]["steps"] = 50
+    tiny_config["tierzero"]["checkpoint"] = {"save_dir": str(tmp_path / "ckpt")}
+
+    def terminate_at_two(m):
+        if m["step"] == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    result = tierzero.train(tiny_config, terminate_at_two, quiet=True)
+    assert result["interrupted"] and len(result["steps"]) == 2
+    assert tierzero.open_checkpoint(tmp_path / "ckpt").step == 2
+
+
 def test_sigint_without_checkpoints_stops_after_the_step(tiny_config):
     tiny_config["tierzero"]["steps"] = 50
     seen = []
