@@ -3,7 +3,7 @@ same model in the same run: parameters updated per second and step time, median 
 steps, the optimizers' steps interleaved so a loaded machine slows them alike.
 
     python integrations/python/bench/bench_offload_adamw.py [--params 32e6] [--steps 5]
-        [--nvme-path DIR]
+        [--nvme-path DIR] [--no-deepspeed]
 
 Prints a table on stderr and one JSON object per result on stdout (DESIGN.md's bench format;
 baseline: DeepSpeedCPUAdam when it can be built, else torch.optim.AdamW; ratio = baseline time /
@@ -53,6 +53,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--params", type=float, default=32e6)
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--no-deepspeed", action="store_true", help="compare with torch only")
     ap.add_argument("--nvme-path", default=None, help="directory for the NVMe state (default: a "
                     "temporary directory under /tmp)")
     a = ap.parse_args()
@@ -63,7 +64,8 @@ def main():
     n = sum(p.numel() for p in ref_model.parameters())
     runs["torch.optim.AdamW"] = (ref_model, torch.optim.AdamW(ref_model.parameters(), **HYPER))
     ds_model = with_grads(model_of(a.params))
-    ds_opt, why_not = deepspeed_cpu_adam(list(ds_model.parameters()))
+    ds_opt, why_not = (None, "DeepSpeed left out (--no-deepspeed)") if a.no_deepspeed else \
+        deepspeed_cpu_adam(list(ds_model.parameters()))
     if ds_opt is not None:
         runs["DeepSpeedCPUAdam"] = (ds_model, ds_opt)
     budget = 16 * n + (256 << 20)
