@@ -4,7 +4,9 @@
 # computes the swap and checkpoint CRC32C; PCRE2 runs the tokenizers' Unicode regexes in
 # prepare-data; iproute2's `ip` makes the network namespaces of the two-node test), and the
 # Python `safetensors` package from PyPI for the test that reads an exported model back as a
-# Hugging Face user would (never a dependency of the library).
+# Hugging Face user would (never a dependency of the library). The Python package
+# (integrations/python) builds against pybind11 from Debian; scripts/test_python.sh installs its
+# PyPI pieces (scikit-build-core, pytest, ml_dtypes, PyTorch's CPU build for OffloadAdamW's tests).
 # The CUDA toolkit is not installed here: when /usr/local/cuda/bin/nvcc exists the
 # CUDA backend is built too.
 set -euo pipefail
@@ -15,6 +17,7 @@ packages=(
   libgtest-dev googletest libbenchmark-dev
   openmpi-bin libopenmpi-dev fio
   chromium libpng-dev iproute2
+  python3-dev pybind11-dev
 )
 
 missing=()

@@ -8,6 +8,7 @@
 // fp32, sharded by --max-shard-size.
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
@@ -105,9 +106,15 @@ int run_export(const ExportFlags& f) {
            "add --hf-dir (the single safetensors file is always fp32)");
   // Export writes a temporary file beside the output and renames it: an output among the files
   // it reads, or anywhere in a checkpoint's directory, would replace what it reads.
-  if (to_directory)
+  if (to_directory) {
+    const std::filesystem::path out = std::filesystem::weakly_canonical(f.output),
+                                in = std::filesystem::weakly_canonical(dir);
+    const auto [o, i] = std::mismatch(out.begin(), out.end(), in.begin(), in.end());
+    TZ_CHECK(o != out.end(),
+             "export output '" + f.output + "' holds the checkpoint '" + dir + "' it reads",
+             "name a new or empty directory: export never replaces files");
     train::check_output_dir("export output", f.output);
-  else
+  } else
     train::check_output_file("export output", f.output, {f.checkpoint, dir});
   // Every rank the manifest lists, every field and every range, before anything is read.
   const train::CheckpointContents contents = train::open_checkpoint(dir);

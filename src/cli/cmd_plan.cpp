@@ -128,7 +128,8 @@ nlohmann::json config_json(const PlanFlags& f, const nn::GPTConfig& m, size_t se
     j["tierzero"]["host_memory_budget_gb"] =
         static_cast<double>(f.host_mem) * static_cast<double>(ranks_per_node(f)) / 1073741824.0;
   if (c.checkpointing && c.checkpoint_tier != Tier::device) {
-    j["tierzero"]["activation_checkpoints"] = {{"device", offload_device(c.checkpoint_tier)}};
+    j["tierzero"]["activation_checkpoints"] = {
+        {"device", train::offload_device_name(c.checkpoint_tier)}};
     if (c.checkpoint_tier == Tier::nvme)
       j["tierzero"]["activation_checkpoints"]["nvme_path"] = f.nvme_path;
   }
@@ -198,7 +199,7 @@ int run_plan(const PlanFlags& flags) {
   req.placed_checkpoints = [&](size_t b, Tier tier) {
     const train::ActivationEstimate a = train::activation_estimate_for(
         model, b, seq, nn::Recompute(nn::Recompute::full), world, f.world.sequence_parallel, {},
-        tier, static_cast<size_t>(defaults.activation_checkpoints.buffer_count));
+        tier, static_cast<size_t>(planned.activation_checkpoints.buffer_count));
     return profile::PlanRequest::PlacedActivations{a.activation_bytes, a.checkpoints};
   };
   if (f.longest_seq) return print_longest_seq(req, seq, model.max_seq_len, seq_quantum(f, world));

@@ -2,10 +2,12 @@
 #include "estimate_model.hpp"
 
 #include <cstdio>
+#include <filesystem>
 
 #include "tierzero/core/error.hpp"
 #include "tierzero/train/config_bridges.hpp"
 #include "tierzero/train/estimate_inputs.hpp"
+#include "tierzero/train/hf_directory.hpp"
 
 namespace tierzero::cli {
 
@@ -13,6 +15,10 @@ void add_model_options(CLI::App& app, ModelFlags& f) {
   app.add_option("--model", f.model,
                  "preset: gpt2, gpt2-medium, gpt2-large, gpt2-xl, llama-3.2-1b, llama-3.1-8b, "
                  "qwen2.5-0.5b, smollm-135m, llama-tiny");
+  app.add_option("--hf-config", f.hf_config,
+                 "a Hugging Face config.json (or the model directory holding it): its "
+                 "architecture and shape, no weights needed")
+      ->excludes("--model");
   app.add_option("--layers", f.layers, "transformer blocks (L)")->check(CLI::Range(1, 100000));
   app.add_option("--heads", f.heads, "attention heads")->check(CLI::Range(1, 100000));
   app.add_option("--channels", f.channels, "model width (C)")->check(CLI::Range(1, 1000000));
@@ -41,7 +47,10 @@ void add_world_options(CLI::App& app, WorldFlags& f) {
 
 nn::GPTConfig resolve_model(const ModelFlags& f, const train::TrainConfig* config) {
   nn::GPTConfig c;
-  if (!f.model.empty())
+  if (!f.hf_config.empty())
+    c = train::read_hf_config_file(
+        std::filesystem::is_directory(f.hf_config) ? f.hf_config + "/config.json" : f.hf_config);
+  else if (!f.model.empty())
     c = nn::GPTConfig::preset(f.model);
   else if (config)
     c = train::gpt_config_from(config->model);

@@ -17,8 +17,9 @@
 namespace tierzero::cli {
 
 struct ModelFlags {
-  std::string model;   // preset name; empty: the config's model, else gpt2
-  int64_t layers = 0;  // shape flags override the preset's (0: keep)
+  std::string model;      // preset name; empty: the config's model, else gpt2
+  std::string hf_config;  // a Hugging Face config.json (or its directory) instead of a preset
+  int64_t layers = 0;     // shape flags override the preset's (0: keep)
   int64_t heads = 0;
   int64_t channels = 0;
   int64_t vocab = 0;

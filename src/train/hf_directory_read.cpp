@@ -104,6 +104,30 @@ WeightMap read_index(const std::string& path) {
   return map;
 }
 
+// The architecture a config.json names ("architectures", else its model_type), or Error.
+const HfArchitecture& architecture_of(const nlohmann::json& cfg, const std::string& config_path) {
+  const nlohmann::json archs = cfg.value("architectures", nlohmann::json());
+  const nlohmann::json type = cfg.value("model_type", nlohmann::json());
+  const HfArchitecture* by_type =
+      type.is_string() ? hf_architecture_by_model_type(type.get<std::string>()) : nullptr;
+  const bool named = archs.is_array() && !archs.empty() && archs[0].is_string();
+  TZ_CHECK(named || by_type != nullptr,
+           "'" + config_path +
+               "' lacks key 'architectures' (a list naming the model class) and its model_type " +
+               type.dump() + " names none this build knows",
+           "add e.g. \"architectures\": [\"GPT2LMHeadModel\"]");
+  return named ? hf_architecture(archs[0].get<std::string>(), config_path) : *by_type;
+}
+
+}  // namespace
+
+nn::GPTConfig read_hf_config_file(const std::string& config_path) {
+  const nlohmann::json cfg = read_json_file(config_path, "model config");
+  return architecture_of(cfg, config_path).config_from_json(cfg, config_path);
+}
+
+namespace {
+
 class Scanner {
  public:
   explicit Scanner(const std::string& dir) : dir_(dir) {}
@@ -113,18 +137,7 @@ class Scanner {
     TZ_CHECK(file_exists(config_path), "'" + dir_ + "' has no config.json",
              "give --load a Hugging Face model directory (config.json and model.safetensors)");
     const nlohmann::json cfg = read_json_file(config_path, "model config");
-    const nlohmann::json archs = cfg.value("architectures", nlohmann::json());
-    const nlohmann::json type = cfg.value("model_type", nlohmann::json());
-    const HfArchitecture* by_type =
-        type.is_string() ? hf_architecture_by_model_type(type.get<std::string>()) : nullptr;
-    const bool named = archs.is_array() && !archs.empty() && archs[0].is_string();
-    TZ_CHECK(named || by_type != nullptr,
-             "'" + config_path +
-                 "' lacks key 'architectures' (a list naming the model class) and its model_type " +
-                 type.dump() + " names none this build knows",
-             "add e.g. \"architectures\": [\"GPT2LMHeadModel\"]");
-    const HfArchitecture& arch =
-        named ? hf_architecture(archs[0].get<std::string>(), config_path) : *by_type;
+    const HfArchitecture& arch = architecture_of(cfg, config_path);
     Scan s;
     s.config = arch.config_from_json(cfg, config_path);
     sharded_ = file_exists(dir_ + "/" + kIndexName);

@@ -107,6 +107,12 @@ bool ValidationObserver::after_step(const StepRecord& r) {
   return true;
 }
 
+bool ListenerObserver::after_step(const StepRecord& r) {
+  float stop = listener_(r) ? 0.0f : 1.0f;
+  if (group_) group_sum(*group_, &stop, 1);
+  return stop == 0.0f;
+}
+
 CheckpointObserver::CheckpointObserver(std::FILE* out, int64_t every, comm::Communicator* group,
                                        std::function<std::string(int64_t)> save, int64_t resumed_at)
     : out_(out), every_(every), group_(group), save_(std::move(save)), saved_at_(resumed_at) {}

@@ -106,6 +106,20 @@ class ValidationObserver final : public StepObserver {
   std::function<double()> validate_;
 };
 
+// A caller's listener (a library user's callback, e.g. Python's): sees each record, and returning
+// false stops the run after this step. Every rank votes (a stop on any rank stops all), so the
+// ranks end after the same step; the run's end then writes the last checkpoint, if any.
+class ListenerObserver final : public StepObserver {
+ public:
+  ListenerObserver(std::function<bool(const StepRecord&)> listener, comm::Communicator* group)
+      : listener_(std::move(listener)), group_(group) {}
+  bool after_step(const StepRecord& r) override;
+
+ private:
+  std::function<bool(const StepRecord&)> listener_;
+  comm::Communicator* group_;
+};
+
 // Training checkpoints every save_every steps and on SIGTERM / SIGINT (finish the step, save,
 // stop); finish() writes the last one at the end unless it was just written.
 class CheckpointObserver final : public StepObserver {

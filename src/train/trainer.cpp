@@ -124,6 +124,10 @@ void Trainer::set_profile(const std::string& path, bool timeline) {
   profile_timeline_ = timeline;
 }
 
+void Trainer::set_step_listener(std::function<bool(const StepRecord&)> listener) {
+  step_listener_ = std::move(listener);
+}
+
 TrainResult Trainer::run(std::FILE* out, const std::string& metrics_path,
                          const std::string& memory_json_path) {
   // Every output is checked before the first step, on every rank, agreed (SameOnEveryRankError).
@@ -206,6 +210,8 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
   // signals) last, once the step is reported.
   std::vector<std::unique_ptr<StepObserver>> observers =
       make_observers(out, std::move(metrics), metrics_path, *schedule, recorder.get());
+  if (step_listener_)
+    observers.push_back(std::make_unique<ListenerObserver>(step_listener_, world));
   CheckpointObserver* checkpoints = nullptr;
   if (!config_.checkpoint.save_dir.empty()) {
     auto saver = std::make_unique<CheckpointObserver>(

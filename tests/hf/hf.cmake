@@ -17,3 +17,9 @@ add_test(NAME train_hf_directory_round_trip
 set_tests_properties(train_hf_directory_round_trip PROPERTIES
                      TIMEOUT 300 LABELS "train;mpi" RESOURCE_LOCK mpi_ranks
                      ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;OMPI_MCA_btl=self,vader;TIERZERO_COMM_TIMEOUT_S=30;OMP_NUM_THREADS=1")
+# estimate --hf-config: a config.json alone sizes its model (the Llama fixture's).
+tierzero_test(test_hf_config_cli
+  SOURCES hf/test_hf_config_cli.cpp
+  LIBS tz_core TIMEOUT 120)
+target_compile_definitions(test_hf_config_cli PRIVATE TIERZERO_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+add_dependencies(test_hf_config_cli tierzero)

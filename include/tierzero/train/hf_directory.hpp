@@ -24,6 +24,11 @@ namespace tierzero::train {
 // Whether `path` names a directory (what --load takes as a Hugging Face model directory).
 bool is_hf_directory(const std::string& path);
 
+// The model shape a Hugging Face config.json describes (its "architectures", or its model_type),
+// without any weights: what `estimate --hf-config` and `plan --hf-config` size. Error naming the
+// file and the key at fault.
+nn::GPTConfig read_hf_config_file(const std::string& config_path);
+
 // The model shape of the directory's config.json, after every tensor of it has been found in its
 // shard with HF's shape and a supported dtype. Error naming the file and the key or tensor at
 // fault.

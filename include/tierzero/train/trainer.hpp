@@ -44,6 +44,10 @@ class Trainer {
   // `timeline`, every memory event and activity too (what `tierzero report --trace` needs).
   // Every rank of a multi-rank run must call it: at the end the ranks agree on a run id.
   void set_profile(const std::string& path, bool timeline);
+  // Called on every rank with each step's record, after the progress, metrics and validation
+  // and before the checkpoints; returning false on any rank stops the run after that step on all
+  // (the last checkpoint is written as at the end). For callers embedding the trainer (Python).
+  void set_step_listener(std::function<bool(const StepRecord&)> listener);
   TrainResult run(std::FILE* out, const std::string& metrics_path = "",
                   const std::string& memory_json_path = "");
 
@@ -88,6 +92,7 @@ class Trainer {
   TrainConfig config_;
   std::string profile_path_;
   bool profile_timeline_ = false;
+  std::function<bool(const StepRecord&)> step_listener_;
   std::string save_failure_;  // where the model went when --save could not be written
   std::unique_ptr<State> state_;
 };
