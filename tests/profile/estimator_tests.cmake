@@ -66,8 +66,13 @@ set_tests_properties(plan_choice_fits_when_trained PROPERTIES
                      TIMEOUT 300 LABELS "zero;mpi" ENVIRONMENT "OMP_NUM_THREADS=1")
 
 # The planner's predicted step time against a measured run (issue 19): a small GPT on one CPU
-# thread, within the tolerance the script states (both sides timed as on an idle machine).
-add_test(NAME plan_step_time_matches_run
-         COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/run_plan_time.sh $<TARGET_FILE:tierzero>)
-set_tests_properties(plan_step_time_matches_run PROPERTIES
-                     TIMEOUT 600 LABELS "profile" ENVIRONMENT "OMP_NUM_THREADS=1")
+# thread, within the tolerance the script states (both sides timed as on an idle machine). Not in
+# the sanitizer build: ASan instruments our kernels (the tiled attention, GELU) but not OpenBLAS's
+# GEMMs, so the time model's split no longer describes the binary (seen: -24% to -30% there, while
+# the ci build holds the tolerance).
+if(NOT TIERZERO_SANITIZE)
+  add_test(NAME plan_step_time_matches_run
+           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/run_plan_time.sh $<TARGET_FILE:tierzero>)
+  set_tests_properties(plan_step_time_matches_run PROPERTIES
+                       TIMEOUT 600 LABELS "profile" ENVIRONMENT "OMP_NUM_THREADS=1")
+endif()
