@@ -3,6 +3,8 @@
 # builds the library position-independent in build/python (kept, so a later run rebuilds only what
 # changed; set CMAKE_*_COMPILER_LAUNCHER=ccache to share objects), and runs its pytest suite,
 # the two-rank mpiexec test included. Extra arguments go to pytest (e.g. -k offload).
+# TIERZERO_BUILD=build/ci (as scripts/test.sh sets it): install the module that build already
+# made instead (its preset is position-independent), so the library is not compiled twice.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # ccache, when the machine has it and the caller chose no launcher: the library's ~140 PIC objects
@@ -19,10 +21,28 @@ if ! python3 -c "import scikit_build_core, pytest, ml_dtypes" 2>/dev/null; then
   pip_install scikit-build-core pytest ml_dtypes
 fi
 if ! python3 -c "import torch" 2>/dev/null; then
-  echo "test_python: installing PyPI's PyTorch (CPU) for the OffloadAdamW tests" >&2
-  pip_install torch --index-url https://download.pytorch.org/whl/cpu || pip_install torch
+  # PyPI's wheel (it brings its CUDA libraries; the tests use its CPU path only).
+  echo "test_python: installing PyTorch from PyPI for the OffloadAdamW tests" >&2
+  pip_install torch
 fi
-pip_install ./integrations/python
+if [ -n "${TIERZERO_BUILD:-}" ]; then
+  # The module that build made (the ci preset builds it from the tests' own objects): pip installs
+  # that file with the package's Python sources and compiles nothing.
+  shopt -s nullglob
+  modules=("$TIERZERO_BUILD"/python/_tierzero.*.so)
+  shopt -u nullglob
+  if [ ${#modules[@]} -ne 1 ]; then
+    echo "test_python: expected one _tierzero module in $TIERZERO_BUILD/python, found ${#modules[@]}" \
+      "(is the build position-independent, with python3-dev and pybind11-dev installed?)" >&2
+    exit 1
+  fi
+  module="$(realpath "${modules[0]}")"
+  echo "test_python: installing the package over $module" >&2
+  pip_install ./integrations/python -C "cmake.define.TIERZERO_PYTHON_MODULE=$module" \
+    -C "build-dir=$(realpath "$TIERZERO_BUILD")/python-package"
+else
+  pip_install ./integrations/python
+fi
 # From the tests' folder, so `import tierzero` finds the installed package, not the sources.
 cd integrations/python/tests
 python3 -m pytest -q -p no:cacheprovider "$@"

@@ -13,6 +13,7 @@
 #include "bindings.hpp"
 #include "tierzero/core/dtype.hpp"
 #include "tierzero/core/error.hpp"
+#include "tierzero/nn/gpt_modules.hpp"
 #include "tierzero/nn/param_layout.hpp"
 #include "tierzero/profile/profile_json.hpp"
 #include "tierzero/train/checkpoint_contents.hpp"
@@ -145,7 +146,7 @@ class Checkpoint {
              "checkpoint '" + dir_ + "' holds tensor-parallel pieces, which are not assembled yet",
              "save the model with train --save model.bin (llm.c) instead");
     config_ = train::checkpoint_model(contents_);
-    layout_ = std::make_unique<nn::ParamLayout>(config_);
+    layout_ = std::make_unique<nn::ParamLayout>(nn::gpt_param_layout(config_));
     grouping_ = train::group_units(*layout_, id.value("blocks_per_unit", size_t{1}));
     ranges_ = std::make_unique<train::CheckpointRanges>(contents_);
     for (const train::Gpt2Tensor& t : train::gpt2_tensors(config_)) tensors_.push_back(t);
