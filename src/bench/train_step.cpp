@@ -72,6 +72,19 @@ SgemmRate sgemm_rate(Device& dev, DeviceAllocator& alloc, int threads) {
   return r;
 }
 
+// Model FLOPs of one step (forward + backward): 6 per parameter per token for the products, plus
+// causal attention's 6·L·C·T per token (QK^T and AV over half the T×T scores; with grouped kv
+// heads the queries still span C channels). An untied input embedding is a lookup, not a product,
+// so its V·C parameters are left out (a tied one is counted once, as the head's product).
+double model_flops_per_step(const nn::GPTConfig& cfg, size_t parameters, size_t B, size_t T) {
+  double matmul_params = static_cast<double>(parameters);
+  if (!cfg.arch.tie_embeddings)
+    matmul_params -= static_cast<double>(cfg.vocab_size) * static_cast<double>(cfg.channels);
+  const double tokens = static_cast<double>(B * T);
+  return 6.0 * matmul_params * tokens +
+         6.0 * static_cast<double>(cfg.num_layers * cfg.channels) * static_cast<double>(T) * tokens;
+}
+
 }  // namespace
 
 BenchTrainStepResult bench_train_step(const BenchTrainStepOptions& f) {
@@ -85,8 +98,8 @@ BenchTrainStepResult bench_train_step(const BenchTrainStepOptions& f) {
   const auto B = static_cast<size_t>(f.batch), T = static_cast<size_t>(f.seq);
   nn::GPT model(cfg, alloc);
   nn::LocalParams params(model.layout(), alloc);
-  std::vector<float> host(model.layout().total_numel());  // (total_numel)
-  nn::init_gpt2_params(model.layout(), cfg, 1337, host.data());
+  std::vector<float> host(model.layout().total_numel());         // (total_numel)
+  nn::init_gpt2_params(model.layout(), cfg, 1337, host.data());  // Llama's norms too (weights 1)
   dev->copy(params.params(), host.data(), host.size() * sizeof(float), CopyKind::host_to_device,
             dev->default_stream());
   train::OptimizerConfig oc;
@@ -108,9 +121,8 @@ BenchTrainStepResult bench_train_step(const BenchTrainStepOptions& f) {
   }
   const double step_s = median(times);
   const double tokens = static_cast<double>(B * T);
+  const double flops = model_flops_per_step(cfg, model.layout().parameter_count(), B, T);
   const double N = static_cast<double>(model.layout().parameter_count());
-  const double flops = 6.0 * N * tokens + 6.0 * static_cast<double>(cfg.num_layers * cfg.channels) *
-                                              static_cast<double>(T) * tokens;
   const double rate = flops / step_s / 1e9;
   std::fprintf(stderr, "bench train: %s (%.1fM params), batch %zu x %zu, fp32, %s\n",
                f.model.c_str(), N / 1e6, B, T, dev->name().c_str());

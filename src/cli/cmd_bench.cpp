@@ -24,7 +24,10 @@ void add_bench_train_options(CLI::App& t, bench::BenchTrainStepOptions& o) {
   t.add_option("--steps", o.steps, "timed steps")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
-  t.add_option("--model", o.model, "gpt2, gpt2-medium, gpt2-large, gpt2-xl")->capture_default_str();
+  t.add_option("--model", o.model,
+               "gpt2, gpt2-medium, gpt2-large, gpt2-xl, llama-3.2-1b, llama-3.1-8b, "
+               "qwen2.5-0.5b, smollm-135m, llama-tiny")
+      ->capture_default_str();
 }
 
 void add_bench_io_options(CLI::App& o, bench::BenchIoOptions& io) {
@@ -121,7 +124,8 @@ Command add_bench_command(CLI::App& app) {
   group->require_subcommand(1);
 
   auto train = std::make_shared<bench::BenchTrainStepOptions>();
-  CLI::App* t = group->add_subcommand("train", "a GPT-2 training step vs. this machine's sgemm");
+  CLI::App* t = group->add_subcommand(
+      "train", "a GPT training step (GPT-2 or Llama family) vs. this machine's sgemm");
   add_bench_train_options(*t, *train);
 
   auto io = std::make_shared<bench::BenchIoOptions>();

@@ -1,6 +1,6 @@
-// `tierzero bench train`: one training step of a GPT-2 preset (fp32, one rank) against the
-// machine's own sgemm rate measured in the same run. Table on stderr, one JSON object
-// (train.step) on stdout.
+// `tierzero bench train`: one training step of a model preset (GPT-2 or the Llama family; fp32, one
+// rank) against the machine's own sgemm rate measured in the same run. Table on stderr, one JSON
+// object (train.step) on stdout.
 #pragma once
 
 #include <cstddef>
@@ -17,7 +17,7 @@ struct BenchTrainStepOptions {
   int64_t batch = 4;           // micro-batch
   int64_t seq = 64;            // sequence length
   int64_t steps = 3;           // timed steps, after one warm-up step
-  std::string model = "gpt2";  // a GPT-2 preset
+  std::string model = "gpt2";  // a preset (nn::GPTConfig::preset): gpt2 ... smollm-135m
 };
 
 struct BenchTrainStepResult {
