@@ -5,6 +5,8 @@
 #   scripts/device/gpu_check.sh [tests|bench|all] [ctest -R pattern]
 #   scripts/device/gpu_check.sh sanitize <gtest filter of test_kernels>
 #   scripts/device/gpu_check.sh oversize "<bench oversize arguments>"
+#   scripts/device/gpu_check.sh peers [micro-batch]   (GPT-2 124M, T 1024: ours vs PyTorch eager,
+#     torch.compile and llm.c's train_gpt2cu from .devpeers/, see peers_prepare.sh)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 what=${1:-all}
@@ -28,8 +30,9 @@ if [ "$src" != "$PWD" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" &&
 
 # CUDA's libraries from this machine: the toolkit's, else the Python wheels'.
 dirs=""
-for lib in libcudart.so.13 libcublasLt.so.13 libcublas.so.13 libnccl.so.2; do
-  f=$(find /usr/local/cuda*/ /usr/lib /opt -name "$lib" 2>/dev/null | head -1)
+for lib in libcudart.so.13 libcublasLt.so.13 libcublas.so.13 libnccl.so.2 libcudnn.so.9; do
+  f=$(find /usr/local/cuda*/ /usr/lib /opt /usr/local/lib/python3*/ -name "$lib" 2>/dev/null |
+      head -1)
   [ -n "$f" ] && dirs="$dirs:$(dirname "$f")"
   log "$lib -> ${f:-MISSING}"
 done
@@ -82,5 +85,47 @@ if [ "$what" = sanitize ]; then  # compute-sanitizer over the GoogleTest filter 
     --gtest_filter="$pattern" >"$out/sanitize.log" 2>&1
   log "exit $?"; grep -E "ERROR SUMMARY|Invalid|FAILED|max_rel" "$out/sanitize.log" | head -40 |
     tee -a "$out/summary.txt"
+fi
+if [ "$what" = peers ]; then  # issue 26's comparison; pattern: the micro-batch (default 16)
+  B=${pattern:-16}
+  log "peers: GPT-2 124M, B $B, T 1024 (ours, PyTorch eager / torch.compile, llm.c)"
+  timeout 120 $tz bench train --device cuda --model gpt2 --batch "$B" --seq 1024 --steps 10 \
+    >"$out/peer_ours.jsonl" 2>"$out/peer_ours.log"; log "ours exit $?"
+  tail -12 "$out/peer_ours.log" | tee -a "$out/summary.txt"
+  timeout 300 python3 scripts/device/peer_gpt2_torch.py --batch "$B" --seq 1024 \
+    >"$out/peer_torch.jsonl" 2>"$out/peer_torch.log"; log "torch exit $?"
+  grep "^peer torch" "$out/peer_torch.log" | tee -a "$out/summary.txt"
+  if [ -x .devpeers/train_gpt2cu ]; then
+    python3 scripts/device/llmc_random_shards.py /tmp/llmc_shards
+    timeout 180 .devpeers/train_gpt2cu -i '/tmp/llmc_shards/random_train_*.bin' \
+      -j '/tmp/llmc_shards/random_val_*.bin' -e d12 -b "$B" -t 1024 -x 30 -v 100000 -s 0 -h 0 \
+      >"$out/peer_llmc.log" 2>&1; log "llm.c exit $?"
+    grep -E "^step +30/" "$out/peer_llmc.log" | tee -a "$out/summary.txt"
+  else
+    log "llm.c: .devpeers/train_gpt2cu missing (run scripts/device/peers_prepare.sh and carry .devpeers)"
+  fi
+  python3 - "$out" "$B" <<'PY' | tee -a "$out/summary.txt"
+import json, re, sys
+out, B = sys.argv[1], int(sys.argv[2])
+tok = {}
+for line in open(f"{out}/peer_ours.jsonl"):
+    r = json.loads(line)
+    tok["tierzero"] = B * 1024 / (r["step_ms"] / 1e3)
+for line in open(f"{out}/peer_torch.jsonl"):
+    r = json.loads(line)
+    tok[r["bench"][5:]] = r["value"]
+try:
+    steps = re.findall(r"\| ([0-9.]+) tok/s", open(f"{out}/peer_llmc.log").read())
+    if steps: tok["llmc"] = float(steps[-1])
+except OSError:
+    pass
+for k, v in tok.items():
+    print(f"peers: {k:14s} {v:12.0f} tokens/s")
+for peer in ("torch_compile", "torch_eager", "llmc"):
+    if "tierzero" in tok and peer in tok:
+        print(json.dumps({"bench": f"train.vs_{peer}", "value": round(tok["tierzero"], 1),
+                          "unit": "tokens/s", "baseline": peer, "baseline_value": tok[peer],
+                          "ratio": round(tok["tierzero"] / tok[peer], 4), "batch": B, "seq": 1024}))
+PY
 fi
 log "done"
