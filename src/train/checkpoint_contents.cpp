@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <limits>
 #include <map>
-#include <memory>
 #include <set>
 #include <tuple>
 
