@@ -1,6 +1,7 @@
 // `tierzero export DIR -o model.safetensors`: a training checkpoint's model (its fp32 master
-// values, assembled by range from every rank's shards) as a Hugging Face GPT-2 safetensors file,
-// one tensor at a time: host memory holds one tensor and one checkpoint block, never the model.
+// values, assembled by range from every rank's shards and, under tensor parallelism, from every tp
+// rank's pieces: CheckpointTensors) as a Hugging Face GPT-2 safetensors file, one tensor at a
+// time: host memory holds one tensor and one checkpoint block per tp rank, never the model.
 // Every rank's files are checked whole first (open_checkpoint), the output may not be one of them
 // nor lie in a checkpoint's directory, and it appears only once written whole (a temporary file
 // renamed). Prints the peak resident set size it measured. With --hf-dir (or -o naming a
@@ -18,12 +19,10 @@
 #include "commands.hpp"
 #include "tierzero/core/dtype.hpp"
 #include "tierzero/core/error.hpp"
-#include "tierzero/nn/gpt_modules.hpp"
-#include "tierzero/nn/param_layout.hpp"
+#include "tierzero/train/checkpoint_tensors.hpp"
 #include "tierzero/train/hf_directory.hpp"
 #include "tierzero/train/output_paths.hpp"
 #include "tierzero/train/safetensors_gpt2.hpp"
-#include "tierzero/train/store_provider.hpp"
 #include "tierzero/train/training_checkpoint.hpp"
 
 namespace tierzero::cli {
@@ -61,6 +60,11 @@ uint64_t parse_size(const std::string& text) {
            "write it as e.g. 5GB, 200MB, 64KiB or a byte count");
 }
 
+// ", assembled from tp N pieces" for a tensor-parallel checkpoint.
+std::string tp_note(const train::CheckpointTensors& model) {
+  return model.tp() > 1 ? ", assembled from tp " + std::to_string(model.tp()) + " pieces" : "";
+}
+
 // The output is a Hugging Face directory when asked, or when -o names one (or ends in '/').
 bool directory_output(const ExportFlags& f) {
   return f.hf_dir || (!f.output.empty() && f.output.back() == '/') ||
@@ -69,8 +73,7 @@ bool directory_output(const ExportFlags& f) {
 
 // The model as a Hugging Face directory: the checkpoint read tensor part by tensor part.
 int export_directory(const ExportFlags& f, const std::string& dir, const nn::GPTConfig& config,
-                     const nn::ParamLayout& layout, const train::UnitGrouping& g,
-                     train::CheckpointRanges& ranges) {
+                     train::CheckpointTensors& model) {
   train::HfExportOptions options;
   TZ_CHECK(f.dtype == "bf16" || f.dtype == "fp16" || f.dtype == "fp32",
            "--dtype '" + f.dtype + "' is not one of bf16, fp16, fp32", "");
@@ -79,22 +82,16 @@ int export_directory(const ExportFlags& f, const std::string& dir, const nn::GPT
   const train::HfExportSummary sum = train::write_hf_directory(
       f.output, config, options,
       [&](const train::HfTensor& t, size_t row, size_t rows, float* ours) {
-        const nn::ParamTensor& p = layout.get(t.kind, t.layer);
-        const size_t unit = g.store_unit[p.unit];
-        const size_t at = g.offset[p.unit] + layout.offset_in_unit(p) + row * t.cols;
-        TZ_CHECK(ranges.read(g.specs[unit].name, {"master", "params_full", "param_shard"},
-                             dtype_name(DType::f32), at, rows * t.cols, ours),
-                 "checkpoint '" + dir + "' holds no fp32 values of unit " + g.specs[unit].name,
-                 "export a checkpoint written by train --save-dir");
+        model.read(t.kind, t.layer, row * t.cols, rows * t.cols, ours);
       });
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   std::printf(
-      "exported %zu tensors (%.1f MB of %s in %zu shards, %s %s) from '%s' to directory '%s'; peak "
-      "resident memory %.1f MB\n",
+      "exported %zu tensors (%.1f MB of %s in %zu shards, %s %s%s) from '%s' to directory '%s'; "
+      "peak resident memory %.1f MB\n",
       sum.tensors, static_cast<double>(sum.bytes) / 1e6, f.dtype.c_str(), sum.shards,
-      train::hf_architecture_of(config).name.c_str(), config.str().c_str(), dir.c_str(),
-      f.output.c_str(), static_cast<double>(usage.ru_maxrss) / 1024.0);
+      train::hf_architecture_of(config).name.c_str(), config.str().c_str(), tp_note(model).c_str(),
+      dir.c_str(), f.output.c_str(), static_cast<double>(usage.ru_maxrss) / 1024.0);
   return 0;
 }
 
@@ -118,35 +115,24 @@ int run_export(const ExportFlags& f) {
     train::check_output_file("export output", f.output, {f.checkpoint, dir});
   // Every rank the manifest lists, every field and every range, before anything is read.
   const train::CheckpointContents contents = train::open_checkpoint(dir);
-  const nlohmann::json& id = contents.manifest.identity;
-  TZ_CHECK(id.value("tp", 1) == 1,
-           "checkpoint '" + dir + "' holds tensor-parallel pieces (tp " + id.at("tp").dump() +
-               "), which export does not assemble yet",
-           "save the model with train --save model.bin (llm.c) instead");
+  // Every tp rank's tensors where its layout puts them (checkpoint_model checks), so each whole
+  // tensor is assembled from the ranks' pieces.
   const nn::GPTConfig config = train::checkpoint_model(contents);
-  const nn::ParamLayout layout = nn::gpt_param_layout(config);
-  const train::UnitGrouping g = train::group_units(layout, id.value("blocks_per_unit", size_t{1}));
-  train::CheckpointRanges ranges(contents);
-  if (to_directory) return export_directory(f, dir, config, layout, g, ranges);
+  train::CheckpointTensors model(contents, config);
+  if (to_directory) return export_directory(f, dir, config, model);
   size_t tensors = 0, bytes = 0;
   train::write_gpt2_safetensors(f.output, config, [&](const train::Gpt2Tensor& t, float* ours) {
-    const nn::ParamTensor& p = layout.get(t.kind, t.layer);
-    const size_t unit = g.store_unit[p.unit];
-    const size_t at = g.offset[p.unit] + layout.offset_in_unit(p);
-    TZ_CHECK(ranges.read(g.specs[unit].name, {"master", "params_full", "param_shard"},
-                         dtype_name(DType::f32), at, p.numel, ours),
-             "checkpoint '" + dir + "' holds no fp32 values of unit " + g.specs[unit].name,
-             "export a checkpoint written by train --save-dir");
+    model.read(t.kind, t.layer, 0, t.rows * t.cols, ours);
     ++tensors;
     bytes += t.numel() * sizeof(float);
   });
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   std::printf(
-      "exported %zu tensors (%.1f MB, GPT-2 %s) from '%s' to '%s'; peak resident memory %.1f "
-      "MB\n",
-      tensors, static_cast<double>(bytes) / 1e6, config.str().c_str(), dir.c_str(),
-      f.output.c_str(), static_cast<double>(usage.ru_maxrss) / 1024.0);
+      "exported %zu tensors (%.1f MB, GPT-2 %s%s) from '%s' to '%s'; peak resident memory "
+      "%.1f MB\n",
+      tensors, static_cast<double>(bytes) / 1e6, config.str().c_str(), tp_note(model).c_str(),
+      dir.c_str(), f.output.c_str(), static_cast<double>(usage.ru_maxrss) / 1024.0);
   return 0;
 }
 

@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <limits>
 #include <map>
-#include <memory>
 #include <set>
 #include <tuple>
 
@@ -351,39 +350,57 @@ nn::GPTConfig checkpoint_model(const CheckpointContents& c) {
   if (params > data / sizeof(float))
     s.fail("channels", std::to_string(C),
            "a model whose fp32 values fit in the checkpoint's " + std::to_string(data) + " bytes");
-  std::unique_ptr<nn::ParamLayout> built;
+  // Every tensor-parallel rank's layout: its pieces' shapes, and where the rank files must list
+  // them (a tp rank's tensors may be spread over several rank files: one per pipeline stage).
+  const auto tp = static_cast<size_t>(id.integer("tp", 1, c.manifest.ranks));
+  std::vector<nn::ParamLayout> layouts;
+  size_t whole = 0;
   try {
-    built = std::make_unique<nn::ParamLayout>(nn::gpt_param_layout(g));
+    whole = nn::gpt_param_layout(g).parameter_count();
+    for (size_t r = 0; r < tp; ++r) layouts.push_back(nn::gpt_param_layout(g, {tp, r}));
   } catch (const Error& e) {
     TZ_THROW("checkpoint file '" + c.manifest.path + "': identity.model_shape " + g.str() +
+                 (tp > 1 ? " at tp " + std::to_string(tp) : "") +
                  " cannot be built: " + e.what_failed(),
              "the file is damaged or was edited; export another checkpoint");
   }
-  const nn::ParamLayout& layout = *built;
-  if (static_cast<int64_t>(layout.parameter_count()) != want)
+  if (static_cast<int64_t>(whole) != want)
     id.fail("parameters", std::to_string(want),
-            std::to_string(layout.parameter_count()) + ", the parameters of model_shape");
-  std::map<std::string, const CheckpointTensor*> listed;
+            std::to_string(whole) + ", the parameters of model_shape");
+  std::map<std::pair<int, std::string>, const CheckpointTensor*> listed;  // (tp rank, name)
   for (const CheckpointRankFile& r : c.ranks)
-    for (const CheckpointTensor& t : r.tensors) listed.emplace(t.name, &t);
-  if (listed.empty()) return g;  // written without its tensors' places
-  const UnitGrouping units =
-      group_units(layout, static_cast<size_t>(id.integer("blocks_per_unit", 1, kMaxElems)));
-  for (const nn::ParamTensor& t : layout.tensors()) {
-    const auto it = listed.find(t.name());
-    const std::string unit = units.specs[units.store_unit[t.unit]].name;
-    const size_t offset = units.offset[t.unit] + layout.offset_in_unit(t);
-    TZ_CHECK(
-        it != listed.end() && it->second->unit == unit && it->second->offset == offset &&
-            it->second->numel == t.numel,
-        "checkpoint '" + c.dir + "': tensor " + t.name() +
-            (it == listed.end() ? " is in no rank file's tensors"
-                                : " lies in unit '" + it->second->unit + "' at " +
-                                      std::to_string(it->second->offset) + ", " +
-                                      std::to_string(it->second->numel) +
-                                      " elements; the model_shape puts it in '" + unit + "' at " +
-                                      std::to_string(offset) + ", " + std::to_string(t.numel)),
-        "the manifest and the rank files disagree; the checkpoint is damaged or edited");
+    for (const CheckpointTensor& t : r.tensors)
+      listed.emplace(std::make_pair(t.tp_rank, t.name), &t);
+  // Written without its tensors' places: the tp 1 layout is the only one it can be read as.
+  if (listed.empty()) {
+    TZ_CHECK(tp == 1,
+             "checkpoint '" + c.dir + "' holds tensor-parallel pieces (tp " + std::to_string(tp) +
+                 ") but its rank files list no tensors, so which piece each holds is unknown",
+             "it was written before checkpoints recorded their tensors; save the model with "
+             "train --save model.bin from a run resumed from it");
+    return g;
+  }
+  const auto bpu = static_cast<size_t>(id.integer("blocks_per_unit", 1, kMaxElems));
+  for (size_t r = 0; r < tp; ++r) {
+    const nn::ParamLayout& layout = layouts[r];
+    const std::string piece = tp > 1 ? " (tp rank " + std::to_string(r) + ")" : "";
+    const UnitGrouping units = group_units(layout, bpu);
+    for (const nn::ParamTensor& t : layout.tensors()) {
+      const auto it = listed.find({static_cast<int>(r), t.name()});
+      const std::string unit = units.specs[units.store_unit[t.unit]].name;
+      const size_t offset = units.offset[t.unit] + layout.offset_in_unit(t);
+      TZ_CHECK(
+          it != listed.end() && it->second->unit == unit && it->second->offset == offset &&
+              it->second->numel == t.numel,
+          "checkpoint '" + c.dir + "': tensor " + t.name() + piece +
+              (it == listed.end() ? " is in no rank file's tensors"
+                                  : " lies in unit '" + it->second->unit + "' at " +
+                                        std::to_string(it->second->offset) + ", " +
+                                        std::to_string(it->second->numel) +
+                                        " elements; the model_shape puts it in '" + unit + "' at " +
+                                        std::to_string(offset) + ", " + std::to_string(t.numel)),
+          "the manifest and the rank files disagree; the checkpoint is damaged or edited");
+    }
   }
   return g;
 }

@@ -175,7 +175,8 @@ size_t Gpt2Tensor::numel() const {
 std::vector<Gpt2Tensor> gpt2_tensors(const nn::GPTConfig& config) {
   TZ_CHECK(config.is_gpt2(),
            "a GPT-2 safetensors file cannot hold the Llama-family model " + config.str(),
-           "use training checkpoints (--save-dir, --resume) for Llama-family models");
+           "export it as a Hugging Face model directory (export --hf-dir), or keep it in training "
+           "checkpoints (--save-dir, --resume)");
   std::vector<Gpt2Tensor> out;
   for (const KindName& k : kNames) {
     const int layers = per_layer(k.kind) ? static_cast<int>(config.num_layers) : 1;

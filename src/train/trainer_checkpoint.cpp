@@ -261,12 +261,15 @@ int64_t Trainer::resume_training(LossScaler& scaler) {
     log::info("resuming '" + reader.directory() +
               "' in another data-parallel layout, stage or placement: its state is resharded");
   }
-  // One block, either in order from this rank's file or by range from every rank's.
+  // One block, either in order from this rank's file or by range from every rank's: those of
+  // this rank's tensor-parallel piece (the tp size stays; the units of every tp rank have the same
+  // names).
+  const size_t tp_rank = s.chunks.layout().tp().rank;
   const auto read = [&](const std::string& unit, const std::string& kind, size_t elem_bytes,
                         size_t begin, size_t elems, void* data) {
     if (!ranges) return reader.read_block(unit + "." + kind, data, elems * elem_bytes);
     TZ_CHECK(ranges->read(unit, source_kinds(kind), block_dtype(config_, elem_bytes), begin, elems,
-                          data),
+                          data, tp_rank),
              "checkpoint '" + reader.directory() + "' holds no " + kind + " state of unit " + unit,
              "resume from a checkpoint of this model written with optimizer states");
   };

@@ -305,6 +305,7 @@ CheckpointRanges::CheckpointRanges(const CheckpointContents& c) {
       blk.unit = b.unit;
       blk.kind = b.kind;
       blk.dtype = b.dtype;
+      blk.tp_rank = static_cast<size_t>(r.tp_rank);
       blk.begin = b.begin;
       blk.elems = b.elems;
       blk.offset = b.offset;
@@ -312,38 +313,46 @@ CheckpointRanges::CheckpointRanges(const CheckpointContents& c) {
       blk.crc = b.crc;
       blocks_.push_back(std::move(blk));
     }
+  size_t tp = 1;
+  for (const CheckpointRankFile& r : c.ranks) tp = std::max(tp, static_cast<size_t>(r.tp_rank) + 1);
+  cached_.assign(tp, nullptr);
+  cache_.resize(tp);
 }
 
 CheckpointRanges::~CheckpointRanges() = default;
 
 const std::vector<uint8_t>& CheckpointRanges::load(const Block& b) {
-  if (cached_ == &b) return cache_;
-  cached_ = nullptr;
-  cache_.resize(b.bytes);  // within the file's size (checked when the manifest was read)
+  std::vector<uint8_t>& cache = cache_[b.tp_rank];
+  if (cached_[b.tp_rank] == &b) return cache;
+  cached_[b.tp_rank] = nullptr;
+  if (cache.capacity() < b.bytes) std::vector<uint8_t>().swap(cache);  // never two at once
+  cache.resize(b.bytes);  // within the file's size (checked when the manifest was read)
   std::FILE* f = std::fopen(b.file.c_str(), "rb");
   TZ_CHECK(f != nullptr, "cannot open '" + b.file + "': " + std::strerror(errno), "");
   const bool ok = ::fseeko(f, static_cast<off_t>(b.offset), SEEK_SET) == 0 &&
-                  (b.bytes == 0 || std::fread(cache_.data(), 1, b.bytes, f) == b.bytes);
+                  (b.bytes == 0 || std::fread(cache.data(), 1, b.bytes, f) == b.bytes);
   std::fclose(f);
   TZ_CHECK(ok,
            "reading block '" + b.unit + "." + b.kind + "' (bytes " + std::to_string(b.offset) +
                "-" + std::to_string(b.offset + b.bytes) + ") of '" + b.file + "' failed",
            "the file changed while it was read, or is damaged; resume from an older checkpoint");
-  TZ_CHECK(offload::crc32c(cache_.data(), b.bytes) == b.crc,
+  TZ_CHECK(offload::crc32c(cache.data(), b.bytes) == b.crc,
            "checkpoint shard '" + b.file + "': block '" + b.unit + "." + b.kind + "' (bytes " +
                std::to_string(b.offset) + "-" + std::to_string(b.offset + b.bytes) +
                ") fails its CRC32C check (the data is corrupt)",
            "resume from an older checkpoint");
-  cached_ = &b;
-  return cache_;
+  cached_[b.tp_rank] = &b;
+  return cache;
 }
 
 bool CheckpointRanges::read(const std::string& unit, const std::vector<std::string>& kinds,
-                            const std::string& dtype, size_t begin, size_t count, void* dst) {
+                            const std::string& dtype, size_t begin, size_t count, void* dst,
+                            size_t tp_rank) {
   for (const std::string& kind : kinds) {
     std::vector<const Block*> found;
     for (const Block& b : blocks_)
-      if (b.unit == unit && b.kind == kind && b.dtype == dtype) found.push_back(&b);
+      if (b.unit == unit && b.kind == kind && b.dtype == dtype && b.tp_rank == tp_rank)
+        found.push_back(&b);
     if (found.empty()) continue;
     const size_t eb = found.front()->bytes / std::max<size_t>(found.front()->elems, 1);
     auto* out = static_cast<uint8_t*>(dst);

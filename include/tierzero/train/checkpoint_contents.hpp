@@ -63,7 +63,9 @@ CheckpointManifest read_checkpoint_manifest_checked(const std::string& step_dir)
 // The manifest and every rank's files, checked and complete (see above).
 CheckpointContents open_checkpoint(const std::string& step_dir);
 // The model a checkpoint holds: the identity's shape, checked against its parameter count and
-// the tensors the rank files list (so export reads what was written).
+// the tensors the rank files list, each tp rank's against that rank's layout (so export reads
+// what was written). A tensor-parallel checkpoint whose rank files list no tensors is an Error
+// (which piece each file holds is unknown).
 nn::GPTConfig checkpoint_model(const CheckpointContents& c);
 // DIR/step-<N>'s name, and N of a name that is exactly one (-1 otherwise: `step-0000000`, `step-1`,
 // `step-00000001.tmp` are not).

@@ -116,10 +116,12 @@ class CheckpointReader {
 };
 
 // Every rank's blocks of a checkpoint, read by range: resuming into another world size, stage or
-// placement. A block holds elements [begin, begin + elems) of one unit's state of one kind; a
-// range is assembled from the blocks that overlap it, each read whole and CRC-checked (one block
-// in host memory at a time, the last one kept for the next range), zero where no block reaches
-// (shard padding).
+// placement, and export. A block holds elements [begin, begin + elems) of one unit's state of one
+// kind, on one tensor-parallel rank (the ranks of a tp group hold different pieces under the same
+// unit names, so a range is always one tp rank's); a range is assembled from that tp rank's blocks
+// that overlap it, each read whole and CRC-checked (host memory: the last block read of each tp
+// rank, kept for the next range, since export alternates between the ranks' pieces of a tensor),
+// zero where no block reaches (shard padding).
 class CheckpointRanges {
  public:
   explicit CheckpointRanges(const std::string& step_dir);  // opens it (open_checkpoint)
@@ -127,10 +129,11 @@ class CheckpointRanges {
   ~CheckpointRanges();
   CheckpointRanges(const CheckpointRanges&) = delete;
   CheckpointRanges& operator=(const CheckpointRanges&) = delete;
-  // Elements [begin, begin + count) of `unit`'s state into dst (count x the dtype's bytes), from
-  // the first of `kinds` that has blocks of `dtype` for the unit; false when none has.
+  // Elements [begin, begin + count) of `unit`'s state on tensor-parallel rank `tp_rank` (0 at
+  // tp 1) into dst (count x the dtype's bytes), from the first of `kinds` that has blocks of
+  // `dtype` for the unit there; false when none has.
   bool read(const std::string& unit, const std::vector<std::string>& kinds,
-            const std::string& dtype, size_t begin, size_t count, void* dst);
+            const std::string& dtype, size_t begin, size_t count, void* dst, size_t tp_rank = 0);
   // The data position of the writer's rank 0.
   DataLoader::Position first_rank_data() const { return first_data_; }
 
@@ -138,6 +141,7 @@ class CheckpointRanges {
   struct Block {
     std::string file;  // rank-N.bin path
     std::string unit, kind, dtype;
+    size_t tp_rank = 0;  // its rank file's tensor-parallel piece
     size_t begin = 0, elems = 0, offset = 0, bytes = 0;
     uint32_t crc = 0;
   };
@@ -145,8 +149,8 @@ class CheckpointRanges {
 
   std::vector<Block> blocks_;
   DataLoader::Position first_data_;
-  const Block* cached_ = nullptr;
-  std::vector<uint8_t> cache_;  // (cached_->bytes)
+  std::vector<const Block*> cached_;         // (tp ranks) the block each cache_ holds
+  std::vector<std::vector<uint8_t>> cache_;  // (tp ranks) (cached_[r]->bytes)
 };
 
 // Preemption: while one lives (and `install` was true), SIGTERM and SIGINT only set a flag that
