@@ -37,6 +37,9 @@ namespace {
 
 // The Unicode version of `tokenizers`' normalization tables (see above).
 constexpr const char* kTokenizersUnicodeSet = "[:age=9.0:]";
+// Text is checked and normalized in segments of about this size (cut at boundaries), so that
+// the segments without a change are copied instead of rewritten by ICU.
+constexpr size_t kSegmentBytes = 4096;
 
 void check_icu(UErrorCode status, const std::string& what) {
   if (U_FAILURE(status))
@@ -113,21 +116,27 @@ struct UnicodeNormalizer::Step {
            " normalization of the text at byte " + std::to_string(offset);
   }
 
-  // Where to end the chunk that starts at `from`: the end of the text, or the last code point
-  // within max_bytes that has a normalization boundary before it (a character that does not
-  // interact with what precedes it: normalizing the two sides apart gives the same text).
-  size_t chunk_end(std::string_view s, size_t from, size_t max_bytes) const {
-    if (s.size() - from <= max_bytes) return s.size();
+  // Where to end the segment that starts at `from`: the end of the text, or the last code point
+  // within `target` bytes that has a normalization boundary before it (a character that does
+  // not interact with what precedes it: normalizing the two sides apart gives the same text), or
+  // failing that the first one after, within `limit` bytes (ICU's int32 lengths).
+  size_t segment_end(std::string_view s, size_t from, size_t target, size_t limit) const {
+    if (s.size() - from <= target) return s.size();
     const auto* p = reinterpret_cast<const uint8_t*>(s.data());
-    for (size_t at = from + max_bytes; at > from; --at) {
-      if ((p[at] & 0xC0u) == 0x80u) continue;  // a continuation byte: not a code point's start
+    const auto boundary_at = [&](size_t at) {
+      if ((p[at] & 0xC0u) == 0x80u) return false;  // a continuation byte: inside a code point
       int32_t i = 0;
       UChar32 c = 0;
       const auto len = static_cast<int32_t>(std::min<size_t>(4, s.size() - at));
       U8_NEXT(p + at, i, len, c);
-      if (c >= 0 && normalizer->hasBoundaryBefore(c)) return at;
-    }
-    TZ_THROW(what(from) + ": " + std::to_string(max_bytes) +
+      return c >= 0 && normalizer->hasBoundaryBefore(c);
+    };
+    for (size_t at = from + target; at > from; --at)
+      if (boundary_at(at)) return at;
+    const size_t last = std::min(s.size(), from + limit);
+    for (size_t at = from + target + 1; at <= last; ++at)
+      if (at == s.size() || boundary_at(at)) return at;
+    TZ_THROW(what(from) + ": " + std::to_string(limit) +
                  " bytes without a place where it may be cut (one run of combining marks?)",
              "split the text into smaller documents");
   }
@@ -149,22 +158,32 @@ struct UnicodeNormalizer::Step {
   }
 
   // False when `in` is already normalized (nothing written), else true with *out the result.
+  // The text goes by segments of about kSegmentBytes: one that is ASCII or already normalized is
+  // copied as it is, so ICU rewrites only the segments that change (a few accents in English
+  // text cost a few segments, not the whole text).
   bool apply(std::string_view in, size_t max_bytes, std::string* out) const {
     if (is_ascii(in)) return false;  // ASCII is invariant under all four forms
-    // The chunks already normalized are copied; from the first one that is not, ICU writes.
+    const size_t target = std::min(kSegmentBytes, max_bytes);
+    const auto unchanged = [&](std::string_view seg, size_t at) {
+      return is_ascii(seg) || is_normalized(seg, at);
+    };
     size_t from = 0;
-    for (;;) {
+    for (;;) {  // up to the first segment that changes, nothing is written
       if (from == in.size()) return false;
-      const size_t end = chunk_end(in, from, max_bytes);
-      if (!is_normalized(in.substr(from, end - from), from)) break;
+      const size_t end = segment_end(in, from, target, max_bytes);
+      if (!unchanged(in.substr(from, end - from), from)) break;
       from = end;
     }
     out->clear();
     out->reserve(in.size() + in.size() / 8);
     out->append(in.substr(0, from));
     while (from < in.size()) {
-      const size_t end = chunk_end(in, from, max_bytes);
-      append_normalized(in.substr(from, end - from), from, out);
+      const size_t end = segment_end(in, from, target, max_bytes);
+      const std::string_view seg = in.substr(from, end - from);
+      if (unchanged(seg, from))
+        out->append(seg);
+      else
+        append_normalized(seg, from, out);
       from = end;
     }
     return true;

@@ -20,8 +20,8 @@ const char* normalization_form_name(NormalizationForm form);
 // Immutable once built; one instance is shared by the threads that encode.
 class UnicodeNormalizer {
  public:
-  // ICU takes at most 2^31 - 1 bytes per call; longer text is normalized in pieces cut where
-  // the form has a boundary (normalizing the pieces apart gives the same text).
+  // ICU takes at most 2^31 - 1 bytes per call. Text is normalized in segments (of 4 KiB where a
+  // form has a boundary, normalizing the pieces apart giving the same text), none over this.
   static constexpr size_t kMaxChunkBytes = size_t{1} << 30;
 
   // The forms applied one after the other (a tokenizer.json "Sequence"); none: the identity.
@@ -38,7 +38,7 @@ class UnicodeNormalizer {
   // `text` (UTF-8, checked by the caller as for the pre-tokenizer regexes; ill-formed bytes do
   // not crash it but their result is unspecified) normalized: `text` itself when it is already
   // normalized (ASCII always is; no copy), else a view of *buffer, which holds the result.
-  // Error when ICU fails, or when over kMaxChunkBytes of text has no place to cut it.
+  // Error when ICU fails, or when over max_chunk_bytes of text has no place to cut it.
   std::string_view normalize(std::string_view text, std::string* buffer) const;
 
  private:
