@@ -2,7 +2,8 @@
 // `tokenizers`: its four forms of the characters whose normalization changed after Unicode 9.0
 // (the version of `tokenizers`' tables) and of random sequences of combining marks
 // (tests/data/tokenizer/normalizer_forms.expected.json), normalizing in chunks, the copy-free
-// path for text already normalized, invalid UTF-8, and prepare-data with Qwen 2's NFC.
+// path for text already normalized, invalid UTF-8, and prepare-data and bench tokenize with
+// Qwen 2's NFC.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -108,6 +109,12 @@ TEST(UnicodeNormalizer, ChunkedNormalizationEqualsWhole) {
     EXPECT_EQ(normalized(chunked, text), normalized(whole, text))
         << tierzero::train::normalization_form_name(form);
   }
+  // A run of marks longer than a 4 KiB segment is cut after it, where the next starter is.
+  std::string long_run = "e", want = "\xc3\xa9";
+  for (int i = 0; i < 3000; ++i) long_run += "\xcc\x81";  // U+0301 (e-acute then 2999 of them)
+  for (int i = 0; i < 2999; ++i) want += "\xcc\x81";
+  EXPECT_EQ(normalized(UnicodeNormalizer({NormalizationForm::kNFC}), long_run + "e\xcc\x81x"),
+            want + "\xc3\xa9x");
   // A run of marks longer than a chunk has no place to cut: an Error, not a different text.
   const UnicodeNormalizer chunked({NormalizationForm::kNFC}, 16);
   std::string marks = "e";
@@ -176,6 +183,12 @@ TEST(PrepareData, NfcTokenizerWritesTheIdsOfTheNormalizedText) {
   std::vector<uint32_t> got(shard->size());
   shard->read(0, got.size(), got.data());
   EXPECT_EQ(got, want);
+  // bench tokenize checks the ids against the normalized corpus and reports the normalizer.
+  const auto bench = tierzero::test::run_tierzero("bench tokenize --tokenizer " + tokenizer +
+                                                  " --input " + dir + "/input.txt --repeats 1");
+  EXPECT_EQ(bench.exit_code, 0) << bench.output;
+  EXPECT_NE(bench.output.find("\"normalizer\":\"NFC\",\"normalize_MBps\":"), std::string::npos)
+      << bench.output;
   fs::remove_all(dir);
 }
 
