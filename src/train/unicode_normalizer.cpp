@@ -110,10 +110,13 @@ struct UnicodeNormalizer::Step {
     set.freeze();
     normalizer = std::make_unique<icu::FilteredNormalizer2>(*base, set);
   }
+  // The filtered normalizer refers to `set`: a Step stays where it was built.
+  Step(const Step&) = delete;
+  Step& operator=(const Step&) = delete;
 
   std::string what(size_t offset) const {
-    return std::string("ICU ") + normalization_form_name(form) +
-           " normalization of the text at byte " + std::to_string(offset);
+    return std::string("ICU ") + normalization_form_name(form) + " normalization at byte " +
+           std::to_string(offset) + " of a text (a piece between added tokens)";
   }
 
   // Where to end the segment that starts at `from`: the end of the text, or the last code point
