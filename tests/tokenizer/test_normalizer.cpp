@@ -2,15 +2,18 @@
 // `tokenizers`: its four forms of the characters whose normalization changed after Unicode 9.0
 // (the version of `tokenizers`' tables) and of random sequences of combining marks
 // (tests/data/tokenizer/normalizer_forms.expected.json), normalizing in chunks, the copy-free
-// path for text already normalized, invalid UTF-8, and prepare-data and bench tokenize with
-// Qwen 2's NFC.
+// path for text already normalized, invalid UTF-8, seeded random mark sequences through the
+// tokenizer, and prepare-data and bench tokenize with Qwen 2's NFC.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 
 #include "cli_runner.hpp"
@@ -159,6 +162,60 @@ TEST(UnicodeNormalizer, InvalidUtf8NeitherCrashesNorPassesEncode) {
   for (const std::string bad : {"ok \xff", "ok \xcc", "ok \xed\xa0\x80"}) {
     const std::string msg = error_of([&] { encoder.encode("e\xcc\x81" + bad, &ids); });
     EXPECT_NE(msg.find("not valid UTF-8 at byte 6"), std::string::npos) << msg;
+  }
+}
+
+// Seeded random strings of marks, jamo, composable letters and special tokens through the NFC
+// and NFKC tokenizers: never a crash, ids that decode to BpeTokenizer::normalize(text), and
+// normalizing that again changes nothing (TIERZERO_FUZZ_SEED reproduces a run).
+TEST(UnicodeNormalizer, RandomMarkSequencesEncodeToTheirNormalizedText) {
+  const char* pool[] = {"e",
+                        "A",
+                        " ",
+                        "\n",
+                        "\xcc\x81",
+                        "\xcc\xa7",
+                        "\xcc\x8a",
+                        "\xcc\xa3",
+                        "\xcc\x87",
+                        "\xe1\x84\x80",
+                        "\xe1\x85\xa1",
+                        "\xe1\x86\xa8",
+                        "\xea\xb0\x80",
+                        "\xe2\x84\xab",
+                        "\xef\xac\x81",
+                        "\xef\xbc\x91",
+                        "\xe3\x8b\xbf",
+                        "\xf0\x9e\x82\x8f",
+                        "<|endoftext|>",
+                        "\xe0\xa4\x95",
+                        "\xe0\xa4\xbc",
+                        "1",
+                        "'s"};
+  const char* s = std::getenv("TIERZERO_FUZZ_SEED");
+  std::mt19937_64 rng(s ? std::strtoull(s, nullptr, 10) : 30);
+  for (const char* file : {"qwen2_nfc", "qwen2_nfkc_like"}) {
+    std::string path = kData + "/qwen2_nfc.tokenizer.json";
+    char tmpl[] = "/tmp/tz_normalizer_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    if (std::string(file) == "qwen2_nfkc_like") {
+      auto j = nlohmann::json::parse(read_text(path));
+      j["normalizer"] = {{"type", "NFKC"}};
+      path = std::string(tmpl) + "/tokenizer.json";
+      std::ofstream(path) << j.dump();
+    }
+    const auto tok = BpeTokenizer::load(path);
+    BpeEncoder encoder(tok);
+    for (int i = 0; i < 300; ++i) {
+      std::string text;
+      for (size_t k = rng() % 40; k > 0; --k) text += pool[rng() % std::size(pool)];
+      std::vector<uint32_t> ids;
+      encoder.encode(text, &ids);
+      const std::string normal = tok->normalize(text);
+      EXPECT_EQ(tok->decode(ids.data(), ids.size()), normal) << file << ": " << code_points(text);
+      EXPECT_EQ(tok->normalize(normal), normal) << file << ": " << code_points(text);
+    }
+    fs::remove_all(tmpl);
   }
 }
 
