@@ -6,6 +6,9 @@ find_package(CLI11 REQUIRED)
 # PCRE2 (libpcre2-dev) for the byte-level BPE tokenizers' pre-tokenizer regexes (src/train).
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+# ICU (libicu-dev) for the tokenizers' Unicode normalizers (NFC, ...; src/train): icu-uc has
+# Normalizer2 and its data comes with it (libicudata).
+pkg_check_modules(ICU REQUIRED IMPORTED_TARGET icu-uc)
 
 # OpenBLAS: Debian installs it as the BLAS alternative; cblas.h comes with libopenblas-dev.
 find_library(OPENBLAS_LIBRARY NAMES openblas REQUIRED)

@@ -2,9 +2,10 @@
 # Installs what TierZero needs to build and test, from Debian packages, skipping what is already
 # there (chromium renders the HTML report in its test; libpng decodes the screenshot; ISA-L
 # computes the swap and checkpoint CRC32C; PCRE2 runs the tokenizers' Unicode regexes in
-# prepare-data; iproute2's `ip` makes the network namespaces of the two-node test), and the
-# Python `safetensors` package from PyPI for the test that reads an exported model back as a
-# Hugging Face user would (never a dependency of the library). The Python package
+# prepare-data and ICU their Unicode normalizers (NFC, ...); iproute2's `ip` makes the network
+# namespaces of the two-node test), and the Python `safetensors` package from PyPI for the test
+# that reads an exported model back as a Hugging Face user would (never a dependency of the
+# library). The Python package
 # (integrations/python) builds against pybind11 from Debian; scripts/test_python.sh installs its
 # PyPI pieces (scikit-build-core, pytest, ml_dtypes, PyTorch's CPU build for OffloadAdamW's tests).
 # The CUDA toolkit is not installed here: when /usr/local/cuda/bin/nvcc exists the
@@ -13,7 +14,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config git
-  libopenblas-dev liburing-dev nlohmann-json3-dev libcli11-dev libisal-dev libpcre2-dev
+  libopenblas-dev liburing-dev nlohmann-json3-dev libcli11-dev libisal-dev libpcre2-dev libicu-dev
   libgtest-dev googletest libbenchmark-dev
   openmpi-bin libopenmpi-dev fio
   chromium libpng-dev iproute2

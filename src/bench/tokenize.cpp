@@ -1,5 +1,6 @@
 // Each run encodes the whole corpus with a fresh encoder (an empty pre-token cache), so the
-// figure is what prepare-data sees on a corpus of that size, not a warm re-run.
+// figure is what prepare-data sees on a corpus of that size, not a warm re-run. With a
+// normalizer, each run also times the normalizer alone on the corpus: its share of the encoding.
 #include "tierzero/bench/tokenize.hpp"
 
 #include <time.h>
@@ -38,6 +39,9 @@ void print_table(const BenchTokenizeOptions& o, const BenchTokenizeResult& r) {
   std::fprintf(stderr, "bench tokenize: %s over %s (%.1f MB), one thread, %lld runs\n",
                o.tokenizer.c_str(), o.input.c_str(), mb, static_cast<long long>(o.repeats));
   std::fprintf(stderr, "  %-30s %12.3f s\n", "load tokenizer.json", r.load_s);
+  std::fprintf(stderr, "  %-30s %12s\n", "normalizer", r.normalizer.c_str());
+  if (r.normalize_mbps > 0.0)
+    std::fprintf(stderr, "  %-30s %12.1f MB/s\n", "normalize alone, CPU (best)", r.normalize_mbps);
   std::fprintf(stderr, "  %-30s %12.1f MB/s\n", "encode, CPU time (best run)", r.mbps);
   std::fprintf(stderr, "  %-30s %12.1f MB/s\n", "encode, CPU time (median)", r.median_mbps);
   std::fprintf(stderr, "  %-30s %12.1f MB/s\n", "encode, wall clock (best run)", r.wall_mbps);
@@ -57,8 +61,16 @@ BenchTokenizeResult bench_tokenize(const BenchTokenizeOptions& o) {
   const auto tok = train::BpeTokenizer::load(o.tokenizer);
   r.load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   std::vector<uint32_t> ids;
-  std::vector<double> cpu, wall;  // seconds of each run
+  std::vector<double> cpu, wall, normalize_cpu;  // seconds of each run
+  r.normalizer = tok->normalizer();
+  const bool normalizes = r.normalizer != "none";
+  std::string normalized;  // what the ids must decode to
   for (int64_t k = 0; k < o.repeats; ++k) {
+    if (normalizes) {
+      const double n0 = thread_cpu_seconds();
+      normalized = tok->normalize(text);
+      normalize_cpu.push_back(thread_cpu_seconds() - n0);
+    }
     ids.clear();
     ids.reserve(text.size() / 2);
     train::BpeEncoder encoder(tok);
@@ -68,8 +80,9 @@ BenchTokenizeResult bench_tokenize(const BenchTokenizeOptions& o) {
     cpu.push_back(thread_cpu_seconds() - c0);
     wall.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
-  TZ_CHECK(tok->decode(ids.data(), ids.size()) == text,
-           "decoding the ids does not give the corpus back",
+  TZ_CHECK(tok->decode(ids.data(), ids.size()) == (normalizes ? normalized : text),
+           std::string("decoding the ids does not give the corpus back") +
+               (normalizes ? " (normalized by " + r.normalizer + ")" : ""),
            "the tokenizer is wrong: run test_tokenizer");
   const double bytes = static_cast<double>(text.size());
   const double best = *std::min_element(cpu.begin(), cpu.end());
@@ -80,6 +93,9 @@ BenchTokenizeResult bench_tokenize(const BenchTokenizeOptions& o) {
   r.median_mbps = rate(bytes, median(cpu)) / 1e6;
   r.wall_mbps = rate(bytes, *std::min_element(wall.begin(), wall.end())) / 1e6;
   r.tokens_per_s = rate(static_cast<double>(ids.size()), best);
+  if (normalizes)
+    r.normalize_mbps =
+        rate(bytes, *std::min_element(normalize_cpu.begin(), normalize_cpu.end())) / 1e6;
   print_table(o, r);
   nlohmann::ordered_json j = bench_result("tokenize.bpe", round_to(r.mbps, 2), "MB/s", "goal",
                                           kGoalMBps, r.mbps / kGoalMBps);
@@ -88,6 +104,8 @@ BenchTokenizeResult bench_tokenize(const BenchTokenizeOptions& o) {
   j["bytes"] = r.bytes;
   j["vocab_size"] = r.vocab_size;
   j["load_s"] = round_to(r.load_s, 3);
+  j["normalizer"] = r.normalizer;
+  if (normalizes) j["normalize_MBps"] = round_to(r.normalize_mbps, 2);
   j["threads"] = 1;
   j["median_MBps"] = round_to(r.median_mbps, 2);
   j["wall_MBps"] = round_to(r.wall_mbps, 2);

@@ -1,6 +1,8 @@
 // Encoding text with byte-level BPE, in the order Hugging Face `tokenizers` applies its steps:
-// added tokens (leftmost-longest), the pre-tokenizer's splits, ByteLevel, then BPE merges by
-// rank on each pre-token. Pre-tokens repeat (" the", " of"), so merged ones are cached.
+// added tokens that are not `normalized` (leftmost-longest) cut out of the raw text, the
+// normalizer on each piece between them, the `normalized` added tokens, the pre-tokenizer's
+// splits, ByteLevel, then BPE merges by rank on each pre-token. Pre-tokens repeat (" the", " of"),
+// so merged ones are cached.
 #include <algorithm>
 #include <queue>
 
@@ -35,6 +37,7 @@ struct BpeEncoder::State {
   std::vector<uint32_t> ranks;   // (symbols) rank of (ids[i], ids[i + 1]); UINT32_MAX: none
   std::vector<uint32_t> merged;  // (symbols) the token (ids[i], ids[i + 1]) merges into
   std::string prefixed;          // a piece with ByteLevel's prefix space
+  std::string normalized;        // a piece after the normalizer, when it changed it
   std::vector<uint32_t>* out = nullptr;
 
   explicit State(const BpeTokenizer::Tables& tables) : t(tables) {
@@ -63,7 +66,11 @@ struct BpeEncoder::State {
     if (prev < s.size()) f(s.substr(prev));
   }
 
+  // Level 0 matches the added tokens that are not normalized in the raw text; each piece between
+  // them is normalized (one at a time: `normalized` holds only the current piece) before level 1
+  // matches the normalized ones, as `tokenizers`' AddedVocabulary::extract_and_normalize does.
   void added_pass(std::string_view text, size_t level) {
+    if (level == 1 && t.normalizer) text = t.normalizer->normalize(text, &normalized);
     if (level == t.added.size()) return split_step(0, text);
     size_t from = 0, at = 0;
     const AddedTokenSet::Token* token = nullptr;

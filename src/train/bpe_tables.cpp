@@ -131,11 +131,17 @@ void build_added(const TokenizerSpec& spec, const BytesToId& mapped, BpeTokenize
            "fix the id (tokenizers' own files agree with it)");
     any = true;
     max_added = std::max(max_added, id);
+    // A `normalized` token matches, and decodes as, its normalized content (as in `tokenizers`).
+    std::string match = a.content;
+    if (a.normalized && t->normalizer) {
+      std::string buffer;
+      match = std::string(t->normalizer->normalize(a.content, &buffer));
+    }
     t->added_ids.emplace(a.content, id);
-    t->id_text.emplace(id, a.content);  // no-op for a token of the vocabulary
+    t->id_text.emplace(id, match);  // no-op for a token of the vocabulary
     AddedTokenSet& set = t->added[a.normalized ? 1 : 0];
     set.empty = false;
-    set.by_first_byte[static_cast<unsigned char>(a.content[0])].push_back({a.content, id});
+    set.by_first_byte[static_cast<unsigned char>(match[0])].push_back({std::move(match), id});
   }
   for (AddedTokenSet& set : t->added)
     for (auto& list : set.by_first_byte)
@@ -202,6 +208,8 @@ std::unique_ptr<BpeTokenizer::Tables> build_bpe_tables(const std::string& path) 
         s.pattern, "tokenizer file '" + path + "': key '" + s.key + "'", s.literal));
   if (spec.byte_level_regex)
     t->byte_level_regex = std::make_unique<Pcre2Pattern>(kGpt2Pattern, "GPT-2's pattern");
+  if (!spec.normalizers.empty())
+    t->normalizer = std::make_unique<UnicodeNormalizer>(spec.normalizers);
   t->add_prefix_space = spec.add_prefix_space;
   t->ignore_merges = spec.ignore_merges;
   BytesToId mapped;  // byte-level text -> id, as the merges name tokens

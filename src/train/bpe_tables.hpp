@@ -1,6 +1,6 @@
 // The tables behind a BpeTokenizer, built once from a TokenizerSpec: GPT-2's byte-level alphabet,
 // the merges as an (id, id) -> (rank, id) hash table, the vocabulary by raw bytes, the added
-// tokens by first byte, and the compiled pre-tokenizer patterns.
+// tokens by first byte, the compiled pre-tokenizer patterns and the Unicode normalizer.
 #pragma once
 
 #include <array>
@@ -13,6 +13,7 @@
 
 #include "pcre2_regex.hpp"
 #include "tierzero/train/bpe_tokenizer.hpp"
+#include "tierzero/train/unicode_normalizer.hpp"
 
 namespace tierzero::train {
 
@@ -69,6 +70,9 @@ struct AddedTokenSet {
 
 struct BpeTokenizer::Tables {
   std::string path;
+  // The file's normalizer (NFC, ...); null when it has none. It applies to the text between the
+  // added tokens that are not `normalized`, before the normalized ones are matched.
+  std::unique_ptr<UnicodeNormalizer> normalizer;
   std::vector<std::unique_ptr<Pcre2Pattern>> splits;  // Split steps, in order
   std::unique_ptr<Pcre2Pattern> byte_level_regex;     // GPT-2's pattern, when use_regex
   bool add_prefix_space = false;
@@ -79,8 +83,10 @@ struct BpeTokenizer::Tables {
   // id -> raw bytes, for decoding: a map, since ids may be sparse (a file's largest id, not its
   // size, must not decide how much memory this takes).
   std::unordered_map<uint32_t, std::string> id_text;
-  std::array<AddedTokenSet, 2> added;  // not normalized, then normalized (their order)
-  BytesToId added_ids;                 // content -> id
+  // Not normalized, then normalized (their order); the normalized ones' contents are normalized,
+  // as `tokenizers` matches them in normalized text.
+  std::array<AddedTokenSet, 2> added;
+  BytesToId added_ids;  // content -> id
   size_t vocab_size = 0;
 };
 

@@ -1,5 +1,6 @@
-// BpeTokenizer: loading (tables in bpe_tables.cpp), decoding, and the UTF-8 check every encode
-// starts with (the regex runs in UTF-8 mode without re-checking each piece).
+// BpeTokenizer: loading (tables in bpe_tables.cpp), decoding, normalizing as encoding does, and
+// the UTF-8 check every encode starts with (the normalizer and the regexes run in UTF-8 mode
+// without re-checking each piece).
 #include "tierzero/train/bpe_tokenizer.hpp"
 
 #include "bpe_tables.hpp"
@@ -25,6 +26,27 @@ std::optional<uint32_t> BpeTokenizer::added_token(std::string_view content) cons
   const auto it = tables_->added_ids.find(content);
   if (it == tables_->added_ids.end()) return std::nullopt;
   return it->second;
+}
+
+std::string BpeTokenizer::normalizer() const {
+  return tables_->normalizer ? tables_->normalizer->describe() : "none";
+}
+
+std::string BpeTokenizer::normalize(std::string_view text) const {
+  if (!tables_->normalizer) return std::string(text);
+  std::string out, buffer;
+  const auto append_normalized = [&](std::string_view piece) {
+    if (!piece.empty()) out += tables_->normalizer->normalize(piece, &buffer);
+  };
+  size_t from = 0, at = 0;
+  const AddedTokenSet::Token* token = nullptr;
+  while (tables_->added[0].find(text, from, &at, &token)) {
+    append_normalized(text.substr(from, at - from));
+    out += token->content;
+    from = at + token->content.size();
+  }
+  append_normalized(text.substr(from));
+  return out;
 }
 
 std::string BpeTokenizer::decode(const uint32_t* ids, size_t count) const {

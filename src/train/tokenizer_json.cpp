@@ -58,6 +58,34 @@ class Reader {
          "use a byte-level BPE tokenizer.json such as GPT-2's, Llama 3's or Qwen 2's");
   }
 
+  // The normalizers TierZero applies as `tokenizers` does (tierzero/train/unicode_normalizer.hpp);
+  // the others (Lowercase, Replace, Prepend, Strip, BertNormalizer, ...) change the text in ways it
+  // does not follow, so a file with one is refused rather than given other ids.
+  void read_normalizer(const json& n, const std::string& key,
+                       std::vector<NormalizationForm>* forms) const {
+    if (n.is_null()) return;
+    const std::string type = text(need(n, key, "type"), key + ".type");
+    if (type == "Sequence") {
+      const json& steps = need(n, key, "normalizers");
+      if (!steps.is_array()) fail(key + ".normalizers", "is not an array", "");
+      for (size_t i = 0; i < steps.size(); ++i) {
+        const std::string step = key + ".normalizers[" + std::to_string(i) + "]";
+        if (steps[i].is_null()) fail(step, "is null", "a Sequence lists normalizers");
+        read_normalizer(steps[i], step, forms);
+      }
+      return;
+    }
+    for (const NormalizationForm f : {NormalizationForm::kNFC, NormalizationForm::kNFD,
+                                      NormalizationForm::kNFKC, NormalizationForm::kNFKD})
+      if (type == normalization_form_name(f)) {
+        forms->push_back(f);
+        return;
+      }
+    fail(key + ".type", "normalizer type '" + type + "' is not supported",
+         "TierZero applies the Unicode normalizers NFC, NFD, NFKC and NFKD, alone or in a "
+         "Sequence (Qwen 2's tokenizer.json has NFC; GPT-2's and Llama 3's have none)");
+  }
+
   void read_pre_tokenizer(const json& pre, const std::string& key, TokenizerSpec* spec,
                           bool* saw_byte_level) const {
     const std::string type = text(need(pre, key, "type"), key + ".type");
@@ -188,16 +216,8 @@ TokenizerSpec read_tokenizer_json(const std::string& path) {
   if (!root.is_object()) r.fail("(top level)", "is not a JSON object", hint);
   TokenizerSpec spec;
   spec.path = path;
-  // A normalizer changes the text before anything else; TierZero implements none, so a file
-  // with one would give other ids than `tokenizers` does.
   const auto norm = root.find("normalizer");
-  if (norm != root.end() && !norm->is_null())
-    r.fail(
-        "normalizer",
-        "normalizer " +
-            (norm->is_object() && norm->contains("type") ? (*norm)["type"].dump() : norm->dump()) +
-            " is not supported (TierZero applies none)",
-        "GPT-2's and Llama 3's tokenizer.json have \"normalizer\": null");
+  if (norm != root.end()) r.read_normalizer(*norm, "normalizer", &spec.normalizers);
   bool saw_byte_level = false;
   r.read_pre_tokenizer(r.need(root, "", "pre_tokenizer"), "pre_tokenizer", &spec, &saw_byte_level);
   if (!saw_byte_level)

@@ -1,14 +1,17 @@
 // What TierZero reads from a Hugging Face `tokenizers` tokenizer.json for byte-level BPE (GPT-2,
-// Llama 3, Qwen 2): the pre-tokenizer's regex splits, its ByteLevel step, the BPE vocabulary and
-// merges, and the added (special) tokens. Everything else the file may say and TierZero would
-// not do as `tokenizers` does (a normalizer, BPE dropout, a subword prefix, lstrip on an added
-// token, ...) is an Error naming the file and the key, never silently different ids.
+// Llama 3, Qwen 2): the Unicode normalizer (NFC and its kin), the pre-tokenizer's regex splits,
+// its ByteLevel step, the BPE vocabulary and merges, and the added (special) tokens. Everything
+// else the file may say and TierZero would not do as `tokenizers` does (another normalizer, BPE
+// dropout, a subword prefix, lstrip on an added token, ...) is an Error naming the file and the
+// key, never silently different ids.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "tierzero/train/unicode_normalizer.hpp"
 
 namespace tierzero::train {
 
@@ -21,12 +24,14 @@ struct SplitStep {
 struct AddedTokenSpec {
   uint32_t id = 0;
   std::string content;
-  bool normalized = false;  // matched after normalization (no normalizer here: same text)
+  bool normalized = false;  // matched in the normalized text, its content normalized too
   bool special = false;
 };
 
 struct TokenizerSpec {
   std::string path;
+  // "normalizer": NFC, NFD, NFKC, NFKD, or a Sequence of them, flattened; empty for null.
+  std::vector<NormalizationForm> normalizers;
   std::vector<SplitStep> splits;  // Split steps, in order, before the ByteLevel step
   bool add_prefix_space = false;  // ByteLevel: " " before each piece not starting with one
   bool byte_level_regex = false;  // ByteLevel use_regex: GPT-2's pattern after the splits

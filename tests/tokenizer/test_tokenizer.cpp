@@ -1,9 +1,10 @@
 // Byte-level BPE against Hugging Face `tokenizers`: the ids of the fixtures in
 // tests/data/tokenizer (made by scripts/reference/make_tokenizer_fixture.py with `tokenizers`;
-// GPT-2-, Llama-3- and Qwen-2-style tokenizers) must be identical, decoding must give the text
-// back, malformed tokenizer.json files must be refused naming the file and key, and
-// prepare-data --tokenizer must write shards the data loader reads back (32-bit ones for a
-// vocabulary over 65,536).
+// GPT-2-, Llama-3- and Qwen-2-style tokenizers, Qwen 2's with its NFC normalizer and with NFKC
+// or a Sequence in its place) must be identical, decoding must give the (normalized) text back,
+// malformed tokenizer.json files must be refused naming the file and key, and prepare-data
+// --tokenizer must write shards the data loader reads back (32-bit ones for a vocabulary over
+// 65,536). The normalizer's own tests are in test_normalizer.cpp.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -69,34 +70,57 @@ std::string error_of(const std::function<void()>& f) {
   return "(no error)";
 }
 
+// The fixture's tokenizer: its file, or (a "replace" object in the fixture) a copy of it with
+// those top-level keys replaced, written to `dir` (the NFKC and Sequence variants of qwen2_nfc).
+std::string fixture_tokenizer(const nlohmann::json& fixture, const std::string& dir) {
+  const std::string path = kData + "/" + fixture["tokenizer"].get<std::string>();
+  if (!fixture.contains("replace")) return path;
+  nlohmann::json j = nlohmann::json::parse(read_text(path));
+  for (const auto& [key, value] : fixture["replace"].items()) j[key] = value;
+  const std::string copy = dir + "/tokenizer.json";
+  std::ofstream(copy) << j.dump();
+  return copy;
+}
+
 class Parity : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Parity, IdsMatchHuggingFaceTokenizersAndDecodeBack) {
   const nlohmann::json fixture = expected(GetParam());
-  const auto tok = BpeTokenizer::load(kData + "/" + fixture["tokenizer"].get<std::string>());
+  TempDir dir;
+  const auto tok = BpeTokenizer::load(fixture_tokenizer(fixture, dir.path));
   BpeEncoder encoder(tok);
-  size_t cases = 0, tokens = 0;
+  size_t cases = 0, tokens = 0, normalized = 0, identical = 0;
   for (const auto& c : fixture["cases"]) {
     const std::string text = c["text"].get<std::string>();
     const std::vector<uint32_t> want = c["ids"].get<std::vector<uint32_t>>();
+    // What `tokenizers` decodes the ids to: the text, normalized where the tokenizer has a
+    // normalizer that changes it.
+    const std::string decoded = c.value("decoded", text);
     std::vector<uint32_t> got;
     encoder.encode(text, &got);
     EXPECT_EQ(got, want) << "text: \"" << text << "\"\n  ours:   " << ids_text(got)
                          << "\n  theirs: " << ids_text(want);
-    EXPECT_EQ(tok->decode(got.data(), got.size()), text);
+    EXPECT_EQ(tok->decode(got.data(), got.size()), decoded) << "text: \"" << text << "\"";
+    EXPECT_EQ(tok->normalize(text), decoded) << "text: \"" << text << "\"";
     // Encoding again (now from the encoder's cache) gives the same ids.
     std::vector<uint32_t> again;
     encoder.encode(text, &again);
     EXPECT_EQ(again, got);
     ++cases;
     tokens += want.size();
+    normalized += decoded != text;
+    identical += got == want;
   }
-  std::printf("%s: %zu cases, %zu tokens, identical to tokenizers\n", GetParam().c_str(), cases,
-              tokens);
+  std::printf(
+      "%s (normalizer %s): %zu cases (%zu changed by it), %zu tokens; %zu cases identical to "
+      "tokenizers\n",
+      GetParam().c_str(), tok->normalizer().c_str(), cases, normalized, tokens, identical);
   EXPECT_GE(cases, 20u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Tokenizer, Parity, ::testing::Values("gpt2", "llama3", "qwen2"));
+INSTANTIATE_TEST_SUITE_P(Tokenizer, Parity,
+                         ::testing::Values("gpt2", "llama3", "qwen2", "qwen2_nfc", "qwen2_nfkc",
+                                           "qwen2_nfd_sequence"));
 
 TEST(Tokenizer, VocabularySizeAndAddedTokens) {
   const auto gpt2 = BpeTokenizer::load(kData + "/gpt2.tokenizer.json");
@@ -178,7 +202,22 @@ TEST(TokenizerJson, MalformedFilesAreRefusedNamingFileAndKey) {
                      {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
              }),
              "key 'pre_tokenizer.pretokenizers[0].pattern.Regex': the pattern does not compile");
-  expect_has(load_error([](auto& j) { j["normalizer"] = {{"type", "NFC"}}; }), "key 'normalizer'");
+  expect_has(load_error([](auto& j) {
+               j["normalizer"] = {{"type", "Lowercase"}};
+             }),
+             "key 'normalizer.type': normalizer type 'Lowercase' is not supported");
+  expect_has(load_error([](auto& j) {
+               j["normalizer"] = {
+                   {"type", "Sequence"},
+                   {"normalizers", {{{"type", "NFC"}}, {{"type", "BertNormalizer"}}}}};
+             }),
+             "key 'normalizer.normalizers[1].type': normalizer type 'BertNormalizer'");
+  expect_has(load_error([](auto& j) {
+               j["normalizer"] = {{"type", "Sequence"}};
+             }),
+             "key 'normalizer.normalizers': is missing");
+  expect_has(load_error([](auto& j) { j["normalizer"] = "NFC"; }),
+             "key 'normalizer': is not an object");
   expect_has(load_error([](auto& j) { j["model"]["merges"][3] = "Ġ"; }), "key 'model.merges[3]'");
   expect_has(load_error([](auto& j) { j["model"]["merges"][5] = "Ġ zzzzzz"; }),
              "\"zzzzzz\" is not in model.vocab");

@@ -1,6 +1,7 @@
 // `tierzero bench tokenize`: byte-level BPE encoding throughput (MB/s and tokens/s, one thread)
 // of a tokenizer.json over a text corpus, against the 20 MB/s per core that prepare-data aims
-// for; the result is checked by decoding it back to the corpus.
+// for; the result is checked by decoding it back to the corpus (normalized, where the tokenizer
+// has a normalizer such as Qwen 2's NFC, whose own rate is reported beside).
 #pragma once
 
 #include <cstddef>
@@ -18,15 +19,17 @@ struct BenchTokenizeOptions {
 };
 
 struct BenchTokenizeResult {
-  size_t bytes = 0;           // of the corpus
-  size_t tokens = 0;          // its ids
-  size_t vocab_size = 0;      // the tokenizer's
-  double mbps = 0.0;          // per CPU second of the encoding thread, best run
-  double median_mbps = 0.0;   // the same, median run
-  double wall_mbps = 0.0;     // per wall-clock second, best run
-  double tokens_per_s = 0.0;  // per CPU second, best run
-  double load_s = 0.0;        // reading tokenizer.json
-  BenchReport report;         // the tokenize.bpe line
+  size_t bytes = 0;             // of the corpus
+  size_t tokens = 0;            // its ids
+  size_t vocab_size = 0;        // the tokenizer's
+  double mbps = 0.0;            // per CPU second of the encoding thread, best run
+  double median_mbps = 0.0;     // the same, median run
+  double wall_mbps = 0.0;       // per wall-clock second, best run
+  double tokens_per_s = 0.0;    // per CPU second, best run
+  double load_s = 0.0;          // reading tokenizer.json
+  std::string normalizer;       // the tokenizer's: "none", "NFC", ...
+  double normalize_mbps = 0.0;  // the normalizer alone, per CPU second, best run (0: none)
+  BenchReport report;           // the tokenize.bpe line
 };
 
 // Runs the benchmark: a table on stderr, one JSON object (tokenize.bpe) on stdout. Throws Error

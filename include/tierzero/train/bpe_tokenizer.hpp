@@ -3,7 +3,8 @@
 // post-processor's BOS is the caller's business: prepare-data puts its own document token).
 //
 // Encoding: added (special) tokens are cut out of the text first, leftmost-longest, and kept
-// whole; each piece between them goes through the pre-tokenizer's regex splits (PCRE2); each
+// whole; each piece between them goes through the file's Unicode normalizer (NFC, ...; ICU),
+// then the pre-tokenizer's regex splits (PCRE2); each
 // pre-token's bytes start as GPT-2's byte-level symbols and merge by rank. A BpeTokenizer is
 // immutable and shared; each thread encodes through its own BpeEncoder (regex match state and a
 // cache of pre-tokens already merged).
@@ -34,6 +35,12 @@ class BpeTokenizer {
   size_t vocab_size() const;
   // The id of an added token with exactly this content.
   std::optional<uint32_t> added_token(std::string_view content) const;
+  // The file's normalizer: "none", "NFC", "Sequence[NFD, NFC]", ...
+  std::string normalizer() const;
+  // `text` (valid UTF-8) as encoding sees it after the normalizer: each piece between the added
+  // tokens that are not `normalized` normalized, those tokens kept. What decode(encode(text))
+  // gives back; `text` itself when there is no normalizer.
+  std::string normalize(std::string_view text) const;
   // The text of `ids` (added tokens as their content). Error for an id no token has.
   std::string decode(const uint32_t* ids, size_t count) const;
 
