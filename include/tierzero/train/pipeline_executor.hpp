@@ -78,7 +78,7 @@ class PipelineExecutor {
                                      nn::Recompute checkpointing,
                                      bool external_checkpoints = false);
   // Block checkpoints the rank stores at once when they live in a CheckpointStore: per chunk,
-  // its micro-batches in flight times its blocks after the first.
+  // its micro-batches in flight times its blocks (each block's input, the chunk's own included).
   static size_t stored_checkpoints(const std::vector<nn::PipelineStage>& chunks,
                                    nn::PipelineSchedule schedule, size_t micro_batches);
 
