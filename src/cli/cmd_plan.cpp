@@ -117,7 +117,8 @@ nlohmann::json config_json(const PlanFlags& f, const nn::GPTConfig& m, size_t se
                      {"n_embd", m.channels}}},
                    {"seq_len", seq},
                    {"device", f.device},
-                   {"activation_checkpointing", c.checkpointing},
+                   {"activation_checkpointing", c.checkpointing()},
+                   {"recompute", profile::recompute_mode_name(c.recompute)},
                    {"tensor_parallel", f.world.tp > 0 ? f.world.tp : 1},
                    {"sequence_parallel", f.world.sequence_parallel},
                    {"pipeline_parallel", f.world.pp > 0 ? f.world.pp : 1},
@@ -127,7 +128,7 @@ nlohmann::json config_json(const PlanFlags& f, const nn::GPTConfig& m, size_t se
   if (f.host_mem > 0)
     j["tierzero"]["host_memory_budget_gb"] =
         static_cast<double>(f.host_mem) * static_cast<double>(ranks_per_node(f)) / 1073741824.0;
-  if (c.checkpointing && c.checkpoint_tier != Tier::device) {
+  if (c.checkpointing() && c.checkpoint_tier != Tier::device) {
     j["tierzero"]["activation_checkpoints"] = {
         {"device", train::offload_device_name(c.checkpoint_tier)}};
     if (c.checkpoint_tier == Tier::nvme)
@@ -193,8 +194,9 @@ int run_plan(const PlanFlags& flags) {
           ? f.host_mem
           : train::host_budget_per_rank(train::node_host_budget_bytes(planned), ranks_per_node(f));
   req.budget = {f.device_mem, host_budget, f.nvme};
-  req.activation_bytes = [&](size_t b, bool ckpt) {
-    return train::activation_bytes(model, b, seq, ckpt, world, f.world.sequence_parallel);
+  req.activation_bytes = [&](size_t b, profile::RecomputeMode r) {
+    return train::activation_bytes(model, b, seq, train::recompute_of(r), world,
+                                   f.world.sequence_parallel);
   };
   req.placed_checkpoints = [&](size_t b, Tier tier) {
     const train::ActivationEstimate a = train::activation_estimate_for(
@@ -203,11 +205,12 @@ int run_plan(const PlanFlags& flags) {
     return profile::PlanRequest::PlacedActivations{a.activation_bytes, a.checkpoints};
   };
   if (f.longest_seq) return print_longest_seq(req, seq, model.max_seq_len, seq_quantum(f, world));
-  req.tensor_parallel_wire_bytes = [&](size_t b, bool ckpt) {
-    return train::tensor_parallel_wire_bytes(model, b, seq, ckpt, world, f.world.sequence_parallel);
+  req.tensor_parallel_wire_bytes = [&](size_t b, profile::RecomputeMode r) {
+    return train::tensor_parallel_wire_bytes(model, b, seq, train::recompute_of(r), world,
+                                             f.world.sequence_parallel);
   };
-  req.ulysses_wire_bytes = [&](size_t b, bool ckpt) {
-    return train::ulysses_wire_bytes(model, b, seq, ckpt, world);
+  req.ulysses_wire_bytes = [&](size_t b, profile::RecomputeMode r) {
+    return train::ulysses_wire_bytes(model, b, seq, train::recompute_of(r), world);
   };
   TZ_CHECK(!f.check || world.ranks() == 1,
            "plan --check trains the chosen configuration in this process, on one rank; this plan "
@@ -235,8 +238,8 @@ int run_plan(const PlanFlags& flags) {
     std::error_code ec;  // what the measurement created goes; a directory that was there stays
     if (!created.empty()) std::filesystem::remove_all(created, ec);
     layer = measure_layer_kernels(*dev, model, seq, world);
-    req.other_kernel_seconds = [&](size_t b, bool ckpt) {
-      return other_kernel_seconds(layer, b, ckpt);
+    req.other_kernel_seconds = [&](size_t b, profile::RecomputeMode r) {
+      return other_kernel_seconds(layer, b, r);
     };
   }
   const profile::Rates& r = req.rates;

@@ -24,6 +24,7 @@
 #include "tierzero/profile/estimator.hpp"
 #include "tierzero/profile/planner.hpp"
 #include "tierzero/train/activation_estimate.hpp"
+#include "tierzero/train/estimate_inputs.hpp"
 #include "tierzero/train/store_provider.hpp"
 #include "tierzero/zero/checkpoint_tier.hpp"
 #include "tiny_gpt.hpp"
@@ -250,8 +251,8 @@ TEST(ActivationTier, PlannerPlacesCheckpointsOffTheDevice) {
   req.base.units = train::units_from_layout(nn::gpt_param_layout(cfg), 1);
   req.seq_len = T;
   req.target_global_batch = B;
-  req.activation_bytes = [&](size_t b, bool ckpt) {
-    return nn::GPT::activation_bytes_for(cfg, b, T, ckpt);
+  req.activation_bytes = [&](size_t b, profile::RecomputeMode m) {
+    return nn::GPT::activation_bytes_for(cfg, b, T, train::recompute_of(m));
   };
   req.placed_checkpoints = placed;
   // The estimate at stage 0 with the checkpoints on the host, micro-batch B: its device bytes
@@ -265,7 +266,7 @@ TEST(ActivationTier, PlannerPlacesCheckpointsOffTheDevice) {
                 size_t{1} << 30, size_t{1} << 30};
   const profile::PlanResult any = profile::plan(req);
   ASSERT_TRUE(any.found);
-  EXPECT_TRUE(any.best.checkpointing);
+  EXPECT_TRUE(any.best.checkpointing());
   EXPECT_NE(any.best.checkpoint_tier, Tier::device) << any.best.describe();
   req.only_checkpoint_tier = static_cast<size_t>(Tier::device);
   const profile::PlanResult on_device = profile::plan(req);
