@@ -125,10 +125,22 @@ size_t PipelineExecutor::activation_bytes_for(const nn::GPTConfig& config,
 
 size_t PipelineExecutor::stored_checkpoints(const std::vector<nn::PipelineStage>& chunks,
                                             nn::PipelineSchedule schedule, size_t micro_batches) {
-  const std::vector<size_t> n = in_flight_per_chunk(shape_of(chunks, schedule, micro_batches));
-  size_t stored = 0;
-  for (size_t c = 0; c < chunks.size(); ++c) stored += n[c] * chunks[c].num_blocks;
-  return stored;
+  // The schedule's actions in order: a forward ends its micro-batch's checkpoints (each block's
+  // input) and its backward frees them, so the most stored at once is the most over the
+  // forwards' ends of the chunks' micro-batches in flight times their blocks. (The chunks' own
+  // peaks need not coincide: summing them would overcount under the interleaved schedule.)
+  const nn::PipelineShape shape = shape_of(chunks, schedule, micro_batches);
+  size_t stored = 0, most = 0;
+  for (const nn::PipelineAction& a : nn::pipeline_actions(shape)) {
+    const size_t blocks = chunks[a.chunk].num_blocks;
+    if (a.kind == nn::PipelineAction::Kind::forward) {
+      stored += blocks;
+      most = std::max(most, stored);
+    } else {
+      stored -= blocks;
+    }
+  }
+  return most;
 }
 
 PipelineExecutor::Slot& PipelineExecutor::slot_of(size_t chunk, size_t micro_batch) {

@@ -170,6 +170,10 @@ TEST(ActivationTier, DevicePeakFallsByThePrediction) {
     EXPECT_EQ(t.peak(Tier::host, Category::activation_checkpoint),
               tier == Tier::host ? 6 * offload::HostPool::round_size(3 * 16 * 32 * 4) : 0u)
         << tier_name(tier);
+    // On NVMe each stored checkpoint holds one 4 KiB-padded extent (6 KiB -> 8 KiB).
+    EXPECT_EQ(t.peak(Tier::nvme, Category::activation_checkpoint),
+              tier == Tier::nvme ? 6 * 8192u : 0u)
+        << tier_name(tier);
     return peak;
   };
   const size_t on_device = device_activation_peak(Tier::device);
