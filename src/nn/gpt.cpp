@@ -277,8 +277,12 @@ void GPT::set_checkpoint_store(CheckpointStore* store) {
 float* GPT::input_buffer(MicroBatch& mb) {
   check(mb);
   const size_t first = stage_.first_block;
-  if (mb.is_external(first) && !mb.has_stage_input())
+  if (mb.is_external(first) && !mb.has_stage_input()) {
     mb.set_external(first, store_->begin_write(mb.id(), first, checkpoint_bytes_for(mb.dims())));
+    // The receive writes it outside the default stream: the slot's last reader there (a block
+    // that read the checkpoint it held before) must be done first.
+    device_.default_stream().synchronize();
+  }
   return mb.stage_input();
 }
 
