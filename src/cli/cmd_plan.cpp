@@ -44,6 +44,7 @@ struct PlanFlags {
   bool check = false;
   int64_t check_steps = 5;
   bool longest_seq = false;  // binary search for the longest sequence that fits
+  std::string recompute;     // empty: every recompute mode searched; else only this one
 };
 
 // The step-time model's error that tests/profile/run_plan_time.sh holds it to: a small GPT on one
@@ -204,6 +205,14 @@ int run_plan(const PlanFlags& flags) {
         tier, static_cast<size_t>(planned.activation_checkpoints.buffer_count));
     return profile::PlanRequest::PlacedActivations{a.activation_bytes, a.checkpoints};
   };
+  TZ_CHECK(f.recompute.empty() || !f.longest_seq,
+           "--recompute and --longest-seq together: --longest-seq searches each mode already",
+           "drop --recompute");
+  if (!f.recompute.empty())
+    req.only_recompute =
+        static_cast<size_t>(f.recompute == "none"        ? profile::RecomputeMode::none
+                            : f.recompute == "selective" ? profile::RecomputeMode::selective
+                                                         : profile::RecomputeMode::full);
   if (f.longest_seq) return print_longest_seq(req, seq, model.max_seq_len, seq_quantum(f, world));
   req.tensor_parallel_wire_bytes = [&](size_t b, profile::RecomputeMode r) {
     return train::tensor_parallel_wire_bytes(model, b, seq, train::recompute_of(r), world,
@@ -385,6 +394,9 @@ Command add_plan_command(CLI::App& app) {
                 "the longest sequence (up to the model's context) this model trains at with "
                 "these budgets, by the estimator, with the placement chosen there, for "
                 "checkpoints on each tier");
+  sub->add_option("--recompute", f->recompute,
+                  "search only this recompute mode: none, selective or full (default: all three)")
+      ->check(CLI::IsMember({"none", "selective", "full"}));
   sub->add_option("--check-steps", f->check_steps, "steps --check measures after one warm-up")
       ->check(CLI::Range(int64_t{1}, int64_t{1000}))
       ->capture_default_str();

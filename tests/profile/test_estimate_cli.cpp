@@ -202,12 +202,13 @@ TEST(PlanCli, WritesTheChosenRecomputeMode) {
   std::fputs(R"({"gemm_gflops": 100, "copy_gbps": 10, "adam_cpu_gbps": 10})", f);
   std::fclose(f);
   const std::string out = dir() + "/plan_recompute.json";
-  auto chosen = [&](size_t device_bytes) {
+  auto chosen = [&](size_t device_bytes, const std::string& only = "") {
     std::filesystem::remove(out);
     const RunResult r = tierzero_cli(
         "plan --layers 4 --heads 4 --channels 256 --vocab 256 --context 1024 --seq 1024 "
         "--global-batch 1 --host-mem 1GiB --ranks 1 --calibration " +
-        cal + " --device-mem " + std::to_string(device_bytes) + " -o " + out);
+        cal + " --device-mem " + std::to_string(device_bytes) + " -o " + out +
+        (only.empty() ? "" : " --recompute " + only));
     EXPECT_EQ(r.exit_code, 0) << r.output;
     const tierzero::train::TrainConfig c = tierzero::train::TrainConfig::load(out);
     // The mode the output names is the one written, and the config is consistent.
@@ -230,6 +231,9 @@ TEST(PlanCli, WritesTheChosenRecomputeMode) {
   std::printf("no recompute chosen from %zu B of device memory; at %zu B: %s\n", hi, lo,
               chosen(lo).c_str());
   EXPECT_EQ(chosen(lo), "selective");
+  // --recompute holds the search to one mode, even where another would be chosen.
+  EXPECT_EQ(chosen(hi, "selective"), "selective");
+  EXPECT_EQ(chosen(hi, "full"), "full");
 }
 
 TEST(PlanCli, NothingFitsIsOneClearError) {
