@@ -44,6 +44,7 @@ struct PlanFlags {
   bool check = false;
   int64_t check_steps = 5;
   bool longest_seq = false;  // binary search for the longest sequence that fits
+  std::string recompute;     // empty: every recompute mode searched; else only this one
 };
 
 // The step-time model's error that tests/profile/run_plan_time.sh holds it to: a small GPT on one
@@ -117,7 +118,8 @@ nlohmann::json config_json(const PlanFlags& f, const nn::GPTConfig& m, size_t se
                      {"n_embd", m.channels}}},
                    {"seq_len", seq},
                    {"device", f.device},
-                   {"activation_checkpointing", c.checkpointing},
+                   {"activation_checkpointing", c.checkpointing()},
+                   {"recompute", profile::recompute_mode_name(c.recompute)},
                    {"tensor_parallel", f.world.tp > 0 ? f.world.tp : 1},
                    {"sequence_parallel", f.world.sequence_parallel},
                    {"pipeline_parallel", f.world.pp > 0 ? f.world.pp : 1},
@@ -127,7 +129,7 @@ nlohmann::json config_json(const PlanFlags& f, const nn::GPTConfig& m, size_t se
   if (f.host_mem > 0)
     j["tierzero"]["host_memory_budget_gb"] =
         static_cast<double>(f.host_mem) * static_cast<double>(ranks_per_node(f)) / 1073741824.0;
-  if (c.checkpointing && c.checkpoint_tier != Tier::device) {
+  if (c.checkpointing() && c.checkpoint_tier != Tier::device) {
     j["tierzero"]["activation_checkpoints"] = {
         {"device", train::offload_device_name(c.checkpoint_tier)}};
     if (c.checkpoint_tier == Tier::nvme)
@@ -193,8 +195,9 @@ int run_plan(const PlanFlags& flags) {
           ? f.host_mem
           : train::host_budget_per_rank(train::node_host_budget_bytes(planned), ranks_per_node(f));
   req.budget = {f.device_mem, host_budget, f.nvme};
-  req.activation_bytes = [&](size_t b, bool ckpt) {
-    return train::activation_bytes(model, b, seq, ckpt, world, f.world.sequence_parallel);
+  req.activation_bytes = [&](size_t b, profile::RecomputeMode r) {
+    return train::activation_bytes(model, b, seq, train::recompute_of(r), world,
+                                   f.world.sequence_parallel);
   };
   req.placed_checkpoints = [&](size_t b, Tier tier) {
     const train::ActivationEstimate a = train::activation_estimate_for(
@@ -202,12 +205,21 @@ int run_plan(const PlanFlags& flags) {
         tier, static_cast<size_t>(planned.activation_checkpoints.buffer_count));
     return profile::PlanRequest::PlacedActivations{a.activation_bytes, a.checkpoints};
   };
+  TZ_CHECK(f.recompute.empty() || !f.longest_seq,
+           "--recompute and --longest-seq together: --longest-seq searches each mode already",
+           "drop --recompute");
+  if (!f.recompute.empty())
+    req.only_recompute =
+        static_cast<size_t>(f.recompute == "none"        ? profile::RecomputeMode::none
+                            : f.recompute == "selective" ? profile::RecomputeMode::selective
+                                                         : profile::RecomputeMode::full);
   if (f.longest_seq) return print_longest_seq(req, seq, model.max_seq_len, seq_quantum(f, world));
-  req.tensor_parallel_wire_bytes = [&](size_t b, bool ckpt) {
-    return train::tensor_parallel_wire_bytes(model, b, seq, ckpt, world, f.world.sequence_parallel);
+  req.tensor_parallel_wire_bytes = [&](size_t b, profile::RecomputeMode r) {
+    return train::tensor_parallel_wire_bytes(model, b, seq, train::recompute_of(r), world,
+                                             f.world.sequence_parallel);
   };
-  req.ulysses_wire_bytes = [&](size_t b, bool ckpt) {
-    return train::ulysses_wire_bytes(model, b, seq, ckpt, world);
+  req.ulysses_wire_bytes = [&](size_t b, profile::RecomputeMode r) {
+    return train::ulysses_wire_bytes(model, b, seq, train::recompute_of(r), world);
   };
   TZ_CHECK(!f.check || world.ranks() == 1,
            "plan --check trains the chosen configuration in this process, on one rank; this plan "
@@ -235,8 +247,8 @@ int run_plan(const PlanFlags& flags) {
     std::error_code ec;  // what the measurement created goes; a directory that was there stays
     if (!created.empty()) std::filesystem::remove_all(created, ec);
     layer = measure_layer_kernels(*dev, model, seq, world);
-    req.other_kernel_seconds = [&](size_t b, bool ckpt) {
-      return other_kernel_seconds(layer, b, ckpt);
+    req.other_kernel_seconds = [&](size_t b, profile::RecomputeMode r) {
+      return other_kernel_seconds(layer, b, r);
     };
   }
   const profile::Rates& r = req.rates;
@@ -382,6 +394,9 @@ Command add_plan_command(CLI::App& app) {
                 "the longest sequence (up to the model's context) this model trains at with "
                 "these budgets, by the estimator, with the placement chosen there, for "
                 "checkpoints on each tier");
+  sub->add_option("--recompute", f->recompute,
+                  "search only this recompute mode: none, selective or full (default: all three)")
+      ->check(CLI::IsMember({"none", "selective", "full"}));
   sub->add_option("--check-steps", f->check_steps, "steps --check measures after one warm-up")
       ->check(CLI::Range(int64_t{1}, int64_t{1000}))
       ->capture_default_str();

@@ -71,11 +71,14 @@ LayerKernelTimes measure_layer_kernels(Device& device, const nn::GPTConfig& mode
   return t;
 }
 
-double other_kernel_seconds(const LayerKernelTimes& t, size_t micro_batch, bool checkpointing) {
-  const double forward = t.attention_forward_s + t.gelu_forward_s;
+double other_kernel_seconds(const LayerKernelTimes& t, size_t micro_batch,
+                            profile::RecomputeMode recompute) {
+  const bool full = recompute == profile::RecomputeMode::full;
+  const double attention_runs = recompute == profile::RecomputeMode::none ? 1.0 : 2.0;
+  const double forward =
+      attention_runs * t.attention_forward_s + (full ? 2.0 : 1.0) * t.gelu_forward_s;
   const double backward = t.attention_backward_s + t.gelu_backward_s;
-  return static_cast<double>(t.layers * micro_batch) *
-         ((checkpointing ? 2.0 : 1.0) * forward + backward);
+  return static_cast<double>(t.layers * micro_batch) * (forward + backward);
 }
 
 }  // namespace tierzero::cli

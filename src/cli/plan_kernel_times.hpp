@@ -9,6 +9,7 @@
 #include "tierzero/device/device.hpp"
 #include "tierzero/nn/gpt_config.hpp"
 #include "tierzero/profile/estimator.hpp"
+#include "tierzero/profile/planner.hpp"
 
 namespace tierzero::cli {
 
@@ -27,7 +28,9 @@ struct LayerKernelTimes {
 LayerKernelTimes measure_layer_kernels(Device& device, const nn::GPTConfig& model, size_t seq,
                                        const profile::WorldLayout& world);
 
-// Seconds per micro-step of `micro_batch` sequences; checkpointing runs the forward twice.
-double other_kernel_seconds(const LayerKernelTimes& t, size_t micro_batch, bool checkpointing);
+// Seconds per micro-step of `micro_batch` sequences; selective recompute runs the attention's
+// forward twice, full recompute both forwards.
+double other_kernel_seconds(const LayerKernelTimes& t, size_t micro_batch,
+                            profile::RecomputeMode recompute);
 
 }  // namespace tierzero::cli

@@ -40,21 +40,32 @@ int print_longest_seq(profile::PlanRequest& req, size_t& seq, size_t max_seq, si
       "over T up to the context %zu):\n",
       format_bytes(req.budget[0]).c_str(), format_bytes(req.budget[1]).c_str(),
       format_bytes(req.budget[2]).c_str(), max_seq);
+  // Each row holds the search to one recompute mode (and, for full recompute, one tier for the
+  // checkpoints); the first searches every mode and tier.
+  using profile::RecomputeMode;
   struct Row {
     const char* name;
-    size_t only;
+    size_t only_recompute;
+    size_t only_tier;
   };
+  constexpr size_t any_mode = profile::kNumRecomputeModes;
+  constexpr auto full = static_cast<size_t>(RecomputeMode::full);
   size_t overall = 0;
-  for (const Row& row : {Row{"any placement", kNumTiers}, Row{"checkpoints on device", 0},
-                         Row{"checkpoints on host", 1}, Row{"checkpoints on nvme", 2}}) {
-    if (row.only < kNumTiers && row.only > 0 && req.budget[row.only] == 0) {
-      std::printf("  %-22s n/a (no %s budget)\n", row.name, row.only == 1 ? "host" : "--nvme");
+  for (const Row& row :
+       {Row{"any placement", any_mode, kNumTiers},
+        Row{"no recompute", static_cast<size_t>(RecomputeMode::none), kNumTiers},
+        Row{"selective recompute", static_cast<size_t>(RecomputeMode::selective), kNumTiers},
+        Row{"checkpoints on device", full, 0}, Row{"checkpoints on host", full, 1},
+        Row{"checkpoints on nvme", full, 2}}) {
+    if (row.only_tier < kNumTiers && row.only_tier > 0 && req.budget[row.only_tier] == 0) {
+      std::printf("  %-22s n/a (no %s budget)\n", row.name, row.only_tier == 1 ? "host" : "--nvme");
       continue;
     }
-    req.only_checkpoint_tier = row.only;
+    req.only_recompute = row.only_recompute;
+    req.only_checkpoint_tier = row.only_tier;
     profile::Candidate c;
     const size_t T = longest_seq(req, seq, max_seq, quantum, &c);
-    if (row.only == kNumTiers) overall = T;
+    if (row.only_recompute == any_mode) overall = T;
     if (T == 0) {
       std::printf("  %-22s none fits\n", row.name);
       continue;
@@ -63,10 +74,15 @@ int print_longest_seq(profile::PlanRequest& req, size_t& seq, size_t max_seq, si
                 c.describe().c_str(), format_bytes(c.estimate.tier_total(Tier::device)).c_str(),
                 format_bytes(c.estimate.tier_total(Tier::host)).c_str(),
                 format_bytes(c.estimate.tier_total(Tier::nvme)).c_str());
-    std::printf("{\"longest_seq\": %zu, \"checkpoints\": \"%s\", \"device_bytes\": %zu}\n", T,
-                row.only == kNumTiers ? "any" : tier_name(static_cast<Tier>(row.only)),
-                c.estimate.tier_total(Tier::device));
+    std::printf(
+        "{\"longest_seq\": %zu, \"search\": \"%s\", \"recompute\": \"%s\", \"checkpoints\": "
+        "\"%s\", \"device_bytes\": %zu}\n",
+        T, row.only_recompute == any_mode ? "any" : profile::recompute_mode_name(c.recompute),
+        profile::recompute_mode_name(c.recompute),
+        c.checkpointing() ? tier_name(c.checkpoint_tier) : "none",
+        c.estimate.tier_total(Tier::device));
   }
+  req.only_recompute = any_mode;
   req.only_checkpoint_tier = kNumTiers;
   return overall > 0 ? 0 : 1;
 }

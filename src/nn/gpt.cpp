@@ -274,6 +274,22 @@ void GPT::set_checkpoint_store(CheckpointStore* store) {
   cached(B, T);
 }
 
+float* GPT::input_buffer(MicroBatch& mb) {
+  check(mb);
+  const size_t first = stage_.first_block;
+  if (mb.is_external(first) && !mb.has_stage_input()) {
+    mb.set_external(first, store_->begin_write(mb.id(), first, checkpoint_bytes_for(mb.dims())));
+    // The receive writes it outside the default stream: the slot's last reader there (a block
+    // that read the checkpoint it held before) must be done first.
+    device_.default_stream().synchronize();
+  }
+  return mb.stage_input();
+}
+
+bool GPT::can_take_input_buffer_ahead() const {
+  return store_ == nullptr || !recompute_.is_full() || store_->device_slots() >= 3;
+}
+
 void GPT::begin_checkpoint_read(MicroBatch& mb, size_t position, size_t module) {
   float* at = const_cast<float*>(store_->begin_read(mb.id(), position));
   mb.set_external(position, at);
@@ -360,13 +376,17 @@ void GPT::forward(MicroBatch& mb, ParamProvider& params, const int32_t* tokens,
   mb.has_targets_ = targets != nullptr;
   mb.losses_ready_ = false;
   mb.forwarded_ = false;
+  TZ_CHECK(stage_.first() || mb.has_stage_input(),
+           "the input of " + stage_.str() + " was not received into the checkpoint store's buffer",
+           "receive a pipeline stage's input into GPT::input_buffer(mb) before its forward");
 
   for (size_t i = 0; i < modules_.size(); ++i) {
     Module& m = *modules_[i];
     const size_t g = m.index();  // in the whole model: wires it to the residual stream
     ModuleContext ctx = context(mb);
-    // A block writes the checkpoint of the next into the store's buffer, and hands its own
-    // input to the store once its forward is issued (module g reads residual g - 1).
+    // A module writes the checkpoint of the next block into the store's buffer (the embeddings
+    // that of block 0), and a block hands its own input to the store once its forward is issued
+    // (module g reads residual g - 1).
     if (mb.is_external(g))
       mb.set_external(g, store_->begin_write(mb.id(), g, checkpoint_bytes_for(mb.dims())));
     ctx.params = params.acquire_params(m.unit());

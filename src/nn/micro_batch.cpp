@@ -23,7 +23,8 @@ void MicroBatch::visit(Buffers& b, const GPTConfig&, const ActivationDims& d,
   constexpr size_t f = sizeof(float);
   fn(b.tokens, BT * sizeof(int32_t), "tokens");
   fn(b.targets, BT * sizeof(int32_t), "targets");
-  fn(b.encoded, S * C * f, "encoded");
+  // With the checkpoints in a store the stage's input is one of them (the store's buffer).
+  if (!(checkpointing && external)) fn(b.encoded, S * C * f, "encoded");
   if (!checkpointing) b.blocks.visit(d, n, fn, !recompute.is_selective());
   if (checkpointing && external)
     fn(b.residual3, S * C * f, "residual3 (stage output; checkpoints in a store)");
@@ -84,15 +85,17 @@ float* MicroBatch::residual(size_t i) const {
   TZ_CHECK(i >= first && i <= first + stage_.num_blocks,
            "residual stream position " + std::to_string(i) + " is not in " + stage_.str(),
            "positions are the stage's first block to one past its last");
-  if (i == first) return buffers_.encoded.f32();
   if (external_) {
     if (i == first + stage_.num_blocks) return buffers_.residual3.f32();
-    float* at = external_at_[i - first - 1];
-    TZ_CHECK(at != nullptr,
-             "the checkpoint of block " + std::to_string(i) + " is not on the device now",
-             "internal error: the model reads a stored checkpoint only between begin and end");
+    float* at = external_at_[i - first];
+    TZ_CHECK(
+        at != nullptr, "the checkpoint of block " + std::to_string(i) + " is not on the device now",
+        i == first && stage_.stage > 0
+            ? "receive a pipeline stage's input into GPT::input_buffer(mb), not stage_input()"
+            : "internal error: the model reads a stored checkpoint only between begin and end");
     return at;
   }
+  if (i == first) return buffers_.encoded.f32();
   return buffers_.residual3.f32() + (i - first - 1) * dims_.stream_tokens * dims_.channels;
 }
 
@@ -101,7 +104,7 @@ void MicroBatch::set_external(size_t i, float* buffer) {
            "residual stream position " + std::to_string(i) + " of " + stage_.str() +
                " is not a stored checkpoint",
            "internal error");
-  external_at_[i - stage_.first_block - 1] = buffer;
+  external_at_[i - stage_.first_block] = buffer;
 }
 
 BlockActs MicroBatch::block(size_t layer) const {

@@ -27,6 +27,12 @@ double offloaded_fraction(const zero::OffloadTarget& target, size_t units) {
 
 }  // namespace
 
+const char* recompute_mode_name(RecomputeMode mode) {
+  return mode == RecomputeMode::none        ? "none"
+         : mode == RecomputeMode::selective ? "selective"
+                                            : "full";
+}
+
 std::string Candidate::describe() const {
   char buf[256];
   std::string param = placement.param.tier == Tier::device
@@ -44,10 +50,11 @@ std::string Candidate::describe() const {
             : "");
   std::snprintf(buf, sizeof buf, "stage %d, %s, %s%s, %s, micro-batch %zu x %zu accumulation%s",
                 stage, param.c_str(), optim, grads_on_nvme() ? ", gradients nvme" : "",
-                !checkpointing                    ? "no checkpointing"
-                : checkpoint_tier == Tier::device ? "checkpointing"
-                : checkpoint_tier == Tier::host   ? "checkpointing (checkpoints on the host)"
-                                                  : "checkpointing (checkpoints on nvme)",
+                recompute == RecomputeMode::none        ? "no recompute"
+                : recompute == RecomputeMode::selective ? "selective recompute"
+                : checkpoint_tier == Tier::device       ? "checkpointing"
+                : checkpoint_tier == Tier::host         ? "checkpointing (checkpoints on the host)"
+                                                        : "checkpointing (checkpoints on nvme)",
                 micro_batch, accumulation,
                 stage == 3 && max_live_parameters == 0 ? ", stage3_max_live_parameters 0" : "");
   return buf;
@@ -71,10 +78,12 @@ StepTime predict_step_time(const PlanRequest& req, const Candidate& c) {
   const double f_optim = offloaded_fraction(c.placement.optimizer, e.units);
 
   StepTime t;
-  // 6 FLOPs per parameter per token (2 forward, 4 backward), 2 more to recompute the forward.
-  t.gemm_s = micro * (c.checkpointing ? 8.0 : 6.0) * psi * tokens / (r.gemm_gflops * 1e9);
+  // 6 FLOPs per parameter per token (2 forward, 4 backward), 2 more to recompute the forward
+  // (full recompute); selective recompute runs no GEMM again, only the attention's core, which
+  // other_kernel_seconds counts.
+  t.gemm_s = micro * (c.checkpointing() ? 8.0 : 6.0) * psi * tokens / (r.gemm_gflops * 1e9);
   if (req.other_kernel_seconds)
-    t.other_kernels_s = micro * req.other_kernel_seconds(c.micro_batch, c.checkpointing);
+    t.other_kernels_s = micro * req.other_kernel_seconds(c.micro_batch, c.recompute);
   t.compute_s = t.gemm_s + t.other_kernels_s;
 
   double per_micro = 0.0;
@@ -133,9 +142,9 @@ StepTime predict_step_time(const PlanRequest& req, const Candidate& c) {
   }
   if (req.tensor_parallel_wire_bytes && w.tp > 1)
     t.tensor_parallel_s =
-        micro * req.tensor_parallel_wire_bytes(c.micro_batch, c.checkpointing) / comm_bps;
+        micro * req.tensor_parallel_wire_bytes(c.micro_batch, c.recompute) / comm_bps;
   if (req.ulysses_wire_bytes && w.sp > 1)
-    t.ulysses_s = micro * req.ulysses_wire_bytes(c.micro_batch, c.checkpointing) / comm_bps;
+    t.ulysses_s = micro * req.ulysses_wire_bytes(c.micro_batch, c.recompute) / comm_bps;
   if (w.pp > 1) t.pipeline_bubble_s = t.compute_s * static_cast<double>(w.pp - 1) / micro;
   t.total_s = t.compute_s + t.exposed_s + t.optimizer_s + t.tensor_parallel_s + t.ulysses_s +
               t.pipeline_bubble_s;
@@ -147,7 +156,7 @@ StepTime predict_step_time(const PlanRequest& req, const Candidate& c) {
 
 PlanResult plan(const PlanRequest& req, size_t keep_rejected) {
   TZ_CHECK(static_cast<bool>(req.activation_bytes), "plan: no activation byte function",
-           "the caller supplies activation bytes per (micro-batch, checkpointing)");
+           "the caller supplies activation bytes per (micro-batch, recompute mode)");
   TZ_CHECK(req.target_global_batch >= 1, "plan: target global batch is 0",
            "ask for at least one sequence per step");
   TZ_CHECK(req.budget[0] > 0, "plan: the device memory budget is 0", "give --device-mem");
@@ -175,11 +184,19 @@ PlanResult plan(const PlanRequest& req, size_t keep_rejected) {
       for (const zero::OffloadTarget& optim : optim_options)
         for (Tier grads : {Tier::host, Tier::nvme})
           for (size_t chunk : chunk_options)
-            for (int ck = 0; ck < 4; ++ck)  // no checkpointing; checkpoints on device, host, nvme
+            // No recompute; selective; full with the checkpoints on device, host, nvme (only full
+            // recompute keeps checkpoints, so only it places them off the device).
+            for (int ck = 0; ck < 5; ++ck)
               for (size_t b = 1; b <= per_rank_batch; b *= 2)
                 for (size_t max_live : {req.base.max_live_parameters, size_t{0}}) {
-                  const bool ckpt = ck > 0;
-                  const Tier ckpt_tier = ck > 1 ? static_cast<Tier>(ck - 1) : Tier::device;
+                  const RecomputeMode mode = ck == 0   ? RecomputeMode::none
+                                             : ck == 1 ? RecomputeMode::selective
+                                                       : RecomputeMode::full;
+                  const bool ckpt = mode == RecomputeMode::full;
+                  const Tier ckpt_tier = ck > 2 ? static_cast<Tier>(ck - 2) : Tier::device;
+                  if (req.only_recompute < kNumRecomputeModes &&
+                      static_cast<size_t>(mode) != req.only_recompute)
+                    continue;
                   // Checkpoints off the device: with a placement function and a budget there.
                   if (ckpt_tier != Tier::device &&
                       (!req.placed_checkpoints || req.budget[static_cast<size_t>(ckpt_tier)] == 0))
@@ -207,7 +224,7 @@ PlanResult plan(const PlanRequest& req, size_t keep_rejected) {
                   c.placement.optimizer = optim;
                   c.placement.nvme_grads = grads;
                   c.placement.nvme_chunk_elems = chunk;
-                  c.checkpointing = ckpt;
+                  c.recompute = mode;
                   c.micro_batch = b;
                   c.accumulation = (per_rank_batch + b - 1) / b;
                   c.max_live_parameters = max_live;
@@ -217,7 +234,7 @@ PlanResult plan(const PlanRequest& req, size_t keep_rejected) {
                   c.checkpoint_tier = ckpt_tier;
                   in.checkpoints = {};
                   if (ckpt_tier == Tier::device) {
-                    in.activation_bytes = req.activation_bytes(b, ckpt);
+                    in.activation_bytes = req.activation_bytes(b, mode);
                   } else {
                     const PlanRequest::PlacedActivations placed =
                         req.placed_checkpoints(b, ckpt_tier);
@@ -247,7 +264,8 @@ PlanResult plan(const PlanRequest& req, size_t keep_rejected) {
                 }
   // Fastest per token; candidates within kTie of the fastest count as equal (the model is not
   // that precise) and the simplest of them wins: the largest micro-batch (better GEMM efficiency,
-  // which the model does not see), no recompute, the fewest bytes off the device, the lowest stage.
+  // which the model does not see), the least recompute (none, selective, full), the fewest bytes
+  // off the device, the lowest stage.
   constexpr double kTie = 0.01;
   double fastest = 0.0;
   for (const Candidate& c : fitting)
@@ -255,10 +273,10 @@ PlanResult plan(const PlanRequest& req, size_t keep_rejected) {
   auto simpler = [](const Candidate& a, const Candidate& b) {
     const size_t a_off = a.estimate.tier_total(Tier::host) + a.estimate.tier_total(Tier::nvme);
     const size_t b_off = b.estimate.tier_total(Tier::host) + b.estimate.tier_total(Tier::nvme);
-    return std::make_tuple(-static_cast<int64_t>(a.micro_batch), a.checkpointing,
+    return std::make_tuple(-static_cast<int64_t>(a.micro_batch), static_cast<int>(a.recompute),
                            static_cast<int>(a.checkpoint_tier), a_off, a.stage,
                            a.time.per_token_s) <
-           std::make_tuple(-static_cast<int64_t>(b.micro_batch), b.checkpointing,
+           std::make_tuple(-static_cast<int64_t>(b.micro_batch), static_cast<int>(b.recompute),
                            static_cast<int>(b.checkpoint_tier), b_off, b.stage, b.time.per_token_s);
   };
   for (Candidate& c : fitting) {
@@ -274,13 +292,13 @@ PlanResult plan(const PlanRequest& req, size_t keep_rejected) {
     return std::make_pair(a.time.per_token_s, a.overflow_bytes) <
            std::make_pair(b.time.per_token_s, b.overflow_bytes);
   });
-  std::map<std::tuple<int, int, int, double, bool, size_t, bool, size_t, int>, bool> seen;
+  std::map<std::tuple<int, int, int, double, int, size_t, bool, size_t, int>, bool> seen;
   for (Candidate& c : rejected) {
     if (result.rejected.size() >= keep_rejected) break;
     auto key =
         std::make_tuple(c.stage, static_cast<int>(c.placement.param.tier),
                         static_cast<int>(c.placement.optimizer.tier), c.placement.optimizer.ratio,
-                        c.checkpointing, c.max_live_parameters, c.grads_on_nvme(),
+                        static_cast<int>(c.recompute), c.max_live_parameters, c.grads_on_nvme(),
                         c.placement.nvme_chunk_elems, static_cast<int>(c.checkpoint_tier));
     if (seen[key]) continue;
     seen[key] = true;

@@ -30,7 +30,7 @@ ActivationEstimate activation_estimate(const nn::GPTConfig& config, const nn::Ac
   a.checkpoints.device_slots = device_slots;
   a.checkpoints.stored = pipeline
                              ? PipelineExecutor::stored_checkpoints(chunks, schedule, micro_batches)
-                             : config.num_layers - 1;
+                             : config.num_layers;
   return a;
 }
 

@@ -30,6 +30,7 @@ class TierCheckpointStore final : public nn::CheckpointStore {
   }
   void end_read(uint64_t mb, size_t position) override { tier_.end_read(mb, position); }
   void drop(uint64_t mb) override { tier_.drop(mb); }
+  size_t device_slots() const override { return tier_.device_slots(); }
 
  private:
   zero::CheckpointTier& tier_;

@@ -131,30 +131,35 @@ ActivationEstimate activation_estimate_for(const nn::GPTConfig& config, size_t B
 }
 
 double tensor_parallel_wire_bytes(const nn::GPTConfig& config, size_t B, size_t T,
-                                  bool checkpointing, const profile::WorldLayout& world,
+                                  nn::Recompute recompute, const profile::WorldLayout& world,
                                   bool sequence_parallel) {
   const auto tp = static_cast<size_t>(world.tp);
   if (tp == 1) return 0.0;
   const auto pp = static_cast<size_t>(world.pp);
   const size_t layers = (config.num_layers + pp - 1) / pp;
   const nn::TensorParallelTraffic t = nn::expected_tensor_parallel_traffic(
-      layers, nn::ActivationDims::of(config, B, T, tp, sequence_parallel), checkpointing);
+      layers, nn::ActivationDims::of(config, B, T, tp, sequence_parallel), recompute.is_full());
   const double ring = static_cast<double>(tp - 1) / static_cast<double>(tp);
   return ring * (2.0 * static_cast<double>(t.all_reduce_bytes) +
                  static_cast<double>(t.all_gather_bytes + t.reduce_scatter_bytes));
 }
 
-double ulysses_wire_bytes(const nn::GPTConfig& config, size_t B, size_t T, bool checkpointing,
+double ulysses_wire_bytes(const nn::GPTConfig& config, size_t B, size_t T, nn::Recompute recompute,
                           const profile::WorldLayout& world) {
   const auto sp = static_cast<size_t>(world.sp);
   if (sp == 1) return 0.0;
   const nn::UlyssesTraffic t = nn::expected_ulysses_traffic(
       config.num_layers,
-      nn::ActivationDims::of(config, B, T, static_cast<size_t>(world.tp), false, sp),
-      checkpointing);
+      nn::ActivationDims::of(config, B, T, static_cast<size_t>(world.tp), false, sp), recompute);
   // Each all-to-all keeps one of its sp blocks on the rank.
   return static_cast<double>(t.all_to_all_bytes) * static_cast<double>(sp - 1) /
          static_cast<double>(sp);
+}
+
+nn::Recompute recompute_of(profile::RecomputeMode mode) {
+  return mode == profile::RecomputeMode::none        ? nn::Recompute(nn::Recompute::none)
+         : mode == profile::RecomputeMode::selective ? nn::Recompute(nn::Recompute::selective)
+                                                     : nn::Recompute(nn::Recompute::full);
 }
 
 profile::EstimateInput run_estimate_input(const TrainConfig& c, const nn::GPTConfig& model,

@@ -125,10 +125,22 @@ size_t PipelineExecutor::activation_bytes_for(const nn::GPTConfig& config,
 
 size_t PipelineExecutor::stored_checkpoints(const std::vector<nn::PipelineStage>& chunks,
                                             nn::PipelineSchedule schedule, size_t micro_batches) {
-  const std::vector<size_t> n = in_flight_per_chunk(shape_of(chunks, schedule, micro_batches));
-  size_t stored = 0;
-  for (size_t c = 0; c < chunks.size(); ++c) stored += n[c] * (chunks[c].num_blocks - 1);
-  return stored;
+  // The schedule's actions in order: a forward ends its micro-batch's checkpoints (each block's
+  // input) and its backward frees them, so the most stored at once is the most over the
+  // forwards' ends of the chunks' micro-batches in flight times their blocks. (The chunks' own
+  // peaks need not coincide: summing them would overcount under the interleaved schedule.)
+  const nn::PipelineShape shape = shape_of(chunks, schedule, micro_batches);
+  size_t stored = 0, most = 0;
+  for (const nn::PipelineAction& a : nn::pipeline_actions(shape)) {
+    const size_t blocks = chunks[a.chunk].num_blocks;
+    if (a.kind == nn::PipelineAction::Kind::forward) {
+      stored += blocks;
+      most = std::max(most, stored);
+    } else {
+      stored -= blocks;
+    }
+  }
+  return most;
 }
 
 PipelineExecutor::Slot& PipelineExecutor::slot_of(size_t chunk, size_t micro_batch) {
@@ -221,10 +233,12 @@ double PipelineExecutor::train(nn::ParamProvider& params,
     Slot& slot = slot_of(a.chunk, a.micro_batch);
     const size_t k = shape_.virtual_stage(a.chunk);
     if (a.kind == nn::PipelineAction::Kind::forward) {
-      // Its input buffer is free once the slot's previous micro-batch is through its backward.
-      if (!slot.backward_done || !slot.sends_done()) return;
-      posted[j] = pipeline_->recv_async(slot.mb.stage_input(), stream_elems_, DType::f32, prev,
-                                        tag(a.micro_batch, k, false));
+      // Its input buffer is free once the slot's previous micro-batch is through its backward
+      // (with the checkpoints in a store it is a store's slot, taken here when one can be).
+      nn::GPT& model = *chunks_[a.chunk];
+      if (!slot.backward_done || !slot.sends_done() || !model.can_take_input_buffer_ahead()) return;
+      posted[j] = pipeline_->recv_async(model.input_buffer(slot.mb), stream_elems_, DType::f32,
+                                        prev, tag(a.micro_batch, k, false));
     } else {
       // The gradient buffer is free once the slot holds this micro-batch (forward done) and no
       // send reads it.
@@ -245,7 +259,8 @@ double PipelineExecutor::train(nn::ParamProvider& params,
     if (a.kind == nn::PipelineAction::Kind::forward) {
       // Its buffers are about to be overwritten (a receive posted ahead found no send pending).
       slot.wait_sends();
-      if (!first) receive(mb.stage_input(), prev, tag(a.micro_batch, k, false), false, &posted[i]);
+      if (!first)
+        receive(model.input_buffer(mb), prev, tag(a.micro_batch, k, false), false, &posted[i]);
       slot.micro_batch = a.micro_batch;
       slot.backward_done = false;
     } else {
@@ -299,7 +314,7 @@ double PipelineExecutor::evaluate(nn::ParamProvider& params, const int32_t* toke
     slot.wait_sends();
     slot.micro_batch = SIZE_MAX;
     nn::MicroBatch& mb = slot.mb;
-    if (k > 0) receive(mb.stage_input(), prev, tag(0, k, false), false);
+    if (k > 0) receive(chunks_[c]->input_buffer(mb), prev, tag(0, k, false), false);
     chunks_[c]->forward(mb, *view[c], tokens, targets, false);
     if (k + 1 < V) {
       send(slot, mb.stage_output(), next, tag(0, k + 1, false));

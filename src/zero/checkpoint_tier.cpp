@@ -217,6 +217,14 @@ void CheckpointTier::write_out(const Key& key, Entry& e) {
                CopyKind::device_to_host, *copy_stream_);
   e.copied->record(*copy_stream_);
   e.d2h_pending = true;
+  // Its NVMe extent is reserved now, not when the copy is seen done: every checkpoint handed to
+  // the tier holds one until the backward ends it, so the NVMe bytes are the stored checkpoints'
+  // exactly, whatever the copies' timing (on a GPU the last ones are often read back from their
+  // slot before their copy is seen done, and would otherwise never take one).
+  if (!host && !e.has_extent) {
+    e.extent = swap_->allocate(e.bytes, Category::activation_checkpoint, "activation checkpoint");
+    e.has_extent = true;
+  }
   ++stats_.writes;
   (void)key;
 }
@@ -226,12 +234,7 @@ void CheckpointTier::advance() {
     Entry& e = *p;
     if (e.d2h_pending && e.copied->query()) {
       e.d2h_pending = false;
-      if (config_.tier == Tier::nvme) {
-        if (!e.has_extent) {
-          e.extent =
-              swap_->allocate(e.bytes, Category::activation_checkpoint, "activation checkpoint");
-          e.has_extent = true;
-        }
+      if (config_.tier == Tier::nvme) {  // its extent was reserved by write_out
         e.io = swap_->write(e.extent, e.host.data());
         e.writing_nvme = true;
       }

@@ -5,8 +5,10 @@
 # device. <mode> picks the parallelism: one (one rank, the reference path), zero3 (2 ranks,
 # ZeRO-3 with parameters and optimizer on the host), tp2 (+ Megatron sequence parallelism: the
 # checkpoint is the sequence shard), pp2 (1F1B, 4 micro-batches: several micro-batches'
-# checkpoints at once), ulysses2; budget: a run whose checkpoints exceed the device and the host
-# budget trains with them on NVMe (and the same run with them on the host is refused).
+# checkpoints at once; the second stage receives its input into a checkpoint slot, also posted
+# ahead with pipeline_receive_ahead, which takes a third slot, so with 2 it waits for the action),
+# ulysses2; budget: a run whose checkpoints exceed the device and the host budget trains with them
+# on NVMe (and the same run with them on the host is refused).
 # usage: run_actoff.sh <tierzero> <mode> <mpiexec command...>
 tierzero=$1; mode=$2; shift 2
 MPI="$*"
@@ -33,7 +35,7 @@ JSON
 launch() { if [ "$ranks" -gt 1 ]; then echo "$MPI -n $ranks"; fi; }
 run() {  # run <name> <flags...>: trains, keeps the loss and gradient norm of every step
   name=$1; shift
-  timeout -k 5 240 $(launch) "$tierzero" train --config "$dir/run.json" $args "$@" \
+  timeout -k 5 240 $(launch) "$tierzero" train --config "${conf:-$dir/run.json}" $args "$@" \
     --metrics "$dir/$name.jsonl" > "$dir/$name.out" 2>&1 || { cat "$dir/$name.out"; return 1; }
   grep -o '"step":[0-9]*\|"loss":[^,]*\|"grad_norm":[^,]*' "$dir/$name.jsonl" > "$dir/$name.bits"
 }
@@ -76,5 +78,23 @@ run host --activation-offload host || exit 1
 same host device
 run nvme --activation-offload nvme --nvme-path "$dir" || exit 1
 same nvme device
+if [ "$mode" = pp2 ]; then
+  # Interleaved (rank 0's second chunk receives from rank 1), receives posted ahead: with 3 slots
+  # the forward inputs' receives are posted ahead into a store slot, with 2 they wait for their
+  # action (rank 0's metrics count them); the bits match the same schedule's device run.
+  il='"pipeline_schedule": "interleaved", "pipeline_virtual_stages": 2, "pipeline_receive_ahead": true,'
+  for slots in 3 2; do
+    conf="$dir/ahead$slots.json"
+    sed 's/"val_batches": 0,/"val_batches": 0, '"$il"' "activation_checkpoints": {"buffer_count": '$slots'},/' \
+      "$dir/run.json" > "$conf"
+    [ "$slots" = 3 ] && { run il_device --activation-offload device || exit 1; }
+    run "il_host_$slots" --activation-offload host || exit 1
+    same "il_host_$slots" il_device
+  done
+  ahead3=$(grep -o '"pp_posted_ahead":[0-9]*' "$dir/il_host_3.jsonl" | awk -F: '{s += $2} END {print s + 0}')
+  ahead2=$(grep -o '"pp_posted_ahead":[0-9]*' "$dir/il_host_2.jsonl" | awk -F: '{s += $2} END {print s + 0}')
+  echo "pp2: receives posted ahead: $ahead3 with 3 checkpoint slots, $ahead2 with 2"
+  [ "$ahead3" -gt "$ahead2" ] || { echo "FAIL: pp2: no forward receive was posted ahead into a slot"; exit 1; }
+fi
 grep -A3 "activation_checkpoint" "$dir/nvme.out" | head -4
 exit 0

@@ -24,6 +24,7 @@
 #include "tierzero/profile/estimator.hpp"
 #include "tierzero/profile/planner.hpp"
 #include "tierzero/train/activation_estimate.hpp"
+#include "tierzero/train/estimate_inputs.hpp"
 #include "tierzero/train/store_provider.hpp"
 #include "tierzero/zero/checkpoint_tier.hpp"
 #include "tiny_gpt.hpp"
@@ -43,6 +44,7 @@ class TierStore final : public nn::CheckpointStore {
   const float* begin_read(uint64_t m, size_t p) override { return t_.begin_read(m, p); }
   void end_read(uint64_t m, size_t p) override { t_.end_read(m, p); }
   void drop(uint64_t m) override { t_.drop(m); }
+  size_t device_slots() const override { return t_.device_slots(); }
 
  private:
   zero::CheckpointTier& t_;
@@ -121,9 +123,10 @@ TEST(ActivationTier, HostAndNvmeAreBitIdenticalToDevice) {
       nvme.gpt.model.evaluate(nvme.gpt.params, nvme.gpt.x.data(), nvme.gpt.y.data(), 3, 16);
   EXPECT_TRUE(same_bits(&e0, &e2, 1));
   EXPECT_EQ(nvme.tier->stats().writes, writes);
-  // 6 blocks, 2 slots: 5 stored checkpoints a step, 3 of them read back from the tier.
-  EXPECT_EQ(host.tier->stats().writes, 15u);
-  EXPECT_EQ(nvme.tier->stats().reads, 9u);
+  // 6 blocks, 2 slots: all 6 checkpoints stored each step (block 0's input, the embeddings'
+  // output, too), 4 of them read back from the tier (the last 2 are still in their slots).
+  EXPECT_EQ(host.tier->stats().writes, 18u);
+  EXPECT_EQ(nvme.tier->stats().reads, 12u);
   std::printf("host and NVMe checkpoints vs device over 3 steps: max |dgrad| %.3g\n", worst);
 }
 
@@ -165,7 +168,11 @@ TEST(ActivationTier, DevicePeakFallsByThePrediction) {
     const size_t peak = t.peak(Tier::device, Category::activation) +
                         t.peak(Tier::device, Category::activation_checkpoint);
     EXPECT_EQ(t.peak(Tier::host, Category::activation_checkpoint),
-              tier == Tier::host ? 5 * offload::HostPool::round_size(3 * 16 * 32 * 4) : 0u)
+              tier == Tier::host ? 6 * offload::HostPool::round_size(3 * 16 * 32 * 4) : 0u)
+        << tier_name(tier);
+    // On NVMe each stored checkpoint holds one 4 KiB-padded extent (6 KiB -> 8 KiB).
+    EXPECT_EQ(t.peak(Tier::nvme, Category::activation_checkpoint),
+              tier == Tier::nvme ? 6 * 8192u : 0u)
         << tier_name(tier);
     return peak;
   };
@@ -177,7 +184,12 @@ TEST(ActivationTier, DevicePeakFallsByThePrediction) {
   const size_t ckpt = nn::GPT::checkpoint_bytes_for(d);
   const size_t predicted_fall = nn::GPT::micro_batch_bytes_for(cfg, d, whole, true, false) -
                                 nn::GPT::micro_batch_bytes_for(cfg, d, whole, true, true) -
-                                zero::CheckpointTier::device_bytes_for(2, ckpt, 5);
+                                zero::CheckpointTier::device_bytes_for(2, ckpt, 6);
+  // All 6 checkpoints leave the micro-batch, the first block's input (the embeddings' output)
+  // too: it keeps only the stage's output of the residual stream.
+  EXPECT_EQ(nn::GPT::micro_batch_bytes_for(cfg, d, whole, true, false) -
+                nn::GPT::micro_batch_bytes_for(cfg, d, whole, true, true),
+            6 * DeviceAllocator::round_size(ckpt));
   EXPECT_EQ(on_device, nn::GPT::activation_bytes_for(cfg, 3, 16, true));
   EXPECT_EQ(on_device - on_host, predicted_fall);
   EXPECT_EQ(on_device - on_nvme, predicted_fall);
@@ -243,8 +255,8 @@ TEST(ActivationTier, PlannerPlacesCheckpointsOffTheDevice) {
   req.base.units = train::units_from_layout(nn::gpt_param_layout(cfg), 1);
   req.seq_len = T;
   req.target_global_batch = B;
-  req.activation_bytes = [&](size_t b, bool ckpt) {
-    return nn::GPT::activation_bytes_for(cfg, b, T, ckpt);
+  req.activation_bytes = [&](size_t b, profile::RecomputeMode m) {
+    return nn::GPT::activation_bytes_for(cfg, b, T, train::recompute_of(m));
   };
   req.placed_checkpoints = placed;
   // The estimate at stage 0 with the checkpoints on the host, micro-batch B: its device bytes
@@ -258,7 +270,7 @@ TEST(ActivationTier, PlannerPlacesCheckpointsOffTheDevice) {
                 size_t{1} << 30, size_t{1} << 30};
   const profile::PlanResult any = profile::plan(req);
   ASSERT_TRUE(any.found);
-  EXPECT_TRUE(any.best.checkpointing);
+  EXPECT_TRUE(any.best.checkpointing());
   EXPECT_NE(any.best.checkpoint_tier, Tier::device) << any.best.describe();
   req.only_checkpoint_tier = static_cast<size_t>(Tier::device);
   const profile::PlanResult on_device = profile::plan(req);

@@ -191,6 +191,51 @@ TEST(PlanCli, WritesALoadableConfigThatFits) {
   EXPECT_DOUBLE_EQ(c.device_memory_budget_gb, 2.0);
 }
 
+// The written config carries the recompute mode the planner chose, and the search reaches all
+// three: a 4-layer C 256 model at T 1024 (activations dominate) chooses full recompute at a small
+// device budget, none at a roomy one, and just below the smallest budget at which it chooses none
+// (bisected), selective recompute — no recompute no longer fits, and selective runs no GEMM again.
+TEST(PlanCli, WritesTheChosenRecomputeMode) {
+  const std::string cal = dir() + "/cal_recompute.json";
+  FILE* f = std::fopen(cal.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs(R"({"gemm_gflops": 100, "copy_gbps": 10, "adam_cpu_gbps": 10})", f);
+  std::fclose(f);
+  const std::string out = dir() + "/plan_recompute.json";
+  auto chosen = [&](size_t device_bytes, const std::string& only = "") {
+    std::filesystem::remove(out);
+    const RunResult r = tierzero_cli(
+        "plan --layers 4 --heads 4 --channels 256 --vocab 256 --context 1024 --seq 1024 "
+        "--global-batch 1 --host-mem 1GiB --ranks 1 --calibration " +
+        cal + " --device-mem " + std::to_string(device_bytes) + " -o " + out +
+        (only.empty() ? "" : " --recompute " + only));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    const tierzero::train::TrainConfig c = tierzero::train::TrainConfig::load(out);
+    // The mode the output names is the one written, and the config is consistent.
+    const size_t at = r.output.find("chosen ");
+    const std::string line = r.output.substr(at, r.output.find('\n', at) - at);
+    const std::string said = line.find("selective recompute") != std::string::npos ? "selective"
+                             : line.find("no recompute") != std::string::npos      ? "none"
+                                                                                   : "full";
+    EXPECT_EQ(c.recompute, said) << line;
+    EXPECT_EQ(c.activation_checkpointing, c.recompute == "full");
+    return c.recompute;
+  };
+  size_t lo = size_t{90} << 20, hi = size_t{240} << 20;
+  ASSERT_EQ(chosen(lo), "full");
+  ASSERT_EQ(chosen(hi), "none");
+  while (hi - lo > 4096) {  // chosen(hi) is none, chosen(lo) is not
+    const size_t mid = lo + (hi - lo) / 2;
+    (chosen(mid) == "none" ? hi : lo) = mid;
+  }
+  std::printf("no recompute chosen from %zu B of device memory; at %zu B: %s\n", hi, lo,
+              chosen(lo).c_str());
+  EXPECT_EQ(chosen(lo), "selective");
+  // --recompute holds the search to one mode, even where another would be chosen.
+  EXPECT_EQ(chosen(hi, "selective"), "selective");
+  EXPECT_EQ(chosen(hi, "full"), "full");
+}
+
 TEST(PlanCli, NothingFitsIsOneClearError) {
   const RunResult r = tierzero_cli("plan --model gpt2-xl --device-mem 64MiB --host-mem 64MiB");
   EXPECT_EQ(r.exit_code, 1);

@@ -6,10 +6,12 @@
 #include <cstdio>
 
 #include "tierzero/core/error.hpp"
+#include "tierzero/nn/gpt.hpp"
 #include "tierzero/nn/gpt_config.hpp"
 #include "tierzero/nn/gpt_modules.hpp"
 #include "tierzero/nn/param_layout.hpp"
 #include "tierzero/profile/planner.hpp"
+#include "tierzero/train/estimate_inputs.hpp"
 #include "tierzero/train/store_provider.hpp"
 
 namespace tierzero::profile {
@@ -25,9 +27,14 @@ PlanRequest gpt2_request(size_t device, size_t host, size_t nvme, int dp = 1,
   r.seq_len = 1024;
   r.target_global_batch = 8;
   r.budget = {device, host, nvme};
-  // A stand-in activation model: 100 MiB per sequence, a quarter with checkpointing.
-  r.activation_bytes = [](size_t b, bool ckpt) {
-    return b * (ckpt ? 25 : 100) * (size_t{1} << 20);
+  // A stand-in activation model: 100 MiB per sequence, 80 with selective recompute, a quarter
+  // with checkpointing (full recompute).
+  r.activation_bytes = [](size_t b, RecomputeMode m) {
+    return b *
+           (m == RecomputeMode::full        ? 25
+            : m == RecomputeMode::selective ? 80
+                                            : 100) *
+           (size_t{1} << 20);
   };
   return r;
 }
@@ -38,7 +45,7 @@ TEST(Planner, RoomyBudgetKeepsEverythingOnTheDevice) {
   std::printf("chose: %s, %.3f s/step\n", p.best.describe().c_str(), p.best.time.total_s);
   EXPECT_EQ(p.best.stage, 0);
   EXPECT_EQ(p.best.placement.optimizer.tier, Tier::device);
-  EXPECT_FALSE(p.best.checkpointing);
+  EXPECT_EQ(p.best.recompute, RecomputeMode::none);
   EXPECT_EQ(p.best.micro_batch, 8u);
 }
 
@@ -100,7 +107,7 @@ TEST(Planner, TimeModelParts) {
   const double flops = 6.0 * 124475904.0 * 8 * 1024;
   EXPECT_NEAR(t.compute_s, flops / 1e12, 1e-9);
   EXPECT_EQ(t.transfer_s, 0.0);  // one rank, nothing offloaded
-  c.checkpointing = true;
+  c.recompute = RecomputeMode::full;
   EXPECT_NEAR(predict_step_time(req, c).compute_s, flops / 1e12 * 8.0 / 6.0, 1e-9);
 }
 
@@ -108,8 +115,8 @@ TEST(Planner, OtherKernelsAddToComputeOncePerMicroStep) {
   PlanRequest req = gpt2_request(80 * GiB, 64 * GiB, 0);
   req.rates.gemm_gflops = 1000.0;
   // Attention and GELU: 1 ms per sequence, 1.5 ms with the recomputed forward.
-  req.other_kernel_seconds = [](size_t b, bool ckpt) {
-    return static_cast<double>(b) * (ckpt ? 1.5e-3 : 1e-3);
+  req.other_kernel_seconds = [](size_t b, RecomputeMode m) {
+    return static_cast<double>(b) * (m == RecomputeMode::full ? 1.5e-3 : 1e-3);
   };
   Candidate c;
   c.micro_batch = 4;
@@ -121,7 +128,7 @@ TEST(Planner, OtherKernelsAddToComputeOncePerMicroStep) {
   EXPECT_NEAR(t.gemm_s, 3 * 6.0 * 124475904.0 * 4 * 1024 / 1e12, 1e-9);
   EXPECT_NEAR(t.compute_s, t.gemm_s + t.other_kernels_s, 1e-12);
   EXPECT_NEAR(t.total_s, t.compute_s + t.exposed_s + t.optimizer_s, 1e-12);
-  c.checkpointing = true;
+  c.recompute = RecomputeMode::full;
   EXPECT_NEAR(predict_step_time(req, c).other_kernels_s, 3 * 4 * 1.5e-3, 1e-12);
 }
 
@@ -130,8 +137,8 @@ TEST(Planner, TensorParallelCollectivesAreOnTheCriticalPath) {
   req.rates.gemm_gflops = 1000.0;
   req.rates.comm_gbps = 10.0;
   req.base.world.tp = 2;
-  req.tensor_parallel_wire_bytes = [](size_t b, bool ckpt) {
-    return static_cast<double>(b) * (ckpt ? 3e8 : 2e8);
+  req.tensor_parallel_wire_bytes = [](size_t b, RecomputeMode m) {
+    return static_cast<double>(b) * (m == RecomputeMode::full ? 3e8 : 2e8);
   };
   Candidate c;
   c.micro_batch = 4;
@@ -150,8 +157,8 @@ TEST(Planner, UlyssesAllToAllsAreOnTheCriticalPath) {
   req.rates.gemm_gflops = 1000.0;
   req.rates.comm_gbps = 10.0;
   req.base.world.sp = 4;
-  req.ulysses_wire_bytes = [](size_t b, bool ckpt) {
-    return static_cast<double>(b) * (ckpt ? 1.5e8 : 1e8);
+  req.ulysses_wire_bytes = [](size_t b, RecomputeMode m) {
+    return static_cast<double>(b) * (m == RecomputeMode::full ? 1.5e8 : 1e8);
   };
   Candidate c;
   c.micro_batch = 2;
@@ -182,6 +189,77 @@ TEST(Planner, PipelineBubbleIsPpMinusOneOverMOfTheCompute) {
   EXPECT_NEAR(t.total_s,
               t.compute_s + t.exposed_s + t.optimizer_s + t.tensor_parallel_s + t.pipeline_bubble_s,
               1e-12);
+}
+
+// The recompute mode is a searched dimension, with the GPT's own activation counts (4 layers of
+// C 256 at T 1024 on one rank: activations dominate). need(m) is the smallest device budget at
+// which some configuration with mode m fits (bisected through the planner itself). Between
+// need(selective) and need(none) the planner must choose selective recompute (full fits there
+// too, but runs every GEMM of the forward again); between need(full) and need(selective) full.
+TEST(Planner, ChoosesSelectiveWhenFastestAndFullWhenOnlyItFits) {
+  nn::GPTConfig cfg;
+  cfg.max_seq_len = 1024;
+  cfg.vocab_size = 256;
+  cfg.padded_vocab_size = 256;
+  cfg.num_layers = 4;
+  cfg.num_heads = 4;
+  cfg.channels = 256;
+  const size_t T = 1024;
+  PlanRequest req;
+  req.base.units = train::units_from_layout(nn::gpt_param_layout(cfg));
+  req.seq_len = T;
+  req.target_global_batch = 1;
+  req.activation_bytes = [&](size_t b, RecomputeMode m) {
+    return nn::GPT::activation_bytes_for(cfg, b, T, train::recompute_of(m));
+  };
+  // Per sequence: the 4 layers' attention 4 ms forward + 8 backward, GELU 1 + 1.
+  req.other_kernel_seconds = [](size_t b, RecomputeMode m) {
+    const double attention_runs = m == RecomputeMode::none ? 1.0 : 2.0;
+    const double gelu_runs = m == RecomputeMode::full ? 2.0 : 1.0;
+    return static_cast<double>(b) * (attention_runs * 4e-3 + 8e-3 + gelu_runs * 1e-3 + 1e-3);
+  };
+  const size_t host = size_t{1} << 30;
+  auto found = [&](size_t device, size_t only) {
+    req.budget = {device, host, 0};
+    req.only_recompute = only;
+    const PlanResult r = plan(req, 0);
+    req.only_recompute = kNumRecomputeModes;
+    return r;
+  };
+  auto need = [&](RecomputeMode m) {
+    size_t lo = 1, hi = size_t{1} << 32;  // found(hi), not found(lo)
+    while (hi - lo > 1) {
+      const size_t mid = lo + (hi - lo) / 2;
+      (found(mid, static_cast<size_t>(m)).found ? hi : lo) = mid;
+    }
+    return hi;
+  };
+  const size_t none = need(RecomputeMode::none), selective = need(RecomputeMode::selective),
+               full = need(RecomputeMode::full);
+  std::printf("device budget needed: no recompute %zu B, selective %zu B, full %zu B\n", none,
+              selective, full);
+  ASSERT_LT(selective, none);
+  ASSERT_LT(full, selective);
+
+  const PlanResult mid_sel = found((selective + none) / 2, kNumRecomputeModes);
+  ASSERT_TRUE(mid_sel.found);
+  std::printf("budget %zu B: chosen %s, %.1f ms/step\n", (selective + none) / 2,
+              mid_sel.best.describe().c_str(), mid_sel.best.time.total_s * 1e3);
+  EXPECT_EQ(mid_sel.best.recompute, RecomputeMode::selective) << mid_sel.best.describe();
+  const PlanResult full_there = found((selective + none) / 2, 2);
+  ASSERT_TRUE(full_there.found);  // full fits too, and is slower
+  std::printf("  full recompute there: %s, %.1f ms/step\n", full_there.best.describe().c_str(),
+              full_there.best.time.total_s * 1e3);
+  EXPECT_GT(full_there.best.time.per_token_s, mid_sel.best.time.per_token_s);
+
+  const PlanResult mid_full = found((full + selective) / 2, kNumRecomputeModes);
+  ASSERT_TRUE(mid_full.found);
+  std::printf("budget %zu B: chosen %s\n", (full + selective) / 2,
+              mid_full.best.describe().c_str());
+  EXPECT_EQ(mid_full.best.recompute, RecomputeMode::full) << mid_full.best.describe();
+  EXPECT_TRUE(mid_full.best.checkpointing());
+  // With room for everything, no recompute.
+  EXPECT_EQ(found(2 * none, kNumRecomputeModes).best.recompute, RecomputeMode::none);
 }
 
 TEST(Calibration, BenchLinesAndRateObject) {

@@ -31,6 +31,8 @@ class CheckpointStore {
   virtual void end_read(uint64_t micro_batch, size_t position) = 0;
   // Forgets every checkpoint of the micro-batch (a forward without a backward, an error).
   virtual void drop(uint64_t micro_batch) = 0;
+  // How many checkpoints can be on the device at once (begun and not ended, or read ahead).
+  virtual size_t device_slots() const = 0;
 };
 
 }  // namespace tierzero::nn

@@ -166,12 +166,21 @@ class GPT {
   void set_recompute(Recompute recompute);
   Recompute recompute() const { return recompute_; }
   // Where the block checkpoints go with checkpointing on: null (the default) keeps them in the
-  // MicroBatch on the device; a store places them on its tier (the stage's first block's input,
-  // the embeddings' output or the received activation, stays in the MicroBatch). Set before the
-  // micro-batches are made; changing it reallocates the facade's activations like
-  // set_activation_checkpointing.
+  // MicroBatch on the device; a store places all of them on its tier, the stage's first block's
+  // input too (the embeddings write theirs into the store's buffer; a later pipeline stage
+  // receives its input into one, see input_buffer). Set before the micro-batches are made;
+  // changing it reallocates the facade's activations like set_activation_checkpointing.
   void set_checkpoint_store(CheckpointStore* store);
   CheckpointStore* checkpoint_store() const { return store_; }
+  // Where a pipeline stage after the first receives mb's input before its forward: mb's
+  // stage_input(), or with the checkpoints in a store the device buffer of its first checkpoint
+  // (begun in the store here, so it moves to its tier behind the stage's first block like the
+  // others). Calling it again before the forward returns the same buffer.
+  float* input_buffer(MicroBatch& mb);
+  // Whether input_buffer may be taken ahead of the forward, while another micro-batch's forward
+  // runs: that one holds two of the store's device slots (the checkpoint it reads and the one it
+  // writes), so a third must exist.
+  bool can_take_input_buffer_ahead() const;
   // Bytes of one block checkpoint of dims d: (S, C) floats, the sequence shard under Megatron
   // sequence parallelism and the slice under Ulysses.
   static size_t checkpoint_bytes_for(const ActivationDims& d);
@@ -195,7 +204,7 @@ class GPT {
                                       Recompute recompute, size_t tp = 1,
                                       bool sequence_parallel = false, size_t ulysses = 1);
   // One micro-batch of a pipeline stage (its blocks; the logits on the last stage only).
-  // external_checkpoints: the checkpoints after the stage's first live in a CheckpointStore.
+  // external_checkpoints: the stage's checkpoints, its input included, live in a CheckpointStore.
   static size_t micro_batch_bytes_for(const GPTConfig& config, const ActivationDims& dims,
                                       const PipelineStage& stage, Recompute recompute,
                                       bool external_checkpoints = false);

@@ -27,9 +27,10 @@ class MicroBatch {
   // the last stage only); with full recompute only the blocks' inputs are kept, with selective
   // all but the attention's core (see BlockActivations and Recompute). num_modules: the whole
   // model's top-level modules, whose forward inputs it records by index.
-  // external_checkpoints (with full recompute): the checkpoints of the stage's blocks after its
-  // first live in a CheckpointStore, not here; the MicroBatch keeps only the stage's input and
-  // output of the residual stream, and the GPT points residual() at the store's buffers.
+  // external_checkpoints (with full recompute): the checkpoints of all the stage's blocks, its
+  // input included, live in a CheckpointStore, not here; the MicroBatch keeps only the stage's
+  // output of the residual stream, and the GPT points residual() at the store's buffers (a stage
+  // after the first receives its input into one: GPT::input_buffer).
   MicroBatch(const GPTConfig& config, size_t num_modules, const ActivationDims& d,
              const PipelineStage& stage, Recompute recompute, DeviceAllocator& allocator,
              bool external_checkpoints = false);
@@ -52,7 +53,7 @@ class MicroBatch {
   bool external_checkpoints() const { return external_; }
   // Whether residual(i) is a checkpoint kept in a CheckpointStore (external_checkpoints).
   bool is_external(size_t i) const {
-    return external_ && i > stage_.first_block && i < stage_.first_block + stage_.num_blocks;
+    return external_ && i >= stage_.first_block && i < stage_.first_block + stage_.num_blocks;
   }
   // Points residual(i) (is_external(i)) at a store's device buffer; null: not on the device.
   void set_external(size_t i, float* buffer);
@@ -68,6 +69,9 @@ class MicroBatch {
   float* residual(size_t i) const;  // (S, C)
   // Pipeline boundaries: what a stage after the first receives before its forward, and what a
   // stage before the last sends after it; the gradients go the other way through dresidual().
+  // With external checkpoints the input is a store's buffer: receive into GPT::input_buffer.
+  // Whether the stage's input is set now (external checkpoints: begun in the store).
+  bool has_stage_input() const { return !external_ || external_at_[0] != nullptr; }
   float* stage_input() const { return residual(stage_.first_block); }  // (S, C)
   float* stage_output() const {
     return residual(stage_.first_block + stage_.num_blocks);
@@ -91,7 +95,8 @@ class MicroBatch {
   struct Buffers {
     DeviceBuffer tokens;      // (B, T) int32
     DeviceBuffer targets;     // (B, T) int32
-    DeviceBuffer encoded;     // (S, C) the stage's input: the embeddings' output on the first
+    DeviceBuffer encoded;     // (S, C) the stage's input: the embeddings' output on the first;
+                              // none with external checkpoints (a store's buffer instead)
     BlockActivations blocks;  // the stage's n blocks' internals; empty when checkpointing
     DeviceBuffer residual3;   // (n, S, C) block outputs; the checkpoints when checkpointing;
                               // (1, S, C) the stage's output with external checkpoints
@@ -112,7 +117,7 @@ class MicroBatch {
   Recompute recompute_;
   bool external_ = false;  // checkpoints in a CheckpointStore
   uint64_t id_ = 0;
-  std::vector<float*> external_at_;  // (num_blocks) the store's buffer of residual(first + 1 + j)
+  std::vector<float*> external_at_;  // (num_blocks) the store's buffer of residual(first + j)
   Buffers buffers_;
   size_t bytes_ = 0;
   std::vector<const float*> inputs_;  // per top-level module: its forward input

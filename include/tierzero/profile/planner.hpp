@@ -1,4 +1,5 @@
-// The planner: enumerates ZeRO stage x placement x activation checkpointing x micro-batch, keeps
+// The planner: enumerates ZeRO stage x placement x recompute mode (and the checkpoints' tier) x
+// micro-batch, keeps
 // the configurations whose estimated bytes fit every tier's budget (with a safety margin), predicts
 // each one's step time from measured rates, and picks the fastest per token. It also keeps the
 // best rejected candidates with the tier that overflowed, so it can say what would not fit.
@@ -16,15 +17,22 @@
 
 namespace tierzero::profile {
 
+// What a transformer block's backward recomputes, nn::Recompute's modes (the profile layer knows
+// no GPT): none; selective, the attention's core; full, the whole block from its checkpoint
+// (activation checkpointing, whose checkpoints may live off the device).
+enum class RecomputeMode { none, selective, full };
+constexpr size_t kNumRecomputeModes = 3;
+const char* recompute_mode_name(RecomputeMode mode);  // "none", "selective", "full"
+
 struct PlanRequest {
   EstimateInput base;  // units, world, knobs; stage, placement and activations are varied
   size_t seq_len = 1024;
   size_t target_global_batch = 32;  // sequences per optimizer step across the data-parallel ranks
   std::array<size_t, kNumTiers> budget{};  // bytes per tier (device, host, nvme); 0: tier unusable
   double margin = 0.10;  // a candidate fits when every tier's estimate <= budget * (1 - margin)
-  // Activation bytes per rank for (micro-batch, checkpointing); supplied by the caller, who knows
+  // Activation bytes per rank for (micro-batch, recompute mode); supplied by the caller, who knows
   // the model (the profile layer does not).
-  std::function<size_t(size_t micro_batch, bool checkpointing)> activation_bytes;
+  std::function<size_t(size_t micro_batch, RecomputeMode recompute)> activation_bytes;
   // Optional: block checkpoints placed on the host or NVMe (a dimension the planner then
   // searches with checkpointing on): the activation bytes without the stored checkpoints and
   // the checkpoints' placement, per micro-batch. None: checkpoints only on the device.
@@ -33,17 +41,20 @@ struct PlanRequest {
     CheckpointPlacementInput checkpoints;
   };
   std::function<PlacedActivations(size_t micro_batch, Tier tier)> placed_checkpoints;
-  // Search only this checkpoint tier (with checkpointing); kNumTiers: every tier offered.
+  // Search only this checkpoint tier (with full recompute); kNumTiers: every tier offered.
   size_t only_checkpoint_tier = kNumTiers;
+  // Search only this recompute mode (a RecomputeMode); kNumRecomputeModes: every mode.
+  size_t only_recompute = kNumRecomputeModes;
   // Bytes one rank sends over the wire in its tensor-parallel collectives per micro-step (ring
   // algorithms; the model's analytic volume); optional, none without tensor parallelism.
-  std::function<double(size_t micro_batch, bool checkpointing)> tensor_parallel_wire_bytes;
+  std::function<double(size_t micro_batch, RecomputeMode recompute)> tensor_parallel_wire_bytes;
   // The same for the Ulysses all-to-alls; optional, none without Ulysses (world.sp 1).
-  std::function<double(size_t micro_batch, bool checkpointing)> ulysses_wire_bytes;
+  std::function<double(size_t micro_batch, RecomputeMode recompute)> ulysses_wire_bytes;
   // Seconds per micro-step per rank of the kernels outside the GEMMs (attention, the activation
-  // function, with the recomputed forward under checkpointing), which the caller measures at the
-  // model's shapes; optional (none: the GEMMs alone count as compute).
-  std::function<double(size_t micro_batch, bool checkpointing)> other_kernel_seconds;
+  // function, with what the recompute mode runs again: the attention's forward under selective,
+  // both forwards under full), which the caller measures at the model's shapes; optional (none:
+  // the GEMMs alone count as compute).
+  std::function<double(size_t micro_batch, RecomputeMode recompute)> other_kernel_seconds;
   Rates rates;
 };
 
@@ -76,8 +87,9 @@ constexpr size_t kSmallNvmeChunk = size_t{1} << 24;
 struct Candidate {
   int stage = 0;
   zero::PlacementConfig placement;
-  bool checkpointing = false;
-  Tier checkpoint_tier = Tier::device;  // where the block checkpoints live (checkpointing only)
+  RecomputeMode recompute = RecomputeMode::none;
+  bool checkpointing() const { return recompute == RecomputeMode::full; }
+  Tier checkpoint_tier = Tier::device;  // where the block checkpoints live (full recompute only)
   size_t micro_batch = 1;
   size_t accumulation = 1;  // gradient accumulation steps to reach the target global batch
   // stage3_max_live_parameters: the request's, or 0 (only the two largest units live at once)

@@ -13,6 +13,7 @@
 #include "tierzero/nn/pp/pipeline_stage.hpp"
 #include "tierzero/nn/recompute.hpp"
 #include "tierzero/profile/estimator.hpp"
+#include "tierzero/profile/planner.hpp"
 #include "tierzero/train/activation_estimate.hpp"
 #include "tierzero/train/train_config.hpp"
 #include "tierzero/zero/partition.hpp"
@@ -70,14 +71,19 @@ ActivationEstimate activation_estimate_for(const nn::GPTConfig& config, size_t B
 // Bytes one rank sends in its tensor-parallel collectives per training micro-batch on ring
 // algorithms: the model's analytic payload (nn::expected_tensor_parallel_traffic), an all-reduce
 // costing 2 (tp - 1) / tp of its buffer and an all-gather or reduce-scatter (tp - 1) / tp.
+// Selective recompute runs no collective again (it rebuilds the attention's core from the kept
+// qkv); full recompute runs the block's again.
 double tensor_parallel_wire_bytes(const nn::GPTConfig& config, size_t B, size_t T,
-                                  bool checkpointing, const profile::WorldLayout& world,
+                                  nn::Recompute recompute, const profile::WorldLayout& world,
                                   bool sequence_parallel);
 
 // Bytes one rank sends in its Ulysses all-to-alls per training micro-batch: the analytic payload
 // (nn::expected_ulysses_traffic) less the block each all-to-all keeps, (sp - 1) / sp of it.
-double ulysses_wire_bytes(const nn::GPTConfig& config, size_t B, size_t T, bool checkpointing,
+double ulysses_wire_bytes(const nn::GPTConfig& config, size_t B, size_t T, nn::Recompute recompute,
                           const profile::WorldLayout& world);
+
+// The model's recompute mode for the planner's (profile::RecomputeMode names nn::Recompute's).
+nn::Recompute recompute_of(profile::RecomputeMode mode);
 
 // What a run of `config` on `world` holds per rank, for the rank that must fit: the units and
 // activations above (the config's pipeline for world.pp), with the config's placement and

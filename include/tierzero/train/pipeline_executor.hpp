@@ -77,8 +77,9 @@ class PipelineExecutor {
                                      nn::PipelineSchedule schedule, size_t micro_batches,
                                      nn::Recompute checkpointing,
                                      bool external_checkpoints = false);
-  // Block checkpoints the rank stores at once when they live in a CheckpointStore: per chunk,
-  // its micro-batches in flight times its blocks after the first.
+  // Block checkpoints the rank stores at once at most when they live in a CheckpointStore: over
+  // the schedule's actions, the chunks' micro-batches in flight times their blocks (each block's
+  // input, the chunk's own included).
   static size_t stored_checkpoints(const std::vector<nn::PipelineStage>& chunks,
                                    nn::PipelineSchedule schedule, size_t micro_batches);
 

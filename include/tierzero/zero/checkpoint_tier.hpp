@@ -57,6 +57,7 @@ class CheckpointTier {
   void wait_idle();  // every copy and I/O issued so far has finished (tests, shutdown)
 
   Tier tier() const { return config_.tier; }
+  size_t device_slots() const { return config_.device_slots; }  // at least 2
   CheckpointTierStats stats() const { return stats_; }
   // The engine's swap file paths (tier nvme; tests damage them).
   offload::NvmeEngine* nvme() { return nvme_.get(); }
