@@ -13,13 +13,18 @@ function(tierzero_add_python_module tierzero_source)
     ${here}/src/errors.cpp
     ${here}/src/train_binding.cpp
     ${here}/src/estimate_binding.cpp
+    ${here}/src/plan_binding.cpp
     ${here}/src/files_binding.cpp
     ${here}/src/dlpack_view.cpp
+    ${here}/src/in_place_adamw.cpp
     ${here}/src/offload_adamw.cpp
     ${here}/src/offload_adamw_binding.cpp
     # What tierzero.estimate shares with `tierzero estimate` (the CLI's model and report builders).
     ${tierzero_source}/src/cli/estimate_model.cpp
-    ${tierzero_source}/src/cli/estimate_report.cpp)
+    ${tierzero_source}/src/cli/estimate_report.cpp
+    # What tierzero.plan shares with `tierzero plan` (its report builder and kernel timings).
+    ${tierzero_source}/src/cli/plan_report.cpp
+    ${tierzero_source}/src/cli/plan_kernel_times.cpp)
   target_link_libraries(_tierzero PRIVATE tz_train CLI11::CLI11)  # CLI11: estimate_model's flags
   target_include_directories(_tierzero PRIVATE ${tierzero_source}/src ${here}/src)
   target_compile_options(_tierzero PRIVATE -Wall -Wextra -Wshadow -Wconversion

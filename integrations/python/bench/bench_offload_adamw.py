@@ -9,6 +9,11 @@ Prints a table on stderr and one JSON object per result on stdout (DESIGN.md's b
 baseline: DeepSpeedCPUAdam when it can be built, else torch.optim.AdamW; ratio = baseline time /
 our time, higher is better). DeepSpeed is optional: without it (or when its op cannot be built)
 the table says why and compares with torch only.
+
+DeepSpeed's NVMe optimizer swapping (its ZeRO-3 engine's optimizer swapper) needs its async_io op,
+which needs libaio (Debian: apt-get install libaio-dev) to build; that is for the peer's
+measurement only: TierZero's NVMe path uses io_uring and does not depend on libaio. See
+docs/benchmarks.md for what was and was not measured.
 """
 import argparse
 import json

@@ -9,6 +9,7 @@ PYBIND11_MODULE(_tierzero, m) {
   tierzero::python::bind_errors(m);
   tierzero::python::bind_train(m);
   tierzero::python::bind_estimate(m);
+  tierzero::python::bind_plan(m);
   tierzero::python::bind_files(m);
   tierzero::python::bind_offload_adamw(m);
   // MPI, when the module started it, ends with the interpreter (before the module is unloaded).

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "tierzero/core/error.hpp"
+#include "tierzero/kernels/kernels.hpp"
 
 namespace tierzero::python {
 namespace {
@@ -76,27 +77,54 @@ void close_module_mpi_session() {
   session_slot().reset();
 }
 
-OffloadAdamW::OffloadAdamW(const std::vector<size_t>& numels, const OffloadAdamWOptions& options)
+OffloadAdamW::OffloadAdamW(const std::vector<size_t>& numels, const std::vector<bool>& in_place,
+                           const OffloadAdamWOptions& options)
     : numels_(numels), options_(options) {
   TZ_CHECK(!numels.empty(), "OffloadAdamW got no parameters", "pass the model's parameters");
+  TZ_CHECK(in_place.size() == numels.size(),
+           "OffloadAdamW: " + std::to_string(in_place.size()) + " in-place flags for " +
+               std::to_string(numels.size()) + " parameters",
+           "pass one flag per parameter");
+  const zero::StoreConfig config = store_config(options);  // checks the state's name
   std::vector<zero::UnitSpec> units;
+  std::vector<size_t> in_place_numels;
+  store_index_.assign(numels.size(), kNone);
+  in_place_index_.assign(numels.size(), kNone);
   for (size_t i = 0; i < numels.size(); ++i) {
     TZ_CHECK(numels[i] > 0, "OffloadAdamW: parameter " + std::to_string(i) + " is empty",
              "pass only parameters with elements");
-    units.push_back(unit_of(i, numels[i], options.weight_decay != 0.0));
+    // In place only where the moments live on the host: the NVMe path streams them in chunks.
+    if (in_place[i] && options.state == "host") {
+      in_place_index_[i] = in_place_tensor_.size();
+      in_place_tensor_.push_back(i);
+      in_place_numels.push_back(numels[i]);
+    } else {
+      store_index_[i] = store_tensor_.size();
+      units.push_back(unit_of(store_tensor_.size(), numels[i], options.weight_decay != 0.0));
+      store_tensor_.push_back(i);
+    }
   }
   comm::MpiSession& session = module_mpi_session();
   solo_ = session.world().split(session.rank(), 0, "offload_adamw");
   device_ = make_cpu_device();
   allocator_ = std::make_unique<DeviceAllocator>(*device_, 0);
-  zero::AdamWConfig adamw;
-  adamw.beta1 = options.beta1;
-  adamw.beta2 = options.beta2;
-  adamw.eps = options.eps;
-  adamw.weight_decay = options.weight_decay;
-  store_ = std::make_unique<zero::PartitionStore>(std::move(units), store_config(options), adamw,
-                                                  *solo_, *allocator_);
-  scratch_.resize(*std::max_element(numels.begin(), numels.end()));
+  if (!units.empty()) {
+    zero::AdamWConfig adamw;
+    adamw.beta1 = options.beta1;
+    adamw.beta2 = options.beta2;
+    adamw.eps = options.eps;
+    adamw.weight_decay = options.weight_decay;
+    store_ = std::make_unique<zero::PartitionStore>(std::move(units), config, adamw, *solo_,
+                                                    *allocator_);
+  }
+  if (!in_place_numels.empty()) {
+    offload::HostPool* pool = store_ ? store_->host_pool() : nullptr;
+    if (pool == nullptr) {
+      own_pool_ = std::make_unique<offload::HostPool>(config.host_budget_bytes, device_.get());
+      pool = own_pool_.get();
+    }
+    in_place_ = std::make_unique<InPlaceAdamW>(in_place_numels, *pool);
+  }
   live_engines().insert(this);
 }
 
@@ -105,58 +133,110 @@ OffloadAdamW::~OffloadAdamW() {
 }
 
 void OffloadAdamW::release() {
+  released_ = true;
+  in_place_.reset();
   store_.reset();
+  own_pool_.reset();
   allocator_.reset();
   device_.reset();
   solo_.reset();
 }
 
-zero::PartitionStore& OffloadAdamW::store() const {
-  TZ_CHECK(store_ != nullptr, "OffloadAdamW used after MPI ended (the interpreter is exiting)",
+void OffloadAdamW::check_live() const {
+  TZ_CHECK(!released_, "OffloadAdamW used after MPI ended (the interpreter is exiting)",
            "finish with the optimizer before the program exits");
-  return *store_;
 }
 
 void OffloadAdamW::load_param(size_t i, const float* values) {
+  check_live();
   TZ_CHECK(i < numels_.size(), "OffloadAdamW: no parameter " + std::to_string(i), "");
-  store().load_unit(i, values);
+  if (store_index_[i] != kNone) store_->load_unit(store_index_[i], values);
 }
 
-void OffloadAdamW::step(double lr, const std::function<bool(size_t, float*)>& grad,
-                        const std::function<void(size_t, const float*)>& param) {
-  store().zero_grads();
-  for (size_t i = 0; i < numels_.size(); ++i) {
-    float* g = store().acquire_grads(i);  // (numels_[i]) zeroed by zero_grads
-    grad(i, g);
-    store().grads_done(i);
+void OffloadAdamW::step(double lr, const std::vector<const float*>& grads,
+                        const std::vector<float*>& params) {
+  check_live();
+  TZ_CHECK(grads.size() == numels_.size() && params.size() == numels_.size(),
+           "OffloadAdamW step: " + std::to_string(grads.size()) + " gradients and " +
+               std::to_string(params.size()) + " parameters for " + std::to_string(numels_.size()),
+           "pass one of each per parameter");
+  if (store_) {
+    store_->zero_grads();
+    for (size_t u = 0; u < store_tensor_.size(); ++u) {
+      const size_t i = store_tensor_[u];
+      float* g = store_->acquire_grads(u);  // (numels_[i]) zeroed by zero_grads
+      if (grads[i] != nullptr) std::memcpy(g, grads[i], numels_[i] * sizeof(float));
+      store_->grads_done(u);
+    }
+    store_->step(lr, /*clip, off*/ 0.0);
+    for (size_t u = 0; u < store_tensor_.size(); ++u)
+      store_->read_unit(u, params[store_tensor_[u]]);
   }
-  store().step(lr, /*clip, off*/ 0.0);
-  for (size_t i = 0; i < numels_.size(); ++i) {
-    store().read_unit(i, scratch_.data());
-    param(i, scratch_.data());
+  if (in_place_) {
+    kernels::AdamWParams p{};
+    p.lr = static_cast<float>(lr);
+    p.beta1 = static_cast<float>(options_.beta1);
+    p.beta2 = static_cast<float>(options_.beta2);
+    p.eps = static_cast<float>(options_.eps);
+    p.weight_decay = static_cast<float>(options_.weight_decay);
+    p.grad_scale = 1.0f;
+    p.step = steps_ + 1;
+    for (size_t k = 0; k < in_place_tensor_.size(); ++k) {
+      const size_t i = in_place_tensor_[k];
+      in_place_->update(k, params[i], grads[i], p);
+    }
   }
+  ++steps_;
 }
 
+// The blocks: the store's (its units renamed to tensor indices), then each in-place tensor's
+// moments; the same order in blocks(), save_state and load_state.
 std::vector<OffloadAdamW::Block> OffloadAdamW::blocks() const {
+  check_live();
   std::vector<Block> out;
-  for (const auto& b : store().state_blocks())
-    out.push_back(Block{b.unit, kind_name(b.kind), b.begin, b.elems, b.elem_bytes});
+  if (store_)
+    for (const auto& b : store_->state_blocks())
+      out.push_back(
+          Block{store_tensor_[b.unit], kind_name(b.kind), b.begin, b.elems, b.elem_bytes});
+  for (size_t k = 0; k < in_place_tensor_.size(); ++k) {
+    const size_t i = in_place_tensor_[k];
+    out.push_back(Block{i, "exp_avg", 0, numels_[i], sizeof(float)});
+    out.push_back(Block{i, "exp_avg_sq", 0, numels_[i], sizeof(float)});
+  }
   return out;
 }
 
 void OffloadAdamW::save_state(const std::function<void(const Block&, const void*)>& sink) {
-  store().save_state([&](const zero::PartitionStore::StateBlock& b, const void* data) {
-    sink(Block{b.unit, kind_name(b.kind), b.begin, b.elems, b.elem_bytes}, data);
-  });
+  check_live();
+  if (store_)
+    store_->save_state([&](const zero::PartitionStore::StateBlock& b, const void* data) {
+      sink(Block{store_tensor_[b.unit], kind_name(b.kind), b.begin, b.elems, b.elem_bytes}, data);
+    });
+  for (size_t k = 0; k < in_place_tensor_.size(); ++k) {
+    const size_t i = in_place_tensor_[k];
+    sink(Block{i, "exp_avg", 0, numels_[i], sizeof(float)}, in_place_->exp_avg(k));
+    sink(Block{i, "exp_avg_sq", 0, numels_[i], sizeof(float)}, in_place_->exp_avg_sq(k));
+  }
 }
 
 void OffloadAdamW::load_state(const std::function<void(const Block&, void*)>& source,
                               int64_t steps_taken) {
-  store().load_state(
-      [&](const zero::PartitionStore::StateBlock& b, void* data) {
-        source(Block{b.unit, kind_name(b.kind), b.begin, b.elems, b.elem_bytes}, data);
-      },
-      steps_taken);
+  check_live();
+  TZ_CHECK(steps_taken >= 0, "OffloadAdamW state has " + std::to_string(steps_taken) + " steps",
+           "load a state_dict saved by an OffloadAdamW");
+  if (store_)
+    store_->load_state(
+        [&](const zero::PartitionStore::StateBlock& b, void* data) {
+          source(Block{store_tensor_[b.unit], kind_name(b.kind), b.begin, b.elems, b.elem_bytes},
+                 data);
+        },
+        steps_taken);
+  for (size_t k = 0; k < in_place_tensor_.size(); ++k) {
+    const size_t i = in_place_tensor_[k];
+    source(Block{i, "exp_avg", 0, numels_[i], sizeof(float)}, in_place_->exp_avg(k));
+    source(Block{i, "exp_avg_sq", 0, numels_[i], sizeof(float)}, in_place_->exp_avg_sq(k));
+  }
+  steps_ = steps_taken;
 }
 
 }  // namespace tierzero::python

@@ -50,17 +50,14 @@ std::vector<Float32HostView> views_of(const py::list& capsules, const OffloadAda
 void step(OffloadAdamW& engine, double lr, const py::list& grads, const py::list& params) {
   std::vector<Float32HostView> g = views_of(grads, engine, "gradient", true);
   std::vector<Float32HostView> p = views_of(params, engine, "parameter", false);
+  std::vector<const float*> grad_ptrs;  // null: no gradient this step
+  std::vector<float*> param_ptrs;
+  for (size_t i = 0; i < engine.size(); ++i) {
+    grad_ptrs.push_back(g[i].data());
+    param_ptrs.push_back(p[i].data());
+  }
   py::gil_scoped_release release;
-  engine.step(
-      lr,
-      [&](size_t i, float* out) {
-        if (g[i].data() == nullptr) return false;  // no gradient: the zeros already there
-        std::memcpy(out, g[i].data(), engine.numel(i) * sizeof(float));
-        return true;
-      },
-      [&](size_t i, const float* values) {
-        std::memcpy(p[i].data(), values, engine.numel(i) * sizeof(float));
-      });
+  engine.step(lr, grad_ptrs, param_ptrs);
 }
 
 py::list save_state(OffloadAdamW& engine) {
@@ -116,9 +113,10 @@ py::dict memory_report() {
 
 void bind_offload_adamw(py::module_& m) {
   py::class_<OffloadAdamW>(m, "OffloadAdamWEngine")
-      .def(py::init([](const std::vector<size_t>& numels, double beta1, double beta2, double eps,
-                       double weight_decay, const std::string& state, const std::string& nvme_path,
-                       size_t host_budget, size_t nvme_chunk_elems) {
+      .def(py::init([](const std::vector<size_t>& numels, const std::vector<bool>& in_place,
+                       double beta1, double beta2, double eps, double weight_decay,
+                       const std::string& state, const std::string& nvme_path, size_t host_budget,
+                       size_t nvme_chunk_elems) {
              OffloadAdamWOptions o;
              o.beta1 = beta1;
              o.beta2 = beta2;
@@ -129,12 +127,14 @@ void bind_offload_adamw(py::module_& m) {
              o.host_budget = host_budget;
              o.nvme_chunk_elems = nvme_chunk_elems;
              py::gil_scoped_release release;
-             return std::make_unique<OffloadAdamW>(numels, o);
+             return std::make_unique<OffloadAdamW>(numels, in_place, o);
            }),
-           py::arg("numels"), py::arg("beta1"), py::arg("beta2"), py::arg("eps"),
-           py::arg("weight_decay"), py::arg("state"), py::arg("nvme_path"), py::arg("host_budget"),
-           py::arg("nvme_chunk_elems"))
+           py::arg("numels"), py::arg("in_place"), py::arg("beta1"), py::arg("beta2"),
+           py::arg("eps"), py::arg("weight_decay"), py::arg("state"), py::arg("nvme_path"),
+           py::arg("host_budget"), py::arg("nvme_chunk_elems"))
       .def("__len__", &OffloadAdamW::size)
+      .def("in_place", &OffloadAdamW::in_place, py::arg("index"),
+           "whether tensor `index` is updated where it lies (fp32 CPU, states on the host)")
       .def("load_param",
            [](OffloadAdamW& e, size_t i, const py::capsule& c) {
              const Float32HostView v(c, "parameter " + std::to_string(i));

@@ -1,9 +1,11 @@
 """tierzero.torch.OffloadAdamW: a PyTorch optimizer over TierZero's offloaded AdamW.
 
-The fp32 master weights and Adam's moments live in TierZero's partition store: in pinned host
-memory under a hard budget (``state="host"``) or on NVMe through io_uring with checksummed
-extents (``state="nvme"``), updated by the zero layer's AdamW (the vectorised CPU kernel; on NVMe
-the read-ahead / write-behind chunk pipeline). Gradients cross into the library through DLPack
+Adam's moments live in pinned host memory under a hard budget (``state="host"``) or on NVMe
+through io_uring with checksummed extents (``state="nvme"``). With the states on the host, an fp32
+CPU parameter is its own master (as with DeepSpeed's CPU Adam): the vectorised, multithreaded CPU
+AdamW kernel updates it where it lies, nothing copied. Other parameters (bf16, CUDA), and every
+parameter with state="nvme", keep an fp32 master in TierZero's partition store, updated by the
+zero layer's AdamW (on NVMe the read-ahead / write-behind chunk pipeline). Gradients cross into the library through DLPack
 (CUDA ones staged through host memory first), and the updated values are written back into the
 parameters. PyTorch is needed only here; the library does not link it.
 """
@@ -13,9 +15,13 @@ from torch.utils.dlpack import to_dlpack
 from . import _tierzero
 
 
+def _is_host_f32(t):
+    return t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous()
+
+
 def _host_f32(t):
     """t as a contiguous fp32 CPU tensor (t itself when it already is one)."""
-    if t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous():
+    if _is_host_f32(t):
         return t
     return t.detach().to(device="cpu", dtype=torch.float32).contiguous()
 
@@ -39,14 +45,18 @@ class OffloadAdamW(torch.optim.Optimizer):
         if len(self.param_groups) != 1:
             raise ValueError("OffloadAdamW takes one parameter group")
         self._params = list(self.param_groups[0]["params"])
+        # fp32 CPU parameters are their own masters, updated where they lie (with state="host");
+        # the others (bf16, CUDA, ...) keep an fp32 master in the store.
         self._engine = _tierzero.OffloadAdamWEngine(
-            [p.numel() for p in self._params], float(betas[0]), float(betas[1]), float(eps),
+            [p.numel() for p in self._params], [_is_host_f32(p) for p in self._params],
+            float(betas[0]), float(betas[1]), float(eps),
             float(weight_decay), state, nvme_path or "", int(host_budget or 0),
             int(nvme_chunk_elems))
         self.tier = state
         with torch.no_grad():
             for i, p in enumerate(self._params):
-                self._engine.load_param(i, to_dlpack(_host_f32(p.detach())))
+                if not self._engine.in_place(i):
+                    self._engine.load_param(i, to_dlpack(_host_f32(p.detach())))
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -59,7 +69,8 @@ class OffloadAdamW(torch.optim.Optimizer):
                 or group["weight_decay"] != self.defaults["weight_decay"]:
             raise ValueError("OffloadAdamW: only lr may change after construction")
         grads = [None if p.grad is None else to_dlpack(_host_f32(p.grad)) for p in self._params]
-        # Parameters the engine can write in place; others go through an fp32 CPU copy.
+        # fp32 CPU parameters are updated (or, through the store, overwritten) where they lie;
+        # others go through an fp32 CPU copy.
         targets = [_host_f32(p.data) for p in self._params]
         self._engine.step(float(group["lr"]), grads, [to_dlpack(t) for t in targets])
         for p, t in zip(self._params, targets):
