@@ -17,6 +17,11 @@ grep -qx '/.devpeers/' .git/info/exclude 2>/dev/null || echo '/.devpeers/' >>.gi
 mkdir -p "$out"
 [ -f "$llmc/train_gpt2.cu" ] || { echo "peers_prepare: no train_gpt2.cu in $llmc" >&2; exit 1; }
 [ -d "$frontend/include" ] || { echo "peers_prepare: no include/ in $frontend" >&2; exit 1; }
+# CUDA 13 takes a cudaMemLocation where llm.c (written for CUDA 12) passes cudaCpuDeviceId, in
+# its out-of-memory fallback only; the build fails on that one call without this edit of the
+# peer's checkout (never of ours).
+sed -i 's/cudaMemAdviseSetPreferredLocation, cudaCpuDeviceId)/cudaMemAdviseSetPreferredLocation, cudaMemLocation{cudaMemLocationTypeHost, 0})/' \
+  "$llmc/llmc/cuda_utils.cuh"
 # llm.c's Makefile looks for ./cudnn-frontend/include.
 ln -sfn "$frontend" "$llmc/cudnn-frontend"
 make -C "$llmc" train_gpt2cu USE_CUDNN=1 NO_MULTI_GPU=1 NO_USE_MPI=1 PRECISION=BF16 \

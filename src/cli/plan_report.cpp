@@ -16,7 +16,9 @@ namespace tierzero::cli {
 
 // A small GPT on one CPU thread, predicted from the quick measurement against the measured median
 // step (both as on an idle machine). Printed with every plan so its step times are read with it.
-const double kValidatedTimeError = 0.25;
+// 0.25 held on the AMD EPYC VMs; the Intel Xeon VM of 2026-11-28 gave -8% to -38%
+// (docs/estimator.md).
+const double kValidatedTimeError = 0.45;
 
 namespace {
 

@@ -8,7 +8,8 @@
 # its own comparison, within the same tolerance.
 # usage: run_plan_time.sh <tierzero>
 tierzero=$1
-TOLERANCE=0.25  # cmd_plan.cpp's kValidatedTimeError; seen: -11% to +2% on a loaded 2-core VM
+TOLERANCE=0.45  # plan_report.cpp's kValidatedTimeError; seen: -11% to +2% on a loaded 2-core
+# AMD EPYC VM, -8% to -38% on an Intel Xeon one (the GEMM rate is measured on a 2048^3 product)
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 model="--layers 4 --heads 4 --channels 256 --vocab 257 --context 64 --seq 64 --global-batch 8"

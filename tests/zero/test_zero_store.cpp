@@ -59,12 +59,13 @@ TEST_P(ZeroStoreTest, TrainsLikeTheOneRankReference) {
   // The norm is looser than the loss: per-rank gradients summed in another order differ by
   // ~1e-7, and 20 Adam steps on one fixed batch amplify that in the gradient (seen on the
   // CPU: 9.7e-5 on 2 ranks at step 15 on one VM, 1.49e-4 on an AMD EPYC VM whose OpenBLAS
-  // kernels sum in another order; hence 5e-4) far more than in the loss (seen: 1e-7). On CUDA the
-  // backward's atomics make the reference differ from itself run to run, and the same amplification
-  // takes that to ~3e-4 by step 15 (seen on an H200: rank 0's and rank 1's reference runs of the
-  // same batch, printed below as the reference's run-to-run difference), so the bound there is
-  // 2e-3. The first step, before any amplification, is held to 1e-5 everywhere.
-  const double norm_rtol = on_cuda() ? 2e-3 : 5e-4;
+  // kernels sum in another order, 5.1e-4 on an Intel Xeon VM; hence 1e-3) far more than in the loss
+  // (seen: 1e-7). On CUDA the backward's atomics make the reference differ from itself run to run,
+  // and the same amplification takes that to ~3e-4 by step 15 (seen on an H200: rank 0's and rank
+  // 1's reference runs of the same batch, printed below as the reference's run-to-run difference),
+  // so the bound there is 2e-3. The first step, before any amplification, is held to 1e-5
+  // everywhere.
+  const double norm_rtol = on_cuda() ? 2e-3 : 1e-3;
   std::vector<float> ref_norms;  // (steps) this rank's reference gradient norms
   for (size_t step = 0; step < 20; ++step) {
     f.ref_params.zero_grads();
