@@ -39,11 +39,12 @@ struct TrainFlags {
   int64_t micro_batches = 0;                // gradient_accumulation_steps; 0: from the config
   int64_t virtual_stages = 0;               // pipeline_virtual_stages; 0: from the config
   std::vector<int64_t> pipeline_stages;
-  std::string model;          // a preset or "layers,heads,channels"; empty: from the config
-  std::string offload_grads;  // cpu or nvme; empty: from the config
-  int64_t stage = -1;         // zero_optimization.stage; -1: from the config
-  double lr = -1.0;           // optimizer.params.lr; < 0: from the config
-  int64_t micro_batch = 0;    // train_micro_batch_size_per_gpu; 0: from the config
+  std::string model;              // a preset or "layers,heads,channels"; empty: from the config
+  std::string offload_grads;      // cpu or nvme; empty: from the config
+  std::string optimizer_overlap;  // off or plain; empty: from the config
+  int64_t stage = -1;             // zero_optimization.stage; -1: from the config
+  double lr = -1.0;               // optimizer.params.lr; < 0: from the config
+  int64_t micro_batch = 0;        // train_micro_batch_size_per_gpu; 0: from the config
   std::string offload_param, offload_optimizer;  // none, cpu (host) or nvme; empty: the config's
   std::string nvme_path;                         // both offloads' nvme_path; empty: the config's
   std::string activation_offload;                // device, host (cpu) or nvme; empty: the config's
@@ -136,6 +137,11 @@ void add_training_only(CLI::App* sub, TrainFlags& f) {
                   "where gradient shards live when the optimizer is on NVMe: cpu or nvme "
                   "(stages 2-3)")
       ->check(CLI::IsMember({"cpu", "nvme"}));
+  sub->add_option("--optimizer-overlap", f.optimizer_overlap,
+                  "plain (the default): the CPU optimizer updates each unit during the backward "
+                  "once its gradient shard is final, on steps without clipping or fp16 loss "
+                  "scaling; off: after the backward (tierzero.optimizer_overlap)")
+      ->check(CLI::IsMember({"off", "plain"}));
   sub->add_option("--save-dir", f.save_dir,
                   "write training checkpoints (every rank its shards) under this directory");
   sub->add_option("--save-every", f.save_every,
@@ -185,6 +191,7 @@ train::TrainConfig resolve(const TrainFlags& f) {
   if (f.host_mem > 0) c.host_memory_budget_gb = static_cast<double>(f.host_mem) / 1073741824.0;
   if (!f.model.empty()) train::apply_model_name(f.model, c.model);
   if (!f.offload_grads.empty()) c.offload_gradients = f.offload_grads;
+  if (!f.optimizer_overlap.empty()) c.optimizer_overlap = f.optimizer_overlap;
   if (f.stage >= 0) c.zero.stage = f.stage;
   if (f.lr >= 0.0) {
     c.optimizer.lr = f.lr;

@@ -192,6 +192,9 @@ class StoreParams final : public ParamState {
     record_fetch_counters(r, store_->fetch_counters(), store_->stage() == 3);
   }
   void begin_eval() override { store_->begin_pass(zero::PassKind::eval); }
+  void plan_step(double lr, double clip, double loss_scale, size_t micro_batches) override {
+    store_->plan_step(lr, clip, loss_scale, micro_batches);
+  }
 
   void for_each_piece(const PieceFn& fn) override {
     std::vector<float> part;  // (unit numel) fp32

@@ -39,6 +39,11 @@ class ParamState {
   virtual void record_counters(StepRecord& r) const = 0;
   // An evaluation pass follows (kept out of the store's training trace).
   virtual void begin_eval() = 0;
+  // Announces the step that ends this training pass (after zero_grads, before the backward), so
+  // the optimizer may start on units whose gradients are final during the backward; step() then
+  // takes the same values. Nothing without a store.
+  virtual void plan_step(double /*lr*/, double /*clip*/, double /*loss_scale*/,
+                         size_t /*micro_batches*/) {}
   // fn(begin, count, values) for consecutive pieces of the rank's flat parameter buffer, every
   // element once, in order: a store unit at a time (a gather at stage 3, so every rank of the
   // store's group must call it) or a chunk of the local buffer. Host memory: one piece.

@@ -152,6 +152,7 @@ void add_tierzero_keys(SettingsBuilder& s, const TrainConfig& c) {
   s.number("tierzero.checkpoint.keep_last", c.checkpoint.keep_last);
   s.text("tierzero.checkpoint.resume", c.checkpoint.resume);
   s.text("tierzero.offload_gradients", c.offload_gradients);
+  s.text("tierzero.optimizer_overlap", c.optimizer_overlap);
   s.number("tierzero.blocks_per_unit", c.blocks_per_unit);
   s.flag("tierzero.activation_checkpointing", c.activation_checkpointing);
   s.text("tierzero.recompute", c.recompute);
@@ -180,6 +181,7 @@ std::string label(const std::string& name) {
       {"tierzero.checkpoint.keep_last", "--keep-last"},
       {"tierzero.checkpoint.resume", "--resume"},
       {"tierzero.offload_gradients", "--offload-grads"},
+      {"tierzero.optimizer_overlap", "--optimizer-overlap"},
       {"tierzero.tensor_parallel", "--tp"},
       {"tierzero.sequence_parallel", "--sequence-parallel"},
       {"tierzero.ulysses_parallel", "--ulysses"},

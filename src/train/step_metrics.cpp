@@ -27,6 +27,10 @@ nlohmann::ordered_json step_metrics_json(const StepRecord& r, const nn::TensorPa
   line["reductions"] = r.reductions;
   line["reduce_ms"] = r.reduction_s * 1e3;
   line["reduce_exposed_ms"] = r.reduction_exposed_s * 1e3;
+  line["opt_worker_ms"] = r.optimizer_worker_s * 1e3;
+  line["opt_overlapped_ms"] = r.optimizer_overlapped_s * 1e3;
+  line["opt_exposed_ms"] = r.optimizer_exposed_s * 1e3;
+  line["opt_overlapped_units"] = r.optimizer_overlapped_units;
   return line;
 }
 

@@ -15,6 +15,10 @@ void record_fetch_counters(StepRecord& r, const zero::FetchCounters& fc, bool st
   r.reductions = fc.reductions;
   r.reduction_s = fc.reduction_s;
   r.reduction_exposed_s = fc.reduction_exposed_s;
+  r.optimizer_worker_s = fc.optimizer_worker_s;
+  r.optimizer_overlapped_s = fc.optimizer_overlapped_s;
+  r.optimizer_exposed_s = fc.optimizer_exposed_s;
+  r.optimizer_overlapped_units = fc.optimizer_overlapped_units;
 }
 
 profile::StepCounters profile_step_counters(const StepRecord& r, size_t tokens) {

@@ -234,13 +234,15 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
     const double cpu_at_start = process_cpu_seconds();
     for (const auto& o : observers) o->before_step(step + 1);
     s.params->zero_grads();
+    // The schedule follows the optimizer's steps, which an fp16 step skipped on overflow does
+    // not advance (as DeepSpeed skips its scheduler step); a checkpoint saves that count.
+    const double lr = lr_schedule.lr(s.params->steps_taken());
+    s.params->plan_step(lr, config_.gradient_clipping, scaler.scale(),
+                        static_cast<size_t>(config_.gradient_accumulation_steps));
     // fp16: the gradients carry the loss scale; the parameter state divides it out.
     const auto grad_scale = static_cast<float>(scaler.scale() / accum);
     const double local_loss = schedule->forward_backward(step_params, *s.data.train, grad_scale);
     for (const auto& o : observers) o->before_optimizer();
-    // The schedule follows the optimizer's steps, which an fp16 step skipped on overflow does
-    // not advance (as DeepSpeed skips its scheduler step); a checkpoint saves that count.
-    const double lr = lr_schedule.lr(s.params->steps_taken());
     const StepOutcome taken = s.params->step(lr, config_.gradient_clipping, scaler.scale());
     if (taken.skipped && out)
       std::fprintf(out, "step %lld: gradient overflow at loss scale %g, step skipped\n",

@@ -15,13 +15,15 @@ namespace tierzero::zero {
 
 GradientReducer::GradientReducer(const StoreConfig& config, ShardStorage& storage,
                                  BackgroundUpdate& background, comm::Communicator& group,
-                                 FetchCounters& counters, std::function<void()> flush_collectives)
+                                 FetchCounters& counters, std::function<void()> flush_collectives,
+                                 std::function<void(size_t)> on_reduced)
     : config_(config),
       storage_(storage),
       background_(background),
       group_(group),
       counters_(counters),
       flush_collectives_(std::move(flush_collectives)),
+      on_reduced_(std::move(on_reduced)),
       plan_(storage.plan()),
       device_(storage.device()),
       units_(storage.plan().num_units()),
@@ -236,6 +238,7 @@ void GradientReducer::accumulate(const Pending& r) {
           acc, acc, static_cast<const float*>(staging.data()) + offset[i], n);
       background_.mark_gradient_held(u);
     }
+    if (on_reduced_) on_reduced_(u);
   }
 }
 
@@ -288,9 +291,14 @@ void GradientReducer::finish_oldest() {
     else
       device_.kernels().convert_to_f32(r.arena, r.wire_in.data(), config_.reduce_dtype, r.elems);
   }
-  if (config_.stage >= 2) accumulate(r);
   pending_elems_ -= r.elems;
+  Pending done = std::move(r);
   pending_.pop_front();
+  if (config_.stage >= 2) {
+    accumulate(done);
+  } else if (on_reduced_) {
+    for (size_t u : done.units) on_reduced_(u);
+  }
 }
 
 void GradientReducer::finish_through(size_t unit) {
@@ -339,20 +347,23 @@ void GradientReducer::zero() {
   s.synchronize();
 }
 
-void GradientReducer::copy_slices_to_host() {
+void GradientReducer::copy_slices_to_host(const std::vector<char>& copied) {
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (copied.empty() || !copied[u]) copy_slice_to_host(u);
+}
+
+void GradientReducer::copy_slice_to_host(size_t u) {
+  if (config_.stage >= 2 || storage_.placement(u).grad == Tier::device) return;
   Stream& st = device_.default_stream();
-  for (size_t u = 0; u < units_.size(); ++u) {
-    if (config_.stage >= 2 || storage_.placement(u).grad == Tier::device) continue;
-    const size_t n = plan_.partition(u).shard_numel;
-    const double t0 = monotonic_seconds();
-    device_.copy(storage_.arenas().ptr(StateBuffer::grad_shard, u),
-                 storage_.arenas().ptr(StateBuffer::grads_full, u) +
-                     plan_.partition(u).shard_begin(plan_.rank()),
-                 n * sizeof(float), CopyKind::device_to_host, st);
-    st.synchronize();
-    ActivityLog::global().record(Track::device_to_host, "grad shard to host", t0,
-                                 monotonic_seconds(), n * sizeof(float), static_cast<int64_t>(u));
-  }
+  const size_t n = plan_.partition(u).shard_numel;
+  const double t0 = monotonic_seconds();
+  device_.copy(storage_.arenas().ptr(StateBuffer::grad_shard, u),
+               storage_.arenas().ptr(StateBuffer::grads_full, u) +
+                   plan_.partition(u).shard_begin(plan_.rank()),
+               n * sizeof(float), CopyKind::device_to_host, st);
+  st.synchronize();
+  ActivityLog::global().record(Track::device_to_host, "grad shard to host", t0, monotonic_seconds(),
+                               n * sizeof(float), static_cast<int64_t>(u));
 }
 
 size_t bucket_capacity(const PartitionPlan& plan, size_t reduce_bucket_elems, bool overlap_comm) {

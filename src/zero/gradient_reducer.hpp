@@ -44,9 +44,13 @@ class GradientReducer {
  public:
   // `flush_collectives` issues whatever the caller holds back on `group` (stage 3's queued
   // gathers), so that every rank issues collectives in the same order.
+  // `on_reduced(unit)` (may be empty) runs on the training thread each time a reduction of the
+  // unit's gradient has landed in what this rank owns: its shard (stages 2-3) or the full
+  // gradient (stages 0-1).
   GradientReducer(const StoreConfig& config, ShardStorage& storage, BackgroundUpdate& background,
                   comm::Communicator& group, FetchCounters& counters,
-                  std::function<void()> flush_collectives);
+                  std::function<void()> flush_collectives,
+                  std::function<void(size_t)> on_reduced = {});
   ~GradientReducer();  // waits quietly for reductions in flight
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
@@ -64,8 +68,9 @@ class GradientReducer {
   // Zeroes every gradient for the next step (what is deferred is dropped, not reduced).
   void zero();
   // Below stage 2 with the optimizer on the host: this rank's slice of the averaged full gradient
-  // goes to its host gradient shard.
-  void copy_slices_to_host();
+  // goes to its host gradient shard (every unit not marked in `copied`, per unit; or one unit).
+  void copy_slices_to_host(const std::vector<char>& copied = {});
+  void copy_slice_to_host(size_t unit);
 
  private:
   struct UnitGrad {
@@ -112,6 +117,7 @@ class GradientReducer {
   comm::Communicator& group_;
   FetchCounters& counters_;
   std::function<void()> flush_collectives_;
+  std::function<void(size_t)> on_reduced_;
   const PartitionPlan& plan_;
   Device& device_;
   std::vector<UnitGrad> units_;

@@ -49,10 +49,10 @@ NvmeAdamW::~NvmeAdamW() {
     }
 }
 
-void NvmeAdamW::issue_grad_read(size_t chunk) {
+void NvmeAdamW::issue_grad_read(size_t chunk, size_t position) {
   const Chunk& c = chunks_[chunk];
   if (storage_.placement(c.unit).grad != Tier::nvme) return;
-  Slot& s = slots_[chunk % slots_.size()];
+  Slot& s = slots_[position % slots_.size()];
   if (storage_.grad_clear(c.unit)) {
     std::memset(s.grad.data(), 0, c.count * sizeof(float));
     return;
@@ -62,9 +62,9 @@ void NvmeAdamW::issue_grad_read(size_t chunk) {
   s.reads.insert(s.reads.end(), reads.begin(), reads.end());
 }
 
-void NvmeAdamW::issue_read(size_t chunk) {
+void NvmeAdamW::issue_read(size_t chunk, size_t position) {
   const Chunk& c = chunks_[chunk];
-  Slot& s = slots_[chunk % slots_.size()];
+  Slot& s = slots_[position % slots_.size()];
   StateArenas& arenas = storage_.arenas();
   auto append = [&](std::vector<offload::IoHandle> from) {
     s.reads.insert(s.reads.end(), from.begin(), from.end());
@@ -86,36 +86,56 @@ void NvmeAdamW::discard_staged_reads() {
   staged_ = false;
 }
 
-bool NvmeAdamW::last_chunk_of_unit(size_t i) const {
-  return i + 1 == chunks_.size() || chunks_[i + 1].unit != chunks_[i].unit;
-}
-
-void NvmeAdamW::step(const kernels::AdamWParams& base, bool behind_forward) {
-  if (chunks_.empty()) return;
+void NvmeAdamW::step(const kernels::AdamWParams& base, bool behind_forward,
+                     const std::vector<char>& updated) {
+  // The chunks of the units not updated yet (during the backward), in unit order.
+  std::vector<size_t> order;
+  for (size_t i = 0; i < chunks_.size(); ++i)
+    if (updated.empty() || !updated[chunks_[i].unit]) order.push_back(i);
+  if (order.empty()) return;
   if (!behind_forward) {
-    update_all(base, false);
+    update_chunks(order, base, false, true);
     return;
   }
   // Every access to a unit's parameters or gradient shard waits until that unit's update is
   // published; the pipeline clears each gradient shard once it has read it.
   std::vector<size_t> units;
-  for (const Chunk& c : chunks_)
-    if (units.empty() || units.back() != c.unit) units.push_back(c.unit);
-  background_.start(units, [this, base] { update_all(base, true); });
+  for (size_t i : order)
+    if (units.empty() || units.back() != chunks_[i].unit) units.push_back(chunks_[i].unit);
+  background_.start(
+      units, [this, base, order = std::move(order)] { update_chunks(order, base, true, true); });
 }
 
-void NvmeAdamW::update_all(const kernels::AdamWParams& base, bool behind_forward) {
-  const size_t n = chunks_.size();
+void NvmeAdamW::update_unit(size_t unit, const kernels::AdamWParams& base) {
+  std::vector<size_t> order;
+  for (size_t i = 0; i < chunks_.size(); ++i)
+    if (chunks_[i].unit == unit) order.push_back(i);
+  if (order.empty()) return;
+  // No handoff: the next forward is a step away, and a handoff would hold a staging buffer that
+  // the rest of the backward's parameter reads need.
+  update_chunks(order, base, false, false);
+}
+
+void NvmeAdamW::update_chunks(const std::vector<size_t>& order, const kernels::AdamWParams& base,
+                              bool behind_forward, bool handoffs) {
+  const size_t n = order.size();
   const size_t slots = slots_.size();
   const DType working = storage_.working();
   const size_t eb = dtype_size(working);
   StateArenas& arenas = storage_.arenas();
   kernels::Kernels& k = storage_.host_kernels();
+  auto last_of_unit = [&](size_t i) {
+    return i + 1 == n || chunks_[order[i + 1]].unit != chunks_[order[i]].unit;
+  };
 
-  size_t next_read = std::min(slots, n);  // chunks [0, next_read) have their reads issued
+  // Slot i % slots holds order[i]. The staged reads are chunks 0, 1, ... in their slots: usable
+  // when this update starts with them, else dropped.
+  const bool whole = n == chunks_.size();
+  if (staged_ && !whole) discard_staged_reads();
+  size_t next_read = std::min(slots, n);  // order[0, next_read) have their reads issued
   for (size_t i = 0; i < next_read; ++i) {
-    if (!staged_) issue_read(i);
-    issue_grad_read(i);
+    if (!staged_) issue_read(order[i], i);
+    issue_grad_read(order[i], i);
   }
   staged_ = false;
   size_t on_disk = 0;  // chunks [0, on_disk) are written back
@@ -124,8 +144,8 @@ void NvmeAdamW::update_all(const kernels::AdamWParams& base, bool behind_forward
   auto written_through = [&](size_t end) {
     for (; on_disk < end; ++on_disk) {
       wait_io(slots_[on_disk % slots].writes);
-      if (behind_forward && last_chunk_of_unit(on_disk))
-        background_.mark_on_disk(chunks_[on_disk].unit);
+      if (behind_forward && last_of_unit(on_disk))
+        background_.mark_on_disk(chunks_[order[on_disk]].unit);
     }
   };
 
@@ -139,10 +159,11 @@ void NvmeAdamW::update_all(const kernels::AdamWParams& base, bool behind_forward
         const size_t previous = next_read - slots;  // the slot's last chunk, updated already
         if (next_read != i && !io_finished(slots_[previous % slots].writes)) break;
         written_through(previous + 1);
-        issue_grad_read(next_read);
-        issue_read(next_read++);
+        issue_grad_read(order[next_read], next_read);
+        issue_read(order[next_read], next_read);
+        ++next_read;
       }
-      const Chunk& c = chunks_[i];
+      const Chunk& c = chunks_[order[i]];
       Slot& s = slots_[i % slots];
       const auto u = static_cast<int64_t>(c.unit);
       const double t0 = monotonic_seconds();
@@ -165,8 +186,8 @@ void NvmeAdamW::update_all(const kernels::AdamWParams& base, bool behind_forward
                                    u);
       if (!storage_.placement(c.unit).master_is_param)
         storage_.publish_params(c.unit, param, c.begin, c.count, false);
-      if (c.begin == 0 && stage_ == 3 && storage_.placement(c.unit).param == Tier::nvme &&
-          background_.reserve_handoff()) {
+      if (handoffs && c.begin == 0 && stage_ == 3 &&
+          storage_.placement(c.unit).param == Tier::nvme && background_.reserve_handoff()) {
         reserved = true;
         try {
           handoff =
@@ -191,7 +212,7 @@ void NvmeAdamW::update_all(const kernels::AdamWParams& base, bool behind_forward
       append(arenas.write(storage_.master_kind(c.unit), c.unit, c.begin, c.count, param));
       append(arenas.write(StateBuffer::adam_m, c.unit, c.begin, c.count, m));
       append(arenas.write(StateBuffer::adam_v, c.unit, c.begin, c.count, v));
-      if (last_chunk_of_unit(i)) {
+      if (last_of_unit(i)) {
         // Every chunk of the unit is updated. Its new parameters are published — in the handoff
         // when there is one, else in its (host or device) parameter arena or, once written, on
         // NVMe — and behind the forward its gradient shard, read now, is cleared for the next
@@ -207,9 +228,12 @@ void NvmeAdamW::update_all(const kernels::AdamWParams& base, bool behind_forward
       }
     }
     written_through(n);
-    // The next step's first chunks load while the next forward and backward run.
-    for (size_t i = 0; i < std::min(slots, n); ++i) issue_read(i);
-    staged_ = true;
+    // The next step's first chunks load while the next forward and backward run (only after a
+    // whole step: a unit updated during the backward leaves the slots empty).
+    if (whole) {
+      for (size_t i = 0; i < std::min(slots, n); ++i) issue_read(i, i);
+      staged_ = true;
+    }
   } catch (...) {
     // No slot may be reused or freed under a transfer still in flight; the staged reads are
     // gone, and the half-built handoff goes back to the pool.

@@ -36,9 +36,14 @@ class NvmeAdamW {
   NvmeAdamW& operator=(const NvmeAdamW&) = delete;
 
   bool empty() const { return chunks_.empty(); }
-  // Updates every NVMe-resident unit: behind the next forward on the background thread when
-  // `behind_forward` (the caller then reaches each unit through the BackgroundUpdate), else now.
-  void step(const kernels::AdamWParams& base, bool behind_forward);
+  // Updates every NVMe-resident unit not marked in `updated` (per unit; empty: none is): behind
+  // the next forward on the background thread when `behind_forward` (the caller then reaches
+  // each unit through the BackgroundUpdate), else now.
+  void step(const kernels::AdamWParams& base, bool behind_forward,
+            const std::vector<char>& updated = {});
+  // Updates one unit now, through the same slots and the same arithmetic (the optimizer during
+  // the backward, on its worker thread; nothing else may use the pipeline meanwhile). No handoff.
+  void update_unit(size_t unit, const kernels::AdamWParams& base);
   // The states changed outside the pipeline (loaded values): drops the slots' read-ahead.
   void discard_staged_reads();
 
@@ -51,13 +56,16 @@ class NvmeAdamW {
     offload::PinnedBuffer grad;          // (largest chunk) fp32, when gradients are on NVMe
     std::vector<offload::IoHandle> reads, writes;
   };
-  void update_all(const kernels::AdamWParams& base, bool behind_forward);
-  void issue_read(size_t chunk);
+  // Updates the chunks `order` (indices into chunks_, each unit's chunks together and in order);
+  // `handoffs`: a unit whose parameters live on NVMe may hand its new shard to the next fetch.
+  void update_chunks(const std::vector<size_t>& order, const kernels::AdamWParams& base,
+                     bool behind_forward, bool handoffs);
+  // Reads into the slot of update position `position` (slot position % slots).
+  void issue_read(size_t chunk, size_t position);
   // The chunk's gradient, when it is on NVMe: read at the step only (never staged ahead, since
   // the backward before the step writes it), or zeros for a clear shard.
-  void issue_grad_read(size_t chunk);
+  void issue_grad_read(size_t chunk, size_t position);
   void wait_io_quietly_all();  // every slot transfer, errors ignored (error paths)
-  bool last_chunk_of_unit(size_t chunk) const;
 
   ShardStorage& storage_;
   BackgroundUpdate& background_;

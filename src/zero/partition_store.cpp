@@ -12,6 +12,7 @@
 
 #include "adamw_in_memory.hpp"
 #include "background_update.hpp"
+#include "backward_update.hpp"
 #include "fetcher.hpp"
 #include "gradient_norm.hpp"
 #include "gradient_reducer.hpp"
@@ -102,15 +103,21 @@ PartitionStore::PartitionStore(std::vector<UnitSpec> units, const StoreConfig& c
   background_ = std::make_unique<BackgroundUpdate>(plan_.num_units(), config_.nvme_read_buffers);
   fetcher_ = std::make_unique<Fetcher>(config_, *storage_, *background_, group_, counters_);
   auto flush = [this] { fetcher_->flush(); };
-  reducer_ =
-      std::make_unique<GradientReducer>(config_, *storage_, *background_, group_, counters_, flush);
+  reducer_ = std::make_unique<GradientReducer>(config_, *storage_, *background_, group_, counters_,
+                                               flush, [this](size_t u) { on_reduced(u); });
   norm_ = std::make_unique<GradientNorm>(config_.stage, *storage_, group_, groups, flush);
   in_memory_ = std::make_unique<InMemoryAdamW>(*storage_, optimizer_);
   nvme_ = std::make_unique<NvmeAdamW>(*storage_, *background_, config_, optimizer_);
+  backward_ = std::make_unique<BackwardUpdate>([this](size_t u) { update_during_backward(u); });
+  // Tied units are summed over the tie group, and replicated tensors synchronised over the
+  // replica group, only at the step: their shards are not final before it.
+  tie_or_replica_ = (groups.tie != nullptr && groups.tie->size() > 1) ||
+                    (groups.replica != nullptr && groups.replica->size() > 1);
 }
 
 PartitionStore::~PartitionStore() {
-  // The background optimizer uses the NVMe pipeline's slots and the arenas: it ends first.
+  // The optimizer workers use the NVMe pipeline's slots and the arenas: they end first.
+  backward_.reset();  // logs its error, if any
   try {
     background_->join();
   } catch (const std::exception& e) {
@@ -154,6 +161,7 @@ void PartitionStore::flush_collectives() {
 
 const float* PartitionStore::acquire_params(size_t unit) {
   check_unit("acquire_params", unit);
+  check_not_updating("acquire_params", unit);
   return fetcher_->acquire(unit);
 }
 
@@ -164,6 +172,7 @@ void PartitionStore::release_params(size_t unit) {
 
 float* PartitionStore::acquire_grads(size_t unit) {
   check_unit("acquire_grads", unit);
+  check_not_updating("acquire_grads", unit);
   return reducer_->acquire(unit);
 }
 
@@ -196,20 +205,39 @@ void PartitionStore::zero_grads() {
         !reducer_->open(u),
         "PartitionStore::zero_grads: unit " + plan_.units()[u].name + " still has open gradients",
         "call grads_done for every unit before zero_grads");
+  if (planned_.active) {
+    finish_backward_updates();
+    TZ_CHECK(std::none_of(planned_.updated.begin(), planned_.updated.end(),
+                          [](char c) { return c != 0; }),
+             "PartitionStore::zero_grads: units were updated during the backward of a step that "
+             "was never taken",
+             "call step() after every plan_step()");
+    planned_ = PlannedStep{};
+  }
   reducer_->zero();
   begin_pass(PassKind::train);
 }
 
 StoreStepStats PartitionStore::step(double lr, double clip, double loss_scale) {
+  const double entered = monotonic_seconds();
+  const bool planned = planned_.active;
+  TZ_CHECK(
+      !planned || (lr == planned_.lr && clip == planned_.clip && loss_scale == planned_.loss_scale),
+      "PartitionStore::step: lr " + std::to_string(lr) + ", clip " + std::to_string(clip) +
+          ", loss scale " + std::to_string(loss_scale) + " differ from plan_step's (" +
+          std::to_string(planned_.lr) + ", " + std::to_string(planned_.clip) + ", " +
+          std::to_string(planned_.loss_scale) + ")",
+      "pass step() the values given to plan_step()");
   background_->join();
   for (size_t u = 0; u < plan_.num_units(); ++u)
     TZ_CHECK(fetcher_->references(u) == 0 && !reducer_->open(u),
              "PartitionStore::step: unit " + plan_.units()[u].name +
                  " is still acquired (params or gradients)",
              "release every unit and call grads_done before the optimizer step");
-  reducer_->finish_all();
+  reducer_->finish_all();  // the last units' updates are queued as their reductions land
   fetcher_->end_training_pass();
-  reducer_->copy_slices_to_host();
+  std::vector<char> updated = planned_.updated;  // (units) updated during the backward
+  reducer_->copy_slices_to_host(updated);
   norm_->sum_tied_gradients();
   norm_->sync_replicated_gradients();
 
@@ -217,7 +245,19 @@ StoreStepStats PartitionStore::step(double lr, double clip, double loss_scale) {
            "PartitionStore::step: loss scale " + std::to_string(loss_scale) + " is not positive",
            "pass 1 without loss scaling");
   StoreStepStats stats;
+  // The norm reads the gradient shards beside the worker, which only reads them too.
   stats.grad_norm = std::sqrt(norm_->global_sum_squares()) / loss_scale;
+  double exposed = 0.0;
+  if (planned) {
+    exposed += finish_backward_updates();
+    const BackwardUpdate::Busy busy = backward_->take_busy_seconds(entered);
+    counters_.optimizer_worker_s = busy.total_s;
+    counters_.optimizer_overlapped_s = busy.before_s;
+    counters_.optimizer_overlapped_units = backward_->take_units();
+    planned_ = PlannedStep{};
+  }
+  const bool any_updated =
+      std::any_of(updated.begin(), updated.end(), [](char c) { return c != 0; });
   if (!std::isfinite(stats.grad_norm) && loss_scale != 1.0) {
     stats.skipped = true;  // every rank sees the same norm, so every rank skips
     return stats;
@@ -225,30 +265,30 @@ StoreStepStats PartitionStore::step(double lr, double clip, double loss_scale) {
   if (!std::isfinite(stats.grad_norm))
     TZ_THROW("gradient norm is not finite at optimizer step " + std::to_string(t_ + 1) +
                  " (ZeRO stage " + std::to_string(config_.stage) + ", " + group_.describe() + ")",
-             "lower the learning rate; the parameters were not updated");
+             any_updated ? "lower the learning rate; the units updated during the backward "
+                           "(tierzero.optimizer_overlap) took the step, the others did not"
+                         : "lower the learning rate; the parameters were not updated");
   if (clip > 0.0) {
     const double coef = clip / (stats.grad_norm + 1e-6);
     if (coef < 1.0) stats.clip_scale = coef;
   }
   ++t_;
-  const kernels::AdamWParams base{static_cast<float>(lr),
-                                  static_cast<float>(optimizer_.beta1),
-                                  static_cast<float>(optimizer_.beta2),
-                                  static_cast<float>(optimizer_.eps),
-                                  0.0f,
-                                  static_cast<float>(stats.clip_scale / loss_scale),
-                                  t_};
+  const kernels::AdamWParams base = step_params(lr, stats.clip_scale / loss_scale, t_);
   Device& device = storage_->device();
   Stream& st = device.default_stream();
   const double t0 = monotonic_seconds();
   for (size_t u = 0; u < plan_.num_units(); ++u)
-    if (storage_->placement(u).optimizer != Tier::nvme) in_memory_->update(u, base);
+    if (storage_->placement(u).optimizer != Tier::nvme && !(any_updated && updated[u]))
+      in_memory_->update(u, base);
   st.synchronize();
   ActivityLog::global().record(Track::optimizer, "adamw", t0, monotonic_seconds());
   // Stage 3 on the CPU backend: the NVMe pipeline runs behind the next forward (below stage 3 the
   // updated parameters are all-gathered right after the step; on CUDA its copies would share the
   // training thread's stream).
-  nvme_->step(base, config_.stage == 3 && device.kind() == DeviceKind::cpu);
+  const bool behind_forward = config_.stage == 3 && device.kind() == DeviceKind::cpu;
+  nvme_->step(base, behind_forward, updated);
+  exposed += monotonic_seconds() - t0;
+  counters_.optimizer_exposed_s = exposed;
 
   // Make the update visible. Stage 0: every rank made the same update. Stages 1-2: each rank
   // updated its slice of the full parameters; gather every unit in place. Stage 3: the shard is
@@ -281,6 +321,76 @@ StoreStepStats PartitionStore::step(double lr, double clip, double loss_scale) {
   return stats;
 }
 
+kernels::AdamWParams PartitionStore::step_params(double lr, double grad_scale, int64_t t) const {
+  return kernels::AdamWParams{static_cast<float>(lr),
+                              static_cast<float>(optimizer_.beta1),
+                              static_cast<float>(optimizer_.beta2),
+                              static_cast<float>(optimizer_.eps),
+                              0.0f,
+                              static_cast<float>(grad_scale),
+                              t};
+}
+
+void PartitionStore::plan_step(double lr, double clip, double loss_scale, size_t micro_batches) {
+  TZ_CHECK(micro_batches > 0, "PartitionStore::plan_step: no micro-batches",
+           "pass the step's number of micro-batches (gradient_accumulation_steps)");
+  TZ_CHECK(!planned_.active, "PartitionStore::plan_step: a step is planned already",
+           "call step() before planning the next one");
+  // Only where the update cannot differ from the reference order's: it needs no coefficient
+  // from the global norm (no clipping, no loss scaling), and the shards are final once reduced.
+  if (config_.optimizer_overlap == OptimizerOverlap::off || clip > 0.0 || loss_scale != 1.0 ||
+      tie_or_replica_)
+    return;
+  planned_.active = true;
+  planned_.lr = lr;
+  planned_.clip = clip;
+  planned_.loss_scale = loss_scale;
+  planned_.micro_batches = micro_batches;
+  planned_.reduced.assign(plan_.num_units(), 0);
+  planned_.updated.assign(plan_.num_units(), 0);
+  // What step() computes with no clipping and no loss scale: a gradient scale of exactly 1.
+  planned_.base = step_params(lr, 1.0, t_ + 1);
+}
+
+void PartitionStore::on_reduced(size_t unit) {
+  if (!planned_.active || planned_.updated[unit]) return;
+  if (storage_->placement(unit).optimizer == Tier::device) return;  // updated at the step
+  // One reduction per micro-batch (with gradient sync on; deferred gradients are reduced once,
+  // at the step, and never count this far): the last one makes the shard final.
+  if (++planned_.reduced[unit] < planned_.micro_batches) return;
+  reducer_->copy_slice_to_host(unit);  // below stage 2: the owned slice to the host shard
+  if (!backward_->running()) {
+    // The NVMe pipeline's slots are the worker's from now on: the previous step's update behind
+    // this forward ends first (its units were all fetched by the forward already).
+    background_->join();
+  }
+  planned_.updated[unit] = 1;
+  backward_->push(unit);  // rethrows the worker's error
+}
+
+void PartitionStore::update_during_backward(size_t unit) {
+  const double t0 = monotonic_seconds();
+  if (storage_->placement(unit).optimizer == Tier::nvme)
+    nvme_->update_unit(unit, planned_.base);
+  else
+    in_memory_->update(unit, planned_.base);
+  ActivityLog::global().record(Track::optimizer, "adamw during backward", t0, monotonic_seconds(),
+                               0, static_cast<int64_t>(unit));
+}
+
+double PartitionStore::finish_backward_updates() {
+  return backward_->finish();
+}
+
+void PartitionStore::check_not_updating(const char* op, size_t unit) const {
+  TZ_CHECK(!planned_.active || !planned_.updated[unit],
+           std::string("PartitionStore::") + op + ": unit " + plan_.units()[unit].name +
+               " is used after its last gradient of the step, while its optimizer update runs "
+               "during the backward",
+           "finish each unit's gradient once per micro-batch and use it no more in that pass, or "
+           "set tierzero.optimizer_overlap to off");
+}
+
 void PartitionStore::load_unit(size_t unit, const float* host_values) {
   TZ_CHECK(host_values != nullptr || plan_.units()[unit].numel == 0,
            "PartitionStore::load_unit: null values for unit " + plan_.units()[unit].name, "");
@@ -291,6 +401,7 @@ void PartitionStore::load_unit(size_t unit, const float* host_values) {
 
 void PartitionStore::load_unit_from(size_t unit, const UnitValues& values) {
   check_unit("load_unit", unit);
+  backward_->finish();
   background_->join();
   nvme_->discard_staged_reads();  // they may hold the old master values
   TZ_CHECK(fetcher_->references(unit) == 0,
@@ -324,6 +435,7 @@ void PartitionStore::load_unit_from(size_t unit, const UnitValues& values) {
 
 void PartitionStore::read_unit(size_t unit, float* host_values) {
   check_unit("read_unit", unit);
+  backward_->finish();  // a unit updated during the backward is read once its update is done
   counters_.stall_s += background_->wait(unit, false);
   if (config_.stage < 3)
     storage_->read_full_params(unit, host_values);
@@ -355,6 +467,7 @@ std::vector<PartitionStore::StateBlock> PartitionStore::state_blocks() const {
 
 void PartitionStore::save_state(
     const std::function<void(const StateBlock&, const void* data)>& sink) {
+  backward_->finish();
   background_->join();  // every update published (and written to NVMe)
   for (const StateBlock& b : state_blocks()) {
     HostStaging host =

@@ -36,6 +36,14 @@ struct StepRecord {
   size_t reductions = 0;
   double reduction_s = 0.0;
   double reduction_exposed_s = 0.0;
+  // The optimizer step (FetchCounters): seconds of update work on the CPU worker during the
+  // backward (tierzero.optimizer_overlap), the part hidden under the backward, the seconds the
+  // step itself spent on the update (waiting for the worker, or updating), and the units the
+  // worker updated.
+  double optimizer_worker_s = 0.0;
+  double optimizer_overlapped_s = 0.0;
+  double optimizer_exposed_s = 0.0;
+  size_t optimizer_overlapped_units = 0;
 };
 
 struct TrainResult {

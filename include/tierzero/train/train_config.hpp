@@ -183,6 +183,11 @@ struct TrainConfig {
   // (streamed in by the update; stages 2-3), so no state needs host memory in proportion to the
   // model.
   std::string offload_gradients = "cpu";
+  // When the CPU optimizer (states on the host or NVMe) runs: "plain" updates each unit during
+  // the backward as soon as its gradient shard is final, on steps where that gives the reference
+  // order's result (no clipping, no fp16 loss scaling), else after the backward; "off" always
+  // after the backward (the reference order).
+  std::string optimizer_overlap = "plain";
   // Transformer blocks per partition-store unit (the granularity of gathers and reduce-scatters).
   int64_t blocks_per_unit = 1;
   // Keep only each transformer block's input and recompute the block in the backward: less

@@ -39,6 +39,7 @@
 
 #include "tierzero/comm/communicator.hpp"
 #include "tierzero/device/device_allocator.hpp"
+#include "tierzero/kernels/kernels.hpp"
 #include "tierzero/zero/partition.hpp"
 #include "tierzero/zero/placement.hpp"
 #include "tierzero/zero/store_config.hpp"
@@ -56,6 +57,7 @@ class GradientReducer;
 class GradientNorm;
 class InMemoryAdamW;
 class NvmeAdamW;
+class BackwardUpdate;
 
 // Not thread-safe: one thread (the training loop) makes every call, which also keeps the group's
 // collectives in the same order on every rank. At stage 3 the store may hold back gathers it has
@@ -106,6 +108,17 @@ class PartitionStore {
   // finite nothing is updated: with a loss scale other than 1 the step reports skipped (the
   // scale was too large), otherwise it throws Error. Gradients are left as they are.
   StoreStepStats step(double lr, double clip, double loss_scale = 1.0);
+
+  // Announces the step that ends this training pass, before its backward (after zero_grads):
+  // with StoreConfig::optimizer_overlap, each unit whose optimizer states live on the host or
+  // NVMe is then updated as soon as its gradient shard is final — its `micro_batches`-th
+  // reduction of the pass has landed — on a worker thread, while the backward of earlier units
+  // goes on. Only on a step whose result cannot differ from the reference order: no clipping
+  // (clip <= 0), no loss scaling (loss_scale 1), no tied or replicated groups; otherwise nothing
+  // changes. Every unit must finish its gradient once per micro-batch (grads_done) and not be
+  // acquired again in the pass after its last (an Error says so). step() must follow with the
+  // same lr, clip and loss scale. Not collective.
+  void plan_step(double lr, double clip, double loss_scale, size_t micro_batches);
 
   // Issues every gather held back so far (waiting for their shards as needed), so the caller may
   // issue its own collective on the group. Collective only in that it may issue gathers.
@@ -167,6 +180,26 @@ class PartitionStore {
 
  private:
   void check_unit(const char* op, size_t unit) const;
+  // A reduction of the unit's gradient landed (the reducer's hook): queues its update when it is
+  // the pass's last.
+  void on_reduced(size_t unit);
+  void update_during_backward(size_t unit);  // on the worker thread
+  // Waits for the worker and ends the planned step (any error is rethrown); returns the wait.
+  double finish_backward_updates();
+  void check_not_updating(const char* op, size_t unit) const;
+  kernels::AdamWParams step_params(double lr, double grad_scale, int64_t t) const;
+
+  // The step announced by plan_step, whose units are updated during the backward.
+  struct PlannedStep {
+    bool active = false;
+    double lr = 0.0, clip = 0.0, loss_scale = 1.0;
+    size_t micro_batches = 1;
+    std::vector<size_t> reduced;  // per unit: reductions landed in this pass
+    std::vector<char> updated;    // per unit: its update was queued
+    kernels::AdamWParams base;    // the step's AdamW constants (decay comes per tensor)
+  };
+  PlannedStep planned_;
+  bool tie_or_replica_ = false;  // tied or replicated groups of more than one rank
 
   StoreConfig config_;
   AdamWConfig optimizer_;
@@ -185,6 +218,8 @@ class PartitionStore {
   std::unique_ptr<GradientNorm> norm_;
   std::unique_ptr<InMemoryAdamW> in_memory_;
   std::unique_ptr<NvmeAdamW> nvme_;
+  // Last: destroyed first (its worker uses every part above).
+  std::unique_ptr<BackwardUpdate> backward_;
 };
 
 }  // namespace tierzero::zero

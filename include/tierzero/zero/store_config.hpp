@@ -27,6 +27,14 @@ struct AdamWConfig {
   double weight_decay = 0.1;  // applied to tensors marked decay (matrices), not biases or norms
 };
 
+// When the optimizer runs relative to the backward (tierzero.optimizer_overlap).
+enum class OptimizerOverlap {
+  off,    // after the backward, every unit in the step (the reference order)
+  plain,  // a unit whose states live on the host or NVMe is updated as soon as its gradient
+          // shard is final, during the backward, on steps where that cannot change the result
+          // (no gradient clipping, no loss scaling); other steps run in the reference order
+};
+
 struct StoreConfig {
   int stage = 3;  // 0, 1, 2 or 3 (zero_optimization.stage)
   // Units with fewer elements than this stay gathered at stage 3 once gathered (DeepSpeed's
@@ -72,6 +80,8 @@ struct StoreConfig {
   // one chunk's fp32 master, Adam m and v. The slots stay allocated; after a step they are filled
   // with the next step's first chunks, which load while the next forward and backward run.
   size_t optimizer_swap_buffers = 4;
+  // Whether the CPU optimizer overlaps the backward (PartitionStore::plan_step).
+  OptimizerOverlap optimizer_overlap = OptimizerOverlap::plain;
 };
 
 // The groups a store works with besides its partition group (all optional; null: none). Every
@@ -113,6 +123,14 @@ struct FetchCounters {
   double reduction_s = 0.0;
   double reduction_exposed_s = 0.0;
   double stall_s = 0.0;  // time acquire_params waited for reads and gathers
+  // The optimizer step (set by step()): seconds of update work on the CPU worker during the
+  // backward (optimizer_overlap), the part of it that ran before step() was called (hidden under
+  // the backward), the seconds step() spent on the update (waiting for the worker, or updating
+  // itself), and the units the worker updated.
+  double optimizer_worker_s = 0.0;
+  double optimizer_overlapped_s = 0.0;
+  double optimizer_exposed_s = 0.0;
+  size_t optimizer_overlapped_units = 0;
 };
 
 enum class PassKind { train, eval };
