@@ -30,7 +30,7 @@ if [ "$src" != "$PWD" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" &&
 
 # CUDA's libraries from this machine: the toolkit's, else the Python wheels'.
 dirs=""
-for lib in libcudart.so.13 libcublasLt.so.13 libcublas.so.13 libnccl.so.2 libcudnn.so.9; do
+for lib in libcudart.so.13 libcublasLt.so.13 libcublas.so.13 libnccl.so.2 libcudnn.so.9 libnvrtc.so.13; do
   f=$(find /usr/local/cuda*/ /usr/lib /opt /usr/local/lib/python3*/ -name "$lib" 2>/dev/null |
       head -1)
   [ -n "$f" ] && dirs="$dirs:$(dirname "$f")"

@@ -24,8 +24,17 @@ sed -i 's/cudaMemAdviseSetPreferredLocation, cudaCpuDeviceId)/cudaMemAdviseSetPr
   "$llmc/llmc/cuda_utils.cuh"
 # llm.c's Makefile looks for ./cudnn-frontend/include.
 ln -sfn "$frontend" "$llmc/cudnn-frontend"
+# NVML (libnvidia-ml) comes with the driver, which a machine without a GPU lacks: link against an
+# empty stand-in with the driver library's soname, so the GPU machine's own is loaded at run time.
+# The link line is llm.c's own plus NVRTC, which cudnn-frontend needs.
+ldflags="-lcublas -lcublasLt -lcudnn -lnvrtc -lnvidia-ml"
+if ! ldconfig -p | grep -q libnvidia-ml.so; then
+  stub=$(mktemp -d)
+  echo "" | cc -shared -fPIC -x c - -o "$stub/libnvidia-ml.so" -Wl,-soname,libnvidia-ml.so.1
+  ldflags="$ldflags -L$stub"
+fi
 make -C "$llmc" train_gpt2cu USE_CUDNN=1 NO_MULTI_GPU=1 NO_USE_MPI=1 PRECISION=BF16 \
-  GPU_COMPUTE_CAPABILITY="$sm"
+  GPU_COMPUTE_CAPABILITY="$sm" NVCC_LDFLAGS="$ldflags"
 cp "$llmc/train_gpt2cu" "$out/train_gpt2cu"
 git -C "$llmc" rev-parse HEAD >"$out/llmc_commit" 2>/dev/null || echo unknown >"$out/llmc_commit"
 ldd "$out/train_gpt2cu" | awk '{print $1}' | grep -E "cudnn|cublas|cudart|nvrtc" >"$out/needs" || true
