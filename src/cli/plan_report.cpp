@@ -215,6 +215,10 @@ std::unique_ptr<PlanSetup> prepare_plan(const PlanFlags& flags) {
   req.ulysses_wire_bytes = [s](size_t b, profile::RecomputeMode r) {
     return train::ulysses_wire_bytes(s->model, b, s->seq, train::recompute_of(r), s->world);
   };
+  TZ_CHECK(f.recompute.empty() || f.recompute == "none" || f.recompute == "selective" ||
+               f.recompute == "full",
+           "recompute '" + f.recompute + "' is not a recompute mode",
+           "use none, selective or full (or leave it out to search all three)");
   TZ_CHECK(f.recompute.empty() || !f.longest_seq,
            "--recompute and --longest-seq together: --longest-seq searches each mode already",
            "drop --recompute");

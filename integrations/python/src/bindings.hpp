@@ -2,7 +2,21 @@
 #pragma once
 #include <pybind11/pybind11.h>
 
+#include <type_traits>
+
+#include "cli/estimate_model.hpp"
+
 namespace tierzero::python {
+
+// `field` = settings[key] when the key is there and not None (the Python wrapper has already
+// refused unknown keys); a value of the wrong type raises pybind11's cast error.
+template <typename T>
+void read_setting(const pybind11::dict& settings, const char* key, T& field) {
+  if (settings.contains(key) && !settings[key].is_none()) field = settings[key].cast<T>();
+}
+// The model and world keys estimate() and plan() share (the commands' --model ... --sp flags).
+void read_model_and_world(const pybind11::dict& settings, cli::ModelFlags& model,
+                          cli::WorldFlags& world);
 
 void bind_errors(pybind11::module_& m);         // errors.cpp: tierzero.Error
 void bind_train(pybind11::module_& m);          // train_binding.cpp: train()

@@ -19,22 +19,8 @@ py::object estimate(const py::dict& kw) {
   cli::ModelFlags model;
   cli::WorldFlags world;
   cli::RunFlags run;
-  auto get = [&](const char* key, auto& field) {
-    using T = std::remove_reference_t<decltype(field)>;
-    if (kw.contains(key) && !kw[key].is_none()) field = kw[key].cast<T>();
-  };
-  get("model", model.model);
-  get("layers", model.layers);
-  get("heads", model.heads);
-  get("channels", model.channels);
-  get("vocab", model.vocab);
-  get("context", model.context);
-  get("ranks", world.ranks);
-  get("dp", world.dp);
-  get("tp", world.tp);
-  get("pp", world.pp);
-  get("sp", world.sp);
-  get("sequence_parallel", world.sequence_parallel);
+  read_model_and_world(kw, model, world);
+  const auto get = [&](const char* key, auto& field) { read_setting(kw, key, field); };
   get("config", run.config);
   get("stage", run.stage);
   get("offload_param", run.offload_param);
@@ -55,6 +41,22 @@ py::object estimate(const py::dict& kw) {
 }
 
 }  // namespace
+
+void read_model_and_world(const py::dict& kw, cli::ModelFlags& model, cli::WorldFlags& world) {
+  read_setting(kw, "model", model.model);
+  read_setting(kw, "hf_config", model.hf_config);
+  read_setting(kw, "layers", model.layers);
+  read_setting(kw, "heads", model.heads);
+  read_setting(kw, "channels", model.channels);
+  read_setting(kw, "vocab", model.vocab);
+  read_setting(kw, "context", model.context);
+  read_setting(kw, "ranks", world.ranks);
+  read_setting(kw, "dp", world.dp);
+  read_setting(kw, "tp", world.tp);
+  read_setting(kw, "pp", world.pp);
+  read_setting(kw, "sp", world.sp);
+  read_setting(kw, "sequence_parallel", world.sequence_parallel);
+}
 
 void bind_estimate(py::module_& m) {
   m.def("estimate", &estimate, py::arg("settings"),

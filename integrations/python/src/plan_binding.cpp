@@ -16,23 +16,8 @@ namespace {
 
 py::object plan(const py::dict& kw) {
   cli::PlanFlags f;
-  auto get = [&](const char* key, auto& field) {
-    using T = std::remove_reference_t<decltype(field)>;
-    if (kw.contains(key) && !kw[key].is_none()) field = kw[key].cast<T>();
-  };
-  get("model", f.model.model);
-  get("hf_config", f.model.hf_config);
-  get("layers", f.model.layers);
-  get("heads", f.model.heads);
-  get("channels", f.model.channels);
-  get("vocab", f.model.vocab);
-  get("context", f.model.context);
-  get("ranks", f.world.ranks);
-  get("dp", f.world.dp);
-  get("tp", f.world.tp);
-  get("pp", f.world.pp);
-  get("sp", f.world.sp);
-  get("sequence_parallel", f.world.sequence_parallel);
+  read_model_and_world(kw, f.model, f.world);
+  const auto get = [&](const char* key, auto& field) { read_setting(kw, key, field); };
   get("device_mem", f.device_mem);
   get("host_mem", f.host_mem);
   get("ranks_per_node", f.ranks_per_node);
@@ -44,6 +29,7 @@ py::object plan(const py::dict& kw) {
   get("calibration", f.calibration);
   get("device", f.device);
   get("threads", f.threads);
+  get("recompute", f.recompute);
   std::string text;
   {
     py::gil_scoped_release release;

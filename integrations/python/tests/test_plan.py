@@ -57,3 +57,14 @@ def test_plan_rejects_bad_settings():
                       device="cpu")
     with pytest.raises(TypeError, match="unknown settings"):
         tierzero.plan(device_mem=1 << 30, stage=3)
+
+
+def test_plan_searches_only_the_recompute_mode_asked_and_refuses_others():
+    settings = dict(model="gpt2", device_mem=2 << 30, host_mem=8 << 30, seq=256, global_batch=8,
+                    calibration=str(RATES), device="cpu")
+    for mode in ("none", "full"):
+        chosen = tierzero.plan(recompute=mode, **settings)["chosen"]
+        assert chosen["recompute"] == mode
+    with pytest.raises(tierzero.Error) as e:
+        tierzero.plan(recompute="some", **settings)
+    assert "recompute 'some' is not a recompute mode" in str(e.value)

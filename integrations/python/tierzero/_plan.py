@@ -6,7 +6,7 @@ from . import _tierzero
 _KEYS = {
     "model", "hf_config", "layers", "heads", "channels", "vocab", "context", "ranks", "dp", "tp",
     "pp", "sp", "sequence_parallel", "device_mem", "host_mem", "ranks_per_node", "nvme",
-    "nvme_path", "seq", "global_batch", "margin", "calibration", "device", "threads",
+    "nvme_path", "seq", "global_batch", "margin", "calibration", "device", "threads", "recompute",
 }
 
 
@@ -19,7 +19,8 @@ def plan(device_mem, **settings):
     device_mem, host_mem, nvme: bytes per rank. The other keywords mirror the command's flags:
     model ("gpt2", ...), hf_config, layers, heads, channels, vocab, context, ranks, dp, tp, pp, sp,
     sequence_parallel, ranks_per_node, nvme_path, seq, global_batch, margin, calibration (a rates
-    file: measuring takes seconds), device ("cpu", "cuda"), threads. Raises :class:`Error` when no
+    file: measuring takes seconds), device ("cpu", "cuda"), threads, recompute ("none",
+    "selective" or "full": search only that mode). Raises :class:`Error` when no
     configuration fits (its hint says what to give more of).
     """
     unknown = set(settings) - _KEYS
