@@ -5,13 +5,18 @@
 // adds), so the paths agree bit for bit. The bf16 copy is rounded in registers in the same pass,
 // which saves re-reading the 4-byte master param to produce the 2-byte working one.
 // Loads and stores are unaligned: callers pass any float pointer, and on aligned data the
-// unaligned instructions cost the same.
+// unaligned instructions cost the same. Each stream is prefetched 1 KiB ahead into L2: with two
+// cores the bandwidth one core reaches is limited by the misses it keeps in flight, and the
+// hardware prefetcher alone keeps fewer (about 5% faster on the Xeon VM of 2026-11-28, 64M
+// parameters; prefetching past an array's end cannot fault).
 // GCC 12 reports the AVX-512 intrinsics' deliberately undefined pass-through operands as
 // maybe-uninitialized (GCC bug 105593, fixed in 13); nothing in this file reads one.
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #include <immintrin.h>
+
+#include <cstdint>
 
 #include "adamw_paths.hpp"
 
@@ -43,6 +48,20 @@ __attribute__((target("avx512f,avx512bw"))) inline __m512i bf16_rne_avx512(__m51
   return _mm512_mask_blend_epi32(is_nan, rounded, quiet_nan);
 }
 
+// 1 KiB (256 floats) ahead of element i, in each of the four streams read. The address is
+// formed as an integer: past an array's end a pointer would be undefined, a prefetch is not.
+constexpr uintptr_t kPrefetchBytes = 1024;
+inline void prefetch_line(const float* p) {
+  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) + kPrefetchBytes),
+               _MM_HINT_T1);
+}
+inline void prefetch_ahead(const Streams& s, size_t i) {
+  prefetch_line(s.grad + i);
+  prefetch_line(s.m + i);
+  prefetch_line(s.v + i);
+  prefetch_line(s.param + i);
+}
+
 }  // namespace
 
 __attribute__((target("avx2"))) void update_range_avx2(const Streams& s, const Scalars& c,
@@ -59,6 +78,7 @@ __attribute__((target("avx2"))) void update_range_avx2(const Streams& s, const S
   constexpr size_t kLanes = 8;
   size_t i = begin;
   for (; i + kLanes <= end; i += kLanes) {
+    if (i % 16 == 0) prefetch_ahead(s, i);  // one 64-byte line per stream
     const __m256 g = _mm256_mul_ps(_mm256_loadu_ps(s.grad + i), grad_scale);
     const __m256 mi =
         _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(s.m + i)), _mm256_mul_ps(one_minus_b1, g));
@@ -98,6 +118,7 @@ __attribute__((target("avx512f,avx512bw"))) void update_range_avx512(const Strea
   // zeros, compute something harmless and are neither stored nor able to fault.
   for (size_t i = begin; i < end; i += kLanes) {
     const size_t left = end - i;
+    prefetch_ahead(s, i);
     const __mmask16 k =
         left >= kLanes ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
     const __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, s.grad + i), grad_scale);

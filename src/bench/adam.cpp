@@ -15,6 +15,11 @@
 // Steps and triads alternate (warm-up first) so that load from other processes falls on both;
 // each figure is the median. Afterwards a spread of elements is recomputed by the scalar path
 // from saved inputs and must match bit for bit, so a broken kernel cannot report a rate.
+//
+// The peer: PyTorch's fused CPU AdamW (adam_torch_peer.hpp) moves 28 bytes per parameter, so it
+// is compared with our update without the bf16 copy (adamw_update, also 28), which each round
+// runs too, on the same state, before the step with the copy. The peer's step runs in its own
+// process, between ours, with as many threads; its time is taken there around opt.step().
 #include "tierzero/bench/adam.hpp"
 
 #include <omp.h>
@@ -27,6 +32,8 @@
 #include <memory>
 #include <vector>
 
+#include "adam_torch_peer.hpp"
+#include "child_runs.hpp"
 #include "tierzero/bench/results.hpp"
 #include "tierzero/core/dtype.hpp"
 #include "tierzero/core/error.hpp"
@@ -42,11 +49,6 @@ namespace {
 constexpr double kAdamBytes = 30.0;   // per parameter, as counted above
 constexpr double kTriadBytes = 12.0;  // per element, as STREAM counts it
 constexpr float kTriadScalar = 3.0f;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // Thread t's elements [begin, end) of n: the AdamW kernel's split (kernels/cpu/adamw.cpp), one
 // contiguous block per thread cut at multiples of 16 elements.
@@ -139,11 +141,28 @@ BenchAdamResult bench_adam(const BenchAdamOptions& o) {
   }
 
   kernels::AdamWParams p{1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1};
-  std::vector<double> adam_s, triad_s;
+  std::unique_ptr<TempDir> peer_dir;
+  std::unique_ptr<TorchAdamWPeer> peer;
+  if (o.peer != "none") {
+    peer_dir = std::make_unique<TempDir>(bench_base_dir(""));
+    peer = std::make_unique<TorchAdamWPeer>(o.python, n, omp_get_max_threads(), p,
+                                            peer_dir->path() + "/torch_adamw.log");
+    TZ_CHECK(peer->available() || o.peer != "torch",
+             "bench adam: the torch peer cannot run: " + peer->why_not(),
+             "install PyTorch for " + o.python + " (pip install torch), or pass --peer auto|none");
+  }
+  const bool with_peer = peer != nullptr && peer->available();
+
+  std::vector<double> adam_s, fp32_s, triad_s, peer_s;
   for (int k = 0; k <= o.repeats; ++k) {  // k = 0 warms up and is not counted
     Timer tt;
     triad(a, b, c, n);
     const double t_triad = tt.seconds();
+    Timer tf;
+    kernels::cpu::adamw_update(param, m, v, grad, n, p);
+    const double t_fp32 = tf.seconds();
+    ++p.step;
+    const double t_peer = with_peer ? peer->step_seconds() : 0.0;
     Timer ta;
     kernels::cpu::adamw_update_with_copy(param, m, v, grad, out, n, p);
     const double t_adam = ta.seconds();
@@ -151,9 +170,12 @@ BenchAdamResult bench_adam(const BenchAdamOptions& o) {
     if (k > 0) {
       triad_s.push_back(t_triad);
       adam_s.push_back(t_adam);
+      fp32_s.push_back(t_fp32);
+      peer_s.push_back(t_peer);
     }
   }
-  const auto steps = static_cast<int64_t>(o.repeats) + 1;
+  const auto steps = 2 * (static_cast<int64_t>(o.repeats) + 1);  // each round: fp32, then copy
+  const bool peer_checked = !with_peer || peer->check();
 
   // Spot check: 4099 elements spread over the array, plus the ends of every thread's block, run
   // again through the scalar path from their initial state for the same steps.
@@ -174,7 +196,7 @@ BenchAdamResult bench_adam(const BenchAdamOptions& o) {
     AdamState s = initial(i);
     uint16_t copy = 0;
     kernels::AdamWParams q = p;
-    for (int64_t k = 0; k < steps; ++k) {
+    for (int64_t k = 0; k < steps; ++k) {  // even k: the fp32 step (its copy is overwritten)
       q.step = 1 + k;
       kernels::cpu::adamw_update_with_copy_on(kernels::cpu::CpuIsa::scalar, &s.param, &s.m, &s.v,
                                               &s.grad, &copy, 1, q);
@@ -210,11 +232,28 @@ BenchAdamResult bench_adam(const BenchAdamOptions& o) {
                "  counted as STREAM does (no write-allocate): with it triad moves 16 B/elem\n"
                "  (%.2f GB/s) and adamw 32 B/param (%.2f GB/s)\n",
                16.0 * nd / t_triad / 1e9, 32.0 * nd / t_adam / 1e9);
-  for (size_t r = 0; r < adam_s.size(); ++r)
-    std::fprintf(stderr, "  repeat %zu: triad %.2f ms, adamw %.2f ms\n", r + 1, triad_s[r] * 1e3,
-                 adam_s[r] * 1e3);
+  const double t_fp32 = median(fp32_s), t_peer = median(peer_s);
+  std::fprintf(stderr, "  %-40s %9.2f ms %9.2f\n", "adamw step, fp32 only (28 B/param)",
+               t_fp32 * 1e3, 28.0 * nd / t_fp32 / 1e9);
+  if (with_peer) {
+    std::fprintf(stderr, "  %-40s %9.2f ms %9.2f\n", "torch fused AdamW (28 B/param)", t_peer * 1e3,
+                 28.0 * nd / t_peer / 1e9);
+    std::fprintf(stderr, "  %-40s %9.3f (%s; goal >= 1.0)\n", "ratio torch time / ours (fp32)",
+                 t_peer / t_fp32, peer->version().c_str());
+  } else if (peer != nullptr) {
+    std::fprintf(stderr, "  torch fused AdamW: not measured (%s)\n", peer->why_not().c_str());
+  }
+  for (size_t r = 0; r < adam_s.size(); ++r) {
+    std::fprintf(stderr, "  repeat %zu: triad %.2f ms, adamw %.2f ms, fp32 %.2f ms", r + 1,
+                 triad_s[r] * 1e3, adam_s[r] * 1e3, fp32_s[r] * 1e3);
+    if (with_peer) std::fprintf(stderr, ", torch %.2f ms", peer_s[r] * 1e3);
+    std::fprintf(stderr, "\n");
+  }
   std::fprintf(stderr, "  check: %zu elements vs the scalar path, bitwise: %s\n", sample.size(),
                bad == 0 ? "ok" : "FAILED");
+  if (with_peer)
+    std::fprintf(stderr, "  check: torch's parameters finite and changed: %s\n",
+                 peer_checked ? "ok" : "FAILED");
   std::fflush(stderr);
   nlohmann::ordered_json j = bench_result("adam.cpu", round_to(adam_gbps, 3), "GB/s", "triad",
                                           round_to(triad_gbps, 3), ratio);
@@ -238,8 +277,25 @@ BenchAdamResult bench_adam(const BenchAdamOptions& o) {
   r.adam_gbps = adam_gbps;
   r.triad_gbps = triad_gbps;
   r.checked_elements = sample.size();
-  r.report.passed = bad == 0;
+  r.fp32_step_s = t_fp32;
+  r.report.passed = bad == 0 && peer_checked;
   r.report.emit(j);
+  if (with_peer) {
+    r.peer_step_s = t_peer;
+    r.peer = peer->version() + " fused AdamW";
+    nlohmann::ordered_json t =
+        bench_result("adam.cpu_vs_torch", round_to(nd / t_fp32 / 1e9, 4), "Gparam/s",
+                     "torch_fused_adamw", round_to(nd / t_peer / 1e9, 4), t_peer / t_fp32);
+    t["peer"] = r.peer;
+    t["isa"] = isa;
+    t["threads"] = omp_get_max_threads();
+    t["params"] = n;
+    t["step_ms"] = round_to(t_fp32 * 1e3, 2);
+    t["peer_step_ms"] = round_to(t_peer * 1e3, 2);
+    t["bytes_per_param"] = 28;
+    t["checked"] = bad == 0 && peer_checked;
+    r.report.emit(t);
+  }
   return r;
 }
 

@@ -56,6 +56,13 @@ void add_bench_adam_options(CLI::App& command, bench::BenchAdamOptions& o) {
   command.add_option("--repeats", o.repeats, "timed steps and triads; figures are medians")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
+  command
+      .add_option("--peer", o.peer,
+                  "PyTorch's fused CPU AdamW beside ours: auto (when python imports torch), "
+                  "torch (required), none")
+      ->check(CLI::IsMember({"auto", "torch", "none"}))
+      ->capture_default_str();
+  command.add_option("--python", o.python, "the Python that runs the peer")->capture_default_str();
 }
 
 void add_bench_comm_options(CLI::App& command, bench::BenchCommOptions& o) {
@@ -139,7 +146,8 @@ Command add_bench_command(CLI::App& app) {
   add_bench_comm_options(*c, *comm);
 
   auto adam = std::make_shared<bench::BenchAdamOptions>();
-  CLI::App* a = group->add_subcommand("adam", "CPU AdamW + bf16 copy vs. a STREAM triad");
+  CLI::App* a =
+      group->add_subcommand("adam", "CPU AdamW vs. a STREAM triad and PyTorch's fused AdamW");
   add_bench_adam_options(*a, *adam);
 
   std::function<int()> train_modes = add_bench_train_modes_commands(*group);

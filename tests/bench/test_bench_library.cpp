@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -11,6 +12,7 @@
 #include "tierzero/bench/crc.hpp"
 #include "tierzero/bench/io.hpp"
 #include "tierzero/bench/results.hpp"
+#include "tierzero/core/error.hpp"
 #include "tierzero/offload/crc32c.hpp"
 
 namespace tierzero::bench {
@@ -69,6 +71,7 @@ TEST(BenchLibrary, AdamUpdatesTheParamsAskedAndPassesItsCheck) {
   o.params = 100003;  // not a multiple of the threads' blocks
   o.threads = 2;
   o.repeats = 2;
+  o.peer = "none";
   const BenchAdamResult r = bench_adam(o);
   EXPECT_EQ(r.params, o.params);
   EXPECT_EQ(r.threads, 2);
@@ -91,6 +94,54 @@ TEST(BenchLibrary, AdamUpdatesTheParamsAskedAndPassesItsCheck) {
   EXPECT_EQ(j["checked"], true);
   EXPECT_EQ(j["value"], round_to(r.adam_gbps, 3));
   EXPECT_EQ(j["baseline_value"], round_to(r.triad_gbps, 3));
+}
+
+bool python_has_torch() {
+  return std::system("python3 -c 'import torch' > /dev/null 2>&1") == 0;
+}
+
+TEST(BenchLibrary, AdamMeasuresTorchFusedAdamWAtEqualBytes) {
+  if (!python_has_torch()) GTEST_SKIP() << "python3 cannot import torch (the peer)";
+  BenchAdamOptions o;
+  o.params = 100003;
+  o.threads = 2;
+  o.repeats = 2;
+  o.peer = "torch";
+  const BenchAdamResult r = bench_adam(o);
+  EXPECT_TRUE(r.report.passed);  // ours bitwise, torch's parameters finite and changed
+  EXPECT_TRUE(measured(r.fp32_step_s));
+  EXPECT_TRUE(measured(r.peer_step_s));
+  EXPECT_NE(r.peer.find("torch"), std::string::npos) << r.peer;
+  ASSERT_EQ(r.report.results.size(), 2u);
+  const nlohmann::ordered_json& j = r.report.results[1];
+  expect_common_fields(j, "adam.cpu_vs_torch");
+  EXPECT_EQ(j["bytes_per_param"], 28);
+  EXPECT_EQ(j["checked"], true);
+  EXPECT_EQ(j["value"], round_to(100003 / r.fp32_step_s / 1e9, 4));
+  EXPECT_EQ(j["baseline_value"], round_to(100003 / r.peer_step_s / 1e9, 4));
+  std::printf("ours fp32 %.3f ms, torch fused %.3f ms\n", r.fp32_step_s * 1e3, r.peer_step_s * 1e3);
+}
+
+TEST(BenchLibrary, AdamGoesOnWithoutAPeerThatCannotRunUnlessItWasRequired) {
+  BenchAdamOptions o;
+  o.params = 4099;
+  o.threads = 1;
+  o.repeats = 1;
+  o.python = "/bin/false";  // starts, then ends before saying it is ready
+  const BenchAdamResult r = bench_adam(o);
+  EXPECT_TRUE(r.report.passed);
+  EXPECT_EQ(r.report.results.size(), 1u);
+  EXPECT_TRUE(r.peer.empty());
+  o.peer = "torch";
+  o.python = "/nonexistent/python3";
+  try {
+    bench_adam(o);
+    ADD_FAILURE() << "a required peer that cannot start was not an error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("torch peer cannot run"), std::string::npos) << what;
+    EXPECT_NE(what.find("/nonexistent/python3"), std::string::npos) << what;
+  }
 }
 
 bool fio_on_path() {
