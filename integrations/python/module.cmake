@@ -17,6 +17,7 @@ function(tierzero_add_python_module tierzero_source)
     ${here}/src/files_binding.cpp
     ${here}/src/dlpack_view.cpp
     ${here}/src/in_place_adamw.cpp
+    ${here}/src/in_place_nvme_adamw.cpp
     ${here}/src/offload_adamw.cpp
     ${here}/src/offload_adamw_binding.cpp
     # What tierzero.estimate shares with `tierzero estimate` (the CLI's model and report builders).

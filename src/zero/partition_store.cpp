@@ -500,4 +500,8 @@ offload::HostPool* PartitionStore::host_pool() {
   return storage_->host_pool();
 }
 
+offload::SwapSpace* PartitionStore::nvme_swap() {
+  return storage_->swap();
+}
+
 }  // namespace tierzero::zero

@@ -42,6 +42,7 @@ class ShardStorage {
   StateArenas& arenas() { return *arenas_; }
   offload::HostPool* host_pool() { return host_pool_.get(); }
   offload::NvmeEngine* nvme() { return nvme_.get(); }
+  offload::SwapSpace* swap() { return swap_.get(); }
   // The stream host-to-device copies of offloaded shards run on, beside the compute on the
   // default stream (on the CPU backend: a worker thread), ordered by events.
   Stream& copy_stream();  // made on first use

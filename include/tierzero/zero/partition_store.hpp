@@ -46,7 +46,8 @@
 
 namespace tierzero::offload {
 class HostPool;
-}
+class SwapSpace;
+}  // namespace tierzero::offload
 
 namespace tierzero::zero {
 
@@ -177,6 +178,9 @@ class PartitionStore {
   size_t live_elems() const;
   // The pinned pool under the host budget (null when no state lives off the device).
   offload::HostPool* host_pool();
+  // The swap space on the NVMe engine (null when no state lives on NVMe), for a caller that keeps
+  // more state beside the store's on the same drive and bounce buffers (OffloadAdamW).
+  offload::SwapSpace* nvme_swap();
 
  private:
   void check_unit(const char* op, size_t unit) const;

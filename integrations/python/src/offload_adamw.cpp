@@ -93,8 +93,7 @@ OffloadAdamW::OffloadAdamW(const std::vector<size_t>& numels, const std::vector<
   for (size_t i = 0; i < numels.size(); ++i) {
     TZ_CHECK(numels[i] > 0, "OffloadAdamW: parameter " + std::to_string(i) + " is empty",
              "pass only parameters with elements");
-    // In place only where the moments live on the host: the NVMe path streams them in chunks.
-    if (in_place[i] && options.state == "host") {
+    if (in_place[i]) {
       in_place_index_[i] = in_place_tensor_.size();
       in_place_tensor_.push_back(i);
       in_place_numels.push_back(numels[i]);
@@ -123,7 +122,12 @@ OffloadAdamW::OffloadAdamW(const std::vector<size_t>& numels, const std::vector<
       own_pool_ = std::make_unique<offload::HostPool>(config.host_budget_bytes, device_.get());
       pool = own_pool_.get();
     }
-    in_place_ = std::make_unique<InPlaceAdamW>(in_place_numels, *pool);
+    if (options.state == "nvme")
+      in_place_nvme_ = std::make_unique<InPlaceNvmeAdamW>(
+          in_place_numels, *pool, store_ ? store_->nvme_swap() : nullptr, config.nvme,
+          config.placement.nvme_chunk_elems, config.optimizer_swap_buffers);
+    else
+      in_place_ = std::make_unique<InPlaceAdamW>(in_place_numels, *pool);
   }
   live_engines().insert(this);
 }
@@ -134,6 +138,7 @@ OffloadAdamW::~OffloadAdamW() {
 
 void OffloadAdamW::release() {
   released_ = true;
+  in_place_nvme_.reset();
   in_place_.reset();
   store_.reset();
   own_pool_.reset();
@@ -172,7 +177,7 @@ void OffloadAdamW::step(double lr, const std::vector<const float*>& grads,
     for (size_t u = 0; u < store_tensor_.size(); ++u)
       store_->read_unit(u, params[store_tensor_[u]]);
   }
-  if (in_place_) {
+  if (in_place_ || in_place_nvme_) {
     kernels::AdamWParams p{};
     p.lr = static_cast<float>(lr);
     p.beta1 = static_cast<float>(options_.beta1);
@@ -181,7 +186,16 @@ void OffloadAdamW::step(double lr, const std::vector<const float*>& grads,
     p.weight_decay = static_cast<float>(options_.weight_decay);
     p.grad_scale = 1.0f;
     p.step = steps_ + 1;
-    for (size_t k = 0; k < in_place_tensor_.size(); ++k) {
+    if (in_place_nvme_) {
+      std::vector<float*> own_params;       // (in-place tensors)
+      std::vector<const float*> own_grads;  // (in-place tensors)
+      for (size_t i : in_place_tensor_) {
+        own_params.push_back(params[i]);
+        own_grads.push_back(grads[i]);
+      }
+      in_place_nvme_->step(own_params, own_grads, p);
+    }
+    for (size_t k = 0; in_place_ && k < in_place_tensor_.size(); ++k) {
       const size_t i = in_place_tensor_[k];
       in_place_->update(k, params[i], grads[i], p);
     }
@@ -198,11 +212,17 @@ std::vector<OffloadAdamW::Block> OffloadAdamW::blocks() const {
     for (const auto& b : store_->state_blocks())
       out.push_back(
           Block{store_tensor_[b.unit], kind_name(b.kind), b.begin, b.elems, b.elem_bytes});
-  for (size_t k = 0; k < in_place_tensor_.size(); ++k) {
+  for (size_t k = 0; in_place_ && k < in_place_tensor_.size(); ++k) {
     const size_t i = in_place_tensor_[k];
     out.push_back(Block{i, "exp_avg", 0, numels_[i], sizeof(float)});
     out.push_back(Block{i, "exp_avg_sq", 0, numels_[i], sizeof(float)});
   }
+  if (in_place_nvme_)  // one pair per piece of a chunk
+    for (const InPlaceNvmeAdamW::Piece& piece : in_place_nvme_->pieces()) {
+      const size_t i = in_place_tensor_[piece.tensor];
+      out.push_back(Block{i, "exp_avg", piece.begin, piece.count, sizeof(float)});
+      out.push_back(Block{i, "exp_avg_sq", piece.begin, piece.count, sizeof(float)});
+    }
   return out;
 }
 
@@ -212,11 +232,17 @@ void OffloadAdamW::save_state(const std::function<void(const Block&, const void*
     store_->save_state([&](const zero::PartitionStore::StateBlock& b, const void* data) {
       sink(Block{store_tensor_[b.unit], kind_name(b.kind), b.begin, b.elems, b.elem_bytes}, data);
     });
-  for (size_t k = 0; k < in_place_tensor_.size(); ++k) {
+  for (size_t k = 0; in_place_ && k < in_place_tensor_.size(); ++k) {
     const size_t i = in_place_tensor_[k];
     sink(Block{i, "exp_avg", 0, numels_[i], sizeof(float)}, in_place_->exp_avg(k));
     sink(Block{i, "exp_avg_sq", 0, numels_[i], sizeof(float)}, in_place_->exp_avg_sq(k));
   }
+  if (in_place_nvme_)
+    in_place_nvme_->save([&](const InPlaceNvmeAdamW::Piece& piece, const float* m, const float* v) {
+      const size_t i = in_place_tensor_[piece.tensor];
+      sink(Block{i, "exp_avg", piece.begin, piece.count, sizeof(float)}, m);
+      sink(Block{i, "exp_avg_sq", piece.begin, piece.count, sizeof(float)}, v);
+    });
 }
 
 void OffloadAdamW::load_state(const std::function<void(const Block&, void*)>& source,
@@ -231,11 +257,17 @@ void OffloadAdamW::load_state(const std::function<void(const Block&, void*)>& so
                  data);
         },
         steps_taken);
-  for (size_t k = 0; k < in_place_tensor_.size(); ++k) {
+  for (size_t k = 0; in_place_ && k < in_place_tensor_.size(); ++k) {
     const size_t i = in_place_tensor_[k];
     source(Block{i, "exp_avg", 0, numels_[i], sizeof(float)}, in_place_->exp_avg(k));
     source(Block{i, "exp_avg_sq", 0, numels_[i], sizeof(float)}, in_place_->exp_avg_sq(k));
   }
+  if (in_place_nvme_)
+    in_place_nvme_->load([&](const InPlaceNvmeAdamW::Piece& piece, float* m, float* v) {
+      const size_t i = in_place_tensor_[piece.tensor];
+      source(Block{i, "exp_avg", piece.begin, piece.count, sizeof(float)}, m);
+      source(Block{i, "exp_avg_sq", piece.begin, piece.count, sizeof(float)}, v);
+    });
   steps_ = steps_taken;
 }
 

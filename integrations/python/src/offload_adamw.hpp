@@ -1,6 +1,7 @@
 // OffloadAdamW's engine, free of Python. Two paths, chosen per tensor at construction:
-// - in place (fp32 CPU parameters, states on the host tier): the parameter is its own master and
-//   the CPU kernel updates it where it lies, the moments in the pinned host pool (InPlaceAdamW);
+// - in place (fp32 CPU parameters): the parameter is its own master and the CPU kernel updates
+//   it where it lies, the moments in the pinned host pool (InPlaceAdamW) or streamed from and to
+//   NVMe through the pool's staging buffers (InPlaceNvmeAdamW);
 // - through the store: a one-rank partition store (the zero layer) holding the tensor's fp32
 //   master and moments in the pinned host pool under the hard budget or on NVMe (io_uring,
 //   checksummed extents), one store unit per tensor; the step copies the gradient in, runs the
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 #include "in_place_adamw.hpp"
+#include "in_place_nvme_adamw.hpp"
 #include "tierzero/comm/mpi_communicator.hpp"
 #include "tierzero/device/device.hpp"
 #include "tierzero/device/device_allocator.hpp"
@@ -35,8 +37,8 @@ struct OffloadAdamWOptions {
 class OffloadAdamW {
  public:
   // `numels`: each parameter tensor's element count, in the order of every later call;
-  // `in_place[i]`: tensor i is an fp32 CPU parameter that step() may update where it lies (used
-  // only with state "host"). Throws Error when the states do not fit the host budget (or the NVMe
+  // `in_place[i]`: tensor i is an fp32 CPU parameter that step() may update where it lies.
+  // Throws Error when the states do not fit the host budget (or the NVMe
   // path cannot be used).
   OffloadAdamW(const std::vector<size_t>& numels, const std::vector<bool>& in_place,
                const OffloadAdamWOptions& options);
@@ -74,9 +76,9 @@ class OffloadAdamW {
 
   std::vector<size_t> numels_;
   std::vector<size_t> store_index_;      // (size()) tensor -> store unit, or kNone
-  std::vector<size_t> in_place_index_;   // (size()) tensor -> InPlaceAdamW tensor, or kNone
+  std::vector<size_t> in_place_index_;   // (size()) tensor -> in-place tensor, or kNone
   std::vector<size_t> store_tensor_;     // store unit -> tensor
-  std::vector<size_t> in_place_tensor_;  // InPlaceAdamW tensor -> tensor
+  std::vector<size_t> in_place_tensor_;  // in-place tensor (InPlace[Nvme]AdamW) -> tensor
   OffloadAdamWOptions options_;
   int64_t steps_ = 0;
   bool released_ = false;
@@ -86,7 +88,8 @@ class OffloadAdamW {
   std::unique_ptr<DeviceAllocator> allocator_;
   std::unique_ptr<offload::HostPool> own_pool_;  // when no store unit brings a pool
   std::unique_ptr<zero::PartitionStore> store_;  // null when every tensor is in place
-  std::unique_ptr<InPlaceAdamW> in_place_;       // null when no tensor is
+  std::unique_ptr<InPlaceAdamW> in_place_;       // state "host": null when no tensor is in place
+  std::unique_ptr<InPlaceNvmeAdamW> in_place_nvme_;  // state "nvme": likewise
 };
 
 // MPI for the module's lifetime (the store's groups and the trainer need it), created at first use

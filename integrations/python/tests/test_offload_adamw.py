@@ -118,10 +118,12 @@ def test_parameters_of_another_dtype_and_missing_gradients():
     assert not torch.equal(model[0].weight, small_model()[0].weight.double())
 
 
-def test_fp32_cpu_parameters_are_updated_where_they_lie_beside_others(tmp_path):
-    """fp32 CPU tensors take the in-place path (their storage is updated, no master); a bf16 one
-    goes through the store's fp32 master; both follow torch.optim.AdamW, and a state_dict round
-    trip of the mix continues exactly."""
+@pytest.mark.parametrize("state", ["host", "nvme"])
+def test_fp32_cpu_parameters_are_updated_where_they_lie_beside_others(state, tmp_path):
+    """fp32 CPU tensors take the in-place path (their storage is updated, no master; on NVMe only
+    the moments are swapped); a bf16 one goes through the store's fp32 master; both follow
+    torch.optim.AdamW, and a state_dict round trip of the mix continues exactly. Chunks of 7000
+    elements cut the first tensor and hold the end of it and the whole second one."""
     g = torch.Generator().manual_seed(3)
     shapes = [(300, 200), (200,), (64, 64)]
 
@@ -137,7 +139,10 @@ def test_fp32_cpu_parameters_are_updated_where_they_lie_beside_others(tmp_path):
     ref_opt = torch.optim.AdamW(ref, **HYPER)
     ours = params()
     ours[2].data = ours[2].data.to(torch.bfloat16)  # through the store
-    opt = OffloadAdamW(ours, **HYPER, host_budget=64 << 20)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    kw = dict(HYPER, host_budget=64 << 20, state=state, nvme_chunk_elems=7000)
+    opt = OffloadAdamW(ours, **kw, nvme_path=str(tmp_path / "a"))
     assert [opt._engine.in_place(i) for i in range(3)] == [True, True, False]
     where = ours[0].data_ptr()
     for step in range(5):
@@ -152,7 +157,8 @@ def test_fp32_cpu_parameters_are_updated_where_they_lie_beside_others(tmp_path):
         print(f"in place vs torch after 5 steps: max abs error {err:.3e}")
         assert err < 1e-6
     assert (ref[2].detach() - ours[2].detach().float()).abs().max().item() < 2e-2  # bf16 rounding
-    assert opt.memory_report()["host"]["optimizer"] >= 2 * 4 * (300 * 200 + 200)
+    moments = opt.memory_report()["host" if state == "host" else "nvme"]["optimizer"]
+    assert moments >= 2 * 4 * (300 * 200 + 200)
 
     saved = opt.state_dict()
     values = [p.detach().clone() for p in ours]
@@ -160,7 +166,7 @@ def test_fp32_cpu_parameters_are_updated_where_they_lie_beside_others(tmp_path):
     after = [p.detach().clone() for p in ours]
     for p, v in zip(ours, values):
         p.data.copy_(v)
-    again = OffloadAdamW(ours, **HYPER, host_budget=64 << 20)
+    again = OffloadAdamW(ours, **kw, nvme_path=str(tmp_path / "b"))
     again.load_state_dict(saved)
     assert again.steps_taken == 5
     again.step()

@@ -45,8 +45,8 @@ class OffloadAdamW(torch.optim.Optimizer):
         if len(self.param_groups) != 1:
             raise ValueError("OffloadAdamW takes one parameter group")
         self._params = list(self.param_groups[0]["params"])
-        # fp32 CPU parameters are their own masters, updated where they lie (with state="host");
-        # the others (bf16, CUDA, ...) keep an fp32 master in the store.
+        # fp32 CPU parameters are their own masters, updated where they lie (only the moments are
+        # offloaded); the others (bf16, CUDA, ...) keep an fp32 master in the store.
         self._engine = _tierzero.OffloadAdamWEngine(
             [p.numel() for p in self._params], [_is_host_f32(p) for p in self._params],
             float(betas[0]), float(betas[1]), float(eps),
