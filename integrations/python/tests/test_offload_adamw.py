@@ -172,3 +172,26 @@ def test_fp32_cpu_parameters_are_updated_where_they_lie_beside_others(state, tmp
     again.step()
     for p, a in zip(ours, after):
         assert torch.equal(p.detach(), a)
+
+
+def test_nvme_in_place_without_a_gradient_and_with_too_small_a_budget(tmp_path):
+    """The in-place NVMe path takes a missing gradient as zeros (the parameter only decays, its
+    moments on the drive decay too), and a budget that cannot hold its staging and bounce buffers
+    is a clear error naming the host budget."""
+    model = small_model()
+    opt = OffloadAdamW(model.parameters(), **HYPER, state="nvme", nvme_path=str(tmp_path),
+                       host_budget=64 << 20, nvme_chunk_elems=1000)
+    assert all(opt._engine.in_place(i) for i in range(4))
+    x, y = batches(1)[0]
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    model[2].bias.grad = None
+    before = model[2].bias.detach().clone()
+    weight_before = model[0].weight.detach().clone()
+    opt.step()
+    assert torch.allclose(model[2].bias.detach(), before * (1 - 3e-3 * 0.1), atol=1e-7)
+    assert not torch.equal(model[0].weight.detach(), weight_before)
+    with pytest.raises(tierzero.Error) as info:
+        OffloadAdamW(small_model().parameters(), **HYPER, state="nvme", nvme_path=str(tmp_path),
+                     host_budget=1 << 20)
+    print("error:", info.value)
+    assert "host_budget" in info.value.hint
