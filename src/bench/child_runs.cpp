@@ -339,4 +339,24 @@ nlohmann::json read_memory_report(const std::string& path) {
   }
 }
 
+std::vector<nlohmann::json> read_result_lines(const std::string& log) {
+  std::ifstream in(log);
+  std::vector<nlohmann::json> out;
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty() && line[0] == '{') out.push_back(nlohmann::json::parse(line, nullptr, false));
+  return out;
+}
+
+double result_baseline(const std::vector<nlohmann::json>& lines, const std::string& bench,
+                       const std::string& log, const std::string& field) {
+  for (const nlohmann::json& j : lines)
+    if (j.is_object() && j.value("bench", "") == bench && j.contains(field) &&
+        j.at(field).is_number())
+      return j.at(field).get<double>();
+  TZ_THROW(
+      "the ceiling run printed no '" + bench + "' result with '" + field + "' (log " + log + ")",
+      "run the command in the log by hand");
+}
+
 }  // namespace tierzero::bench

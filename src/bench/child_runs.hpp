@@ -113,6 +113,13 @@ std::vector<StepMetrics> read_metrics(const std::string& path, int64_t steps);
 // The milliseconds of steps[warmup..], the steps a benchmark counts.
 std::vector<double> counted_ms(const std::vector<StepMetrics>& steps, int64_t warmup);
 
+// The JSON result lines (those starting with '{') a child benchmark printed to its log.
+std::vector<nlohmann::json> read_result_lines(const std::string& log);
+// The baseline_value of the line of `bench` among `lines`, or `field` of it when given; throws
+// Error naming the log when the child printed no such line.
+double result_baseline(const std::vector<nlohmann::json>& lines, const std::string& bench,
+                       const std::string& log, const std::string& field = "baseline_value");
+
 // A --memory-json report, parsed; throws Error when it is missing or not JSON.
 nlohmann::json read_memory_report(const std::string& path);
 

@@ -29,24 +29,6 @@ namespace tierzero::bench {
 
 namespace {
 
-// The JSON result lines (those starting with '{') a child printed to its log.
-std::vector<nlohmann::json> result_lines(const std::string& log) {
-  std::ifstream in(log);
-  std::vector<nlohmann::json> out;
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty() && line[0] == '{') out.push_back(nlohmann::json::parse(line, nullptr, false));
-  return out;
-}
-
-double baseline_of(const std::vector<nlohmann::json>& lines, const std::string& bench,
-                   const std::string& log) {
-  for (const nlohmann::json& j : lines)
-    if (j.is_object() && j.value("bench", "") == bench) return j.at("baseline_value").get<double>();
-  TZ_THROW("the ceiling run printed no '" + bench + "' result (log " + log + ")",
-           "run the command in the log by hand");
-}
-
 // The whole-model shape the run trains (train --model's rule on the default config), for its
 // FLOPs and bytes.
 nn::GPTConfig model_shape(const std::string& model) {
@@ -89,14 +71,15 @@ BenchReport bench_oversize(const BenchOversizeOptions& o) {
   const std::string io_log = dir.path() + "/io.log";
   run_child({exe, "bench", "io", "--size", "1GiB", "--dir", dir.path(), "--repeats", "1"}, env,
             io_log, o.timeout_s);
-  const std::vector<nlohmann::json> io = result_lines(io_log);
-  const double fio_write = baseline_of(io, "io.write", io_log) * 1e9;  // bytes/s
-  const double fio_read = baseline_of(io, "io.read", io_log) * 1e9;
+  const std::vector<nlohmann::json> io = read_result_lines(io_log);
+  const double fio_write = result_baseline(io, "io.write", io_log) * 1e9;  // bytes/s
+  const double fio_read = result_baseline(io, "io.read", io_log) * 1e9;
   const std::string gemm_log = dir.path() + "/gemm.log";
   run_child({exe, "bench", "train", "--model", "gpt2", "--steps", "1", "--batch", "1", "--seq",
              "64", "--threads", std::to_string(o.threads), "--device", o.device},
             env, gemm_log, o.timeout_s);
-  const double sgemm = baseline_of(result_lines(gemm_log), "train.step", gemm_log) * 1e9;  // FLOP/s
+  const double sgemm =
+      result_baseline(read_result_lines(gemm_log), "train.step", gemm_log) * 1e9;  // FLOP/s
 
   // The run's config: ZeRO-3, every state on NVMe, activation checkpointing.
   // Gathers, prefetch and buckets sized for a device budget of a few GiB (a GPT-2 XL block is

@@ -8,6 +8,7 @@
 #include "tierzero/bench/comm.hpp"
 #include "tierzero/bench/crc.hpp"
 #include "tierzero/bench/io.hpp"
+#include "tierzero/bench/offload.hpp"
 #include "tierzero/bench/oversize.hpp"
 #include "tierzero/bench/tokenize.hpp"
 #include "tierzero/bench/train_step.hpp"
@@ -114,6 +115,35 @@ std::function<int()> add_bench_oversize_command(CLI::App& parent) {
   return [o, c] { return c->parsed() ? bench::bench_oversize(*o).exit_code() : -1; };
 }
 
+std::function<int()> add_bench_offload_command(CLI::App& parent) {
+  auto o = std::make_shared<bench::BenchOffloadOptions>();
+  CLI::App* c = parent.add_subcommand(
+      "offload",
+      "`tierzero train` with offloaded states vs. its engines' floor (GEMM, copies, "
+      "CPU AdamW, NVMe) measured in the same run");
+  c->add_option("--mode", o->mode, "host (ZeRO-Offload) or nvme (ZeRO-Infinity)")
+      ->check(CLI::IsMember({"host", "nvme"}))
+      ->capture_default_str();
+  c->add_option("--model", o->model, "gpt2 ... gpt2-xl, or layers,heads,channels")
+      ->capture_default_str();
+  add_ranged_option(*c, "--seq", o->seq, "tokens per sequence", 1, 1 << 20);
+  add_ranged_option(*c, "--batch", o->batch, "micro-batch", 1, 1 << 20);
+  add_ranged_option(*c, "--steps", o->steps, "steps run (the first is not measured)", 2, 1000);
+  c->add_option("--host-mem", o->host_mem, "pinned host budget, e.g. 8GiB")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  c->add_option("--device-mem", o->device_mem, "device budget, e.g. 2GiB")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  add_ranged_option(*c, "--threads", o->threads, "OpenMP threads", 1, 4096);
+  c->add_option("--dir", o->dir, "directory for the NVMe swap, fio's file and the logs")
+      ->capture_default_str();
+  c->add_option("--device", o->device, "cpu or cuda")->capture_default_str();
+  c->add_option("--optimizer-overlap", o->overlap, "tierzero.optimizer_overlap of the run")
+      ->capture_default_str();
+  return [o, c] { return c->parsed() ? bench::bench_offload(*o).exit_code() : -1; };
+}
+
 std::function<int()> add_bench_tokenize_command(CLI::App& parent) {
   auto o = std::make_shared<bench::BenchTokenizeOptions>();
   CLI::App* c = parent.add_subcommand(
@@ -156,11 +186,12 @@ Command add_bench_command(CLI::App& app) {
   std::function<int()> ulysses = add_bench_ulysses_command(*group);
   std::function<int()> crc = add_bench_crc_command(*group);
   std::function<int()> oversize = add_bench_oversize_command(*group);
+  std::function<int()> offload = add_bench_offload_command(*group);
   std::function<int()> tokenize = add_bench_tokenize_command(*group);
   std::function<int()> activations = add_bench_activations_command(*group);
 
   return {group, [train, io, comm, adam, t, o, c, a, train_modes, tp, pp, ulysses, crc, oversize,
-                  tokenize, activations] {
+                  offload, tokenize, activations] {
             if (const int rc = activations(); rc >= 0) return rc;
             if (const int rc = train_modes(); rc >= 0) return rc;
             if (const int rc = crc(); rc >= 0) return rc;
@@ -168,6 +199,7 @@ Command add_bench_command(CLI::App& app) {
             if (const int rc = pp(); rc >= 0) return rc;
             if (const int rc = ulysses(); rc >= 0) return rc;
             if (const int rc = oversize(); rc >= 0) return rc;
+            if (const int rc = offload(); rc >= 0) return rc;
             if (const int rc = tokenize(); rc >= 0) return rc;
             if (t->parsed()) return bench::bench_train_step(*train).report.exit_code();
             if (o->parsed()) return bench::bench_io(*io).report.exit_code();
