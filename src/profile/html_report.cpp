@@ -325,6 +325,29 @@ void predicted_section(std::string& h, const Profile& p, const ProfileSummary& s
        "categories where both are 0 are left out</p>";
 }
 
+// The engines of the step by busy time, the busiest named as the bottleneck when it was busy for
+// most of the step; otherwise the step is bound by the waits between engines.
+void engines_table(std::string& h, const Profile& p, const ProfileSummary& s) {
+  const std::vector<EngineBusy> engines = engine_busy(p, s);
+  if (engines.empty() || !(s.mean_step_s > 0.0)) return;
+  h += "<h3 style='font-size:14px'>engines</h3><table><thead><tr><th class=l>engine</th>"
+       "<th>busy s per step</th><th>share of step</th></tr></thead><tbody>";
+  for (const EngineBusy& e : engines)
+    h += "<tr><td class=l>" + e.name + "</td><td>" + format_text("%.4f", e.busy_s) + "</td><td>" +
+         format_text("%.1f%%", 100.0 * std::min(e.busy_s, s.mean_step_s) / s.mean_step_s) +
+         "</td></tr>";
+  const double share = engines[0].busy_s / s.mean_step_s;
+  h += "</tbody></table><p class=note>";
+  if (share >= 0.8)
+    h += "bottleneck: <b>" + engines[0].name + "</b>, busy " + format_text("%.0f%%", 100 * share) +
+         " of the step; the others wait on it";
+  else
+    h += "no engine was busy for most of the step (the busiest, " + engines[0].name + ", " +
+         format_text("%.0f%%", 100 * share) +
+         "): the step is bound by the waits between them, not by one engine";
+  h += "</p>";
+}
+
 // Each activity's busy time (the union of its intervals: transfers on several threads or streams
 // at once count once) as a share of the step, so no share exceeds 100%; the summed time of all
 // its activities beside it. On one rank the collectives are local copies: no network traffic.
@@ -390,6 +413,7 @@ void activity_section(std::string& h, const Profile& p, const ProfileSummary& s)
         "</td></tr>";
   }
   h += "</tbody></table>";
+  engines_table(h, p, s);
 }
 
 void unaccounted_section(std::string& h, const Profile& p, const ProfileSummary& s) {

@@ -95,4 +95,27 @@ ProfileSummary summarize(const Profile& p) {
   return s;
 }
 
+std::vector<EngineBusy> engine_busy(const Profile& p, const ProfileSummary& s) {
+  const auto busy = [&](Track t) {
+    return t == Track::compute ? s.compute_s : s.track_per_step[static_cast<size_t>(t)].busy_s;
+  };
+  std::vector<EngineBusy> out;
+  if (device_is_host_memory(p.run)) {
+    out.push_back({"cpu (compute, copies, optimizer)",
+                   busy(Track::compute) + busy(Track::host_to_device) +
+                       busy(Track::device_to_host) + busy(Track::optimizer)});
+  } else {
+    out.push_back({"device compute", busy(Track::compute)});
+    out.push_back({"host -> device copies", busy(Track::host_to_device)});
+    out.push_back({"device -> host copies", busy(Track::device_to_host)});
+    out.push_back({"cpu optimizer", busy(Track::optimizer)});
+  }
+  out.push_back({"nvme (reads + writes)", busy(Track::nvme_read) + busy(Track::nvme_write)});
+  if (p.run.ranks > 1) out.push_back({"network (collectives)", busy(Track::collective)});
+  std::erase_if(out, [](const EngineBusy& e) { return !(e.busy_s > 0.0); });
+  std::stable_sort(out.begin(), out.end(),
+                   [](const EngineBusy& a, const EngineBusy& b) { return a.busy_s > b.busy_s; });
+  return out;
+}
+
 }  // namespace tierzero::profile

@@ -17,6 +17,7 @@
 #include "synthetic_profile.hpp"
 #include "tierzero/profile/html_report.hpp"
 #include "tierzero/profile/profile_json.hpp"
+#include "tierzero/profile/profile_summary.hpp"
 
 #ifdef TZ_TEST_HAVE_PNG
 #include <png.h>
@@ -224,4 +225,40 @@ TEST(HtmlReport, EmptyAndOddProfilesRenderWithoutErrors) {
     EXPECT_EQ(body_tag.find("data-error"), std::string::npos) << body_tag;
     EXPECT_EQ(dom.find("<b>not markup</b>"), std::string::npos);
   }
+}
+
+TEST(HtmlReport, NamesTheBusiestEngineAsTheBottleneck) {
+  Profile p;
+  p.run.device = "cuda:0";
+  p.run.ranks = 1;
+  ProfileSummary s;
+  s.mean_step_s = 1.0;
+  s.compute_s = 0.3;
+  s.track_per_step[static_cast<size_t>(Track::host_to_device)].busy_s = 0.2;
+  s.track_per_step[static_cast<size_t>(Track::nvme_read)].busy_s = 0.5;
+  s.track_per_step[static_cast<size_t>(Track::nvme_write)].busy_s = 0.4;
+  s.track_per_step[static_cast<size_t>(Track::collective)].busy_s = 0.95;  // one rank: copies
+  std::vector<EngineBusy> e = engine_busy(p, s);
+  ASSERT_EQ(e.size(), 3u);  // idle engines and one rank's "network" left out
+  EXPECT_EQ(e[0].name, "nvme (reads + writes)");
+  EXPECT_DOUBLE_EQ(e[0].busy_s, 0.9);
+  EXPECT_EQ(e[1].name, "device compute");
+  EXPECT_EQ(e[2].name, "host -> device copies");
+  p.run.ranks = 2;
+  EXPECT_EQ(engine_busy(p, s)[0].name, "network (collectives)");
+  // On the CPU backend compute and copies share the cores: one engine.
+  p.run.device = "cpu";
+  p.run.ranks = 1;
+  s.track_per_step[static_cast<size_t>(Track::optimizer)].busy_s = 0.7;
+  e = engine_busy(p, s);
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_EQ(e[0].name, "cpu (compute, copies, optimizer)");
+  EXPECT_DOUBLE_EQ(e[0].busy_s, 1.2);
+
+  Profile run = synthetic::synthetic_profile(4, 3, false);
+  const std::string html = render_html_report(run);
+  EXPECT_NE(html.find("<h3 style='font-size:14px'>engines</h3>"), std::string::npos);
+  const bool named = html.find("bottleneck: <b>") != std::string::npos ||
+                     html.find("no engine was busy for most of the step") != std::string::npos;
+  EXPECT_TRUE(named);
 }

@@ -7,6 +7,8 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "tierzero/profile/profile.hpp"
 
@@ -53,5 +55,17 @@ struct ProfileSummary {
 
 bool device_is_host_memory(const RunInfo& run);  // the CPU backend: "device" bytes are in RAM
 ProfileSummary summarize(const Profile& p);
+
+// The engines a step keeps busy, with their busy time per steady step: the compute device, the
+// copy link each way, the CPU optimizer, the NVMe drive (reads and writes share it: their busy
+// times add) and the network (left out on one rank, whose collectives are local copies). On the
+// CPU backend compute, copies and the optimizer run on the same cores and memory, so they are one
+// engine, "cpu", whose busy time is theirs added. Engines that did nothing are left out; the
+// busiest comes first (it bounds the step when its busy time is near the step's).
+struct EngineBusy {
+  std::string name;
+  double busy_s = 0.0;
+};
+std::vector<EngineBusy> engine_busy(const Profile& p, const ProfileSummary& s);
 
 }  // namespace tierzero::profile
