@@ -11,6 +11,43 @@
 
 namespace tierzero::cli {
 
+namespace {
+
+// One block's products on a rank, forward and backward, for one sequence: tensor parallelism
+// splits each product's output (column-parallel) or input (row-parallel) features, sequence
+// parallelism the tokens. Returns FLOP/s: 2 N IC OC per forward product, twice that backward.
+template <class MakeBuffer>
+double block_gemm_rate(Device& device, const nn::GPTConfig& model, size_t seq,
+                       const profile::WorldLayout& world, int threads, MakeBuffer& buffer) {
+  const size_t C = model.channels;
+  const auto tp = static_cast<size_t>(std::max(1, world.tp));
+  const size_t N = std::max<size_t>(1, seq / static_cast<size_t>(std::max(1, world.sp)));
+  struct Product {
+    size_t ic, oc;
+  };
+  const Product products[] = {{C, 3 * C / tp}, {C / tp, C}, {C, 4 * C / tp}, {4 * C / tp, C}};
+  Stream& s = device.default_stream();
+  kernels::Kernels& k = device.kernels();
+  double seconds = 0.0, flops = 0.0;
+  for (const Product& p : products) {
+    const size_t ic = std::max<size_t>(p.ic, 1), oc = std::max<size_t>(p.oc, 1);
+    DeviceBuffer inp = buffer(N * ic, "plan gemm inp");    // (N, IC)
+    DeviceBuffer w = buffer(oc * ic, "plan gemm weight");  // (OC, IC)
+    DeviceBuffer out = buffer(N * oc, "plan gemm out");    // (N, OC)
+    DeviceBuffer dinp = buffer(N * ic, "plan gemm dinp");  // (N, IC)
+    DeviceBuffer dw = buffer(oc * ic, "plan gemm dw");     // (OC, IC)
+    seconds += profile::compute_seconds(3, threads, [&] {
+      k.matmul_forward(out.f32(), inp.f32(), w.f32(), nullptr, N, ic, oc);
+      k.matmul_backward(dinp.f32(), dw.f32(), nullptr, out.f32(), inp.f32(), w.f32(), N, ic, oc);
+      s.synchronize();
+    });
+    flops += 6.0 * static_cast<double>(N) * static_cast<double>(ic) * static_cast<double>(oc);
+  }
+  return seconds > 0.0 ? flops / seconds : 0.0;
+}
+
+}  // namespace
+
 LayerKernelTimes measure_layer_kernels(Device& device, const nn::GPTConfig& model, size_t seq,
                                        const profile::WorldLayout& world) {
   LayerKernelTimes t;
@@ -68,6 +105,7 @@ LayerKernelTimes measure_layer_kernels(Device& device, const nn::GPTConfig& mode
       s.synchronize();
     });
   }
+  t.block_gemm_flops_per_s = block_gemm_rate(device, model, seq, world, threads, buffer);
   return t;
 }
 

@@ -1,7 +1,10 @@
 // The planner's time for the kernels outside the GEMMs: a GPT step also runs attention (its T^2
 // score work is not in the 6 FLOPs per parameter per token) and the GELU of every MLP element,
 // which on a CPU take a quarter of a small model's step. `tierzero plan` times both once on the
-// device at the rank's shapes (one sequence) and scales them to each candidate's micro-batch.
+// device at the rank's shapes (one sequence) and scales them to each candidate's micro-batch. It
+// also times one block's four products (qkv, attention projection, MLP up and down; forward and
+// backward) at those shapes: the GEMM rate they reach, which on a CPU core can be far below a
+// large square product's, is the rate the plan's GEMM time is taken at.
 #pragma once
 
 #include <cstddef>
@@ -20,6 +23,8 @@ struct LayerKernelTimes {
   double gelu_forward_s = 0.0;
   double gelu_backward_s = 0.0;
   size_t layers = 0;  // on this rank: ceil(L / pp)
+  // FLOP/s of one block's products (forward and backward) for one sequence on this rank.
+  double block_gemm_flops_per_s = 0.0;
 };
 
 // Times the kernels on `device` (best of a few runs, as on an idle machine: see

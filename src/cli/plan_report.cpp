@@ -253,6 +253,12 @@ nlohmann::json plan_report(PlanSetup& s) {
     std::error_code ec;  // what the measurement created goes; a directory that was there stays
     if (!created.empty()) std::filesystem::remove_all(created, ec);
     s.layer = measure_layer_kernels(*dev, s.model, s.seq, s.world);
+    // The plan's GEMM time at the rate its own products reach (one sequence: the smallest
+    // micro-batch's), not a large square product's.
+    if (s.layer.block_gemm_flops_per_s > 0.0) {
+      req.rates.gemm_gflops = s.layer.block_gemm_flops_per_s / 1e9;
+      req.rates.source += ", GEMM at the block's shapes";
+    }
     req.other_kernel_seconds = [&s](size_t b, profile::RecomputeMode r) {
       return other_kernel_seconds(s.layer, b, r);
     };
@@ -287,6 +293,7 @@ nlohmann::json plan_report(PlanSetup& s) {
                     {"gelu_forward_s", s.layer.gelu_forward_s},
                     {"gelu_backward_s", s.layer.gelu_backward_s},
                     {"layers", s.layer.layers},
+                    {"block_gemm_gflops", s.layer.block_gemm_flops_per_s / 1e9},
                     {"threads", kernels::cpu::threads()}};
   j["considered"] = result.considered;
   j["fitting"] = result.fitting;
