@@ -280,6 +280,7 @@ StoreStepStats PartitionStore::step(double lr, double clip, double loss_scale) {
       std::any_of(updated.begin(), updated.end(), [](char c) { return c != 0; });
   if (!finite && loss_scale != 1.0) {
     stats.skipped = true;  // every rank sees the same norm, so every rank skips
+    counters_.optimizer_exposed_s = exposed;
     return stats;
   }
   if (!std::isfinite(stats.grad_norm))
