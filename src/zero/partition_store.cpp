@@ -239,8 +239,9 @@ StoreStepStats PartitionStore::step(double lr, double clip, double loss_scale) {
              "release every unit and call grads_done before the optimizer step");
   reducer_->finish_all();  // the last units' updates are queued as their reductions land
   fetcher_->end_training_pass();
-  std::vector<char> updated = planned_.updated;    // (units) updated during the backward
-  reducer_->copy_slices_to_host(planned_.handed);  // the handed units' slices are copied already
+  std::vector<char> updated = planned_.updated;      // (units) updated during the backward
+  const std::vector<char> handed = planned_.handed;  // (units) queued on the worker
+  reducer_->copy_slices_to_host(handed);             // the handed units' slices are copied already
   norm_->sum_tied_gradients();
   norm_->sync_replicated_gradients();
 
@@ -273,7 +274,7 @@ StoreStepStats PartitionStore::step(double lr, double clip, double loss_scale) {
   if (speculative) {
     const double s0 = monotonic_seconds();
     counters_.optimizer_redone_units =
-        settle_speculation(updated, speculated, lr, stats.clip_scale / loss_scale, finite);
+        settle_speculation(updated, handed, speculated, lr, stats.clip_scale / loss_scale, finite);
     exposed += monotonic_seconds() - s0;  // the restores, when clipping bound
   }
   const bool any_updated =
@@ -376,6 +377,7 @@ void PartitionStore::plan_step(double lr, double clip, double loss_scale, size_t
 }
 
 size_t PartitionStore::settle_speculation(std::vector<char>& updated,
+                                          const std::vector<char>& handed,
                                           const kernels::AdamWParams& speculated, double lr,
                                           double scale, bool finite) {
   // The update the step makes now, compared field by field with the one the worker made: equal
@@ -389,9 +391,11 @@ size_t PartitionStore::settle_speculation(std::vector<char>& updated,
   if (!kept) {
     const double t0 = monotonic_seconds();
     for (size_t u = 0; u < plan_.num_units(); ++u) {
+      // The gathered copy is stale, and a read-ahead of the shard must not race the write. Every
+      // handed unit, on every rank alike (whether this rank's backup had room or not), since a
+      // drop may issue a held-back gather.
+      if (config_.stage == 3 && handed[u]) fetcher_->drop(u);
       if (!updated[u]) continue;
-      // The gathered copy is stale, and a read-ahead of the shard must not race the write.
-      if (config_.stage == 3) fetcher_->drop(u);
       backups_->restore(u);
       updated[u] = 0;  // the step updates it in the reference order (or skips it)
       ++undone;

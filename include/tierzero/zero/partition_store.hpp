@@ -214,10 +214,11 @@ class PartitionStore {
     kernels::AdamWParams base;  // the step's AdamW constants (decay comes per tensor)
   };
   // Keeps or undoes the speculative updates of the step (`updated`, cleared for the units
-  // undone) now that its gradient scale is known: `scale` (clip coefficient / loss scale) or
-  // not finite. Returns the units undone.
-  size_t settle_speculation(std::vector<char>& updated, const kernels::AdamWParams& speculated,
-                            double lr, double scale, bool finite);
+  // undone; `handed`: the units queued on the worker) now that its gradient scale is known:
+  // `scale` (clip coefficient / loss scale) or not finite. Returns the units undone.
+  size_t settle_speculation(std::vector<char>& updated, const std::vector<char>& handed,
+                            const kernels::AdamWParams& speculated, double lr, double scale,
+                            bool finite);
   PlannedStep planned_;
   bool tie_or_replica_ = false;  // tied or replicated groups of more than one rank
 
