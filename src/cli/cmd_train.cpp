@@ -41,7 +41,7 @@ struct TrainFlags {
   std::vector<int64_t> pipeline_stages;
   std::string model;              // a preset or "layers,heads,channels"; empty: from the config
   std::string offload_grads;      // cpu or nvme; empty: from the config
-  std::string optimizer_overlap;  // off or plain; empty: from the config
+  std::string optimizer_overlap;  // off, plain or speculative; empty: from the config
   int64_t stage = -1;             // zero_optimization.stage; -1: from the config
   double lr = -1.0;               // optimizer.params.lr; < 0: from the config
   int64_t micro_batch = 0;        // train_micro_batch_size_per_gpu; 0: from the config
@@ -140,8 +140,11 @@ void add_training_only(CLI::App* sub, TrainFlags& f) {
   sub->add_option("--optimizer-overlap", f.optimizer_overlap,
                   "plain (the default): the CPU optimizer updates each unit during the backward "
                   "once its gradient shard is final, on steps without clipping or fp16 loss "
-                  "scaling; off: after the backward (tierzero.optimizer_overlap)")
-      ->check(CLI::IsMember({"off", "plain"}));
+                  "scaling (with them: only the unit's share of the gradient norm); speculative: "
+                  "on those steps too, as if clipping did not bind, undone and redone at the step "
+                  "when it does (or fp16 overflows); off: after the backward "
+                  "(tierzero.optimizer_overlap)")
+      ->check(CLI::IsMember({"off", "plain", "speculative"}));
   sub->add_option("--save-dir", f.save_dir,
                   "write training checkpoints (every rank its shards) under this directory");
   sub->add_option("--save-every", f.save_every,

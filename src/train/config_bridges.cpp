@@ -62,8 +62,9 @@ zero::StoreConfig store_config_from(const TrainConfig& c) {
   s.overlap_comm = c.zero.overlap_comm;
   s.allgather_bucket_elems = std::max<size_t>(elems(c.zero.allgather_bucket_size), 1);
   s.reduce_dtype = dtype_from_name(c.communication_data_type);
-  s.optimizer_overlap =
-      c.optimizer_overlap == "off" ? zero::OptimizerOverlap::off : zero::OptimizerOverlap::plain;
+  s.optimizer_overlap = c.optimizer_overlap == "off"           ? zero::OptimizerOverlap::off
+                        : c.optimizer_overlap == "speculative" ? zero::OptimizerOverlap::speculative
+                                                               : zero::OptimizerOverlap::plain;
   const OffloadConfig& op = c.zero.offload_param;
   const OffloadConfig& oo = c.zero.offload_optimizer;
   s.placement = placement_from_config(c);

@@ -31,6 +31,8 @@ nlohmann::ordered_json step_metrics_json(const StepRecord& r, const nn::TensorPa
   line["opt_overlapped_ms"] = r.optimizer_overlapped_s * 1e3;
   line["opt_exposed_ms"] = r.optimizer_exposed_s * 1e3;
   line["opt_overlapped_units"] = r.optimizer_overlapped_units;
+  line["opt_redone_units"] = r.optimizer_redone_units;
+  line["opt_unbacked_units"] = r.optimizer_unbacked_units;
   return line;
 }
 

@@ -19,6 +19,8 @@ void record_fetch_counters(StepRecord& r, const zero::FetchCounters& fc, bool st
   r.optimizer_overlapped_s = fc.optimizer_overlapped_s;
   r.optimizer_exposed_s = fc.optimizer_exposed_s;
   r.optimizer_overlapped_units = fc.optimizer_overlapped_units;
+  r.optimizer_redone_units = fc.optimizer_redone_units;
+  r.optimizer_unbacked_units = fc.optimizer_unbacked_units;
 }
 
 profile::StepCounters profile_step_counters(const StepRecord& r, size_t tokens) {

@@ -448,7 +448,8 @@ void read_tierzero(ConfigReader r, TrainConfig& c) {
       r.get_number("host_memory_budget_gb", c.host_memory_budget_gb, 0.0, 1.0e6);
   c.blocks_per_unit = r.get_int("blocks_per_unit", c.blocks_per_unit, 1, 1 << 20);
   c.offload_gradients = r.get_string("offload_gradients", c.offload_gradients, {"cpu", "nvme"});
-  c.optimizer_overlap = r.get_string("optimizer_overlap", c.optimizer_overlap, {"off", "plain"});
+  c.optimizer_overlap =
+      r.get_string("optimizer_overlap", c.optimizer_overlap, {"off", "plain", "speculative"});
   c.tensor_parallel = r.get_int("tensor_parallel", c.tensor_parallel, 1, 4096);
   c.sequence_parallel = r.get_bool("sequence_parallel", c.sequence_parallel);
   c.ulysses_parallel = r.get_int("ulysses_parallel", c.ulysses_parallel, 1, 4096);

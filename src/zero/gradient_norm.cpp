@@ -250,7 +250,18 @@ void GradientNorm::sync_replicated_gradients() {
                                monotonic_seconds(), total * sizeof(float), -1);
 }
 
-double GradientNorm::local_sum_squares() {
+double GradientNorm::unit_sum_squares(size_t unit) {
+  TZ_CHECK((groups_.tie == nullptr || groups_.tie->size() == 1) &&
+               (groups_.replica == nullptr || groups_.replica->size() == 1),
+           "GradientNorm::unit_sum_squares: unit " + storage_.plan().units()[unit].name +
+               " belongs to a model with tied or replicated groups across ranks",
+           "those gradients are final only at the step: take the norm there");
+  if (storage_.placement(unit).grad == Tier::nvme) return nvme_sum_squares(unit, false);
+  kernels::Kernels& k = storage_.kernels_for(storage_.placement(unit).grad);
+  return k.sum_squares(storage_.grad_shard_ptr(unit), storage_.plan().partition(unit).shard_numel);
+}
+
+double GradientNorm::local_sum_squares(const std::vector<std::optional<double>>& known) {
   // At stage 0 every rank owns (and holds) the whole mean gradient; at stage 1 every rank holds
   // it but owns only its shard.
   const PartitionPlan& plan = storage_.plan();
@@ -260,6 +271,12 @@ double GradientNorm::local_sum_squares() {
   for (size_t u = 0; u < plan.num_units(); ++u) {
     const UnitSpec& spec = plan.units()[u];
     if (skip_tied && spec.tied) continue;
+    // Taken by unit_sum_squares when the shard became final: the same value this loop would
+    // add now (the same kernel call on the same final shard), added at the same place.
+    if (u < known.size() && known[u].has_value()) {
+      local += *known[u];
+      continue;
+    }
     const size_t n = plan.partition(u).shard_numel;
     if (storage_.placement(u).grad == Tier::nvme) {
       local += nvme_sum_squares(u, skip_replicated);
@@ -296,8 +313,8 @@ double GradientNorm::nvme_sum_squares(size_t unit, bool skip_replicated) {
   return sum;
 }
 
-double GradientNorm::global_sum_squares() {
-  double total = local_sum_squares();
+double GradientNorm::global_sum_squares(const std::vector<std::optional<double>>& known) {
+  double total = local_sum_squares(known);
   if (stage_ > 0) {
     // Also on one rank: the (hi, lo) round trip is part of the value every stage > 0 clips with.
     flush_collectives_();  // collectives go out in the same order on every rank

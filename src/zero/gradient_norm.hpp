@@ -11,6 +11,8 @@
 #pragma once
 
 #include <functional>
+#include <optional>
+#include <vector>
 
 #include "shard_storage.hpp"
 #include "tierzero/comm/communicator.hpp"
@@ -32,11 +34,17 @@ class GradientNorm {
   // (collective over the replica group; nothing without one).
   void sync_replicated_gradients();
   // The sum of squares of the whole model's averaged gradient, the same on every rank (collective
-  // over the partition group from stage 1, and over every model-parallel group).
-  double global_sum_squares();
+  // over the partition group from stage 1, and over every model-parallel group). `known` (per
+  // unit, or empty): a unit's unit_sum_squares() taken earlier, when its shard became final, is
+  // added in its place in unit order instead of reading the shard again — bitwise the same sum.
+  double global_sum_squares(const std::vector<std::optional<double>>& known = {});
+  // This rank's share of the unit's sum of squares, exactly as global_sum_squares adds it. Only
+  // without tied or replicated groups of more than one rank (whose units are summed differently);
+  // reads the shard only, so it may run beside the training thread once the shard is final.
+  double unit_sum_squares(size_t unit);
 
  private:
-  double local_sum_squares();  // what this rank owns and counts
+  double local_sum_squares(const std::vector<std::optional<double>>& known);
   // A gradient shard on NVMe, streamed chunk by chunk; without the replicated tensors' segments
   // when `skip_replicated`.
   double nvme_sum_squares(size_t unit, bool skip_replicated);

@@ -18,6 +18,7 @@
 #include "gradient_reducer.hpp"
 #include "nvme_adamw.hpp"
 #include "shard_storage.hpp"
+#include "speculative_backup.hpp"
 #include "tierzero/core/activity_log.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/log.hpp"
@@ -108,6 +109,7 @@ PartitionStore::PartitionStore(std::vector<UnitSpec> units, const StoreConfig& c
   norm_ = std::make_unique<GradientNorm>(config_.stage, *storage_, group_, groups, flush);
   in_memory_ = std::make_unique<InMemoryAdamW>(*storage_, optimizer_);
   nvme_ = std::make_unique<NvmeAdamW>(*storage_, *background_, config_, optimizer_);
+  backups_ = std::make_unique<SpeculativeBackup>(*storage_);
   backward_ = std::make_unique<BackwardUpdate>([this](size_t u) { update_during_backward(u); });
   // Tied units are summed over the tie group, and replicated tensors synchronised over the
   // replica group, only at the step: their shards are not final before it.
@@ -213,6 +215,7 @@ void PartitionStore::zero_grads() {
              "was never taken",
              "call step() after every plan_step()");
     planned_ = PlannedStep{};
+    backups_->release_all();
   }
   reducer_->zero();
   begin_pass(PassKind::train);
@@ -236,8 +239,9 @@ StoreStepStats PartitionStore::step(double lr, double clip, double loss_scale) {
              "release every unit and call grads_done before the optimizer step");
   reducer_->finish_all();  // the last units' updates are queued as their reductions land
   fetcher_->end_training_pass();
-  std::vector<char> updated = planned_.updated;  // (units) updated during the backward
-  reducer_->copy_slices_to_host(updated);
+  std::vector<char> updated = planned_.updated;      // (units) updated during the backward
+  const std::vector<char> handed = planned_.handed;  // (units) queued on the worker
+  reducer_->copy_slices_to_host(handed);             // the handed units' slices are copied already
   norm_->sum_tied_gradients();
   norm_->sync_replicated_gradients();
 
@@ -245,21 +249,39 @@ StoreStepStats PartitionStore::step(double lr, double clip, double loss_scale) {
            "PartitionStore::step: loss scale " + std::to_string(loss_scale) + " is not positive",
            "pass 1 without loss scaling");
   StoreStepStats stats;
-  // The norm reads the gradient shards beside the worker, which only reads them too.
-  stats.grad_norm = std::sqrt(norm_->global_sum_squares()) / loss_scale;
   double exposed = 0.0;
+  std::vector<std::optional<double>> known;  // (units) norm shares the worker took
+  const bool speculative = planned && planned_.speculative;
+  const kernels::AdamWParams speculated = planned_.base;
   if (planned) {
     exposed += finish_backward_updates();
     const BackwardUpdate::Busy busy = backward_->take_busy_seconds(entered);
     counters_.optimizer_worker_s = busy.total_s;
     counters_.optimizer_overlapped_s = busy.before_s;
-    counters_.optimizer_overlapped_units = backward_->take_units();
+    backward_->take_units();  // units handed over, updated or only measured
+    counters_.optimizer_overlapped_units =
+        static_cast<size_t>(std::count(updated.begin(), updated.end(), char{1}));
+    known = std::move(planned_.sum_squares);
     planned_ = PlannedStep{};
+  }
+  // The units the worker measured add their shares in place, in unit order: the same sum.
+  stats.grad_norm = std::sqrt(norm_->global_sum_squares(known)) / loss_scale;
+  const bool finite = std::isfinite(stats.grad_norm);
+  if (clip > 0.0 && finite) {
+    const double coef = clip / (stats.grad_norm + 1e-6);
+    if (coef < 1.0) stats.clip_scale = coef;
+  }
+  if (speculative) {
+    const double s0 = monotonic_seconds();
+    counters_.optimizer_redone_units =
+        settle_speculation(updated, handed, speculated, lr, stats.clip_scale / loss_scale, finite);
+    exposed += monotonic_seconds() - s0;  // the restores, when clipping bound
   }
   const bool any_updated =
       std::any_of(updated.begin(), updated.end(), [](char c) { return c != 0; });
-  if (!std::isfinite(stats.grad_norm) && loss_scale != 1.0) {
+  if (!finite && loss_scale != 1.0) {
     stats.skipped = true;  // every rank sees the same norm, so every rank skips
+    counters_.optimizer_exposed_s = exposed;
     return stats;
   }
   if (!std::isfinite(stats.grad_norm))
@@ -268,10 +290,6 @@ StoreStepStats PartitionStore::step(double lr, double clip, double loss_scale) {
              any_updated ? "lower the learning rate; the units updated during the backward "
                            "(tierzero.optimizer_overlap) took the step, the others did not"
                          : "lower the learning rate; the parameters were not updated");
-  if (clip > 0.0) {
-    const double coef = clip / (stats.grad_norm + 1e-6);
-    if (coef < 1.0) stats.clip_scale = coef;
-  }
   ++t_;
   const kernels::AdamWParams base = step_params(lr, stats.clip_scale / loss_scale, t_);
   Device& device = storage_->device();
@@ -336,24 +354,64 @@ void PartitionStore::plan_step(double lr, double clip, double loss_scale, size_t
            "pass the step's number of micro-batches (gradient_accumulation_steps)");
   TZ_CHECK(!planned_.active, "PartitionStore::plan_step: a step is planned already",
            "call step() before planning the next one");
-  // Only where the update cannot differ from the reference order's: it needs no coefficient
-  // from the global norm (no clipping, no loss scaling), and the shards are final once reduced.
-  if (config_.optimizer_overlap == OptimizerOverlap::off || clip > 0.0 || loss_scale != 1.0 ||
-      tie_or_replica_)
-    return;
+  // Only where the shards are final once reduced (tied and replicated gradients are summed or
+  // synchronised at the step).
+  if (config_.optimizer_overlap == OptimizerOverlap::off || tie_or_replica_) return;
+  // An update that needs a coefficient from the global norm (clipping, loss scaling) waits for
+  // the step, unless speculative: then it assumes the coefficient 1 and keeps a backup.
+  const bool needs_norm = clip > 0.0 || loss_scale != 1.0;
   planned_.active = true;
   planned_.lr = lr;
   planned_.clip = clip;
   planned_.loss_scale = loss_scale;
   planned_.micro_batches = micro_batches;
+  planned_.speculative = needs_norm && config_.optimizer_overlap == OptimizerOverlap::speculative;
+  planned_.update = !needs_norm || planned_.speculative;
   planned_.reduced.assign(plan_.num_units(), 0);
+  planned_.handed.assign(plan_.num_units(), 0);
   planned_.updated.assign(plan_.num_units(), 0);
-  // What step() computes with no clipping and no loss scale: a gradient scale of exactly 1.
-  planned_.base = step_params(lr, 1.0, t_ + 1);
+  planned_.sum_squares.assign(plan_.num_units(), std::nullopt);
+  // What step() computes when clipping does not bind (its clip scale stays exactly 1.0): the
+  // gradient scale 1 / loss_scale (exactly 1 without loss scaling), step t + 1.
+  planned_.base = step_params(lr, 1.0 / loss_scale, t_ + 1);
+}
+
+size_t PartitionStore::settle_speculation(std::vector<char>& updated,
+                                          const std::vector<char>& handed,
+                                          const kernels::AdamWParams& speculated, double lr,
+                                          double scale, bool finite) {
+  // The update the step makes now, compared field by field with the one the worker made: equal
+  // bits are equal updates (the kernel is a function of its inputs).
+  const kernels::AdamWParams real = step_params(lr, scale, t_ + 1);
+  const bool kept = finite && real.lr == speculated.lr && real.beta1 == speculated.beta1 &&
+                    real.beta2 == speculated.beta2 && real.eps == speculated.eps &&
+                    real.weight_decay == speculated.weight_decay &&
+                    real.grad_scale == speculated.grad_scale && real.step == speculated.step;
+  size_t undone = 0;
+  if (!kept) {
+    const double t0 = monotonic_seconds();
+    for (size_t u = 0; u < plan_.num_units(); ++u) {
+      // The gathered copy is stale, and a read-ahead of the shard must not race the write. Every
+      // handed unit, on every rank alike (whether this rank's backup had room or not), since a
+      // drop may issue a held-back gather.
+      if (config_.stage == 3 && handed[u]) fetcher_->drop(u);
+      if (!updated[u]) continue;
+      backups_->restore(u);
+      updated[u] = 0;  // the step updates it in the reference order (or skips it)
+      ++undone;
+    }
+    if (undone > 0) {
+      nvme_->discard_staged_reads();  // they may hold the speculated states
+      ActivityLog::global().record(Track::optimizer, "undo speculative adamw", t0,
+                                   monotonic_seconds());
+    }
+  }
+  backups_->release_all();
+  return undone;
 }
 
 void PartitionStore::on_reduced(size_t unit) {
-  if (!planned_.active || planned_.updated[unit]) return;
+  if (!planned_.active || planned_.handed[unit]) return;
   if (storage_->placement(unit).optimizer == Tier::device) return;  // updated at the step
   // One reduction per micro-batch (with gradient sync on; deferred gradients are reduced once,
   // at the step, and never count this far): the last one makes the shard final.
@@ -364,11 +422,21 @@ void PartitionStore::on_reduced(size_t unit) {
     // this forward ends first (its units were all fetched by the forward already).
     background_->join();
   }
-  planned_.updated[unit] = 1;
+  planned_.handed[unit] = 1;
+  if (planned_.update) {
+    if (!planned_.speculative || backups_->reserve(unit))
+      planned_.updated[unit] = 1;
+    else
+      ++counters_.optimizer_unbacked_units;  // no room for its backup: updated at the step
+  }
   backward_->push(unit);  // rethrows the worker's error
 }
 
 void PartitionStore::update_during_backward(size_t unit) {
+  // Its share of the norm first, from the final shard the update is about to read too.
+  planned_.sum_squares[unit] = norm_->unit_sum_squares(unit);
+  if (!planned_.updated[unit]) return;
+  if (planned_.speculative) backups_->save(unit);
   const double t0 = monotonic_seconds();
   if (storage_->placement(unit).optimizer == Tier::nvme)
     nvme_->update_unit(unit, planned_.base);
@@ -383,10 +451,10 @@ double PartitionStore::finish_backward_updates() {
 }
 
 void PartitionStore::check_not_updating(const char* op, size_t unit) const {
-  TZ_CHECK(!planned_.active || !planned_.updated[unit],
+  TZ_CHECK(!planned_.active || !planned_.handed[unit],
            std::string("PartitionStore::") + op + ": unit " + plan_.units()[unit].name +
-               " is used after its last gradient of the step, while its optimizer update runs "
-               "during the backward",
+               " is used after its last gradient of the step, while its optimizer update (or its "
+               "share of the gradient norm) runs during the backward",
            "finish each unit's gradient once per micro-batch and use it no more in that pass, or "
            "set tierzero.optimizer_overlap to off");
 }

@@ -40,6 +40,7 @@ class ShardStorage {
   Device& device() { return device_; }
   DeviceAllocator& allocator() { return allocator_; }
   StateArenas& arenas() { return *arenas_; }
+  const StateArenas& arenas() const { return *arenas_; }
   offload::HostPool* host_pool() { return host_pool_.get(); }
   offload::NvmeEngine* nvme() { return nvme_.get(); }
   offload::SwapSpace* swap() { return swap_.get(); }

@@ -44,6 +44,11 @@ struct StepRecord {
   double optimizer_overlapped_s = 0.0;
   double optimizer_exposed_s = 0.0;
   size_t optimizer_overlapped_units = 0;
+  // optimizer_overlap speculative: units updated during the backward that the step undid and
+  // redid (clipping bound) or skipped (fp16 overflow), and units whose backup found no room in
+  // the host pool (updated at the step instead).
+  size_t optimizer_redone_units = 0;
+  size_t optimizer_unbacked_units = 0;
 };
 
 struct TrainResult {

@@ -185,8 +185,11 @@ struct TrainConfig {
   std::string offload_gradients = "cpu";
   // When the CPU optimizer (states on the host or NVMe) runs: "plain" updates each unit during
   // the backward as soon as its gradient shard is final, on steps where that gives the reference
-  // order's result (no clipping, no fp16 loss scaling), else after the backward; "off" always
-  // after the backward (the reference order).
+  // order's result (no clipping, no fp16 loss scaling), else after the backward (taking each
+  // unit's share of the gradient norm during the backward); "speculative" updates during the
+  // backward on those steps too, as if clipping did not bind, and undoes and redoes the units
+  // where it does (or skips on an fp16 overflow); "off" always after the backward (the
+  // reference order). All three give the same bits.
   std::string optimizer_overlap = "plain";
   // Transformer blocks per partition-store unit (the granularity of gathers and reduce-scatters).
   int64_t blocks_per_unit = 1;

@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,7 @@ class GradientNorm;
 class InMemoryAdamW;
 class NvmeAdamW;
 class BackwardUpdate;
+class SpeculativeBackup;
 
 // Not thread-safe: one thread (the training loop) makes every call, which also keeps the group's
 // collectives in the same order on every rank. At stage 3 the store may hold back gathers it has
@@ -112,13 +114,18 @@ class PartitionStore {
 
   // Announces the step that ends this training pass, before its backward (after zero_grads):
   // with StoreConfig::optimizer_overlap, each unit whose optimizer states live on the host or
-  // NVMe is then updated as soon as its gradient shard is final — its `micro_batches`-th
-  // reduction of the pass has landed — on a worker thread, while the backward of earlier units
-  // goes on. Only on a step whose result cannot differ from the reference order: no clipping
-  // (clip <= 0), no loss scaling (loss_scale 1), no tied or replicated groups; otherwise nothing
-  // changes. Every unit must finish its gradient once per micro-batch (grads_done) and not be
-  // acquired again in the pass after its last (an Error says so). step() must follow with the
-  // same lr, clip and loss scale. Not collective.
+  // NVMe is handed to a worker thread as soon as its gradient shard is final — its
+  // `micro_batches`-th reduction of the pass has landed — while the backward of earlier units
+  // goes on. The worker takes the unit's share of the gradient norm (so the step does not read
+  // the shard again) and, on a step whose update needs no coefficient from the norm (no
+  // clipping, clip <= 0, and no loss scaling, loss_scale 1), updates it. With `speculative` it
+  // updates it on the other steps too, as if the clip coefficient were 1 and nothing overflowed,
+  // after backing up its states (speculative_backup.hpp); step() keeps those updates when that
+  // holds, else restores the backups and updates in the reference order (or skips). Either way
+  // the result is bitwise the reference order's. Not with tied or replicated groups across
+  // ranks (nothing changes then). Every unit must finish its gradient once per micro-batch
+  // (grads_done) and not be acquired again in the pass after its last (an Error says so).
+  // step() must follow with the same lr, clip and loss scale. Not collective.
   void plan_step(double lr, double clip, double loss_scale, size_t micro_batches);
 
   // Issues every gather held back so far (waiting for their shards as needed), so the caller may
@@ -193,15 +200,29 @@ class PartitionStore {
   void check_not_updating(const char* op, size_t unit) const;
   kernels::AdamWParams step_params(double lr, double grad_scale, int64_t t) const;
 
-  // The step announced by plan_step, whose units are updated during the backward.
+  // The step announced by plan_step, whose units are handed to the worker during the backward.
   struct PlannedStep {
     bool active = false;
     double lr = 0.0, clip = 0.0, loss_scale = 1.0;
     size_t micro_batches = 1;
+    // Units are updated on the worker (not only measured); speculatively: the step's clip
+    // coefficient and overflow are not known yet, so each update is backed up first.
+    bool update = false;
+    bool speculative = false;
     std::vector<size_t> reduced;  // per unit: reductions landed in this pass
+    std::vector<char> handed;     // per unit: queued on the worker (its shard is final)
     std::vector<char> updated;    // per unit: its update was queued
-    kernels::AdamWParams base;    // the step's AdamW constants (decay comes per tensor)
+    // per unit: its share of the gradient norm, taken by the worker (GradientNorm::
+    // unit_sum_squares); written on the worker, read by the step after the worker has finished.
+    std::vector<std::optional<double>> sum_squares;
+    kernels::AdamWParams base;  // the step's AdamW constants (decay comes per tensor)
   };
+  // Keeps or undoes the speculative updates of the step (`updated`, cleared for the units
+  // undone; `handed`: the units queued on the worker) now that its gradient scale is known:
+  // `scale` (clip coefficient / loss scale) or not finite. Returns the units undone.
+  size_t settle_speculation(std::vector<char>& updated, const std::vector<char>& handed,
+                            const kernels::AdamWParams& speculated, double lr, double scale,
+                            bool finite);
   PlannedStep planned_;
   bool tie_or_replica_ = false;  // tied or replicated groups of more than one rank
 
@@ -222,6 +243,7 @@ class PartitionStore {
   std::unique_ptr<GradientNorm> norm_;
   std::unique_ptr<InMemoryAdamW> in_memory_;
   std::unique_ptr<NvmeAdamW> nvme_;
+  std::unique_ptr<SpeculativeBackup> backups_;  // optimizer_overlap speculative's undo
   // Last: destroyed first (its worker uses every part above).
   std::unique_ptr<BackwardUpdate> backward_;
 };

@@ -29,10 +29,15 @@ struct AdamWConfig {
 
 // When the optimizer runs relative to the backward (tierzero.optimizer_overlap).
 enum class OptimizerOverlap {
-  off,    // after the backward, every unit in the step (the reference order)
-  plain,  // a unit whose states live on the host or NVMe is updated as soon as its gradient
-          // shard is final, during the backward, on steps where that cannot change the result
-          // (no gradient clipping, no loss scaling); other steps run in the reference order
+  off,          // after the backward, every unit in the step (the reference order)
+  plain,        // a unit whose states live on the host or NVMe is updated as soon as its gradient
+                // shard is final, during the backward, on steps where that cannot change the result
+                // (no gradient clipping, no loss scaling); on other steps only its share of the
+                // gradient norm is taken then, and the update runs after the backward
+  speculative,  // as plain, and on steps with clipping or loss scaling too: each unit is updated
+                // during the backward as if the clip coefficient were 1 and nothing overflowed,
+                // after a backup of its states; the step keeps the updates when that holds, else
+                // restores the backups and redoes them (or skips, on an fp16 overflow)
 };
 
 struct StoreConfig {
@@ -131,6 +136,11 @@ struct FetchCounters {
   double optimizer_overlapped_s = 0.0;
   double optimizer_exposed_s = 0.0;
   size_t optimizer_overlapped_units = 0;
+  // optimizer_overlap speculative: units updated during the backward whose update the step
+  // undid (clipping bound, or fp16 overflowed) and redid (or skipped), and units not updated
+  // early because their backup found no room in the host pool (updated at the step instead).
+  size_t optimizer_redone_units = 0;
+  size_t optimizer_unbacked_units = 0;
 };
 
 enum class PassKind { train, eval };
