@@ -48,11 +48,29 @@ uint32_t pointer_alignment(const void* p) {
   return alignment;
 }
 
+// cuBLASLt's compute type for a MatmulPrecision. The fast types keep A, B, C and D in fp32
+// (CUDA_R_32F) with an fp32 scale type, and let the tensor cores take the operands rounded to
+// TF32, bf16 or fp16 (cublas_api.h: "allows down-converting inputs"; FAST_16BF and FAST_16F may
+// also pick TF32), always accumulating in fp32.
+cublasComputeType_t compute_type(MatmulPrecision p) {
+  switch (p) {
+    case MatmulPrecision::fp32:
+      return CUBLAS_COMPUTE_32F;
+    case MatmulPrecision::tf32:
+      return CUBLAS_COMPUTE_32F_FAST_TF32;
+    case MatmulPrecision::bf16:
+      return CUBLAS_COMPUTE_32F_FAST_16BF;
+    case MatmulPrecision::fp16:
+      return CUBLAS_COMPUTE_32F_FAST_16F;
+  }
+  return CUBLAS_COMPUTE_32F;
+}
+
 // RAII owners for cuBLASLt descriptors, so an error thrown midway leaks nothing.
 struct MatmulDesc {
   cublasLtMatmulDesc_t handle = nullptr;
-  MatmulDesc() {
-    TZ_CUBLAS_CHECK(cublasLtMatmulDescCreate(&handle, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  explicit MatmulDesc(cublasComputeType_t compute) {
+    TZ_CUBLAS_CHECK(cublasLtMatmulDescCreate(&handle, compute, CUDA_R_32F));
   }
   ~MatmulDesc() { (void)cublasLtMatmulDescDestroy(handle); }
   MatmulDesc(const MatmulDesc&) = delete;
@@ -155,6 +173,9 @@ class CudaKernels final : public Kernels {
     cuda_impl::launch_layernorm_backward(stream_, dinp, dweight, dbias, dout, inp, weight, mean,
                                          rstd, N, C);
   }
+
+  void set_matmul_precision(MatmulPrecision precision) override { precision_ = precision; }
+  MatmulPrecision matmul_precision() const override { return precision_; }
 
   // Row-major X (r, c) is column-major X^T (c, r), so each row-major product below is written as
   // the column-major product of the transposes; see the comment on each call.
@@ -405,8 +426,9 @@ class CudaKernels final : public Kernels {
   bool lt_matmul(cublasOperation_t op_a, cublasOperation_t op_b, size_t m, size_t n, size_t k,
                  const float* A, size_t lda, const float* B, size_t ldb, float* D, size_t ldd,
                  float beta, const float* bias) {
-    // Exact fp32 accumulation (no TF32) so the CUDA backend matches the fp32 reference path.
-    MatmulDesc desc;
+    // fp32 (the default) is exact fp32 arithmetic, no TF32, so the CUDA backend matches the fp32
+    // reference path; the other precisions run on tensor cores (compute_type above).
+    MatmulDesc desc(compute_type(precision_));
     const int32_t trans_a = op_a;
     const int32_t trans_b = op_b;
     TZ_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_TRANSA,
@@ -458,11 +480,11 @@ class CudaKernels final : public Kernels {
                                 heuristic.state == CUBLAS_STATUS_SUCCESS;
     if (!have_algorithm && bias != nullptr) return false;
     TZ_CHECK(have_algorithm,
-             "cuBLASLt has no fp32 algorithm for matmul m=" + std::to_string(m) +
-                 " n=" + std::to_string(n) + " k=" + std::to_string(k) +
-                 " (alignment A=" + std::to_string(align_a) + " B=" + std::to_string(align_b) +
-                 " D=" + std::to_string(align_d) + ", workspace " + std::to_string(max_workspace) +
-                 " bytes)",
+             std::string("cuBLASLt has no ") + matmul_precision_name(precision_) +
+                 " algorithm for matmul m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                 " k=" + std::to_string(k) + " (alignment A=" + std::to_string(align_a) +
+                 " B=" + std::to_string(align_b) + " D=" + std::to_string(align_d) +
+                 ", workspace " + std::to_string(max_workspace) + " bytes)",
              "check that set_workspace() was given workspace_bytes() bytes; rerun with "
              "CUBLASLT_LOG_LEVEL=5 for cuBLASLt's reasons");
 
@@ -474,6 +496,7 @@ class CudaKernels final : public Kernels {
   }
 
   int device_;
+  MatmulPrecision precision_ = MatmulPrecision::fp32;
   cublasLtHandle_t lt_ = nullptr;
   cudaStream_t stream_ = nullptr;
   double* reduction_scratch_ = nullptr;  // (kMaxReductionPartials) device, inside the workspace

@@ -18,6 +18,7 @@
 #include <memory>
 
 #include "tierzero/core/dtype.hpp"
+#include "tierzero/kernels/matmul_precision.hpp"
 
 namespace tierzero::kernels {
 
@@ -107,6 +108,15 @@ class Kernels {
                                   const float* mean,    // (N)
                                   const float* rstd,    // (N)
                                   size_t N, size_t C) = 0;
+
+  // How matmul_forward / matmul_backward compute their products (matmul_precision.hpp); operands
+  // and results stay fp32 in memory. A CUDA setting: the CUDA backend maps tf32, bf16 and fp16 to
+  // cuBLASLt's fast fp32 compute types (tensor cores, fp32 accumulation). The CPU backend accepts
+  // every value and keeps computing in fp32, so a config written for a GPU runs unchanged on the
+  // CPU; matmul_precision() reports what the backend actually does (always fp32 on the CPU).
+  // Default fp32.
+  virtual void set_matmul_precision(MatmulPrecision precision) = 0;
+  virtual MatmulPrecision matmul_precision() const = 0;
 
   // out = inp @ weight^T + bias
   virtual void matmul_forward(float* out,           // (N, OC)
