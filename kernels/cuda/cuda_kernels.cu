@@ -1,10 +1,10 @@
 // CudaKernels: the CUDA backend of tierzero::kernels::Kernels, and make_cuda_kernels().
 // It owns the cuBLASLt handle and runs the matmuls through cuBLASLt (row-major problems mapped
 // onto cuBLASLt's column-major view); every other op is forwarded to the launchers in the topic
-// files (elementwise.cu, layernorm.cu, attention.cu, softmax_xent.cu; the vocabulary-parallel
-// forms next to their whole-vocabulary kernels). All work is issued on the stream given to
-// set_stream(), on the device the object was made for, whatever device is current in the calling
-// thread.
+// files (elementwise.cu, layernorm.cu, flash_attention.cu, softmax_xent.cu, llama.cu; the
+// vocabulary-parallel forms next to their whole-vocabulary kernels). All work is issued on the
+// stream given to set_stream(), on the device the object was made for, whatever device is current
+// in the calling thread.
 #include <cublasLt.h>
 
 #include <cstdint>
@@ -19,14 +19,6 @@
 namespace tierzero::kernels {
 
 namespace {
-
-// The CUDA attention kernels are multi-head only (one kv head per query head, hd = C / NH).
-void check_multi_head(const AttentionShape& s) {
-  TZ_CHECK(s.n_head > 0 && s.n_kv_head == s.n_head,
-           "CUDA attention: n_kv_head " + std::to_string(s.n_kv_head) + " != n_head " +
-               std::to_string(s.n_head) + ": grouped kv heads are not supported on CUDA yet",
-           "use n_kv_head == n_head on CUDA, or the CPU backend");
-}
 
 // The workspace the caller hands over is split in two: a small slot for the partial sums that
 // sum_squares copies back to the host, then the cuBLASLt workspace. Both are used only by work
@@ -235,34 +227,21 @@ class CudaKernels final : public Kernels {
     if (dbias != nullptr) cuda_impl::launch_bias_backward(stream_, dbias, dout, N, OC);
   }
 
-  // The probabilities stay in a (B, NH, T, T) buffer until the fused kernel replaces these.
+  // The fused kernel (flash_attention.cu) keeps one logsumexp per query row and recomputes the
+  // rest in the backward: nothing of size T^2, no scratch.
   size_t attention_saved_floats(const AttentionShape& s) const override {
-    return s.B * s.n_head * s.T * s.T;
+    return s.B * s.n_head * s.T;
   }
-  size_t attention_scratch_floats(const AttentionShape& s) const override {
-    return s.B * s.n_head * s.T * s.T;
-  }
+  size_t attention_scratch_floats(const AttentionShape&) const override { return 0; }
   void attention_forward(float* out, float* saved, const float* qkv,
                          const AttentionShape& s) override {
-    if (s.grouped) {  // the Llama layout: the grouped-query kernel, probabilities in `saved`
-      gqa_attention_forward(out, saved, qkv, s.B, s.T, s.n_head, s.n_kv_head, s.head_dim);
-      return;
-    }
-    check_multi_head(s);
     CudaDeviceGuard guard(device_);
-    cuda_impl::launch_attention_forward(stream_, out, saved, qkv, s.B, s.T, s.q_width(), s.n_head);
+    cuda_impl::launch_flash_attention_forward(stream_, out, saved, qkv, s);
   }
-  void attention_backward(float* dqkv, float* scratch, const float* dout, const float*,
+  void attention_backward(float* dqkv, float*, const float* dout, const float* out,
                           const float* qkv, const float* saved, const AttentionShape& s) override {
-    if (s.grouped) {
-      gqa_attention_backward(dqkv, scratch, dout, qkv, saved, s.B, s.T, s.n_head, s.n_kv_head,
-                             s.head_dim);
-      return;
-    }
-    check_multi_head(s);
     CudaDeviceGuard guard(device_);
-    cuda_impl::launch_attention_backward(stream_, dqkv, scratch, dout, qkv, saved, s.B, s.T,
-                                         s.q_width(), s.n_head);
+    cuda_impl::launch_flash_attention_backward(stream_, dqkv, dout, out, qkv, saved, s);
   }
 
   void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, size_t N,
