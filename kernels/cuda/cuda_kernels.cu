@@ -405,24 +405,6 @@ class CudaKernels final : public Kernels {
   bool lt_matmul(cublasOperation_t op_a, cublasOperation_t op_b, size_t m, size_t n, size_t k,
                  const float* A, size_t lda, const float* B, size_t ldb, float* D, size_t ldd,
                  float beta, const float* bias) {
-    // fp32 (the default) is exact fp32 arithmetic, no TF32, so the CUDA backend matches the fp32
-    // reference path; the other precisions run on tensor cores (compute_type above).
-    MatmulDesc desc(compute_type(precision_));
-    const int32_t trans_a = op_a;
-    const int32_t trans_b = op_b;
-    TZ_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_TRANSA,
-                                                   &trans_a, sizeof(trans_a)));
-    TZ_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_TRANSB,
-                                                   &trans_b, sizeof(trans_b)));
-    if (bias != nullptr) {
-      const uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-      TZ_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_EPILOGUE,
-                                                     &epilogue, sizeof(epilogue)));
-      // The heuristic reads this pointer's alignment, so it is set before the query.
-      TZ_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                     &bias, sizeof(bias)));
-    }
-
     const bool a_transposed = op_a == CUBLAS_OP_T;
     const bool b_transposed = op_b == CUBLAS_OP_T;
     MatrixLayout a_layout(a_transposed ? k : m, a_transposed ? m : k, static_cast<int64_t>(lda));
@@ -447,35 +429,65 @@ class CudaKernels final : public Kernels {
     TZ_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         preference.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof(align_d)));
 
-    cublasLtMatmulHeuristicResult_t heuristic{};
-    int found = 0;
-    const cublasStatus_t heuristic_status = cublasLtMatmulAlgoGetHeuristic(
-        lt_, desc.handle, a_layout.handle, b_layout.handle, d_layout.handle, d_layout.handle,
-        preference.handle, 1, &heuristic, &found);
-    // CUBLAS_STATUS_NOT_SUPPORTED is how the heuristic says "no algorithm for this
-    // configuration": report it with the shapes below rather than as a bare status.
-    if (heuristic_status != CUBLAS_STATUS_NOT_SUPPORTED) TZ_CUBLAS_CHECK(heuristic_status);
-    const bool have_algorithm = heuristic_status == CUBLAS_STATUS_SUCCESS && found > 0 &&
-                                heuristic.state == CUBLAS_STATUS_SUCCESS;
-    if (!have_algorithm && bias != nullptr) return false;
-    TZ_CHECK(have_algorithm,
-             std::string("cuBLASLt has no ") + matmul_precision_name(precision_) +
+    // fp32 (the default) is exact fp32 arithmetic, no TF32, so the CUDA backend matches the fp32
+    // reference path; the other precisions run on tensor cores (compute_type above). A faster
+    // precision permits rather than requires: a product without such an algorithm (and without a
+    // bias epilogue, whose caller retries without it first) runs in exact fp32, with a warning.
+    const cublasComputeType_t fast = compute_type(precision_);
+    const cublasComputeType_t tries[] = {fast, CUBLAS_COMPUTE_32F};
+    const int n_tries = fast != CUBLAS_COMPUTE_32F && bias == nullptr ? 2 : 1;
+    for (int t = 0; t < n_tries; ++t) {
+      MatmulDesc desc(tries[t]);
+      const int32_t trans_a = op_a;
+      const int32_t trans_b = op_b;
+      TZ_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                     &trans_a, sizeof(trans_a)));
+      TZ_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_TRANSB,
+                                                     &trans_b, sizeof(trans_b)));
+      if (bias != nullptr) {
+        const uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+        TZ_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                       &epilogue, sizeof(epilogue)));
+        // The heuristic reads this pointer's alignment, so it is set before the query.
+        TZ_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            desc.handle, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+      }
+      cublasLtMatmulHeuristicResult_t heuristic{};
+      int found = 0;
+      const cublasStatus_t heuristic_status = cublasLtMatmulAlgoGetHeuristic(
+          lt_, desc.handle, a_layout.handle, b_layout.handle, d_layout.handle, d_layout.handle,
+          preference.handle, 1, &heuristic, &found);
+      // CUBLAS_STATUS_NOT_SUPPORTED is how the heuristic says "no algorithm for this
+      // configuration": report it with the shapes below rather than as a bare status.
+      if (heuristic_status != CUBLAS_STATUS_NOT_SUPPORTED) TZ_CUBLAS_CHECK(heuristic_status);
+      const bool have_algorithm = heuristic_status == CUBLAS_STATUS_SUCCESS && found > 0 &&
+                                  heuristic.state == CUBLAS_STATUS_SUCCESS;
+      if (!have_algorithm) continue;
+      if (t > 0 && !fallback_warned_) {
+        log::warn(std::string("cuBLASLt has no ") + matmul_precision_name(precision_) +
+                  " algorithm for matmul m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                  " k=" + std::to_string(k) + "; such products run in exact fp32 (said once)");
+        fallback_warned_ = true;
+      }
+      const float alpha = 1.0f;
+      TZ_CUBLAS_CHECK(cublasLtMatmul(lt_, desc.handle, &alpha, A, a_layout.handle, B,
+                                     b_layout.handle, &beta, D, d_layout.handle, D, d_layout.handle,
+                                     &heuristic.algo, lt_workspace_, lt_workspace_bytes_, stream_));
+      return true;
+    }
+    if (bias != nullptr) return false;
+    TZ_THROW(std::string("cuBLASLt has no ") + matmul_precision_name(precision_) +
                  " algorithm for matmul m=" + std::to_string(m) + " n=" + std::to_string(n) +
                  " k=" + std::to_string(k) + " (alignment A=" + std::to_string(align_a) +
                  " B=" + std::to_string(align_b) + " D=" + std::to_string(align_d) +
                  ", workspace " + std::to_string(max_workspace) + " bytes)",
              "check that set_workspace() was given workspace_bytes() bytes; rerun with "
              "CUBLASLT_LOG_LEVEL=5 for cuBLASLt's reasons");
-
-    const float alpha = 1.0f;
-    TZ_CUBLAS_CHECK(cublasLtMatmul(lt_, desc.handle, &alpha, A, a_layout.handle, B, b_layout.handle,
-                                   &beta, D, d_layout.handle, D, d_layout.handle, &heuristic.algo,
-                                   lt_workspace_, lt_workspace_bytes_, stream_));
-    return true;
   }
 
   int device_;
   MatmulPrecision precision_ = MatmulPrecision::fp32;
+  bool fallback_warned_ = false;  // the fp32 fallback of a faster precision was logged
   cublasLtHandle_t lt_ = nullptr;
   cudaStream_t stream_ = nullptr;
   double* reduction_scratch_ = nullptr;  // (kMaxReductionPartials) device, inside the workspace

@@ -111,10 +111,10 @@ class Kernels {
 
   // How matmul_forward / matmul_backward compute their products (matmul_precision.hpp); operands
   // and results stay fp32 in memory. A CUDA setting: the CUDA backend maps tf32, bf16 and fp16 to
-  // cuBLASLt's fast fp32 compute types (tensor cores, fp32 accumulation). The CPU backend accepts
+  // cuBLASLt's fast fp32 compute types (tensor cores, fp32 accumulation); a product for which
+  // cuBLASLt offers no such algorithm runs in exact fp32 (logged once). The CPU backend accepts
   // every value and keeps computing in fp32, so a config written for a GPU runs unchanged on the
-  // CPU; matmul_precision() reports what the backend actually does (always fp32 on the CPU).
-  // Default fp32.
+  // CPU; matmul_precision() reports the backend's setting (always fp32 on the CPU). Default fp32.
   virtual void set_matmul_precision(MatmulPrecision precision) = 0;
   virtual MatmulPrecision matmul_precision() const = 0;
 
