@@ -37,6 +37,11 @@ class CpuKernels final : public Kernels {
     cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
   }
 
+  // The CPU computes every product in fp32 whatever is asked (kernels.hpp): a setting meant for
+  // a GPU's tensor cores leaves the CPU's results as they were.
+  void set_matmul_precision(MatmulPrecision) override {}
+  MatmulPrecision matmul_precision() const override { return MatmulPrecision::fp32; }
+
   void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
                       size_t N, size_t IC, size_t OC) override {
     cpu::matmul_forward(out, inp, weight, bias, N, IC, OC);

@@ -148,12 +148,14 @@ void launch_layernorm_backward(cudaStream_t stream, float* dinp, float* dweight,
                                const float* dout, const float* inp, const float* weight,
                                const float* mean, const float* rstd, size_t N, size_t C);
 
-// attention.cu
-void launch_attention_forward(cudaStream_t stream, float* out, float* att, const float* qkv,
-                              size_t B, size_t T, size_t C, size_t NH);
-void launch_attention_backward(cudaStream_t stream, float* dqkv, float* datt, const float* dout,
-                               const float* qkv, const float* att, size_t B, size_t T, size_t C,
-                               size_t NH);
+// flash_attention.cu: the fused causal attention of Kernels::attention_forward / _backward
+// (kernels.hpp), both qkv layouts and grouped kv heads, head_dim 1 to 128 (an Error past it).
+// lse (B, NH, T) is what the forward keeps; the backward needs no scratch.
+void launch_flash_attention_forward(cudaStream_t stream, float* out, float* lse, const float* qkv,
+                                    const AttentionShape& shape);
+void launch_flash_attention_backward(cudaStream_t stream, float* dqkv, const float* dout,
+                                     const float* out, const float* qkv, const float* lse,
+                                     const AttentionShape& shape);
 
 // llama.cu: the Llama family's operations (kernels.hpp).
 void launch_rmsnorm_forward(cudaStream_t stream, float* out, float* rstd, const float* inp,

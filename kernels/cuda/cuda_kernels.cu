@@ -1,10 +1,10 @@
 // CudaKernels: the CUDA backend of tierzero::kernels::Kernels, and make_cuda_kernels().
 // It owns the cuBLASLt handle and runs the matmuls through cuBLASLt (row-major problems mapped
 // onto cuBLASLt's column-major view); every other op is forwarded to the launchers in the topic
-// files (elementwise.cu, layernorm.cu, attention.cu, softmax_xent.cu; the vocabulary-parallel
-// forms next to their whole-vocabulary kernels). All work is issued on the stream given to
-// set_stream(), on the device the object was made for, whatever device is current in the calling
-// thread.
+// files (elementwise.cu, layernorm.cu, flash_attention.cu, softmax_xent.cu, llama.cu; the
+// vocabulary-parallel forms next to their whole-vocabulary kernels). All work is issued on the
+// stream given to set_stream(), on the device the object was made for, whatever device is current
+// in the calling thread.
 #include <cublasLt.h>
 
 #include <cstdint>
@@ -19,14 +19,6 @@
 namespace tierzero::kernels {
 
 namespace {
-
-// The CUDA attention kernels are multi-head only (one kv head per query head, hd = C / NH).
-void check_multi_head(const AttentionShape& s) {
-  TZ_CHECK(s.n_head > 0 && s.n_kv_head == s.n_head,
-           "CUDA attention: n_kv_head " + std::to_string(s.n_kv_head) + " != n_head " +
-               std::to_string(s.n_head) + ": grouped kv heads are not supported on CUDA yet",
-           "use n_kv_head == n_head on CUDA, or the CPU backend");
-}
 
 // The workspace the caller hands over is split in two: a small slot for the partial sums that
 // sum_squares copies back to the host, then the cuBLASLt workspace. Both are used only by work
@@ -48,11 +40,29 @@ uint32_t pointer_alignment(const void* p) {
   return alignment;
 }
 
+// cuBLASLt's compute type for a MatmulPrecision. The fast types keep A, B, C and D in fp32
+// (CUDA_R_32F) with an fp32 scale type, and let the tensor cores take the operands rounded to
+// TF32, bf16 or fp16 (cublas_api.h: "allows down-converting inputs"; FAST_16BF and FAST_16F may
+// also pick TF32), always accumulating in fp32.
+cublasComputeType_t compute_type(MatmulPrecision p) {
+  switch (p) {
+    case MatmulPrecision::fp32:
+      return CUBLAS_COMPUTE_32F;
+    case MatmulPrecision::tf32:
+      return CUBLAS_COMPUTE_32F_FAST_TF32;
+    case MatmulPrecision::bf16:
+      return CUBLAS_COMPUTE_32F_FAST_16BF;
+    case MatmulPrecision::fp16:
+      return CUBLAS_COMPUTE_32F_FAST_16F;
+  }
+  return CUBLAS_COMPUTE_32F;
+}
+
 // RAII owners for cuBLASLt descriptors, so an error thrown midway leaks nothing.
 struct MatmulDesc {
   cublasLtMatmulDesc_t handle = nullptr;
-  MatmulDesc() {
-    TZ_CUBLAS_CHECK(cublasLtMatmulDescCreate(&handle, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  explicit MatmulDesc(cublasComputeType_t compute) {
+    TZ_CUBLAS_CHECK(cublasLtMatmulDescCreate(&handle, compute, CUDA_R_32F));
   }
   ~MatmulDesc() { (void)cublasLtMatmulDescDestroy(handle); }
   MatmulDesc(const MatmulDesc&) = delete;
@@ -156,6 +166,9 @@ class CudaKernels final : public Kernels {
                                          rstd, N, C);
   }
 
+  void set_matmul_precision(MatmulPrecision precision) override { precision_ = precision; }
+  MatmulPrecision matmul_precision() const override { return precision_; }
+
   // Row-major X (r, c) is column-major X^T (c, r), so each row-major product below is written as
   // the column-major product of the transposes; see the comment on each call.
   void matmul_forward(float* out,           // (N, OC)
@@ -214,34 +227,21 @@ class CudaKernels final : public Kernels {
     if (dbias != nullptr) cuda_impl::launch_bias_backward(stream_, dbias, dout, N, OC);
   }
 
-  // The probabilities stay in a (B, NH, T, T) buffer until the fused kernel replaces these.
+  // The fused kernel (flash_attention.cu) keeps one logsumexp per query row and recomputes the
+  // rest in the backward: nothing of size T^2, no scratch.
   size_t attention_saved_floats(const AttentionShape& s) const override {
-    return s.B * s.n_head * s.T * s.T;
+    return s.B * s.n_head * s.T;
   }
-  size_t attention_scratch_floats(const AttentionShape& s) const override {
-    return s.B * s.n_head * s.T * s.T;
-  }
+  size_t attention_scratch_floats(const AttentionShape&) const override { return 0; }
   void attention_forward(float* out, float* saved, const float* qkv,
                          const AttentionShape& s) override {
-    if (s.grouped) {  // the Llama layout: the grouped-query kernel, probabilities in `saved`
-      gqa_attention_forward(out, saved, qkv, s.B, s.T, s.n_head, s.n_kv_head, s.head_dim);
-      return;
-    }
-    check_multi_head(s);
     CudaDeviceGuard guard(device_);
-    cuda_impl::launch_attention_forward(stream_, out, saved, qkv, s.B, s.T, s.q_width(), s.n_head);
+    cuda_impl::launch_flash_attention_forward(stream_, out, saved, qkv, s);
   }
-  void attention_backward(float* dqkv, float* scratch, const float* dout, const float*,
+  void attention_backward(float* dqkv, float*, const float* dout, const float* out,
                           const float* qkv, const float* saved, const AttentionShape& s) override {
-    if (s.grouped) {
-      gqa_attention_backward(dqkv, scratch, dout, qkv, saved, s.B, s.T, s.n_head, s.n_kv_head,
-                             s.head_dim);
-      return;
-    }
-    check_multi_head(s);
     CudaDeviceGuard guard(device_);
-    cuda_impl::launch_attention_backward(stream_, dqkv, scratch, dout, qkv, saved, s.B, s.T,
-                                         s.q_width(), s.n_head);
+    cuda_impl::launch_flash_attention_backward(stream_, dqkv, dout, out, qkv, saved, s);
   }
 
   void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, size_t N,
@@ -405,23 +405,6 @@ class CudaKernels final : public Kernels {
   bool lt_matmul(cublasOperation_t op_a, cublasOperation_t op_b, size_t m, size_t n, size_t k,
                  const float* A, size_t lda, const float* B, size_t ldb, float* D, size_t ldd,
                  float beta, const float* bias) {
-    // Exact fp32 accumulation (no TF32) so the CUDA backend matches the fp32 reference path.
-    MatmulDesc desc;
-    const int32_t trans_a = op_a;
-    const int32_t trans_b = op_b;
-    TZ_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_TRANSA,
-                                                   &trans_a, sizeof(trans_a)));
-    TZ_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_TRANSB,
-                                                   &trans_b, sizeof(trans_b)));
-    if (bias != nullptr) {
-      const uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-      TZ_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_EPILOGUE,
-                                                     &epilogue, sizeof(epilogue)));
-      // The heuristic reads this pointer's alignment, so it is set before the query.
-      TZ_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                     &bias, sizeof(bias)));
-    }
-
     const bool a_transposed = op_a == CUBLAS_OP_T;
     const bool b_transposed = op_b == CUBLAS_OP_T;
     MatrixLayout a_layout(a_transposed ? k : m, a_transposed ? m : k, static_cast<int64_t>(lda));
@@ -446,34 +429,65 @@ class CudaKernels final : public Kernels {
     TZ_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         preference.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof(align_d)));
 
-    cublasLtMatmulHeuristicResult_t heuristic{};
-    int found = 0;
-    const cublasStatus_t heuristic_status = cublasLtMatmulAlgoGetHeuristic(
-        lt_, desc.handle, a_layout.handle, b_layout.handle, d_layout.handle, d_layout.handle,
-        preference.handle, 1, &heuristic, &found);
-    // CUBLAS_STATUS_NOT_SUPPORTED is how the heuristic says "no algorithm for this
-    // configuration": report it with the shapes below rather than as a bare status.
-    if (heuristic_status != CUBLAS_STATUS_NOT_SUPPORTED) TZ_CUBLAS_CHECK(heuristic_status);
-    const bool have_algorithm = heuristic_status == CUBLAS_STATUS_SUCCESS && found > 0 &&
-                                heuristic.state == CUBLAS_STATUS_SUCCESS;
-    if (!have_algorithm && bias != nullptr) return false;
-    TZ_CHECK(have_algorithm,
-             "cuBLASLt has no fp32 algorithm for matmul m=" + std::to_string(m) +
-                 " n=" + std::to_string(n) + " k=" + std::to_string(k) +
-                 " (alignment A=" + std::to_string(align_a) + " B=" + std::to_string(align_b) +
-                 " D=" + std::to_string(align_d) + ", workspace " + std::to_string(max_workspace) +
-                 " bytes)",
+    // fp32 (the default) is exact fp32 arithmetic, no TF32, so the CUDA backend matches the fp32
+    // reference path; the other precisions run on tensor cores (compute_type above). A faster
+    // precision permits rather than requires: a product without such an algorithm (and without a
+    // bias epilogue, whose caller retries without it first) runs in exact fp32, with a warning.
+    const cublasComputeType_t fast = compute_type(precision_);
+    const cublasComputeType_t tries[] = {fast, CUBLAS_COMPUTE_32F};
+    const int n_tries = fast != CUBLAS_COMPUTE_32F && bias == nullptr ? 2 : 1;
+    for (int t = 0; t < n_tries; ++t) {
+      MatmulDesc desc(tries[t]);
+      const int32_t trans_a = op_a;
+      const int32_t trans_b = op_b;
+      TZ_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                     &trans_a, sizeof(trans_a)));
+      TZ_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_TRANSB,
+                                                     &trans_b, sizeof(trans_b)));
+      if (bias != nullptr) {
+        const uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+        TZ_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                       &epilogue, sizeof(epilogue)));
+        // The heuristic reads this pointer's alignment, so it is set before the query.
+        TZ_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            desc.handle, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+      }
+      cublasLtMatmulHeuristicResult_t heuristic{};
+      int found = 0;
+      const cublasStatus_t heuristic_status = cublasLtMatmulAlgoGetHeuristic(
+          lt_, desc.handle, a_layout.handle, b_layout.handle, d_layout.handle, d_layout.handle,
+          preference.handle, 1, &heuristic, &found);
+      // CUBLAS_STATUS_NOT_SUPPORTED is how the heuristic says "no algorithm for this
+      // configuration": report it with the shapes below rather than as a bare status.
+      if (heuristic_status != CUBLAS_STATUS_NOT_SUPPORTED) TZ_CUBLAS_CHECK(heuristic_status);
+      const bool have_algorithm = heuristic_status == CUBLAS_STATUS_SUCCESS && found > 0 &&
+                                  heuristic.state == CUBLAS_STATUS_SUCCESS;
+      if (!have_algorithm) continue;
+      if (t > 0 && !fallback_warned_) {
+        log::warn(std::string("cuBLASLt has no ") + matmul_precision_name(precision_) +
+                  " algorithm for matmul m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                  " k=" + std::to_string(k) + "; such products run in exact fp32 (said once)");
+        fallback_warned_ = true;
+      }
+      const float alpha = 1.0f;
+      TZ_CUBLAS_CHECK(cublasLtMatmul(lt_, desc.handle, &alpha, A, a_layout.handle, B,
+                                     b_layout.handle, &beta, D, d_layout.handle, D, d_layout.handle,
+                                     &heuristic.algo, lt_workspace_, lt_workspace_bytes_, stream_));
+      return true;
+    }
+    if (bias != nullptr) return false;
+    TZ_THROW(std::string("cuBLASLt has no ") + matmul_precision_name(precision_) +
+                 " algorithm for matmul m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                 " k=" + std::to_string(k) + " (alignment A=" + std::to_string(align_a) +
+                 " B=" + std::to_string(align_b) + " D=" + std::to_string(align_d) +
+                 ", workspace " + std::to_string(max_workspace) + " bytes)",
              "check that set_workspace() was given workspace_bytes() bytes; rerun with "
              "CUBLASLT_LOG_LEVEL=5 for cuBLASLt's reasons");
-
-    const float alpha = 1.0f;
-    TZ_CUBLAS_CHECK(cublasLtMatmul(lt_, desc.handle, &alpha, A, a_layout.handle, B, b_layout.handle,
-                                   &beta, D, d_layout.handle, D, d_layout.handle, &heuristic.algo,
-                                   lt_workspace_, lt_workspace_bytes_, stream_));
-    return true;
   }
 
   int device_;
+  MatmulPrecision precision_ = MatmulPrecision::fp32;
+  bool fallback_warned_ = false;  // the fp32 fallback of a faster precision was logged
   cublasLtHandle_t lt_ = nullptr;
   cudaStream_t stream_ = nullptr;
   double* reduction_scratch_ = nullptr;  // (kMaxReductionPartials) device, inside the workspace

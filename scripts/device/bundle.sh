@@ -11,7 +11,10 @@ build=${1:-build/gpu}
 out=.devbundle
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-grep -qx '/.devbundle/' .git/info/exclude 2>/dev/null || echo '/.devbundle/' >>.git/info/exclude
+# (git rev-parse: in a worktree .git is a file naming the real git directory.)
+exclude=$(git rev-parse --git-path info/exclude)
+mkdir -p "$(dirname "$exclude")"
+grep -qx '/.devbundle/' "$exclude" 2>/dev/null || echo '/.devbundle/' >>"$exclude"
 mkdir -p "$out" "$stage/root"
 
 # The build tree without objects: test binaries, CTest files, generated test lists.

@@ -7,6 +7,15 @@
 #   scripts/device/gpu_check.sh oversize "<bench oversize arguments>"
 #   scripts/device/gpu_check.sh peers [micro-batch]   (GPT-2 124M, T 1024: ours vs PyTorch eager,
 #     torch.compile and llm.c's train_gpt2cu from .devpeers/, see peers_prepare.sh)
+#   scripts/device/gpu_check.sh issue26   (issue 26's first parts, one call of under 10 minutes:
+#     the fused attention and matmul-precision kernel tests on CUDA, compute-sanitizer memcheck and
+#     racecheck of the fused attention, bench train at fp32 / tf32 / bf16 products, then every
+#     other CUDA test as far as time allows). Prepared on the development machine with
+#       cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIERZERO_CUDA=ON \
+#         -DCMAKE_CUDA_ARCHITECTURES=90 -DTIERZERO_NATIVE=OFF && cmake --build build/gpu -j2
+#       scripts/device/bundle.sh
+#     then run with the device tool: carry .devbundle, command
+#       scripts/device/gpu_check.sh issue26, timeout 600 (the steps' own limits sum to ~9 min)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 what=${1:-all}
@@ -127,5 +136,36 @@ for peer in ("torch_compile", "torch_eager", "llmc"):
                           "unit": "tokens/s", "baseline": peer, "baseline_value": tok[peer],
                           "ratio": round(tok["tierzero"] / tok[peer], 4), "batch": B, "seq": 1024}))
 PY
+fi
+if [ "$what" = issue26 ]; then
+  kt=build/gpu/tests/kernels/test_kernels
+  log "issue 26: kernel tests on cuda (fused attention, matmul precisions, attention, llama, matmul)"
+  timeout 90 $kt --gtest_filter='*FlashAttentionTest*/cuda:*MatmulPrecisionTest*/cuda:*AttentionTest*/cuda:*LlamaKernelTest*/cuda:*MatmulTest*/cuda' \
+    >"$out/kernels26.log" 2>&1
+  log "exit $?"
+  grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]|flash_attention (out|dqkv).*(T1024|T257)|matmul_forward out (tf32|bf16|fp16|fp32) N77" \
+    "$out/kernels26.log" | head -40 | tee -a "$out/summary.txt"
+  san='*FlashAttentionTest.SmallForSanitizers/cuda'
+  cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+  [ -n "$cs" ] || cs=compute-sanitizer  # not found: the run below says so in its log
+  for tool in memcheck racecheck; do
+    log "compute-sanitizer --tool $tool on $san"
+    limit=80; [ $tool = racecheck ] && limit=110
+    timeout $limit "$cs" --tool $tool --error-exitcode 3 $kt --gtest_filter="$san" \
+      >"$out/sanitize_$tool.log" 2>&1
+    log "exit $?"
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|hazard|PASSED|FAILED" "$out/sanitize_$tool.log" |
+      head -12 | tee -a "$out/summary.txt"
+  done
+  for p in fp32 tf32 bf16; do
+    log "bench train --device cuda --model gpt2 --batch 8 --seq 1024 --steps 5 --matmul-precision $p"
+    timeout 40 $tz bench train --device cuda --model gpt2 --batch 8 --seq 1024 --steps 5 \
+      --matmul-precision $p >"$out/bench_$p.jsonl" 2>"$out/bench_$p.log"
+    log "exit $?"; tail -9 "$out/bench_$p.log" | tee -a "$out/summary.txt"; cat "$out/bench_$p.jsonl"
+  done
+  log "every other CUDA test (ctest, as far as 90 s allow)"
+  (cd build/gpu && timeout 90 ctest -R "/cuda|Cuda|_cuda" -E "FlashAttentionTest|MatmulPrecisionTest" \
+     -j6 --timeout 120 --output-on-failure --output-junit "$out/junit26.xml") >"$out/ctest26.log" 2>&1
+  log "ctest exit $?"; tail -25 "$out/ctest26.log" | tee -a "$out/summary.txt"
 fi
 log "done"

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "tierzero/bench/results.hpp"
@@ -89,6 +90,11 @@ double model_flops_per_step(const nn::GPTConfig& cfg, size_t parameters, size_t 
 
 BenchTrainStepResult bench_train_step(const BenchTrainStepOptions& f) {
   std::unique_ptr<Device> dev = make_device(f.device, static_cast<int>(f.threads));
+  // Before the baseline, so the GEMM rate and the step use the same arithmetic.
+  dev->kernels().set_matmul_precision(kernels::matmul_precision_from_name(f.matmul_precision));
+  const std::string precision = kernels::matmul_precision_name(dev->kernels().matmul_precision());
+  // The baseline's name says its arithmetic: "sgemm" for fp32 as before, else e.g. "gemm_bf16".
+  const std::string baseline_name = precision == "fp32" ? "sgemm" : "gemm_" + precision;
   DeviceAllocator alloc(*dev, 0);
   const SgemmRate sg = sgemm_rate(*dev, alloc, static_cast<int>(f.threads));
   const double sgemm = sg.best();
@@ -124,20 +130,24 @@ BenchTrainStepResult bench_train_step(const BenchTrainStepOptions& f) {
   const double flops = model_flops_per_step(cfg, model.layout().parameter_count(), B, T);
   const double N = static_cast<double>(model.layout().parameter_count());
   const double rate = flops / step_s / 1e9;
-  std::fprintf(stderr, "bench train: %s (%.1fM params), batch %zu x %zu, fp32, %s\n",
-               f.model.c_str(), N / 1e6, B, T, dev->name().c_str());
+  std::fprintf(stderr,
+               "bench train: %s (%.1fM params), batch %zu x %zu, fp32 parameters, %s products, "
+               "%s\n",
+               f.model.c_str(), N / 1e6, B, T, precision.c_str(), dev->name().c_str());
   std::fprintf(stderr, "  %-32s %12s\n", "measure", "value");
   if (sg.openblas_threads > 0)
     std::fprintf(stderr, "  %-32s %9.1f GF/s\n", "sgemm 2048^3, OpenBLAS threads",
                  sg.openblas_threads);
-  std::fprintf(stderr, "  %-32s %9.1f GF/s\n", "sgemm 2048^3, backend matmul", sg.backend_matmul);
+  std::fprintf(stderr, "  %-32s %9.1f GF/s\n", (baseline_name + " 2048^3, backend matmul").c_str(),
+               sg.backend_matmul);
   std::fprintf(stderr, "  %-32s %9.1f GF/s\n", "baseline (the better)", sgemm);
   std::fprintf(stderr, "  %-32s %9.1f ms\n", "train step (median)", step_s * 1e3);
   std::fprintf(stderr, "  %-32s %9.1f GF/s\n", "train step rate", rate);
   std::fprintf(stderr, "  %-32s %9.1f tok/s\n", "throughput", tokens / step_s);
   std::fprintf(stderr, "  %-32s %9.3f\n", "ratio (goal >= 0.60)", rate / sgemm);
-  nlohmann::ordered_json j = bench_result("train.step", round_to(rate, 3), "GFLOP/s", "sgemm",
+  nlohmann::ordered_json j = bench_result("train.step", round_to(rate, 3), "GFLOP/s", baseline_name,
                                           round_to(sgemm, 3), rate / sgemm);
+  j["matmul_precision"] = precision;
   j["step_ms"] = round_to(step_s * 1e3, 2);
   j["model"] = f.model;
   j["batch"] = B;
@@ -147,6 +157,7 @@ BenchTrainStepResult bench_train_step(const BenchTrainStepOptions& f) {
   r.sgemm_openblas_gflops = sg.openblas_threads;
   r.sgemm_backend_gflops = sg.backend_matmul;
   r.sgemm_gflops = sgemm;
+  r.matmul_precision = precision;
   r.step_s = step_s;
   r.gflops = rate;
   r.tokens_per_s = tokens / step_s;

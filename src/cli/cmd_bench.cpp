@@ -29,6 +29,13 @@ void add_bench_train_options(CLI::App& t, bench::BenchTrainStepOptions& o) {
                "gpt2, gpt2-medium, gpt2-large, gpt2-xl, llama-3.2-1b, llama-3.1-8b, "
                "qwen2.5-0.5b, smollm-135m, llama-tiny")
       ->capture_default_str();
+  t.add_option("--matmul-precision", o.matmul_precision,
+               "how the products run (Kernels::set_matmul_precision): fp32, or on CUDA's tensor "
+               "cores tf32, bf16 or fp16 (fp32 in memory either way; the CPU stays fp32)")
+      ->check(CLI::IsMember({"fp32", "tf32", "bf16", "fp16"}))
+      ->capture_default_str();
+  t.add_flag_callback(
+      "--tf32", [&o] { o.matmul_precision = "tf32"; }, "the same as --matmul-precision tf32");
 }
 
 void add_bench_io_options(CLI::App& o, bench::BenchIoOptions& io) {

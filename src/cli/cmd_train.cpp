@@ -29,6 +29,7 @@ struct TrainFlags {
   int64_t batches = -1;
   int64_t tensor_parallel = 0;  // 0: from the config
   bool sequence_parallel = false;
+  bool tf32 = false;
   int64_t ulysses = 0;  // 0: from the config
   std::string save_dir, resume;
   bool reset_lr_schedule = false;
@@ -68,6 +69,9 @@ void add_common(CLI::App* sub, TrainFlags& f) {
                   "(e.g. 48,25,1600)");
   sub->add_option("--load", f.load, "llm.c model checkpoint (version 3, fp32) to start from");
   sub->add_option("--log-level", f.log_level, "debug, info, warn, error or off");
+  sub->add_flag("--tf32", f.tf32,
+                "fp32 products on CUDA in TF32 on the tensor cores (tierzero.tf32); the CPU "
+                "stays fp32");
   sub->add_option("--device-mem", f.device_mem,
                   "device memory budget, e.g. 24GiB or 36MiB: a hard limit (on the CPU backend "
                   "the compute arena's budget, so an offloaded run behaves as on a GPU of that "
@@ -179,6 +183,7 @@ train::TrainConfig resolve(const TrainFlags& f) {
   if (f.batches >= 0) c.val_batches = f.batches;
   if (f.tensor_parallel > 0) c.tensor_parallel = f.tensor_parallel;
   if (f.sequence_parallel) c.sequence_parallel = true;
+  if (f.tf32) c.tf32 = true;
   if (f.ulysses > 0) c.ulysses_parallel = f.ulysses;
   if (!f.save_dir.empty()) c.checkpoint.save_dir = f.save_dir;
   if (f.save_every >= 0) c.checkpoint.save_every = f.save_every;

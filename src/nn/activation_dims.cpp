@@ -32,8 +32,7 @@ void check_llama_split(const GPTConfig& config, size_t tp, size_t ulysses) {
 }  // namespace
 
 ActivationDims ActivationDims::of(const GPTConfig& config, size_t B, size_t T, size_t tp,
-                                  bool sequence_parallel, size_t ulysses,
-                                  bool attention_probabilities) {
+                                  bool sequence_parallel, size_t ulysses) {
   TZ_CHECK(B > 0 && T > 0, "empty batch", "");
   TZ_CHECK(tp >= 1, "tensor_parallel 0", "tensor_parallel is at least 1");
   TZ_CHECK(ulysses >= 1, "ulysses_parallel 0", "ulysses_parallel is at least 1");
@@ -89,7 +88,6 @@ ActivationDims ActivationDims::of(const GPTConfig& config, size_t B, size_t T, s
   d.local_hidden = config.hidden() / tp;
   d.local_fc = config.fc_channels() / tp;
   d.local_vocab = config.padded_vocab_size / tp;
-  d.attention_probabilities = attention_probabilities;
   return d;
 }
 

@@ -150,6 +150,15 @@ GPT::GPT(const GPTConfig& config, DeviceAllocator& allocator, const ModelParalle
     k_.set_workspace(workspace_.data(), ws);
   }
   k_.set_stream(device_.default_stream().native());
+  // The activation accounting (ActivationDims, the estimator) sizes the attention's saved state
+  // as one logsumexp per query row and its scratch as nothing: a backend must agree.
+  const kernels::AttentionShape probe{3, 5, 4, 2, 8};
+  TZ_CHECK(k_.attention_saved_floats(probe) == probe.B * probe.n_head * probe.T &&
+               k_.attention_scratch_floats(probe) == 0,
+           std::string("the ") + k_.backend_name() +
+               " backend's attention keeps other state than ActivationDims counts",
+           "give the backend a tiled attention (lse (B, NH, T), no scratch), or teach "
+           "ActivationDims its sizes");
 }
 
 size_t GPT::micro_batch_bytes_for(const GPTConfig& config, size_t B, size_t T, Recompute recompute,
@@ -182,8 +191,7 @@ size_t GPT::activation_bytes_for(const GPTConfig& config, size_t B, size_t T, Re
 }
 
 ActivationDims GPT::dims(size_t B, size_t T) const {
-  return ActivationDims::of(config_, B, T, layout_.tp().size, sequence_parallel(), ulysses(),
-                            attention_probabilities());
+  return ActivationDims::of(config_, B, T, layout_.tp().size, sequence_parallel(), ulysses());
 }
 
 TensorParallelTraffic GPT::tensor_parallel_traffic() const {

@@ -50,6 +50,12 @@ DType working_dtype(const TrainConfig& c) {
   return c.bf16 ? DType::bf16 : c.fp16 ? DType::f16 : DType::f32;
 }
 
+kernels::MatmulPrecision matmul_precision_for(const TrainConfig& c) {
+  if (c.bf16) return kernels::MatmulPrecision::bf16;
+  if (c.fp16) return kernels::MatmulPrecision::fp16;
+  return c.tf32 ? kernels::MatmulPrecision::tf32 : kernels::MatmulPrecision::fp32;
+}
+
 zero::StoreConfig store_config_from(const TrainConfig& c) {
   zero::StoreConfig s;
   s.stage = static_cast<int>(c.zero.stage);

@@ -433,6 +433,7 @@ void read_tierzero(ConfigReader r, TrainConfig& c) {
   c.load_checkpoint = r.get_string("load_checkpoint", c.load_checkpoint);
   c.save_checkpoint = r.get_string("save_checkpoint", c.save_checkpoint);
   c.log_level = r.get_string("log_level", c.log_level, {"debug", "info", "warn", "error", "off"});
+  c.tf32 = r.get_bool("tf32", c.tf32);
   c.device_memory_budget_gb =
       r.get_number("device_memory_budget_gb", c.device_memory_budget_gb, 0.0, 1.0e6);
   c.activation_checkpointing = r.get_bool("activation_checkpointing", c.activation_checkpointing);

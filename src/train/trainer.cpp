@@ -100,6 +100,12 @@ void Trainer::build() {
     s.shape = plan_run_shape(config_, s.run.rank, s.run.world_size);
   s.data = open_data(config_, s.shape);  // a bad path fails before any large allocation
   s.device = open_device(config_, s.run.session.get());
+  s.device->kernels().set_matmul_precision(matmul_precision_for(config_));
+  if (s.device->kind() == DeviceKind::cuda)
+    log::info(std::string("products on ") + s.device->name() + ": " +
+              kernels::matmul_precision_name(s.device->kernels().matmul_precision()));
+  else if (config_.tf32)
+    log::info("tierzero.tf32 has no effect on the CPU backend: its products are fp32");
   const auto budget = static_cast<size_t>(config_.device_memory_budget_gb * 1073741824.0);
   s.allocator = std::make_unique<DeviceAllocator>(*s.device, budget);
   s.groups = open_groups(s.shape, s.run, *s.device);

@@ -89,3 +89,22 @@ TEST(ConfigBridges, StoreConfigFollowsTheZeroKeys) {
                 .reduce_dtype,
             DType::f16);
 }
+
+// The products' precision: bf16 / fp16 working parameters pick those tensor cores, tierzero.tf32
+// (off by default) picks TF32 for an fp32 run, and nothing else leaves exact fp32.
+TEST(ConfigBridges, MatmulPrecisionFollowsDtypeAndTf32) {
+  using kernels::MatmulPrecision;
+  EXPECT_FALSE(TrainConfig::defaults().tf32);
+  EXPECT_EQ(matmul_precision_for(TrainConfig::defaults()), MatmulPrecision::fp32);
+  EXPECT_EQ(matmul_precision_for(TrainConfig::parse(R"({"tierzero": {"tf32": true}})", "t")),
+            MatmulPrecision::tf32);
+  EXPECT_EQ(matmul_precision_for(TrainConfig::parse(R"({"bf16": {"enabled": true}})", "t")),
+            MatmulPrecision::bf16);
+  EXPECT_EQ(matmul_precision_for(TrainConfig::parse(R"({"fp16": {"enabled": true}})", "t")),
+            MatmulPrecision::fp16);
+  // 16-bit working parameters take precedence over the fp32 runs' TF32 switch.
+  EXPECT_EQ(matmul_precision_for(TrainConfig::parse(
+                R"({"bf16": {"enabled": true}, "tierzero": {"tf32": true}})", "t")),
+            MatmulPrecision::bf16);
+  EXPECT_THROW(TrainConfig::parse(R"({"tierzero": {"tf32": "yes"}})", "t"), Error);
+}

@@ -1,6 +1,6 @@
-// `tierzero bench train`: one training step of a model preset (GPT-2 or the Llama family; fp32, one
-// rank) against the machine's own sgemm rate measured in the same run. Table on stderr, one JSON
-// object (train.step) on stdout.
+// `tierzero bench train`: one training step of a model preset (GPT-2 or the Llama family; fp32
+// parameters, one rank) against the machine's own GEMM rate measured in the same run, at the same
+// matmul precision. Table on stderr, one JSON object (train.step) on stdout.
 #pragma once
 
 #include <cstddef>
@@ -18,12 +18,16 @@ struct BenchTrainStepOptions {
   int64_t seq = 64;            // sequence length
   int64_t steps = 3;           // timed steps, after one warm-up step
   std::string model = "gpt2";  // a preset (nn::GPTConfig::preset): gpt2 ... smollm-135m
+  // Kernels::set_matmul_precision for the step and for the GEMM baseline: fp32, tf32, bf16 or
+  // fp16 (the parameters stay fp32; the CPU computes in fp32 whatever is asked).
+  std::string matmul_precision = "fp32";
 };
 
 struct BenchTrainStepResult {
   double sgemm_openblas_gflops = 0.0;  // 2048^3 sgemm, OpenBLAS's threads (0 off the CPU)
   double sgemm_backend_gflops = 0.0;   // the same through the backend's matmul
   double sgemm_gflops = 0.0;           // the baseline: the better of the two
+  std::string matmul_precision;        // what the backend's products ran at (fp32 on the CPU)
   double step_s = 0.0;                 // median timed step
   double gflops = 0.0;                 // the step's model FLOPs over step_s
   double tokens_per_s = 0.0;

@@ -18,6 +18,7 @@
 #include <memory>
 
 #include "tierzero/core/dtype.hpp"
+#include "tierzero/kernels/matmul_precision.hpp"
 
 namespace tierzero::kernels {
 
@@ -108,6 +109,15 @@ class Kernels {
                                   const float* rstd,    // (N)
                                   size_t N, size_t C) = 0;
 
+  // How matmul_forward / matmul_backward compute their products (matmul_precision.hpp); operands
+  // and results stay fp32 in memory. A CUDA setting: the CUDA backend maps tf32, bf16 and fp16 to
+  // cuBLASLt's fast fp32 compute types (tensor cores, fp32 accumulation); a product for which
+  // cuBLASLt offers no such algorithm runs in exact fp32 (logged once). The CPU backend accepts
+  // every value and keeps computing in fp32, so a config written for a GPU runs unchanged on the
+  // CPU; matmul_precision() reports the backend's setting (always fp32 on the CPU). Default fp32.
+  virtual void set_matmul_precision(MatmulPrecision precision) = 0;
+  virtual MatmulPrecision matmul_precision() const = 0;
+
   // out = inp @ weight^T + bias
   virtual void matmul_forward(float* out,           // (N, OC)
                               const float* inp,     // (N, IC)
@@ -126,12 +136,11 @@ class Kernels {
   // h reads kv head h / (n_head / n_kv_head); GPT-2 has n_kv_head == n_head). qkv[b,t,:] holds
   // q (NH*hd), then k (NKV*hd), then v (NKV*hd); head h uses its hd channels of each; scores are
   // scaled by 1/sqrt(hd). `saved` is what the forward keeps for the backward:
-  // attention_saved_floats(s) of it. The CPU backend's tiled kernel (online softmax, nothing of
-  // size T^2) keeps the per-row logsumexp of the scaled scores (B, NH, T); the CUDA backend keeps
-  // the softmax probabilities (B, NH, T, T) until its fused kernel lands.
+  // attention_saved_floats(s) of it. Both backends run a tiled kernel (FlashAttention-2's online
+  // softmax, nothing of size T^2) and keep the per-row logsumexp of the scaled scores (B, NH, T).
   virtual size_t attention_saved_floats(const AttentionShape& s) const = 0;
   // The backward's scratch (contents undefined on entry), attention_scratch_floats(s) floats;
-  // 0 on the CPU, (B, NH, T, T) on CUDA.
+  // 0 on both backends (each recomputes what it needs tile by tile).
   virtual size_t attention_scratch_floats(const AttentionShape& s) const = 0;
   virtual void attention_forward(float* out,        // (B, T, NH*hd)
                                  float* saved,      // (attention_saved_floats)

@@ -34,30 +34,23 @@ struct ActivationDims {
   size_t tp = 1;
   bool sequence_parallel = false;  // only ever true with tp > 1
   size_t ulysses = 1;              // Ulysses sequence-parallel ranks
-  // The backend's attention keeps the softmax probabilities (B, NHl, Ts, Ts) for its backward
-  // and needs as much scratch there (CUDA, until its fused kernel); otherwise (the CPU's tiled
-  // kernel) it keeps one logsumexp per query row (B, NHl, Ts) and needs no scratch.
-  bool attention_probabilities = false;
 
   // Rows of the attention's insides (qkv, the heads' outputs and their gradients): the whole
   // sequence of each of the B rows; equal to `tokens` without Ulysses.
   size_t attention_tokens() const { return B * seq_len; }
   // Floats the attention kernel keeps from its forward (AttentionActs::lse), and its backward's
   // scratch: Kernels::attention_saved_floats / attention_scratch_floats for this rank's heads.
-  size_t attention_saved() const {
-    return B * local_heads * seq_len * (attention_probabilities ? seq_len : 1);
-  }
-  size_t attention_scratch() const {
-    return attention_probabilities ? B * local_heads * seq_len * seq_len : 0;
-  }
+  // Every backend's attention is tiled (online softmax): one logsumexp per query row
+  // (B, NHl, Ts), no scratch, nothing of size T^2.
+  size_t attention_saved() const { return B * local_heads * seq_len; }
+  size_t attention_scratch() const { return 0; }
 
   // T is the whole sequence. Throws Error naming what does not divide: the heads, kv heads, MLP
   // hidden features or the padded vocabulary by tp, with sequence parallelism the B * T tokens by
   // tp, under Ulysses the heads the kv heads or the sequence by ulysses. sequence_parallel with tp
   // 1 is no split. Ulysses with tp > 1 is refused (not built).
   static ActivationDims of(const GPTConfig& config, size_t B, size_t T, size_t tp = 1,
-                           bool sequence_parallel = false, size_t ulysses = 1,
-                           bool attention_probabilities = false);
+                           bool sequence_parallel = false, size_t ulysses = 1);
   bool operator==(const ActivationDims&) const = default;
 };
 

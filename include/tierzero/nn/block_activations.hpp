@@ -43,7 +43,7 @@ struct BlockActivations {  // n blocks of one micro-batch's dims; see visit
   DeviceBuffer ln1_rstd;   // (n, S)
   DeviceBuffer qkv;        // (n, B, Ts, 3Cl)
   DeviceBuffer atty;       // (n, B, Ts, Cl)
-  DeviceBuffer lse;        // (n, B, NHl, Ts); (n, B, NHl, Ts, Ts) probabilities on CUDA
+  DeviceBuffer lse;        // (n, B, NHl, Ts)
   DeviceBuffer residual2;  // (n, S, C)
   DeviceBuffer ln2;        // (n, S, C)
   DeviceBuffer ln2_mean;   // (n, S)

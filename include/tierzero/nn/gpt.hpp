@@ -101,8 +101,6 @@ class GPT {
   size_t tensor_parallel() const { return layout_.tp().size; }
   bool sequence_parallel() const { return tp_ && tp_->sequence_parallel(); }
   size_t ulysses() const { return ulysses_ ? ulysses_->size() : 1; }
-  // Whether the backend's attention keeps (B, NH, T, T) probabilities (ActivationDims).
-  bool attention_probabilities() const { return k_.attention_scratch_floats({1, 2, 1, 1, 1}) > 0; }
   // This rank's activation extents for a micro-batch of B whole sequences of T (throws as
   // ActivationDims::of).
   ActivationDims dims(size_t B, size_t T) const;

@@ -4,11 +4,12 @@
 //             statistics, the MLP's pre-activation and GELU output.
 //  selective  all of that but the attention's core (its output and softmax statistics), which
 //             the backward recomputes from the kept qkv: no parameters, no collectives, the
-//             cheapest part to rebuild per byte saved (on CUDA it also drops the T^2 buffer).
+//             cheapest part to rebuild per byte saved.
 //  full       only each block's input (the checkpoint); the backward re-runs the whole block
 //             (activation checkpointing).
 // Gradients are bitwise the same in every mode: the recompute runs the same kernels on the same
-// inputs.
+// inputs (on CUDA the attention backward sums dq with atomics, so there its last bits may change
+// from run to run, in every mode alike).
 #pragma once
 
 #include <string>

@@ -19,7 +19,7 @@ struct AttentionActs {
   float* qkv;   // (B, T, 3C); grouped: (B, T, KVH (rep + 2) hs), after the rotary embedding
   float* atty;  // (B, T, C) the heads' outputs, before the projection
   // What the kernel keeps for its backward (ActivationDims::attention_saved): each query row's
-  // logsumexp (B, NH, T) with the CPU's tiled kernel; on CUDA the probabilities (B, NH, T, T).
+  // logsumexp (B, NH, T), on every backend (tiled, online-softmax kernels).
   float* lse;
 };
 

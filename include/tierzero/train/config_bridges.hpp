@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tierzero/core/dtype.hpp"
+#include "tierzero/kernels/matmul_precision.hpp"
 #include "tierzero/nn/gpt_config.hpp"
 #include "tierzero/offload/nvme_engine.hpp"
 #include "tierzero/offload/stream_pipeline.hpp"
@@ -24,6 +25,11 @@ nn::GPTConfig gpt_config_from(const ModelShape& shape);
 
 // The working parameters' type: bf16 or fp16 when enabled, else fp32.
 DType working_dtype(const TrainConfig& config);
+
+// How the products run (Kernels::set_matmul_precision): bf16 or fp16 tensor cores with those
+// working parameters, else tf32 when tierzero.tf32 is set, else exact fp32. The CPU backend
+// computes in fp32 whatever this says.
+kernels::MatmulPrecision matmul_precision_for(const TrainConfig& config);
 
 // The partition store's settings as the trainer applies them: stage, stage-3 budgets, gradient
 // and gather buckets, placements and the offload resources they need (the host budget defaults to

@@ -1,0 +1,487 @@
+// Causal self-attention on CUDA after FlashAttention-2, with nothing of size T^2 in memory: the
+// same algorithm as the CPU's tiled kernel (kernels/cpu/flash_attention.cpp), for both qkv
+// layouts (q | k | v, and the Llama family's grouped one) and grouped kv heads.
+//
+// Forward: one block per (query tile of 64 rows, b, query head). It walks the key tiles up to the
+// diagonal, keeps a running row max and row sum (online softmax, in the log2 domain so exp2f does
+// the exponentials) and the output accumulator in registers, and writes the output and each row's
+// natural-log logsumexp, the only thing kept for the backward: lse (B, NH, T).
+//
+// Backward: one block per (key tile of 64 rows, b, kv head). It owns dk and dv of its keys (kept
+// in registers, added into dqkv once at the end: one writer per element) and walks every query
+// head of its kv group and every query tile at or after its keys, recomputing the probabilities
+// from lse and D = rowsum(dout * out) (computed per query tile, so no scratch buffer), and adds
+// each tile's dq into dqkv with atomicAdd (the key tiles of one query row run in different
+// blocks). dq's sums therefore run in an order that can change from run to run (fp32 rounding
+// only); dk and dv are deterministic.
+//
+// fp32 throughout on the CUDA cores, written for correctness first: 256 threads as a 16 x 16
+// grid; thread (ty, tx) computes the score rows ty + 16 ii and columns tx + 16 jj (ii, jj < 4) of
+// a 64 x 64 tile, and the output / gradient columns tx + 16 c, c < kMaxDim / 16. Shared-memory
+// rows are kMaxDim + 1 floats long (odd), so the column-strided reads of a warp fall in distinct
+// banks. Head dims up to 128 are supported (a template on 32, 64 or 128 with zero-padded
+// columns); larger ones are refused with an Error.
+#include <cmath>
+#include <string>
+
+#include "cuda/cuda_common.cuh"
+
+namespace tierzero::kernels::cuda_impl {
+
+namespace {
+
+constexpr int kTile = 64;               // query and key rows per tile
+constexpr int kThreads = 256;           // a 16 x 16 grid of threads
+constexpr int kGrid = 16;               // threads per side of that grid
+constexpr int kPer = kTile / kGrid;     // rows (and columns) of a tile per thread: 4
+constexpr int kProbStride = kTile + 1;  // a row of the (64, 64) probability tile in shared memory
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// The extents of one call and where a head's channels sit in a qkv row.
+struct FlashDims {
+  size_t B, T, NH, NKV, D;  // D: head_dim
+  size_t W;                 // a qkv row: (NH + 2 NKV) D
+  size_t rep;               // query heads per kv head
+  bool grouped;             // the Llama layout (AttentionShape::grouped)
+  float scale;              // 1 / sqrt(D)
+  float scale_log2;         // scale * log2(e): scores in the log2 domain
+  size_t tiles;             // ceil(T / kTile)
+};
+
+__device__ __forceinline__ size_t q_offset(const FlashDims& s, size_t h) {
+  const size_t kvh = h / s.rep;
+  return s.grouped ? (kvh * (s.rep + 2) + h % s.rep) * s.D : h * s.D;
+}
+__device__ __forceinline__ size_t k_offset(const FlashDims& s, size_t kvh) {
+  return s.grouped ? (kvh * (s.rep + 2) + s.rep) * s.D : (s.NH + kvh) * s.D;
+}
+__device__ __forceinline__ size_t v_offset(const FlashDims& s, size_t kvh) {
+  return s.grouped ? (kvh * (s.rep + 2) + s.rep + 1) * s.D : (s.NH + s.NKV + kvh) * s.D;
+}
+
+// tile (kTile, kMaxDim + 1) <- rows row0.. of a (B, T, ld) tensor of batch b, channels
+// offset..offset+D; rows past T and columns past D are zero.
+template <int kMaxDim>
+__device__ __forceinline__ void load_tile(float* tile, const float* src, size_t ld, size_t offset,
+                                          const FlashDims& s, size_t b, size_t row0) {
+  constexpr int kStride = kMaxDim + 1;
+  for (int idx = threadIdx.x; idx < kTile * kMaxDim; idx += kThreads) {
+    const int r = idx / kMaxDim, d = idx % kMaxDim;
+    const size_t t = row0 + static_cast<size_t>(r);
+    float v = 0.0f;
+    if (t < s.T && static_cast<size_t>(d) < s.D) v = src[(b * s.T + t) * ld + offset + d];
+    tile[r * kStride + d] = v;
+  }
+}
+
+template <int kMaxDim>
+__global__ void __launch_bounds__(kThreads) flash_forward_kernel(float* out,        // (B, T, NH D)
+                                                                 float* lse,        // (B, NH, T)
+                                                                 const float* qkv,  // (B, T, W)
+                                                                 FlashDims s) {
+  constexpr int kStride = kMaxDim + 1;
+  constexpr int kCols = kMaxDim / kGrid;  // output columns per thread
+  extern __shared__ float smem[];
+  float* q_tile = smem;                      // (kTile, kStride)
+  float* k_tile = q_tile + kTile * kStride;  // (kTile, kStride)
+  float* v_tile = k_tile + kTile * kStride;  // (kTile, kStride)
+  float* p_tile = v_tile + kTile * kStride;  // (kTile, kProbStride)
+
+  // The last query tiles cost the most; they get the lowest block indices.
+  const size_t qt = s.tiles - 1 - blockIdx.x % s.tiles;
+  const size_t bh = blockIdx.x / s.tiles;
+  const size_t b = bh / s.NH, h = bh % s.NH, kvh = h / s.rep;
+  const size_t q0 = qt * kTile;
+  const int ty = threadIdx.x / kGrid, tx = threadIdx.x % kGrid;
+
+  load_tile<kMaxDim>(q_tile, qkv, s.W, q_offset(s, h), s, b, q0);
+
+  float m[kPer], l[kPer], o[kPer][kCols];  // running max (log2 domain), sum, output accumulator
+#pragma unroll
+  for (int ii = 0; ii < kPer; ++ii) {
+    m[ii] = -CUDART_INF_F;
+    l[ii] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) o[ii][c] = 0.0f;
+  }
+
+  for (size_t kt = 0; kt <= qt; ++kt) {
+    const size_t k0 = kt * kTile;
+    __syncthreads();  // the previous tile's readers of k_tile, v_tile and p_tile are done
+    load_tile<kMaxDim>(k_tile, qkv, s.W, k_offset(s, kvh), s, b, k0);
+    load_tile<kMaxDim>(v_tile, qkv, s.W, v_offset(s, kvh), s, b, k0);
+    __syncthreads();
+
+    float sc[kPer][kPer];  // scores of rows ty + 16 ii, columns tx + 16 jj
+#pragma unroll
+    for (int ii = 0; ii < kPer; ++ii)
+#pragma unroll
+      for (int jj = 0; jj < kPer; ++jj) sc[ii][jj] = 0.0f;
+    for (int d = 0; d < static_cast<int>(s.D); ++d) {
+      float qv[kPer], kv[kPer];
+#pragma unroll
+      for (int x = 0; x < kPer; ++x) {
+        qv[x] = q_tile[(ty + kGrid * x) * kStride + d];
+        kv[x] = k_tile[(tx + kGrid * x) * kStride + d];
+      }
+#pragma unroll
+      for (int ii = 0; ii < kPer; ++ii)
+#pragma unroll
+        for (int jj = 0; jj < kPer; ++jj) sc[ii][jj] += qv[ii] * kv[jj];
+    }
+
+#pragma unroll
+    for (int ii = 0; ii < kPer; ++ii) {
+      const size_t i = q0 + ty + kGrid * ii;
+      float row_max = -CUDART_INF_F;
+#pragma unroll
+      for (int jj = 0; jj < kPer; ++jj) {
+        const size_t j = k0 + tx + kGrid * jj;
+        // Causal: key j <= query i (< T for a real row; rows past T are never written).
+        sc[ii][jj] = (j <= i && i < s.T) ? sc[ii][jj] * s.scale_log2 : -CUDART_INF_F;
+        row_max = fmaxf(row_max, sc[ii][jj]);
+      }
+      // The row's 64 columns are spread over the 16 lanes sharing ty (one half of the warp).
+#pragma unroll
+      for (int offset = kGrid / 2; offset > 0; offset /= 2)
+        row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, offset));
+      const float m_new = fmaxf(m[ii], row_max);
+      // A real row always sees key 0 in its first tile, so m_new is finite for it; the guards
+      // keep rows past T (all masked) free of inf - inf.
+      const float correction = m[ii] == -CUDART_INF_F ? 0.0f : exp2f(m[ii] - m_new);
+      float row_sum = 0.0f;
+#pragma unroll
+      for (int jj = 0; jj < kPer; ++jj) {
+        const float p = m_new == -CUDART_INF_F ? 0.0f : exp2f(sc[ii][jj] - m_new);
+        p_tile[(ty + kGrid * ii) * kProbStride + tx + kGrid * jj] = p;
+        row_sum += p;
+      }
+#pragma unroll
+      for (int offset = kGrid / 2; offset > 0; offset /= 2)
+        row_sum += __shfl_xor_sync(0xffffffffu, row_sum, offset);
+      l[ii] = l[ii] * correction + row_sum;
+      m[ii] = m_new;
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) o[ii][c] *= correction;
+    }
+    __syncthreads();  // p_tile complete
+
+    // o (rows ty + 16 ii, columns tx + 16 c) += P (64, 64) v (64, D)
+    for (int j = 0; j < kTile; ++j) {
+      float pv[kPer], vv[kCols];
+#pragma unroll
+      for (int ii = 0; ii < kPer; ++ii) pv[ii] = p_tile[(ty + kGrid * ii) * kProbStride + j];
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) vv[c] = v_tile[j * kStride + tx + kGrid * c];
+#pragma unroll
+      for (int ii = 0; ii < kPer; ++ii)
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) o[ii][c] += pv[ii] * vv[c];
+    }
+  }
+
+  const size_t q_width = s.NH * s.D;
+#pragma unroll
+  for (int ii = 0; ii < kPer; ++ii) {
+    const size_t i = q0 + ty + kGrid * ii;
+    if (i >= s.T) continue;
+    const float inv = 1.0f / l[ii];
+    float* out_row = out + (b * s.T + i) * q_width + h * s.D;
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) {
+      const size_t d = tx + kGrid * c;
+      if (d < s.D) out_row[d] = o[ii][c] * inv;
+    }
+    // Natural log, as the CPU kernel keeps it: lse = ln(sum) + max.
+    if (tx == 0) lse[bh * s.T + i] = (m[ii] + log2f(l[ii])) * kLn2;
+  }
+}
+
+template <int kMaxDim>
+__global__ void __launch_bounds__(kThreads)
+    flash_backward_kernel(float* dqkv,        // (B, T, W) +=
+                          const float* dout,  // (B, T, NH D)
+                          const float* out,   // (B, T, NH D)
+                          const float* qkv,   // (B, T, W)
+                          const float* lse,   // (B, NH, T)
+                          FlashDims s) {
+  constexpr int kStride = kMaxDim + 1;
+  constexpr int kCols = kMaxDim / kGrid;
+  extern __shared__ float smem[];
+  float* k_tile = smem;                            // (kTile, kStride) this block's keys
+  float* v_tile = k_tile + kTile * kStride;        // (kTile, kStride) and values
+  float* q_tile = v_tile + kTile * kStride;        // (kTile, kStride) the current query tile
+  float* do_tile = q_tile + kTile * kStride;       // (kTile, kStride) its dout
+  float* p_tile = do_tile + kTile * kStride;       // (kTile, kProbStride) P, then dS
+  float* lse_tile = p_tile + kTile * kProbStride;  // (kTile) the query rows' lse, log2 domain
+  float* delta_tile = lse_tile + kTile;            // (kTile) D = rowsum(dout * out)
+
+  const size_t kt = blockIdx.x % s.tiles;
+  const size_t bk = blockIdx.x / s.tiles;
+  const size_t b = bk / s.NKV, kvh = bk % s.NKV;
+  const size_t k0 = kt * kTile;
+  const int ty = threadIdx.x / kGrid, tx = threadIdx.x % kGrid;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const size_t q_width = s.NH * s.D;
+
+  load_tile<kMaxDim>(k_tile, qkv, s.W, k_offset(s, kvh), s, b, k0);
+  load_tile<kMaxDim>(v_tile, qkv, s.W, v_offset(s, kvh), s, b, k0);
+
+  // dk and dv of key rows ty + 16 jj, columns tx + 16 c.
+  float dk[kPer][kCols], dv[kPer][kCols];
+#pragma unroll
+  for (int jj = 0; jj < kPer; ++jj)
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) dk[jj][c] = dv[jj][c] = 0.0f;
+
+  for (size_t h = kvh * s.rep; h < (kvh + 1) * s.rep; ++h) {
+    const size_t qo = q_offset(s, h);
+    for (size_t qt = kt; qt < s.tiles; ++qt) {  // query tiles at or after this key tile
+      const size_t q0 = qt * kTile;
+      __syncthreads();  // the previous tile's readers of q_tile, do_tile, p_tile are done
+      load_tile<kMaxDim>(q_tile, qkv, s.W, qo, s, b, q0);
+      load_tile<kMaxDim>(do_tile, dout, q_width, h * s.D, s, b, q0);
+      // One warp per row: D = rowsum(dout * out) and the row's lse, both 0 past T.
+      for (int r = warp; r < kTile; r += kThreads / kWarpSize) {
+        const size_t t = q0 + r;
+        float dot = 0.0f;
+        if (t < s.T) {
+          const size_t row = (b * s.T + t) * q_width + h * s.D;
+          for (size_t d = lane; d < s.D; d += kWarpSize) dot += dout[row + d] * out[row + d];
+        }
+        dot = warp_sum(dot);
+        if (lane == 0) {
+          delta_tile[r] = dot;
+          lse_tile[r] = t < s.T ? lse[(b * s.NH + h) * s.T + t] * kLog2e : 0.0f;
+        }
+      }
+      __syncthreads();
+
+      // S = q k^T and dP = dout v^T for rows ty + 16 ii, columns tx + 16 jj.
+      float sc[kPer][kPer], dp[kPer][kPer];
+#pragma unroll
+      for (int ii = 0; ii < kPer; ++ii)
+#pragma unroll
+        for (int jj = 0; jj < kPer; ++jj) sc[ii][jj] = dp[ii][jj] = 0.0f;
+      for (int d = 0; d < static_cast<int>(s.D); ++d) {
+        float qv[kPer], gv[kPer], kv[kPer], vv[kPer];
+#pragma unroll
+        for (int x = 0; x < kPer; ++x) {
+          qv[x] = q_tile[(ty + kGrid * x) * kStride + d];
+          gv[x] = do_tile[(ty + kGrid * x) * kStride + d];
+          kv[x] = k_tile[(tx + kGrid * x) * kStride + d];
+          vv[x] = v_tile[(tx + kGrid * x) * kStride + d];
+        }
+#pragma unroll
+        for (int ii = 0; ii < kPer; ++ii)
+#pragma unroll
+          for (int jj = 0; jj < kPer; ++jj) {
+            sc[ii][jj] += qv[ii] * kv[jj];
+            dp[ii][jj] += gv[ii] * vv[jj];
+          }
+      }
+      // P = exp(scale S - lse) where key <= query < T, else 0; dS = P (dP - D) scale, kept in sc.
+#pragma unroll
+      for (int ii = 0; ii < kPer; ++ii) {
+        const int r = ty + kGrid * ii;
+        const size_t i = q0 + r;
+#pragma unroll
+        for (int jj = 0; jj < kPer; ++jj) {
+          const size_t j = k0 + tx + kGrid * jj;
+          const float p =
+              (j <= i && i < s.T) ? exp2f(sc[ii][jj] * s.scale_log2 - lse_tile[r]) : 0.0f;
+          p_tile[r * kProbStride + tx + kGrid * jj] = p;
+          sc[ii][jj] = p * (dp[ii][jj] - delta_tile[r]) * s.scale;
+        }
+      }
+      __syncthreads();  // P complete
+
+      // dv (key rows ty + 16 jj, columns tx + 16 c) += P^T dout
+      for (int i = 0; i < kTile; ++i) {
+        float pv[kPer], gv[kCols];
+#pragma unroll
+        for (int jj = 0; jj < kPer; ++jj) pv[jj] = p_tile[i * kProbStride + ty + kGrid * jj];
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) gv[c] = do_tile[i * kStride + tx + kGrid * c];
+#pragma unroll
+        for (int jj = 0; jj < kPer; ++jj)
+#pragma unroll
+          for (int c = 0; c < kCols; ++c) dv[jj][c] += pv[jj] * gv[c];
+      }
+      __syncthreads();  // every reader of P is done: the tile now takes dS
+#pragma unroll
+      for (int ii = 0; ii < kPer; ++ii)
+#pragma unroll
+        for (int jj = 0; jj < kPer; ++jj)
+          p_tile[(ty + kGrid * ii) * kProbStride + tx + kGrid * jj] = sc[ii][jj];
+      __syncthreads();  // dS complete
+
+      // dk (key rows ty + 16 jj, columns tx + 16 c) += dS^T q
+      for (int i = 0; i < kTile; ++i) {
+        float dsv[kPer], qv[kCols];
+#pragma unroll
+        for (int jj = 0; jj < kPer; ++jj) dsv[jj] = p_tile[i * kProbStride + ty + kGrid * jj];
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) qv[c] = q_tile[i * kStride + tx + kGrid * c];
+#pragma unroll
+        for (int jj = 0; jj < kPer; ++jj)
+#pragma unroll
+          for (int c = 0; c < kCols; ++c) dk[jj][c] += dsv[jj] * qv[c];
+      }
+      // dq (query rows ty + 16 ii, columns tx + 16 c) += dS k, added into dqkv atomically: the
+      // other key tiles of these rows are other blocks.
+      float dq[kPer][kCols];
+#pragma unroll
+      for (int ii = 0; ii < kPer; ++ii)
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) dq[ii][c] = 0.0f;
+      for (int j = 0; j < kTile; ++j) {
+        float dsv[kPer], kv[kCols];
+#pragma unroll
+        for (int ii = 0; ii < kPer; ++ii) dsv[ii] = p_tile[(ty + kGrid * ii) * kProbStride + j];
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) kv[c] = k_tile[j * kStride + tx + kGrid * c];
+#pragma unroll
+        for (int ii = 0; ii < kPer; ++ii)
+#pragma unroll
+          for (int c = 0; c < kCols; ++c) dq[ii][c] += dsv[ii] * kv[c];
+      }
+#pragma unroll
+      for (int ii = 0; ii < kPer; ++ii) {
+        const size_t i = q0 + ty + kGrid * ii;
+        if (i >= s.T) continue;
+        float* dq_row = dqkv + (b * s.T + i) * s.W + qo;
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) {
+          const size_t d = tx + kGrid * c;
+          if (d < s.D) atomicAdd(dq_row + d, dq[ii][c]);
+        }
+      }
+    }
+  }
+
+  // This block is the only writer of its keys' dk and dv.
+#pragma unroll
+  for (int jj = 0; jj < kPer; ++jj) {
+    const size_t j = k0 + ty + kGrid * jj;
+    if (j >= s.T) continue;
+    float* dk_row = dqkv + (b * s.T + j) * s.W + k_offset(s, kvh);
+    float* dv_row = dqkv + (b * s.T + j) * s.W + v_offset(s, kvh);
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) {
+      const size_t d = tx + kGrid * c;
+      if (d < s.D) {
+        dk_row[d] += dk[jj][c];
+        dv_row[d] += dv[jj][c];
+      }
+    }
+  }
+}
+
+constexpr size_t forward_smem_bytes(int max_dim) {
+  return (3 * static_cast<size_t>(kTile) * (max_dim + 1) +
+          static_cast<size_t>(kTile) * kProbStride) *
+         sizeof(float);
+}
+constexpr size_t backward_smem_bytes(int max_dim) {
+  return (4 * static_cast<size_t>(kTile) * (max_dim + 1) +
+          static_cast<size_t>(kTile) * kProbStride + 2 * static_cast<size_t>(kTile)) *
+         sizeof(float);
+}
+
+FlashDims flash_dims(const AttentionShape& a) {
+  TZ_CHECK(a.n_head > 0 && a.n_kv_head > 0 && a.n_head % a.n_kv_head == 0,
+           "CUDA attention: n_kv_head " + std::to_string(a.n_kv_head) + " does not divide n_head " +
+               std::to_string(a.n_head),
+           "every kv head serves the same number of query heads");
+  TZ_CHECK(a.head_dim > 0 && a.head_dim <= 128,
+           "CUDA attention: head_dim " + std::to_string(a.head_dim) +
+               " is not supported (the fused kernel takes 1 to 128)",
+           "use a model with head_dim <= 128 on CUDA, or the CPU backend");
+  FlashDims s{};
+  s.B = a.B;
+  s.T = a.T;
+  s.NH = a.n_head;
+  s.NKV = a.n_kv_head;
+  s.D = a.head_dim;
+  s.W = a.qkv_width();
+  s.rep = a.n_head / a.n_kv_head;
+  s.grouped = a.grouped;
+  s.scale = 1.0f / std::sqrt(static_cast<float>(a.head_dim));
+  s.scale_log2 = s.scale * kLog2e;
+  s.tiles = ceil_div(a.T, static_cast<size_t>(kTile));
+  return s;
+}
+
+// Raises the kernel's dynamic shared-memory limit to `bytes` (needed past 48 KiB), after
+// checking that the current device allows that much per block.
+template <typename Kernel>
+void allow_shared_memory(Kernel kernel, size_t bytes, const FlashDims& s) {
+  int device = 0;
+  TZ_CUDA_CHECK(cudaGetDevice(&device));
+  int optin = 0;
+  TZ_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  TZ_CHECK(bytes <= static_cast<size_t>(optin),
+           "CUDA attention at head_dim " + std::to_string(s.D) + " needs " + std::to_string(bytes) +
+               " bytes of shared memory per block; this GPU allows " + std::to_string(optin),
+           "use a smaller head_dim on this GPU, or the CPU backend");
+  TZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(bytes)));
+}
+
+unsigned grid_of(size_t blocks) {
+  TZ_CHECK(blocks <= kMaxGridX, "CUDA attention: too many blocks (" + std::to_string(blocks) + ")",
+           "split the batch into smaller micro-batches");
+  return static_cast<unsigned>(blocks);
+}
+
+template <int kMaxDim>
+void forward(cudaStream_t stream, float* out, float* lse, const float* qkv, const FlashDims& s) {
+  constexpr size_t bytes = forward_smem_bytes(kMaxDim);
+  allow_shared_memory(flash_forward_kernel<kMaxDim>, bytes, s);
+  const unsigned blocks = grid_of(s.tiles * s.B * s.NH);
+  flash_forward_kernel<kMaxDim><<<blocks, kThreads, bytes, stream>>>(out, lse, qkv, s);
+  TZ_CUDA_CHECK_LAUNCH();
+}
+
+template <int kMaxDim>
+void backward(cudaStream_t stream, float* dqkv, const float* dout, const float* out,
+              const float* qkv, const float* lse, const FlashDims& s) {
+  constexpr size_t bytes = backward_smem_bytes(kMaxDim);
+  allow_shared_memory(flash_backward_kernel<kMaxDim>, bytes, s);
+  const unsigned blocks = grid_of(s.tiles * s.B * s.NKV);
+  flash_backward_kernel<kMaxDim><<<blocks, kThreads, bytes, stream>>>(dqkv, dout, out, qkv, lse, s);
+  TZ_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_flash_attention_forward(cudaStream_t stream, float* out, float* lse, const float* qkv,
+                                    const AttentionShape& shape) {
+  const FlashDims s = flash_dims(shape);
+  if (s.B == 0 || s.T == 0) return;
+  if (s.D <= 32) {
+    forward<32>(stream, out, lse, qkv, s);
+  } else if (s.D <= 64) {
+    forward<64>(stream, out, lse, qkv, s);
+  } else {
+    forward<128>(stream, out, lse, qkv, s);
+  }
+}
+
+void launch_flash_attention_backward(cudaStream_t stream, float* dqkv, const float* dout,
+                                     const float* out, const float* qkv, const float* lse,
+                                     const AttentionShape& shape) {
+  const FlashDims s = flash_dims(shape);
+  if (s.B == 0 || s.T == 0) return;
+  if (s.D <= 32) {
+    backward<32>(stream, dqkv, dout, out, qkv, lse, s);
+  } else if (s.D <= 64) {
+    backward<64>(stream, dqkv, dout, out, qkv, lse, s);
+  } else {
+    backward<128>(stream, dqkv, dout, out, qkv, lse, s);
+  }
+}
+
+}  // namespace tierzero::kernels::cuda_impl

@@ -1,0 +1,150 @@
+// The kernels of kernels/cuda/flash_attention.cu run on the CPU under cuda_host_emulation.hpp
+// against a double-precision causal attention (forward, logsumexp, and the backward added into a
+// random prior dqkv), over tile edges, head dims 4-128, grouped kv heads and both qkv layouts.
+// Prints the max error relative to each tensor's largest value; exits 1 past 1e-5. Built and run
+// by emulate_flash_attention.sh, which extracts the kernels into kernels_body.inc.
+#include <algorithm>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include "cuda_host_emulation.hpp"
+#include "kernels_body.inc"
+
+struct Case {
+  size_t B, T, NH, NKV, D;
+  bool grouped;
+};
+
+// Offsets of head h's q, and kv head's k, v in a qkv row (the layouts of kernels.hpp).
+size_t qo(const Case& c, size_t h) {
+  size_t rep = c.NH / c.NKV, kvh = h / rep;
+  return c.grouped ? (kvh * (rep + 2) + h % rep) * c.D : h * c.D;
+}
+size_t ko(const Case& c, size_t kvh) {
+  size_t rep = c.NH / c.NKV;
+  return c.grouped ? (kvh * (rep + 2) + rep) * c.D : (c.NH + kvh) * c.D;
+}
+size_t vo(const Case& c, size_t kvh) {
+  size_t rep = c.NH / c.NKV;
+  return c.grouped ? (kvh * (rep + 2) + rep + 1) * c.D : (c.NH + c.NKV + kvh) * c.D;
+}
+
+template <int kMaxDim>
+void run(const Case& c, std::vector<float>& out, std::vector<float>& lse, std::vector<float>& dqkv,
+         const std::vector<float>& qkv, const std::vector<float>& dout) {
+  FlashDims s{};
+  s.B = c.B;
+  s.T = c.T;
+  s.NH = c.NH;
+  s.NKV = c.NKV;
+  s.D = c.D;
+  s.W = (c.NH + 2 * c.NKV) * c.D;
+  s.rep = c.NH / c.NKV;
+  s.grouped = c.grouped;
+  s.scale = 1.0f / std::sqrt((float)c.D);
+  s.scale_log2 = s.scale * kLog2e;
+  s.tiles = ceil_div(c.T, kTile);
+  size_t fb = (3 * kTile * (kMaxDim + 1) + kTile * kProbStride) * 4;
+  size_t bb = (4 * kTile * (kMaxDim + 1) + kTile * kProbStride + 2 * kTile) * 4;
+  emulate(s.tiles * s.B * s.NH, kThreads, fb,
+          [&] { flash_forward_kernel<kMaxDim>(out.data(), lse.data(), qkv.data(), s); });
+  emulate(s.tiles * s.B * s.NKV, kThreads, bb, [&] {
+    flash_backward_kernel<kMaxDim>(dqkv.data(), dout.data(), out.data(), qkv.data(), lse.data(), s);
+  });
+}
+
+int main() {
+  std::vector<Case> cases = {{2, 7, 4, 4, 12, false},    {1, 1, 2, 2, 4, false},
+                             {1, 65, 3, 3, 64, false},   {2, 64, 4, 2, 64, true},
+                             {1, 130, 4, 2, 128, false}, {1, 70, 6, 3, 128, true},
+                             {2, 33, 8, 1, 16, true},    {1, 129, 2, 1, 64, false}};
+  int worst_fail = 0;
+  uint32_t seed = 1;
+  for (const Case& c : cases) {
+    const size_t W = (c.NH + 2 * c.NKV) * c.D, C = c.NH * c.D;
+    std::mt19937 g(seed++);
+    std::normal_distribution<float> n(0.f, 1.5f), n1(0.f, 1.f);
+    std::vector<float> qkv(c.B * c.T * W), dout(c.B * c.T * C), dqkv0(qkv.size());
+    for (auto& x : qkv) x = n(g);
+    for (auto& x : dout) x = n1(g);
+    for (auto& x : dqkv0) x = n1(g);
+    std::vector<float> out(dout.size(), std::nanf("")), lse(c.B * c.NH * c.T, std::nanf("")),
+        dqkv = dqkv0;
+    if (c.D <= 32)
+      run<32>(c, out, lse, dqkv, qkv, dout);
+    else if (c.D <= 64)
+      run<64>(c, out, lse, dqkv, qkv, dout);
+    else
+      run<128>(c, out, lse, dqkv, qkv, dout);
+    // Double reference.
+    std::vector<double> rout(out.size()), rd(qkv.size(), 0.0), rlse(lse.size());
+    const double scale = 1.0 / std::sqrt((double)c.D);
+    for (size_t b = 0; b < c.B; ++b)
+      for (size_t h = 0; h < c.NH; ++h) {
+        size_t kvh = h / (c.NH / c.NKV);
+        for (size_t i = 0; i < c.T; ++i) {
+          const float* q = &qkv[(b * c.T + i) * W + qo(c, h)];
+          std::vector<double> p(i + 1);
+          double mx = -1e300;
+          for (size_t j = 0; j <= i; ++j) {
+            const float* k = &qkv[(b * c.T + j) * W + ko(c, kvh)];
+            double d = 0;
+            for (size_t e = 0; e < c.D; ++e) d += (double)q[e] * k[e];
+            p[j] = d * scale;
+            mx = std::max(mx, p[j]);
+          }
+          double sum = 0;
+          for (auto& x : p) {
+            x = std::exp(x - mx);
+            sum += x;
+          }
+          for (auto& x : p) x /= sum;
+          rlse[(b * c.NH + h) * c.T + i] = mx + std::log(sum);
+          std::vector<double> o(c.D, 0.0);
+          for (size_t j = 0; j <= i; ++j) {
+            const float* v = &qkv[(b * c.T + j) * W + vo(c, kvh)];
+            for (size_t e = 0; e < c.D; ++e) o[e] += p[j] * v[e];
+          }
+          for (size_t e = 0; e < c.D; ++e) rout[(b * c.T + i) * C + h * c.D + e] = o[e];
+          // backward for this row
+          const float* go = &dout[(b * c.T + i) * C + h * c.D];
+          std::vector<double> dp(i + 1);
+          double Dd = 0;
+          for (size_t e = 0; e < c.D; ++e) Dd += go[e] * o[e];
+          for (size_t j = 0; j <= i; ++j) {
+            const float* v = &qkv[(b * c.T + j) * W + vo(c, kvh)];
+            double d = 0;
+            for (size_t e = 0; e < c.D; ++e) d += (double)go[e] * v[e];
+            dp[j] = d;
+            for (size_t e = 0; e < c.D; ++e) rd[(b * c.T + j) * W + vo(c, kvh) + e] += p[j] * go[e];
+          }
+          for (size_t j = 0; j <= i; ++j) {
+            double ds = p[j] * (dp[j] - Dd) * scale;
+            const float* k = &qkv[(b * c.T + j) * W + ko(c, kvh)];
+            for (size_t e = 0; e < c.D; ++e) {
+              rd[(b * c.T + i) * W + qo(c, h) + e] += ds * k[e];
+              rd[(b * c.T + j) * W + ko(c, kvh) + e] += ds * q[e];
+            }
+          }
+        }
+      }
+    auto err = [](const std::vector<float>& a, const std::vector<double>& r,
+                  const std::vector<float>* base) {
+      double diff = 0, sc = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        double ref = r[i] + (base ? (*base)[i] : 0.0);
+        double d = std::fabs(a[i] - ref);
+        if (!(d == d)) d = 1e30;
+        diff = std::max(diff, d);
+        sc = std::max(sc, std::fabs(ref));
+      }
+      return diff / sc;
+    };
+    double eo = err(out, rout, nullptr), el = err(lse, rlse, nullptr), ed = err(dqkv, rd, &dqkv0);
+    std::printf("B%zu T%zu NH%zu NKV%zu D%zu %s: out %.2e lse %.2e dqkv %.2e\n", c.B, c.T, c.NH,
+                c.NKV, c.D, c.grouped ? "grouped" : "q|k|v", eo, el, ed);
+    if (eo > 1e-5 || el > 1e-5 || ed > 1e-5) worst_fail = 1;
+  }
+  std::printf(worst_fail ? "FAIL\n" : "PASS\n");
+  return worst_fail;
+}

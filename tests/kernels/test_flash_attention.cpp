@@ -1,0 +1,164 @@
+// The fused attention (Kernels::attention_forward / attention_backward) of every backend against
+// the double reference, over what the tiles make hard: sequence lengths below, at and past one
+// 64-row tile (1, 7, 64, 65, 257, 1024), head dims 64 and 128 (and an odd small one), grouped kv
+// heads in both qkv layouts (q | k | v, and the Llama family's grouped one), B > 1. The backward
+// accumulates into a random prior dqkv. The saved state must be (B, NH, T) floats and the scratch
+// none on every backend. On CUDA this is the FlashAttention-2 kernel of flash_attention.cu (dq
+// summed with atomics, so its last bits may change from run to run); on the CPU the tiled kernel.
+//
+// The reference is the multi-head double kernel on the kv heads repeated for their query heads;
+// its gradient is folded back onto the kv heads. Tolerance 1e-4 of |ref| + rms(ref): fp32 sums
+// over at most T = 1024 keys and 128 channels, in another order than the reference's, land near
+// 1e-6; 1e-4 leaves room for the atomics' order without hiding an indexing error (those give
+// errors of order 1).
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kernel_test_support.hpp"
+#include "reference_kernels.hpp"
+
+namespace tierzero::test {
+namespace {
+
+struct Case {
+  size_t B, T, NH, NKV, hd;
+  bool grouped;
+};
+
+std::string name(const char* what, const Case& c) {
+  return std::string(what) + " B" + std::to_string(c.B) + " T" + std::to_string(c.T) + " NH" +
+         std::to_string(c.NH) + " NKV" + std::to_string(c.NKV) + " hd" + std::to_string(c.hd) +
+         (c.grouped ? " grouped" : " q|k|v");
+}
+
+kernels::AttentionShape shape_of(const Case& c) {
+  kernels::AttentionShape s{c.B, c.T, c.NH, c.NKV, c.hd};
+  s.grouped = c.grouped;
+  return s;
+}
+
+// Where query head h's q, and kv head g's k and v, start in a qkv row of either layout.
+size_t q_at(const Case& c, size_t h) {
+  const size_t rep = c.NH / c.NKV;
+  return c.grouped ? (h / rep * (rep + 2) + h % rep) * c.hd : h * c.hd;
+}
+size_t k_at(const Case& c, size_t g) {
+  const size_t rep = c.NH / c.NKV;
+  return c.grouped ? (g * (rep + 2) + rep) * c.hd : (c.NH + g) * c.hd;
+}
+size_t v_at(const Case& c, size_t g) {
+  const size_t rep = c.NH / c.NKV;
+  return c.grouped ? (g * (rep + 2) + rep + 1) * c.hd : (c.NH + c.NKV + g) * c.hd;
+}
+
+// qkv of the case's layout (B, T, (NH + 2 NKV) hd) -> the multi-head one (B, T, 3 NH hd), each
+// query head with its kv head's k and v.
+std::vector<double> to_multi_head(const std::vector<float>& qkv, const Case& c) {
+  const size_t W = (c.NH + 2 * c.NKV) * c.hd, C = c.NH * c.hd, rep = c.NH / c.NKV;
+  std::vector<double> mha(c.B * c.T * 3 * C);
+  for (size_t r = 0; r < c.B * c.T; ++r)
+    for (size_t h = 0; h < c.NH; ++h)
+      for (size_t i = 0; i < c.hd; ++i) {
+        mha[r * 3 * C + h * c.hd + i] = qkv[r * W + q_at(c, h) + i];
+        mha[r * 3 * C + C + h * c.hd + i] = qkv[r * W + k_at(c, h / rep) + i];
+        mha[r * 3 * C + 2 * C + h * c.hd + i] = qkv[r * W + v_at(c, h / rep) + i];
+      }
+  return mha;
+}
+
+// The multi-head gradient folded back onto the case's layout, k and v summed over each group.
+std::vector<double> from_multi_head(const std::vector<double>& dmha, const Case& c) {
+  const size_t W = (c.NH + 2 * c.NKV) * c.hd, C = c.NH * c.hd, rep = c.NH / c.NKV;
+  std::vector<double> d(c.B * c.T * W, 0.0);
+  for (size_t r = 0; r < c.B * c.T; ++r)
+    for (size_t h = 0; h < c.NH; ++h)
+      for (size_t i = 0; i < c.hd; ++i) {
+        d[r * W + q_at(c, h) + i] += dmha[r * 3 * C + h * c.hd + i];
+        d[r * W + k_at(c, h / rep) + i] += dmha[r * 3 * C + C + h * c.hd + i];
+        d[r * W + v_at(c, h / rep) + i] += dmha[r * 3 * C + 2 * C + h * c.hd + i];
+      }
+  return d;
+}
+
+class FlashAttentionTest : public KernelTest {
+ protected:
+  void check(const Case& c, uint32_t seed);
+};
+TZ_INSTANTIATE_BACKENDS(FlashAttentionTest);
+
+void FlashAttentionTest::check(const Case& c, uint32_t seed) {
+  kernels::Kernels& k = kernels();
+  const kernels::AttentionShape s = shape_of(c);
+  const size_t n_qkv = c.B * c.T * s.qkv_width(), n_out = c.B * c.T * s.q_width();
+  EXPECT_EQ(k.attention_saved_floats(s), c.B * c.NH * c.T) << name("saved", c);
+  EXPECT_EQ(k.attention_scratch_floats(s), 0u) << name("scratch", c);
+
+  // Standard deviation 1.5 makes the softmax rows peaked, so the running max matters.
+  const std::vector<float> qkv = random_normal(n_qkv, seed, 1.5f);  // (B, T, W)
+  const std::vector<float> dout = random_normal(n_out, seed + 1);   // (B, T, NH hd)
+  const std::vector<float> dqkv0 = random_normal(n_qkv, seed + 2);  // (B, T, W) prior
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto d_qkv = to_device(qkv);
+  auto d_out = to_device(std::vector<float>(n_out, nan));  // poisoned: every element written
+  auto d_saved = to_device(std::vector<float>(c.B * c.NH * c.T, nan));
+  k.attention_forward(d_out->get(), d_saved->get(), d_qkv->get(), s);
+  auto d_dout = to_device(dout);
+  auto d_dqkv = to_device(dqkv0);
+  auto d_scratch = to_device(std::vector<float>(1, nan));
+  k.attention_backward(d_dqkv->get(), d_scratch->get(), d_dout->get(), d_out->get(), d_qkv->get(),
+                       d_saved->get(), s);
+
+  const size_t C = c.NH * c.hd;
+  const std::vector<double> qkv_mha = to_multi_head(qkv, c);
+  std::vector<double> out(n_out), att(c.B * c.NH * c.T * c.T), dmha(qkv_mha.size(), 0.0);
+  ref::attention_forward(out.data(), att.data(), qkv_mha.data(), c.B, c.T, C, c.NH);
+  ref::attention_backward(dmha.data(), widen(dout).data(), qkv_mha.data(), c.B, c.T, C, c.NH);
+  expect_close(name("flash_attention out", c), d_out->download(), out, 1e-4);
+  expect_close(name("flash_attention dqkv", c), d_dqkv->download(),
+               plus(dqkv0, from_multi_head(dmha, c)), 1e-4);
+}
+
+TEST_P(FlashAttentionTest, MultiHeadOverTileEdges) {
+  uint32_t seed = 3100;
+  for (size_t T : {1, 7, 64, 65, 257})
+    for (size_t hd : {64, 128}) {
+      check({2, T, 3, 3, hd, false}, seed);
+      seed += 3;
+    }
+}
+
+TEST_P(FlashAttentionTest, GroupedKvHeadsBothLayouts) {
+  uint32_t seed = 3200;
+  for (size_t T : {1, 7, 64, 65, 257})
+    for (bool grouped : {false, true})
+      for (Case c : {Case{2, T, 4, 2, 64, grouped}, Case{1, T, 6, 3, 128, grouped},
+                     Case{2, T, 8, 1, 64, grouped}}) {
+        check(c, seed);
+        seed += 3;
+      }
+}
+
+// GPT-2's sequence length: 16 tiles, sums over 1024 keys.
+TEST_P(FlashAttentionTest, LongSequence) {
+  check({2, 1024, 2, 2, 64, false}, 3300);
+  check({1, 1024, 2, 1, 128, true}, 3303);
+}
+
+// A few small shapes covering every kernel path (both layouts, grouped kv heads, head dims 64 and
+// 128, a partial tile), quick enough for compute-sanitizer's memcheck and racecheck
+// (scripts/device/gpu_check.sh issue26).
+TEST_P(FlashAttentionTest, SmallForSanitizers) {
+  check({2, 70, 2, 2, 64, false}, 3500);
+  check({1, 70, 4, 2, 128, true}, 3503);
+  check({1, 9, 4, 1, 16, false}, 3506);
+}
+
+// Head dims that are not a multiple of 16 (zero-padded columns of the CUDA tiles).
+TEST_P(FlashAttentionTest, OddHeadDims) {
+  check({2, 70, 4, 4, 12, false}, 3400);
+  check({1, 33, 4, 2, 100, true}, 3403);
+}
+
+}  // namespace
+}  // namespace tierzero::test
