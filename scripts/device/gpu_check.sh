@@ -5,6 +5,8 @@
 #   scripts/device/gpu_check.sh [tests|bench|all] [ctest -R pattern]
 #   scripts/device/gpu_check.sh sanitize <gtest filter of test_kernels>
 #   scripts/device/gpu_check.sh oversize "<bench oversize arguments>"
+#   scripts/device/gpu_check.sh offload ["<bench offload arguments>"]   (issue 27: the offloaded
+#     step against its engines' floor on cuda, host mode then nvme mode; default GPT-2 XL, T 1024)
 #   scripts/device/gpu_check.sh peers [micro-batch]   (GPT-2 124M, T 1024: ours vs PyTorch eager,
 #     torch.compile and llm.c's train_gpt2cu from .devpeers/, see peers_prepare.sh)
 #   scripts/device/gpu_check.sh issue26   (issue 26's first parts, one call of under 10 minutes:
@@ -87,6 +89,16 @@ if [ "$what" = oversize ]; then  # `bench oversize` on cuda; pattern: its extra 
   # shellcheck disable=SC2086
   timeout 480 $tz bench oversize --device cuda --dir /var/tmp $pattern >"$out/oversize.log" 2>&1
   log "exit $?"; tail -30 "$out/oversize.log" | tee -a "$out/summary.txt"
+fi
+if [ "$what" = offload ]; then  # `bench offload` on cuda, both modes; pattern: extra arguments
+  args=${pattern:-"--model gpt2-xl --seq 1024 --batch 1 --steps 4 --host-mem 48GiB --device-mem 60GiB"}
+  for mode in host nvme; do
+    log "bench offload --device cuda --mode $mode $args"
+    # shellcheck disable=SC2086
+    timeout 270 $tz bench offload --device cuda --mode $mode --dir /var/tmp --threads 8 $args \
+      >"$out/offload_$mode.log" 2>&1
+    log "exit $?"; tail -14 "$out/offload_$mode.log" | tee -a "$out/summary.txt"
+  done
 fi
 if [ "$what" = sanitize ]; then  # compute-sanitizer over the GoogleTest filter given
   log "compute-sanitizer on test_kernels --gtest_filter=${pattern}"
