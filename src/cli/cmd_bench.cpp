@@ -147,6 +147,7 @@ std::function<int()> add_bench_offload_command(CLI::App& parent) {
       ->capture_default_str();
   c->add_option("--device", o->device, "cpu or cuda")->capture_default_str();
   c->add_option("--optimizer-overlap", o->overlap, "tierzero.optimizer_overlap of the run")
+      ->check(CLI::IsMember({"off", "plain", "speculative"}))
       ->capture_default_str();
   return [o, c] { return c->parsed() ? bench::bench_offload(*o).exit_code() : -1; };
 }
