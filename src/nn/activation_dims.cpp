@@ -2,6 +2,7 @@
 // whole.
 #include "tierzero/nn/activation_dims.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "tierzero/core/error.hpp"
@@ -27,6 +28,15 @@ void check_llama_split(const GPTConfig& config, size_t tp, size_t ulysses) {
            "intermediate_size " + std::to_string(config.hidden()) +
                " is not divisible by tensor_parallel " + std::to_string(tp),
            "choose a tensor_parallel size that divides the MLP's intermediate size");
+}
+
+// The classifier's chunk before it is capped at the micro-batch's tokens: the config's, else
+// as many rows of fp32 (rows, Vl) logits as kClassifierChunkBytes hold, in whole 64-row tiles.
+size_t logits_chunk_rows(const GPTConfig& config, size_t local_vocab) {
+  if (config.classifier_chunk_tokens > 0) return config.classifier_chunk_tokens;
+  constexpr size_t kTile = 64;
+  const size_t rows = kClassifierChunkBytes / (local_vocab * sizeof(float));
+  return std::max(kTile, rows / kTile * kTile);
 }
 
 }  // namespace
@@ -88,6 +98,7 @@ ActivationDims ActivationDims::of(const GPTConfig& config, size_t B, size_t T, s
   d.local_hidden = config.hidden() / tp;
   d.local_fc = config.fc_channels() / tp;
   d.local_vocab = config.padded_vocab_size / tp;
+  d.logits_rows = std::min(d.tokens, logits_chunk_rows(config, d.local_vocab));
   return d;
 }
 

@@ -11,6 +11,8 @@
 #include <string>
 #include <unordered_set>
 
+#include "cross_entropy.hpp"
+#include "head.hpp"
 #include "tierzero/core/error.hpp"
 
 namespace tierzero::nn {
@@ -319,27 +321,13 @@ ModuleContext GPT::context(MicroBatch& mb) {
 }
 
 void GPT::cross_entropy(MicroBatch& mb, const float* dloss) {
-  const ActivationDims& d = mb.dims();
-  const size_t V = config_.vocab_size;
-  float* dlogits = dloss ? mb.logits() : nullptr;
-  if (!tp_) {
-    if (dloss)
-      k_.softmax_xent_forward_backward(dlogits, mb.losses(), mb.logits(), mb.targets(), *dloss,
-                                       d.tokens, V, config_.padded_vocab_size);
-    else
-      k_.softmax_xent_forward(mb.losses(), mb.logits(), mb.targets(), d.tokens, V,
-                              config_.padded_vocab_size);
-    return;
-  }
-  // Vocabulary-parallel: each rank's max, sum of exponentials and target logit over its columns,
-  // gathered, then every rank finishes the same losses and its own columns' gradient.
-  const size_t start = tp_->rank() * d.local_vocab;
-  k_.vocab_xent_partials(scratch_->xent_partials(), mb.logits(), mb.targets(), d.tokens,
-                         d.local_vocab, start, V);
-  tp_->all_gather(device_.default_stream(), scratch_->xent_partials(), scratch_->xent_all(),
-                  d.tokens * 3);
-  k_.vocab_xent_finish(dlogits, mb.losses(), mb.logits(), scratch_->xent_all(), d.tp, mb.targets(),
-                       dloss ? *dloss : 0.0f, d.tokens, d.local_vocab, start, V);
+  ModuleContext ctx = context(mb);
+  cross_entropy_rows(ctx, mb.logits(), 0, mb.dims().tokens, config_.vocab_size, dloss);
+}
+
+Head* GPT::chunked_head(const MicroBatch& mb) const {
+  if (!stage_.last() || !mb.dims().chunked_logits()) return nullptr;
+  return dynamic_cast<Head*>(modules_.back().get());
 }
 
 // Module i: 0 the embedding, 1..L the blocks, L + 1 the final norm, L + 2 the head.
@@ -399,6 +387,12 @@ void GPT::forward(MicroBatch& mb, ParamProvider& params, const int32_t* tokens,
       mb.set_external(g, store_->begin_write(mb.id(), g, checkpoint_bytes_for(mb.dims())));
     ctx.params = params.acquire_params(m.unit());
     m.forward(ctx, input_of(mb, g), output_of(mb, g));
+    // An evaluation's loss with chunked logits: the head's chunks now, while its unit is here
+    // (a training forward leaves them to the backward).
+    if (&m == chunked_head(mb) && !for_backward && mb.has_targets_) {
+      chunked_head(mb)->classify(ctx, nullptr, nullptr);
+      mb.losses_ready_ = true;
+    }
     params.release_params(m.unit());
     if (g > 0 && mb.is_external(g - 1)) end_checkpoint(mb, g - 1, false, !for_backward);
   }
@@ -411,10 +405,13 @@ void GPT::backward(MicroBatch& mb, ParamProvider& params, float grad_scale) {
            "run forward(mb, ...) first");
   const ActivationDims& d = mb.dims();
   ensure_scratch(d);
+  // The gradient of each token's loss; with chunked logits the head's classify() computes the
+  // loss and its gradient chunk by chunk in the loop below.
+  const float dloss = grad_scale / static_cast<float>(d.tokens);
+  Head* const chunked = chunked_head(mb);
   if (stage_.last()) {
     TZ_CHECK(mb.has_targets_, "backward needs targets", "pass targets to forward");
-    const float dloss = grad_scale / static_cast<float>(d.tokens);
-    cross_entropy(mb, &dloss);
+    if (chunked == nullptr) cross_entropy(mb, &dloss);
     mb.losses_ready_ = true;
   }  // else the next stage's gradient of this one's output is in mb.dresidual()
   mb.forwarded_ = false;  // the logits now hold their gradient
@@ -433,7 +430,10 @@ void GPT::backward(MicroBatch& mb, ParamProvider& params, float grad_scale) {
     float* din = g > 0 ? output_grad_of(mb, g - 1) : nullptr;
     // A fresh gradient starts at zero; the residual stream's running one carries on.
     if (din && din != dout) ctx.zero(din, d.stream_tokens * d.channels);
-    m.backward(ctx, dout, din);
+    if (&m == chunked)
+      chunked->classify(ctx, &dloss, din);
+    else
+      m.backward(ctx, dout, din);
     if (stored) end_checkpoint(mb, g - 1, true, false);
     if (ctx.params) params.release_params(unit);
     if (finishes_unit_[i]) params.grads_done(unit);
@@ -448,6 +448,10 @@ float GPT::loss(MicroBatch& mb) {
   if (!mb.losses_ready_) {
     TZ_CHECK(mb.forwarded_, "loss of a micro-batch that has not run forward",
              "run forward(mb, ...) first");
+    TZ_CHECK(chunked_head(mb) == nullptr,
+             "loss of a micro-batch whose classifier runs in chunks, after a training forward",
+             "with chunked logits the backward computes the loss (or run forward(mb, ..., "
+             "for_backward = false) to evaluate)");
     ensure_scratch(mb.dims());
     cross_entropy(mb, nullptr);
     mb.losses_ready_ = true;

@@ -2,6 +2,11 @@
 // tensor parallelism).
 #include "head.hpp"
 
+#include <algorithm>
+
+#include "cross_entropy.hpp"
+#include "tierzero/core/error.hpp"
+
 #include "tierzero/nn/micro_batch.hpp"
 #include "tierzero/nn/model_scratch.hpp"
 
@@ -9,6 +14,7 @@ namespace tierzero::nn {
 
 Head::Head(const GPTConfig& config, size_t index)
     : Module("head", "embeddings", index),
+      vocab_(config.vocab_size),
       vocab_padded_(config.padded_vocab_size),
       channels_(config.channels),
       wte_(config.arch.tie_embeddings ? ParamKind::wte : ParamKind::lmheadw, -1) {}
@@ -21,6 +27,7 @@ void Head::bind(const ParamLayout& layout) {
 
 void Head::forward(ModuleContext& ctx, const float* in, float* out) {
   ctx.mb.save_input(index(), in);
+  if (ctx.mb.dims().chunked_logits()) return;
   const float* full = ctx.gather_stream(in, ctx.scratch.gathered_in());  // (B*T, C)
   ctx.k.matmul_forward(out, full, wte_.in(ctx.params), nullptr, ctx.mb.dims().tokens, channels_,
                        vocab_padded_);
@@ -28,6 +35,8 @@ void Head::forward(ModuleContext& ctx, const float* in, float* out) {
 
 void Head::backward(ModuleContext& ctx, const float* dout, float* din) {
   const ActivationDims& d = ctx.mb.dims();
+  TZ_CHECK(!d.chunked_logits(), "the head's backward over chunked logits",
+           "internal error: with chunked logits the backward runs through Head::classify");
   const float* in = ctx.gather_stream(ctx.mb.saved_input(index()), ctx.scratch.gathered_in());
   if (ctx.tp == nullptr) {
     ctx.k.matmul_backward(din, wte_.in(ctx.grads), nullptr, dout, in, wte_.in(ctx.params), d.tokens,
@@ -41,6 +50,34 @@ void Head::backward(ModuleContext& ctx, const float* dout, float* din) {
   ctx.k.matmul_backward(partial, wte_.in(ctx.grads), nullptr, dout, in, wte_.in(ctx.params),
                         d.tokens, channels_, vocab_padded_);
   ctx.k.residual_forward(din, din, ctx.reduce_stream(partial), d.stream_tokens * channels_);
+}
+
+void Head::classify(ModuleContext& ctx, const float* dloss, float* din) {
+  const ActivationDims& d = ctx.mb.dims();
+  const float* in = ctx.gather_stream(ctx.mb.saved_input(index()), ctx.scratch.gathered_in());
+  const float* w = wte_.in(ctx.params);  // (Vl, C)
+  float* logits = ctx.mb.logits();       // (R, Vl), one chunk of rows
+  // The input gradient: straight into din on one rank; under tensor parallelism a partial sum
+  // over this rank's columns, summed over the group once every chunk has added its rows.
+  float* dx = nullptr;  // (B*T, C)
+  if (dloss) {
+    dx = din;
+    if (ctx.tp != nullptr) {
+      dx = ctx.scratch.proj();
+      ctx.zero(dx, d.tokens * channels_);
+    }
+  }
+  for (size_t row = 0; row < d.tokens; row += d.logits_rows) {
+    const size_t n = std::min(d.logits_rows, d.tokens - row);
+    const float* x = in + row * channels_;  // (n, C)
+    ctx.k.matmul_forward(logits, x, w, nullptr, n, channels_, vocab_padded_);
+    cross_entropy_rows(ctx, logits, row, n, vocab_, dloss);
+    if (dloss)
+      ctx.k.matmul_backward(dx + row * channels_, wte_.in(ctx.grads), nullptr, logits, x, w, n,
+                            channels_, vocab_padded_);
+  }
+  if (dloss && ctx.tp != nullptr)
+    ctx.k.residual_forward(din, din, ctx.reduce_stream(dx), d.stream_tokens * channels_);
 }
 
 }  // namespace tierzero::nn

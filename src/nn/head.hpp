@@ -6,6 +6,9 @@
 // input gradient's partial sums are all-reduced (reduce-scattered under sequence parallelism,
 // whose input is gathered first). An untied head (Llama 3 8B) reads its own lmheadw instead,
 // which the Embedding declares in the same unit.
+// When a micro-batch's logits do not fit one chunk (ActivationDims::chunked_logits), the forward
+// only keeps its input, and classify() runs the head, the loss and, in the backward, their
+// gradient chunk of rows by chunk, so no more than one (rows, Vl) block of fp32 logits exists.
 #pragma once
 
 #include <cstddef>
@@ -23,13 +26,19 @@ class Head final : public Module {
   std::vector<TensorMeta> parameters() const override { return {}; }
   void bind(const ParamLayout& layout) override;
   // out (B, T, Vl) = in (S, C, gathered to B*T rows) @ wte^T, Vl: this rank's vocabulary.
+  // With chunked logits: keeps in only (classify() computes the logits).
   void forward(ModuleContext& ctx, const float* in, float* out) override;
-  // din (S, C) += dout @ wte, dwte += dout^T in, for dout (B, T, Vl).
+  // din (S, C) += dout @ wte, dwte += dout^T in, for dout (B, T, Vl). Not with chunked logits.
   void backward(ModuleContext& ctx, const float* dout, float* din) override;
+  // The chunked classifier over the forward's saved input: for each chunk of rows (R =
+  // dims().logits_rows), its logits in ctx.mb.logits() (R, Vl), the chunk's losses, and with
+  // dloss (the gradient of each token's loss) the head's backward for those rows: din (S, C) +=,
+  // dwte +=. Without dloss (an evaluation) din is unused and ctx.grads may be null.
+  void classify(ModuleContext& ctx, const float* dloss, float* din);
 
  private:
-  size_t vocab_padded_, channels_;
-  ParamRef wte_;  // wte, or lmheadw when untied
+  size_t vocab_, vocab_padded_, channels_;  // V; Vl (this rank's columns); C
+  ParamRef wte_;                            // wte, or lmheadw when untied
 };
 
 }  // namespace tierzero::nn

@@ -34,7 +34,10 @@ void MicroBatch::visit(Buffers& b, const GPTConfig&, const ActivationDims& d,
     fn(b.lnf, S * C * f, "lnf");
     fn(b.lnf_mean, S * f, "lnf_mean");
     fn(b.lnf_rstd, S * f, "lnf_rstd");
-    fn(b.logits, BT * d.local_vocab * f, "logits");
+    // The whole block, kept from the forward to the backward, or one chunk of rows (the
+    // classifier runs in the backward, chunk by chunk).
+    fn(b.logits, d.logits_rows * d.local_vocab * f,
+       d.chunked_logits() ? "logits (one chunk)" : "logits");
     fn(b.losses, BT * f, "losses");
   }
   fn(b.dresidual, S * C * f, "dresidual");

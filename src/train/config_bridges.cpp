@@ -21,6 +21,7 @@ nn::GPTConfig gpt_config_from(const ModelShape& s) {
   c.num_heads = static_cast<size_t>(s.n_head);
   c.channels = static_cast<size_t>(s.n_embd);
   c.arch = s.arch;
+  c.classifier_chunk_tokens = static_cast<size_t>(s.classifier_chunk_tokens);
   c.validate();
   return c;
 }

@@ -382,6 +382,8 @@ void read_arch(ConfigReader& r, ModelShape& m) {
 void read_model(ConfigReader r, ModelShape& m) {
   m.vocab_size = r.get_int("vocab_size", m.vocab_size, 2, 1 << 24);
   m.padded_vocab_size = r.get_int("padded_vocab_size", m.padded_vocab_size, 0, 1 << 24);
+  m.classifier_chunk_tokens =
+      r.get_int("classifier_chunk_tokens", m.classifier_chunk_tokens, 0, int64_t{1} << 40);
   m.context_length = r.get_int("context_length", m.context_length, 1, 1 << 20);
   m.n_layer = r.get_int("n_layer", m.n_layer, 1, 4096);
   m.n_head = r.get_int("n_head", m.n_head, 1, 4096);

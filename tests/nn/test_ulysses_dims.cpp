@@ -55,8 +55,10 @@ TEST(UlyssesDims, WhatDoesNotDivideIsAClearError) {
 }
 
 TEST(UlyssesDims, ActivationBytesFallAsOneOverUlysses) {
-  // GPT-2 small's width and heads at a long sequence: the attention's T^2 dominates.
-  const nn::GPTConfig c = tiny_config(50257, 50304, 4096, 2, 12, 768);
+  // GPT-2 small's width and heads at a long sequence, every token's logits kept whole: all of it
+  // per token. (In chunks, the default here, the one chunk of logits is the same at every u.)
+  nn::GPTConfig c = tiny_config(50257, 50304, 4096, 2, 12, 768);
+  c.classifier_chunk_tokens = 4096;
   for (bool ckpt : {false, true}) {
     const size_t one = nn::GPT::activation_bytes_for(c, 1, 4096, ckpt);
     for (size_t u : {2, 4}) {

@@ -14,7 +14,8 @@
 # opened the script prints "no CUDA device" and exits 0 (CTest: skipped).
 # Pipeline runs (TZ_PP > 1) take TZ_SCHEDULE (gpipe, 1f1b or interleaved with
 # TZ_VIRTUAL_STAGES chunks per rank; TZ_RECEIVE_AHEAD true posts receives ahead) and
-# TZ_MICRO_BATCHES micro-batches
+# TZ_MICRO_BATCHES micro-batches. TZ_CLASSIFIER_CHUNK: the parallel run's classifier in chunks of
+# that many tokens (model.classifier_chunk_tokens; the reference keeps whole logits)
 # per step (the reference accumulates as many), and every rank's activation peak must be exactly
 # its schedule's in-flight bound, and every rank's --profile must show its stage's forwards,
 # backwards and receive waits. TZ_LAYERS: the model's blocks (default 2; pp 4 needs 4).
@@ -28,6 +29,7 @@ trap 'rm -rf "$dir"' EXIT
 pp=${TZ_PP:-1}; schedule=${TZ_SCHEDULE:-1f1b}; micro=${TZ_MICRO_BATCHES:-1}
 virtual=${TZ_VIRTUAL_STAGES:-1}; ahead=${TZ_RECEIVE_AHEAD:-false}
 layers=${TZ_LAYERS:-2}; ulysses=${TZ_ULYSSES:-1}
+chunk_key=""
 dp=$((ranks / (tp * pp * ulysses)))
 ref_batch=$((2 * dp))
 
@@ -65,10 +67,11 @@ write_config() {
               "pipeline_virtual_stages": $9, "pipeline_receive_ahead": $ahead,
               "ulysses_parallel": ${10},
               "model": {"vocab_size": 257, "n_layer": $layers, "n_head": 4, "n_embd": 64,
-                        "context_length": 16}}}
+                        $chunk_key "context_length": 16}}}
 JSON
 }
 write_config "$dir/ref.json" 0 "$ref_batch" "" false 1 false 1 1 1 ""
+[ -n "${TZ_CLASSIFIER_CHUNK:-}" ] && chunk_key="\"classifier_chunk_tokens\": $TZ_CLASSIFIER_CHUNK,"
 write_config "$dir/tp.json" "$stage" 2 "$offload" "$ckpt" "$tp" "$sp" "$pp" "$virtual" "$ulysses" \
   "$grads"
 echo "variant $variant: $(cat "$dir/tp.json")"

@@ -14,6 +14,10 @@
 
 namespace tierzero::nn {
 
+// The automatic chunk of the classifier's logits: fp32 bytes of (rows, Vl) at most (rows a
+// multiple of 64 so the head's GEMMs keep whole tiles, at least 64).
+inline constexpr size_t kClassifierChunkBytes = size_t{128} << 20;
+
 struct ActivationDims {
   size_t B = 0;
   size_t T = 0;        // this rank's positions of each sequence: seq_len / ulysses
@@ -31,6 +35,9 @@ struct ActivationDims {
   size_t local_hidden = 0;    // 4C / tp (or intermediate_size / tp): this rank's MLP hidden
   size_t local_fc = 0;        // the MLP's first projection's row: Hl, or 2 Hl for SwiGLU
   size_t local_vocab = 0;     // Vp / tp: this rank's logit columns
+  // Rows of the logits held at once: tokens (the whole (B T, Vl) block, kept from the forward to
+  // the backward) or fewer (the classifier in chunks, see GPTConfig::classifier_chunk_tokens).
+  size_t logits_rows = 0;
   size_t tp = 1;
   bool sequence_parallel = false;  // only ever true with tp > 1
   size_t ulysses = 1;              // Ulysses sequence-parallel ranks
@@ -38,6 +45,8 @@ struct ActivationDims {
   // Rows of the attention's insides (qkv, the heads' outputs and their gradients): the whole
   // sequence of each of the B rows; equal to `tokens` without Ulysses.
   size_t attention_tokens() const { return B * seq_len; }
+  // The classifier runs chunk by chunk in the backward (no logits kept from the forward).
+  bool chunked_logits() const { return logits_rows < tokens; }
   // Floats the attention kernel keeps from its forward (AttentionActs::lse), and its backward's
   // scratch: Kernels::attention_saved_floats / attention_scratch_floats for this rank's heads.
   // Every backend's attention is tiled (online softmax): one logsumexp per query row

@@ -45,6 +45,8 @@
 
 namespace tierzero::nn {
 
+class Head;
+
 // GPT-2 initialisation into a host buffer laid out by `layout`: weights normal(0, 0.02), residual
 // output projections normal(0, 0.02 / sqrt(2 L)), biases 0, layernorm weights 1. A tp > 1 layout
 // gets its rank's pieces of the same full tensors (the values do not depend on tp).
@@ -145,8 +147,11 @@ class GPT {
   float forward_backward(ParamProvider& params, const int32_t* tokens, const int32_t* targets,
                          size_t B, size_t T, float grad_scale);
   // Logits of the last evaluate(), (B, T, Vl) in device memory (Vl = Vp / tp: this rank's
-  // vocabulary columns); columns V..Vp are padding.
-  const float* logits() const { return cached_ ? cached_->logits() : nullptr; }
+  // vocabulary columns); columns V..Vp are padding. Null when the classifier ran in chunks
+  // (more tokens than GPTConfig::classifier_chunk_tokens): no whole block of logits exists.
+  const float* logits() const {
+    return cached_ && !cached_->dims().chunked_logits() ? cached_->logits() : nullptr;
+  }
   // Bytes of the facade's activations allocated now: its micro-batch plus the model's scratch
   // (for the last batch shape; 0 before the first call).
   size_t activation_bytes() const;
@@ -215,6 +220,9 @@ class GPT {
   void ensure_scratch(const ActivationDims& d);
   // The losses of mb and, with dloss given, the logits' gradient in place of the logits.
   void cross_entropy(MicroBatch& mb, const float* dloss);
+  // The head when mb's classifier runs in chunks (last stage, dims().chunked_logits()), else
+  // null.
+  Head* chunked_head(const MicroBatch& mb) const;
   MicroBatch& cached(size_t B, size_t T);  // the facade's micro-batch, (re)made for (B, T)
   ModuleContext context(MicroBatch& mb);
   // A stored checkpoint (mb.is_external(position)) between the store's begin and end calls.

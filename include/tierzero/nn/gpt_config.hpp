@@ -49,6 +49,12 @@ struct GPTConfig {
   size_t num_heads = 12;             // NH
   size_t channels = 768;             // C
   GPTArch arch;
+  // Tokens whose logits the classifier holds at once (fp32, this rank's vocabulary columns); 0:
+  // as many as kClassifierChunkBytes hold (ActivationDims::logits_rows). Fewer than a
+  // micro-batch's tokens and the head, the loss and its gradient run chunk by chunk in the
+  // backward instead of keeping (B T, V) logits from the forward. Memory only: not the model's
+  // shape, so checkpoints and exports do not carry it.
+  size_t classifier_chunk_tokens = 0;
 
   size_t head_dim() const { return arch.head_dim ? arch.head_dim : channels / num_heads; }
   size_t kv_heads() const { return arch.num_kv_heads ? arch.num_kv_heads : num_heads; }

@@ -81,7 +81,10 @@ class MicroBatch {
   BlockActs block(size_t layer) const;
   float* lnf() const;  // (S, C) the final layernorm's output; last stage only
   LayerNormStats final_norm_stats() const;
-  float* logits() const;     // (B, T, Vl); the gradient of the logits after the backward (last)
+  // (R, Vl), R = dims().logits_rows: all B*T rows, the gradient of the logits after the
+  // backward; or one chunk of rows that the classifier reuses (dims().chunked_logits()). Last
+  // stage only.
+  float* logits() const;
   float* losses() const;     // (B, T) (last stage)
   float* dresidual() const;  // (S, C) the residual stream's running gradient
 

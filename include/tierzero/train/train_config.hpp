@@ -15,9 +15,10 @@
 namespace tierzero::train {
 
 struct ModelShape {
-  int64_t vocab_size = 257;       // real vocabulary (byte-level tokenizer: 256 bytes + EOT)
-  int64_t padded_vocab_size = 0;  // 0: vocab_size rounded up to a multiple of 128
-  int64_t context_length = 64;    // maximum sequence length (positions)
+  int64_t vocab_size = 257;             // real vocabulary (byte-level tokenizer: 256 bytes + EOT)
+  int64_t padded_vocab_size = 0;        // 0: vocab_size rounded up to a multiple of 128
+  int64_t classifier_chunk_tokens = 0;  // 0: automatic (GPTConfig::classifier_chunk_tokens)
+  int64_t context_length = 64;          // maximum sequence length (positions)
   int64_t n_layer = 4;
   int64_t n_head = 4;
   int64_t n_embd = 128;
