@@ -26,6 +26,7 @@
 #include "task_failure.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/device/device.hpp"
+#include "tierzero/device/host_waits.hpp"
 
 namespace tierzero {
 
@@ -219,6 +220,7 @@ class CpuStream final : public Stream {
   std::shared_ptr<Marker> mark() { return worker_ ? worker_->mark() : completed_marker(); }
 
   void synchronize() override {
+    count_host_wait();
     if (!worker_) return;  // inline work has run before its call returned
     TZ_CHECK(thread_.get_id() != std::this_thread::get_id(),
              "Stream::synchronize called by a task of the same stream, which would wait forever",
@@ -256,6 +258,7 @@ class CpuEvent final : public Event {
   }
 
   void synchronize() override {
+    count_host_wait();
     if (std::shared_ptr<Marker> marker = current()) marker->wait();
   }
 

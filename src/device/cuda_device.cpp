@@ -21,6 +21,7 @@
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/log.hpp"
 #include "tierzero/device/device.hpp"
+#include "tierzero/device/host_waits.hpp"
 #include "tierzero/kernels/cuda_kernels.hpp"
 
 namespace tierzero {
@@ -98,6 +99,7 @@ class CudaStream final : public Stream {
   CudaStream& operator=(const CudaStream&) = delete;
 
   void synchronize() override {
+    count_host_wait();
     TZ_CUDA_CHECK(cudaStreamSynchronize(stream_));
     std::lock_guard<std::mutex> lock(host_tasks_->mutex);
     if (host_tasks_->failure) throw Error(*host_tasks_->failure);
@@ -157,7 +159,10 @@ class CudaEvent final : public Event {
              cuda_detail::cuda_error_hint(status));
   }
 
-  void synchronize() override { TZ_CUDA_CHECK(cudaEventSynchronize(event_)); }
+  void synchronize() override {
+    count_host_wait();
+    TZ_CUDA_CHECK(cudaEventSynchronize(event_));
+  }
 
   void make_wait(Stream& stream) override {
     // The waiting stream may belong to another device; CUDA allows cross-device waits.

@@ -33,6 +33,7 @@ nlohmann::ordered_json step_metrics_json(const StepRecord& r, const nn::TensorPa
   line["opt_overlapped_units"] = r.optimizer_overlapped_units;
   line["opt_redone_units"] = r.optimizer_redone_units;
   line["opt_unbacked_units"] = r.optimizer_unbacked_units;
+  line["host_waits"] = r.host_waits;
   return line;
 }
 

@@ -22,6 +22,7 @@
 #include "tierzero/core/error_report.hpp"
 #include "tierzero/core/log.hpp"
 #include "tierzero/core/timer.hpp"
+#include "tierzero/device/host_waits.hpp"
 #include "tierzero/nn/gpt_modules.hpp"
 #include "tierzero/profile/rank_profiles.hpp"
 #include "tierzero/train/checkpoint_save_dir.hpp"
@@ -238,6 +239,7 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
   for (int64_t step = first_step; step < config_.steps && !stopped; ++step) {
     Timer timer;
     const double cpu_at_start = process_cpu_seconds();
+    const size_t waits_at_start = host_waits_on_this_thread();
     for (const auto& o : observers) o->before_step(step + 1);
     s.params->zero_grads();
     // The schedule follows the optimizer's steps, which an fp16 step skipped on overflow does
@@ -255,8 +257,9 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
                    static_cast<long long>(step + 1), scaler.scale());
     scaler.update(taken.skipped);
     const double loss = mean_over_ranks(local_loss);
-    s.device->default_stream().synchronize();
-    const StepRecord r = step_record(step + 1, loss, lr, taken.grad_norm, timer, cpu_at_start);
+    s.device->default_stream().synchronize();  // the step's end for its timer, not counted
+    StepRecord r = step_record(step + 1, loss, lr, taken.grad_norm, timer, cpu_at_start);
+    r.host_waits = host_waits_on_this_thread() - waits_at_start - 1;
     result.steps.push_back(r);
     for (const auto& o : observers) stopped = !o->after_step(r) || stopped;
     steps_done = step + 1;

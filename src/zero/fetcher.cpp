@@ -252,7 +252,8 @@ void Fetcher::issue_gather(size_t unit) {
 
 void Fetcher::release_landed_copies() {
   for (UnitFetch& s : units_)
-    if (s.staging && s.fetch == Fetch::gathering && s.ready->query()) s.staging.reset();
+    if (s.staging && (s.fetch == Fetch::gathering || s.fetch == Fetch::ready) && s.ready->query())
+      s.staging.reset();
 }
 
 void Fetcher::finish_copy(UnitFetch& s) {
@@ -272,7 +273,13 @@ void Fetcher::finish_fetch(size_t unit, bool stall) {
   if (s.fetch == Fetch::gathering) {
     const double t0 = monotonic_seconds();
     if (s.gather.pending()) s.gather.wait();
-    finish_copy(s);  // on one rank nothing else waited for the copy
+    if (group_.size() == 1 && s.ready)
+      // One rank: nothing else waited for the copy. The compute stream waits for it instead of
+      // the host (no host wait on a GPU: the work issued ahead keeps running); a staging buffer
+      // lives on until the copy has landed (release_landed_copies, drop).
+      s.ready->make_wait(device_.default_stream());
+    else
+      finish_copy(s);  // the gather waited for the copy; this frees its staging
     const double t1 = monotonic_seconds();
     const auto u = static_cast<int64_t>(unit);
     if (stall) {
@@ -302,7 +309,9 @@ void Fetcher::drop(size_t unit) {
   if (s.deferred) issue_deferred(unit);
   wait_io(s.reads);  // the staging buffer must outlive its reads
   if (s.gather.pending()) s.gather.wait();
-  finish_copy(s);  // and its copy, as must the gathered buffer
+  // ... and its copy, as must the gathered buffer, unless the compute stream already waits for
+  // the copy (a finished fetch), so that the buffer's stream-ordered release is safe.
+  if (s.fetch != Fetch::ready || s.staging) finish_copy(s);
   if (s.gathered || s.compute) {
     if (!persistent(unit)) live_elems_ -= plan_.partition(unit).padded_numel;
     s.gathered.reset();  // stream-ordered: later work reuses the block after this unit's work

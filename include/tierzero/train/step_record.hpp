@@ -49,6 +49,9 @@ struct StepRecord {
   // the host pool (updated at the step instead).
   size_t optimizer_redone_units = 0;
   size_t optimizer_unbacked_units = 0;
+  // Times the training thread blocked on device work during the step (host_waits.hpp): stream
+  // and event synchronizations, each a point where a GPU's queue runs dry.
+  size_t host_waits = 0;
 };
 
 struct TrainResult {

@@ -1,0 +1,62 @@
+// The step's host waits (the --metrics line's host_waits, host_waits.hpp): how often the training
+// thread blocks on device work, per ZeRO stage on one rank, run through the real binary (each
+// stage in its own process: MPI starts once per process). On a GPU each wait drains the queue the
+// host had issued ahead, so the counts are held here as they stand, and a new wait in the step
+// fails this test and has to be argued for: stage 0 waits once, to read the loss; with a partition
+// store the step also orders the optimizer's update and, below stage 3, the gathers of the updated
+// parameters (docs/streams.md lists each wait and why).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli_runner.hpp"
+
+namespace {
+
+size_t max_host_waits(int stage, const std::string& offload, const char* what) {
+  const std::string d =
+      std::filesystem::temp_directory_path().string() + "/tz_waits_" + std::to_string(::getpid());
+  std::filesystem::create_directories(d);
+  const std::string config = d + "/run.json", metrics = d + "/metrics.jsonl";
+  std::ofstream(config) << R"({"train_micro_batch_size_per_gpu": 2, "gradient_clipping": 1.0,
+    "zero_optimization": {"stage": )"
+                        << stage << offload << R"(},
+    "tierzero": {"steps": 3, "seq_len": 16, "threads": 1, "val_batches": 0,
+      "model": {"vocab_size": 257, "n_layer": 2, "n_head": 2, "n_embd": 32,
+                "context_length": 16}}})";
+  const tierzero::test::RunResult r =
+      tierzero::test::run_tierzero("train --config " + config + " --metrics " + metrics,
+                                   "env ASAN_OPTIONS=detect_leaks=0 ", " 2>&1", false);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(metrics);
+  std::string line, seen;
+  size_t most = 0, steps = 0;
+  while (std::getline(in, line)) {
+    const auto waits = nlohmann::json::parse(line).at("host_waits").get<size_t>();
+    most = std::max(most, waits);
+    seen += std::to_string(waits) + " ";
+    ++steps;
+  }
+  std::filesystem::remove_all(d);
+  std::printf("%s: host waits per step %s\n", what, seen.c_str());
+  EXPECT_EQ(steps, 3u);
+  return most;
+}
+
+}  // namespace
+
+TEST(HostWaits, PerStepOnOneRankStayAsCounted) {
+  EXPECT_EQ(max_host_waits(0, "", "stage 0"), 1u);  // the loss
+  EXPECT_LE(max_host_waits(1, "", "stage 1"), 4u);
+  EXPECT_LE(max_host_waits(2, "", "stage 2"), 4u);
+  EXPECT_LE(max_host_waits(3, "", "stage 3"), 3u);
+  const std::string host = R"(, "offload_param": {"device": "cpu"},
+                              "offload_optimizer": {"device": "cpu"})";
+  // + each gradient shard read on the host as it lands (the host accumulates and updates it)
+  EXPECT_LE(max_host_waits(3, host, "stage 3, parameters and optimizer on the host"), 7u);
+}
