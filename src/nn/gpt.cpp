@@ -386,6 +386,7 @@ void GPT::forward(MicroBatch& mb, ParamProvider& params, const int32_t* tokens,
     if (mb.is_external(g))
       mb.set_external(g, store_->begin_write(mb.id(), g, checkpoint_bytes_for(mb.dims())));
     ctx.params = params.acquire_params(m.unit());
+    const size_t span = timeline_ ? timeline_->open(s) : 0;
     m.forward(ctx, input_of(mb, g), output_of(mb, g));
     // An evaluation's loss with chunked logits: the head's chunks now, while its unit is here
     // (a training forward leaves them to the backward).
@@ -393,6 +394,8 @@ void GPT::forward(MicroBatch& mb, ParamProvider& params, const int32_t* tokens,
       chunked_head(mb)->classify(ctx, nullptr, nullptr);
       mb.losses_ready_ = true;
     }
+    if (timeline_)
+      timeline_->close(span, s, Track::compute, "forward", static_cast<int64_t>(m.unit()));
     params.release_params(m.unit());
     if (g > 0 && mb.is_external(g - 1)) end_checkpoint(mb, g - 1, false, !for_backward);
   }
@@ -424,8 +427,16 @@ void GPT::backward(MicroBatch& mb, ParamProvider& params, float grad_scale) {
     const bool stored = g > 0 && mb.is_external(g - 1);
     if (m.backward_reads_params()) ctx.params = params.acquire_params(unit);
     if (stored) begin_checkpoint_read(mb, g - 1, g);  // its input, read ahead by the store
-    if (mb.recompute().mode() != Recompute::none) m.recompute(ctx);
+    Stream& s = ctx.stream;
+    const auto unit_id = static_cast<int64_t>(unit);
+    if (mb.recompute().mode() != Recompute::none) {
+      const size_t span = timeline_ ? timeline_->open(s) : 0;
+      m.recompute(ctx);
+      if (timeline_) timeline_->close(span, s, Track::compute, "recompute", unit_id);
+    }
+    // The gradients may take the host a wait (a reduction's buffer): the span opens after.
     ctx.grads = params.acquire_grads(unit);
+    const size_t span = timeline_ ? timeline_->open(s) : 0;
     float* dout = output_grad_of(mb, g);
     float* din = g > 0 ? output_grad_of(mb, g - 1) : nullptr;
     // A fresh gradient starts at zero; the residual stream's running one carries on.
@@ -434,6 +445,7 @@ void GPT::backward(MicroBatch& mb, ParamProvider& params, float grad_scale) {
       chunked->classify(ctx, &dloss, din);
     else
       m.backward(ctx, dout, din);
+    if (timeline_) timeline_->close(span, s, Track::compute, "backward", unit_id);
     if (stored) end_checkpoint(mb, g - 1, true, false);
     if (ctx.params) params.release_params(unit);
     if (finishes_unit_[i]) params.grads_done(unit);

@@ -38,6 +38,23 @@ namespace tierzero::train {
 
 namespace {
 
+// Gives the models a device timeline for one run_loop, and takes it back however the loop ends
+// (the timeline dies with it).
+struct TimelineBinding {
+  TimelineBinding(std::vector<nn::GPT*> models, DeviceTimeline* timeline)
+      : models_(std::move(models)) {
+    for (nn::GPT* m : models_) m->set_device_timeline(timeline);
+  }
+  ~TimelineBinding() {
+    for (nn::GPT* m : models_) m->set_device_timeline(nullptr);
+  }
+  TimelineBinding(const TimelineBinding&) = delete;
+  TimelineBinding& operator=(const TimelineBinding&) = delete;
+
+ private:
+  std::vector<nn::GPT*> models_;
+};
+
 // The schedule a resumed run follows: the checkpoint's length (a different --steps only moves
 // where training stops), unless tierzero.checkpoint.reset_lr_schedule; one line says which when
 // they differ.
@@ -196,6 +213,12 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
                              s.allocator->stats().budget, *s.device);
     profiled = std::make_unique<ProfilingProvider>(s.params->provider(), *recorder);
   }
+  // The profile's compute as the device ran it (device_timeline.hpp). A pipeline's executor
+  // times its own actions instead.
+  std::unique_ptr<DeviceTimeline> timeline;
+  if (recorder && config_.pipeline_parallel == 1)
+    timeline = std::make_unique<DeviceTimeline>(*s.device);
+  const TimelineBinding timeline_binding(s.chunks.all(), timeline.get());
   nn::ParamProvider& step_params =
       profiled ? static_cast<nn::ParamProvider&>(*profiled) : s.params->provider();
   comm::Communicator* pp_mpi = s.groups.mesh ? &s.groups.mesh->group(comm::MeshDim::pp) : nullptr;
@@ -240,6 +263,7 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
     Timer timer;
     const double cpu_at_start = process_cpu_seconds();
     const size_t waits_at_start = host_waits_on_this_thread();
+    if (timeline) timeline->begin_step(s.device->default_stream());  // idle since the last step
     for (const auto& o : observers) o->before_step(step + 1);
     s.params->zero_grads();
     // The schedule follows the optimizer's steps, which an fp16 step skipped on overflow does
@@ -258,6 +282,7 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
     scaler.update(taken.skipped);
     const double loss = mean_over_ranks(local_loss);
     s.device->default_stream().synchronize();  // the step's end for its timer, not counted
+    if (timeline) timeline->flush();
     StepRecord r = step_record(step + 1, loss, lr, taken.grad_norm, timer, cpu_at_start);
     r.host_waits = host_waits_on_this_thread() - waits_at_start - 1;
     result.steps.push_back(r);

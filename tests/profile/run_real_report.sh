@@ -35,6 +35,16 @@ for track in compute collective host_to_device device_to_host nvme_read nvme_wri
 done
 grep -q '"ph": *"C"' "$dir/t.json" || grep -q '"ph":"C"' "$dir/t.json" ||
   { echo "FAIL: the trace has no memory counters"; exit 1; }
+# The device's compute as the device timeline timed it: each module's forward and backward a
+# span of the compute track in every step (2 blocks, embeddings, final norm, head: 10 at least).
+python3 - "$dir/p.json" <<'PY' || exit 1
+import json, sys
+steps = json.load(open(sys.argv[1]))["steps"]
+counts = [s["tracks"][0][2] for s in steps]
+print("device timeline: compute spans per step", counts)
+if min(counts) < 10:
+    print("FAIL: the compute track lacks the device timeline's spans"); sys.exit(1)
+PY
 for key in prefetch_hits on_demand_fetches predicted placements run_id; do
   grep -q "\"$key\"" "$dir/p.json" || { echo "FAIL: the profile has no $key"; exit 1; }
 done

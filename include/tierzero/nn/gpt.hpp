@@ -30,6 +30,7 @@
 
 #include "tierzero/comm/communicator.hpp"
 #include "tierzero/device/device_allocator.hpp"
+#include "tierzero/device/device_timeline.hpp"
 #include "tierzero/nn/activation_dims.hpp"
 #include "tierzero/nn/checkpoint_store.hpp"
 #include "tierzero/nn/gpt_config.hpp"
@@ -175,6 +176,10 @@ class GPT {
   // changing it reallocates the facade's activations like set_activation_checkpointing.
   void set_checkpoint_store(CheckpointStore* store);
   CheckpointStore* checkpoint_store() const { return store_; }
+  // Where each module's forward and backward (recompute included) is timed on the device, as a
+  // span of Track::compute named "forward" / "backward" with the module's unit; null (the
+  // default): untimed. The caller begins and flushes the timeline's steps.
+  void set_device_timeline(DeviceTimeline* timeline) { timeline_ = timeline; }
   // Where a pipeline stage after the first receives mb's input before its forward: mb's
   // stage_input(), or with the checkpoints in a store the device buffer of its first checkpoint
   // (begun in the store here, so it moves to its tier behind the stage's first block like the
@@ -250,6 +255,7 @@ class GPT {
   std::unique_ptr<MicroBatch> cached_;     // the facade's
   Recompute recompute_;
   CheckpointStore* store_ = nullptr;  // null: checkpoints stay in the MicroBatch
+  DeviceTimeline* timeline_ = nullptr;
 };
 
 }  // namespace tierzero::nn
