@@ -175,6 +175,25 @@ if [ "$what" = issue26 ]; then
       --matmul-precision $p >"$out/bench_$p.jsonl" 2>"$out/bench_$p.log"
     log "exit $?"; tail -9 "$out/bench_$p.log" | tee -a "$out/summary.txt"; cat "$out/bench_$p.jsonl"
   done
+  # The asynchronous step's counters on the GPU: host waits per step (--metrics host_waits) and
+  # the device timeline's compute against the step (the profile's compute track); the logits in
+  # chunks (640 of 8192 tokens at a time) run here too.
+  for st in 0 3; do
+    log "train gpt2 cuda B 8 T 1024 stage $st: host waits, device-timed compute"
+    echo "{\"train_micro_batch_size_per_gpu\": 8, \"zero_optimization\": {\"stage\": $st},
+      \"tierzero\": {\"steps\": 6, \"seq_len\": 1024, \"val_batches\": 0}}" > "$out/waits$st.json"
+    timeout 45 $tz train --config "$out/waits$st.json" --model gpt2 --device cuda \
+      --metrics "$out/waits$st.jsonl" --profile "$out/prof$st.json" >"$out/train_waits$st.log" 2>&1
+    log "exit $?"; tail -3 "$out/train_waits$st.log" | tee -a "$out/summary.txt"
+    python3 - "$out/waits$st.jsonl" "$out/prof$st.json" <<'PY' 2>&1 | tee -a "$out/summary.txt"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+print("host_waits", [l["host_waits"] for l in lines], "ms", [round(l["ms"], 1) for l in lines])
+steps = json.load(open(sys.argv[2]))["steps"]
+print("device compute busy ms", [round(s["tracks"][0][0] * 1e3, 1) for s in steps],
+      "spans", [s["tracks"][0][2] for s in steps])
+PY
+  done
   log "every other CUDA test (ctest, as far as 90 s allow)"
   (cd build/gpu && timeout 90 ctest -R "/cuda|Cuda|_cuda" -E "FlashAttentionTest|MatmulPrecisionTest" \
      -j6 --timeout 120 --output-on-failure --output-junit "$out/junit26.xml") >"$out/ctest26.log" 2>&1
