@@ -101,6 +101,7 @@ BenchTrainStepResult bench_train_step(const BenchTrainStepOptions& f) {
   alloc.release_cached();
 
   nn::GPTConfig cfg = nn::GPTConfig::preset(f.model);
+  cfg.classifier_chunk_tokens = static_cast<size_t>(f.classifier_chunk);
   const auto B = static_cast<size_t>(f.batch), T = static_cast<size_t>(f.seq);
   nn::GPT model(cfg, alloc);
   nn::LocalParams params(model.layout(), alloc);
@@ -148,6 +149,8 @@ BenchTrainStepResult bench_train_step(const BenchTrainStepOptions& f) {
   nlohmann::ordered_json j = bench_result("train.step", round_to(rate, 3), "GFLOP/s", baseline_name,
                                           round_to(sgemm, 3), rate / sgemm);
   j["matmul_precision"] = precision;
+  j["logits_rows"] = nn::ActivationDims::of(cfg, B, T).logits_rows;
+  j["activation_bytes"] = model.activation_bytes();
   j["step_ms"] = round_to(step_s * 1e3, 2);
   j["model"] = f.model;
   j["batch"] = B;

@@ -36,6 +36,11 @@ void add_bench_train_options(CLI::App& t, bench::BenchTrainStepOptions& o) {
       ->capture_default_str();
   t.add_flag_callback(
       "--tf32", [&o] { o.matmul_precision = "tf32"; }, "the same as --matmul-precision tf32");
+  t.add_option("--classifier-chunk", o.classifier_chunk,
+               "tokens of logits the classifier holds at once (model.classifier_chunk_tokens); "
+               "0: automatic, 128 MiB of fp32 logits; batch x seq or more: whole")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
 }
 
 void add_bench_io_options(CLI::App& o, bench::BenchIoOptions& io) {

@@ -21,6 +21,9 @@ struct BenchTrainStepOptions {
   // Kernels::set_matmul_precision for the step and for the GEMM baseline: fp32, tf32, bf16 or
   // fp16 (the parameters stay fp32; the CPU computes in fp32 whatever is asked).
   std::string matmul_precision = "fp32";
+  // GPTConfig::classifier_chunk_tokens: tokens of logits held at once; 0 automatic (128 MiB),
+  // batch * seq or more keeps them whole.
+  int64_t classifier_chunk = 0;
 };
 
 struct BenchTrainStepResult {
