@@ -7,13 +7,14 @@
 // the exponentials) and the output accumulator in registers, and writes the output and each row's
 // natural-log logsumexp, the only thing kept for the backward: lse (B, NH, T).
 //
-// Backward: one block per (key tile of 64 rows, b, kv head). It owns dk and dv of its keys (kept
-// in registers, added into dqkv once at the end: one writer per element) and walks every query
-// head of its kv group and every query tile at or after its keys, recomputing the probabilities
-// from lse and D = rowsum(dout * out) (computed per query tile, so no scratch buffer), and adds
-// each tile's dq into dqkv with atomicAdd (the key tiles of one query row run in different
-// blocks). dq's sums therefore run in an order that can change from run to run (fp32 rounding
-// only); dk and dv are deterministic.
+// Backward: two kernels, each recomputing the probabilities from lse and D = rowsum(dout * out)
+// (computed per query tile, so no scratch buffer). The dk/dv kernel runs one block per (key tile
+// of 64 rows, b, kv head): it owns dk and dv of its keys (kept in registers, added into dqkv once
+// at the end) and walks every query head of its kv group and every query tile at or after its
+// keys. The dq kernel runs one block per (query tile, b, query head): it owns dq of its rows and
+// walks the key tiles up to the diagonal in order (FlashAttention-2's deterministic mode). Every
+// element of dqkv thus has one writer and sums in one fixed order: the backward, like the
+// forward, repeats bit for bit from run to run.
 //
 // fp32 throughout on the CUDA cores, written for correctness first: 256 threads as a 16 x 16
 // grid; thread (ty, tx) computes the score rows ty + 16 ii and columns tx + 16 jj (ii, jj < 4) of
@@ -198,14 +199,91 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(float* out,    
   }
 }
 
+// The backward's per-row inputs of query tile q0 of head h: lse_tile (kTile) <- each row's lse in
+// the log2 domain, delta_tile (kTile) <- D = rowsum(dout * out); both 0 past T. One warp per row,
+// every lane summing a fixed set of columns and warp_sum combining them in a fixed order.
+__device__ __forceinline__ void load_row_stats(float* lse_tile, float* delta_tile,
+                                               const float* dout,  // (B, T, NH D)
+                                               const float* out,   // (B, T, NH D)
+                                               const float* lse,   // (B, NH, T)
+                                               const FlashDims& s, size_t b, size_t h, size_t q0) {
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const size_t q_width = s.NH * s.D;
+  for (int r = warp; r < kTile; r += kThreads / kWarpSize) {
+    const size_t t = q0 + r;
+    float dot = 0.0f;
+    if (t < s.T) {
+      const size_t row = (b * s.T + t) * q_width + h * s.D;
+      for (size_t d = lane; d < s.D; d += kWarpSize) dot += dout[row + d] * out[row + d];
+    }
+    dot = warp_sum(dot);
+    if (lane == 0) {
+      delta_tile[r] = dot;
+      lse_tile[r] = t < s.T ? lse[(b * s.NH + h) * s.T + t] * kLog2e : 0.0f;
+    }
+  }
+}
+
+// The probabilities and score gradients of the (query tile q0, key tile k0) pair, for rows
+// ty + 16 ii and columns tx + 16 jj: S = q k^T, dP = dout v^T, P = exp(scale S - lse) where
+// key <= query < T (else 0), dS = P (dP - D) scale. Both backward kernels call this, so they
+// see the same P and dS bit for bit.
+template <int kMaxDim>
+__device__ __forceinline__ void probs_and_score_grads(float (&p)[kPer][kPer],   // out: P
+                                                      float (&ds)[kPer][kPer],  // out: dS
+                                                      const float* q_tile,      // (kTile, kStride)
+                                                      const float* do_tile,     // (kTile, kStride)
+                                                      const float* k_tile,      // (kTile, kStride)
+                                                      const float* v_tile,      // (kTile, kStride)
+                                                      const float* lse_tile,    // (kTile)
+                                                      const float* delta_tile,  // (kTile)
+                                                      const FlashDims& s, size_t q0, size_t k0) {
+  constexpr int kStride = kMaxDim + 1;
+  const int ty = threadIdx.x / kGrid, tx = threadIdx.x % kGrid;
+  float sc[kPer][kPer], dp[kPer][kPer];
+#pragma unroll
+  for (int ii = 0; ii < kPer; ++ii)
+#pragma unroll
+    for (int jj = 0; jj < kPer; ++jj) sc[ii][jj] = dp[ii][jj] = 0.0f;
+  for (int d = 0; d < static_cast<int>(s.D); ++d) {
+    float qv[kPer], gv[kPer], kv[kPer], vv[kPer];
+#pragma unroll
+    for (int x = 0; x < kPer; ++x) {
+      qv[x] = q_tile[(ty + kGrid * x) * kStride + d];
+      gv[x] = do_tile[(ty + kGrid * x) * kStride + d];
+      kv[x] = k_tile[(tx + kGrid * x) * kStride + d];
+      vv[x] = v_tile[(tx + kGrid * x) * kStride + d];
+    }
+#pragma unroll
+    for (int ii = 0; ii < kPer; ++ii)
+#pragma unroll
+      for (int jj = 0; jj < kPer; ++jj) {
+        sc[ii][jj] += qv[ii] * kv[jj];
+        dp[ii][jj] += gv[ii] * vv[jj];
+      }
+  }
+#pragma unroll
+  for (int ii = 0; ii < kPer; ++ii) {
+    const int r = ty + kGrid * ii;
+    const size_t i = q0 + r;
+#pragma unroll
+    for (int jj = 0; jj < kPer; ++jj) {
+      const size_t j = k0 + tx + kGrid * jj;
+      p[ii][jj] = (j <= i && i < s.T) ? exp2f(sc[ii][jj] * s.scale_log2 - lse_tile[r]) : 0.0f;
+      ds[ii][jj] = p[ii][jj] * (dp[ii][jj] - delta_tile[r]) * s.scale;
+    }
+  }
+}
+
+// dk and dv: one block per (key tile, b, kv head), the only writer of its keys' dk and dv.
 template <int kMaxDim>
 __global__ void __launch_bounds__(kThreads)
-    flash_backward_kernel(float* dqkv,        // (B, T, W) +=
-                          const float* dout,  // (B, T, NH D)
-                          const float* out,   // (B, T, NH D)
-                          const float* qkv,   // (B, T, W)
-                          const float* lse,   // (B, NH, T)
-                          FlashDims s) {
+    flash_backward_dkdv_kernel(float* dqkv,        // (B, T, W) += (the k and v columns)
+                               const float* dout,  // (B, T, NH D)
+                               const float* out,   // (B, T, NH D)
+                               const float* qkv,   // (B, T, W)
+                               const float* lse,   // (B, NH, T)
+                               FlashDims s) {
   constexpr int kStride = kMaxDim + 1;
   constexpr int kCols = kMaxDim / kGrid;
   extern __shared__ float smem[];
@@ -222,7 +300,6 @@ __global__ void __launch_bounds__(kThreads)
   const size_t b = bk / s.NKV, kvh = bk % s.NKV;
   const size_t k0 = kt * kTile;
   const int ty = threadIdx.x / kGrid, tx = threadIdx.x % kGrid;
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const size_t q_width = s.NH * s.D;
 
   load_tile<kMaxDim>(k_tile, qkv, s.W, k_offset(s, kvh), s, b, k0);
@@ -236,65 +313,22 @@ __global__ void __launch_bounds__(kThreads)
     for (int c = 0; c < kCols; ++c) dk[jj][c] = dv[jj][c] = 0.0f;
 
   for (size_t h = kvh * s.rep; h < (kvh + 1) * s.rep; ++h) {
-    const size_t qo = q_offset(s, h);
     for (size_t qt = kt; qt < s.tiles; ++qt) {  // query tiles at or after this key tile
       const size_t q0 = qt * kTile;
       __syncthreads();  // the previous tile's readers of q_tile, do_tile, p_tile are done
-      load_tile<kMaxDim>(q_tile, qkv, s.W, qo, s, b, q0);
+      load_tile<kMaxDim>(q_tile, qkv, s.W, q_offset(s, h), s, b, q0);
       load_tile<kMaxDim>(do_tile, dout, q_width, h * s.D, s, b, q0);
-      // One warp per row: D = rowsum(dout * out) and the row's lse, both 0 past T.
-      for (int r = warp; r < kTile; r += kThreads / kWarpSize) {
-        const size_t t = q0 + r;
-        float dot = 0.0f;
-        if (t < s.T) {
-          const size_t row = (b * s.T + t) * q_width + h * s.D;
-          for (size_t d = lane; d < s.D; d += kWarpSize) dot += dout[row + d] * out[row + d];
-        }
-        dot = warp_sum(dot);
-        if (lane == 0) {
-          delta_tile[r] = dot;
-          lse_tile[r] = t < s.T ? lse[(b * s.NH + h) * s.T + t] * kLog2e : 0.0f;
-        }
-      }
+      load_row_stats(lse_tile, delta_tile, dout, out, lse, s, b, h, q0);
       __syncthreads();
 
-      // S = q k^T and dP = dout v^T for rows ty + 16 ii, columns tx + 16 jj.
-      float sc[kPer][kPer], dp[kPer][kPer];
+      float p[kPer][kPer], ds[kPer][kPer];
+      probs_and_score_grads<kMaxDim>(p, ds, q_tile, do_tile, k_tile, v_tile, lse_tile, delta_tile,
+                                     s, q0, k0);
 #pragma unroll
       for (int ii = 0; ii < kPer; ++ii)
 #pragma unroll
-        for (int jj = 0; jj < kPer; ++jj) sc[ii][jj] = dp[ii][jj] = 0.0f;
-      for (int d = 0; d < static_cast<int>(s.D); ++d) {
-        float qv[kPer], gv[kPer], kv[kPer], vv[kPer];
-#pragma unroll
-        for (int x = 0; x < kPer; ++x) {
-          qv[x] = q_tile[(ty + kGrid * x) * kStride + d];
-          gv[x] = do_tile[(ty + kGrid * x) * kStride + d];
-          kv[x] = k_tile[(tx + kGrid * x) * kStride + d];
-          vv[x] = v_tile[(tx + kGrid * x) * kStride + d];
-        }
-#pragma unroll
-        for (int ii = 0; ii < kPer; ++ii)
-#pragma unroll
-          for (int jj = 0; jj < kPer; ++jj) {
-            sc[ii][jj] += qv[ii] * kv[jj];
-            dp[ii][jj] += gv[ii] * vv[jj];
-          }
-      }
-      // P = exp(scale S - lse) where key <= query < T, else 0; dS = P (dP - D) scale, kept in sc.
-#pragma unroll
-      for (int ii = 0; ii < kPer; ++ii) {
-        const int r = ty + kGrid * ii;
-        const size_t i = q0 + r;
-#pragma unroll
-        for (int jj = 0; jj < kPer; ++jj) {
-          const size_t j = k0 + tx + kGrid * jj;
-          const float p =
-              (j <= i && i < s.T) ? exp2f(sc[ii][jj] * s.scale_log2 - lse_tile[r]) : 0.0f;
-          p_tile[r * kProbStride + tx + kGrid * jj] = p;
-          sc[ii][jj] = p * (dp[ii][jj] - delta_tile[r]) * s.scale;
-        }
-      }
+        for (int jj = 0; jj < kPer; ++jj)
+          p_tile[(ty + kGrid * ii) * kProbStride + tx + kGrid * jj] = p[ii][jj];
       __syncthreads();  // P complete
 
       // dv (key rows ty + 16 jj, columns tx + 16 c) += P^T dout
@@ -314,7 +348,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int ii = 0; ii < kPer; ++ii)
 #pragma unroll
         for (int jj = 0; jj < kPer; ++jj)
-          p_tile[(ty + kGrid * ii) * kProbStride + tx + kGrid * jj] = sc[ii][jj];
+          p_tile[(ty + kGrid * ii) * kProbStride + tx + kGrid * jj] = ds[ii][jj];
       __syncthreads();  // dS complete
 
       // dk (key rows ty + 16 jj, columns tx + 16 c) += dS^T q
@@ -328,35 +362,6 @@ __global__ void __launch_bounds__(kThreads)
         for (int jj = 0; jj < kPer; ++jj)
 #pragma unroll
           for (int c = 0; c < kCols; ++c) dk[jj][c] += dsv[jj] * qv[c];
-      }
-      // dq (query rows ty + 16 ii, columns tx + 16 c) += dS k, added into dqkv atomically: the
-      // other key tiles of these rows are other blocks.
-      float dq[kPer][kCols];
-#pragma unroll
-      for (int ii = 0; ii < kPer; ++ii)
-#pragma unroll
-        for (int c = 0; c < kCols; ++c) dq[ii][c] = 0.0f;
-      for (int j = 0; j < kTile; ++j) {
-        float dsv[kPer], kv[kCols];
-#pragma unroll
-        for (int ii = 0; ii < kPer; ++ii) dsv[ii] = p_tile[(ty + kGrid * ii) * kProbStride + j];
-#pragma unroll
-        for (int c = 0; c < kCols; ++c) kv[c] = k_tile[j * kStride + tx + kGrid * c];
-#pragma unroll
-        for (int ii = 0; ii < kPer; ++ii)
-#pragma unroll
-          for (int c = 0; c < kCols; ++c) dq[ii][c] += dsv[ii] * kv[c];
-      }
-#pragma unroll
-      for (int ii = 0; ii < kPer; ++ii) {
-        const size_t i = q0 + ty + kGrid * ii;
-        if (i >= s.T) continue;
-        float* dq_row = dqkv + (b * s.T + i) * s.W + qo;
-#pragma unroll
-        for (int c = 0; c < kCols; ++c) {
-          const size_t d = tx + kGrid * c;
-          if (d < s.D) atomicAdd(dq_row + d, dq[ii][c]);
-        }
       }
     }
   }
@@ -375,6 +380,94 @@ __global__ void __launch_bounds__(kThreads)
         dk_row[d] += dk[jj][c];
         dv_row[d] += dv[jj][c];
       }
+    }
+  }
+}
+
+// dq: one block per (query tile, b, query head), the only writer of its rows' dq. It walks the
+// key tiles 0..qt in that order, recomputing P and dS as the dk/dv kernel does, and keeps dq in
+// registers: every element's sum runs in one fixed order, so the result repeats bit for bit. The
+// price is computing S and dP a second time (two of the backward's seven tile products), where
+// adding dq from the dk/dv blocks with atomics would have summed in whatever order they ran.
+template <int kMaxDim>
+__global__ void __launch_bounds__(kThreads)
+    flash_backward_dq_kernel(float* dqkv,        // (B, T, W) += (the q columns)
+                             const float* dout,  // (B, T, NH D)
+                             const float* out,   // (B, T, NH D)
+                             const float* qkv,   // (B, T, W)
+                             const float* lse,   // (B, NH, T)
+                             FlashDims s) {
+  constexpr int kStride = kMaxDim + 1;
+  constexpr int kCols = kMaxDim / kGrid;
+  extern __shared__ float smem[];
+  float* q_tile = smem;                             // (kTile, kStride) this block's queries
+  float* do_tile = q_tile + kTile * kStride;        // (kTile, kStride) and their dout
+  float* k_tile = do_tile + kTile * kStride;        // (kTile, kStride) the current key tile
+  float* v_tile = k_tile + kTile * kStride;         // (kTile, kStride) and its values
+  float* ds_tile = v_tile + kTile * kStride;        // (kTile, kProbStride) dS
+  float* lse_tile = ds_tile + kTile * kProbStride;  // (kTile) the query rows' lse, log2 domain
+  float* delta_tile = lse_tile + kTile;             // (kTile) D = rowsum(dout * out)
+
+  // The last query tiles cost the most; they get the lowest block indices.
+  const size_t qt = s.tiles - 1 - blockIdx.x % s.tiles;
+  const size_t bh = blockIdx.x / s.tiles;
+  const size_t b = bh / s.NH, h = bh % s.NH, kvh = h / s.rep;
+  const size_t q0 = qt * kTile;
+  const int ty = threadIdx.x / kGrid, tx = threadIdx.x % kGrid;
+  const size_t q_width = s.NH * s.D;
+
+  load_tile<kMaxDim>(q_tile, qkv, s.W, q_offset(s, h), s, b, q0);
+  load_tile<kMaxDim>(do_tile, dout, q_width, h * s.D, s, b, q0);
+  load_row_stats(lse_tile, delta_tile, dout, out, lse, s, b, h, q0);
+
+  // dq of query rows ty + 16 ii, columns tx + 16 c.
+  float dq[kPer][kCols];
+#pragma unroll
+  for (int ii = 0; ii < kPer; ++ii)
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) dq[ii][c] = 0.0f;
+
+  for (size_t kt = 0; kt <= qt; ++kt) {  // key tiles up to the diagonal, in order
+    const size_t k0 = kt * kTile;
+    __syncthreads();  // the previous tile's readers of k_tile, v_tile, ds_tile are done
+    load_tile<kMaxDim>(k_tile, qkv, s.W, k_offset(s, kvh), s, b, k0);
+    load_tile<kMaxDim>(v_tile, qkv, s.W, v_offset(s, kvh), s, b, k0);
+    __syncthreads();
+
+    float p[kPer][kPer], ds[kPer][kPer];
+    probs_and_score_grads<kMaxDim>(p, ds, q_tile, do_tile, k_tile, v_tile, lse_tile, delta_tile, s,
+                                   q0, k0);
+#pragma unroll
+    for (int ii = 0; ii < kPer; ++ii)
+#pragma unroll
+      for (int jj = 0; jj < kPer; ++jj)
+        ds_tile[(ty + kGrid * ii) * kProbStride + tx + kGrid * jj] = ds[ii][jj];
+    __syncthreads();  // dS complete
+
+    // dq (query rows ty + 16 ii, columns tx + 16 c) += dS k
+    for (int j = 0; j < kTile; ++j) {
+      float dsv[kPer], kv[kCols];
+#pragma unroll
+      for (int ii = 0; ii < kPer; ++ii) dsv[ii] = ds_tile[(ty + kGrid * ii) * kProbStride + j];
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) kv[c] = k_tile[j * kStride + tx + kGrid * c];
+#pragma unroll
+      for (int ii = 0; ii < kPer; ++ii)
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) dq[ii][c] += dsv[ii] * kv[c];
+    }
+  }
+
+  // This block is the only writer of its rows' dq.
+#pragma unroll
+  for (int ii = 0; ii < kPer; ++ii) {
+    const size_t i = q0 + ty + kGrid * ii;
+    if (i >= s.T) continue;
+    float* dq_row = dqkv + (b * s.T + i) * s.W + q_offset(s, h);
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) {
+      const size_t d = tx + kGrid * c;
+      if (d < s.D) dq_row[d] += dq[ii][c];
     }
   }
 }
@@ -448,10 +541,18 @@ void forward(cudaStream_t stream, float* out, float* lse, const float* qkv, cons
 template <int kMaxDim>
 void backward(cudaStream_t stream, float* dqkv, const float* dout, const float* out,
               const float* qkv, const float* lse, const FlashDims& s) {
+  // Both kernels hold four (kTile, kMaxDim + 1) tiles, P or dS and two rows of kTile floats. They
+  // write disjoint columns of dqkv (k and v; q), each element by one block.
   constexpr size_t bytes = backward_smem_bytes(kMaxDim);
-  allow_shared_memory(flash_backward_kernel<kMaxDim>, bytes, s);
-  const unsigned blocks = grid_of(s.tiles * s.B * s.NKV);
-  flash_backward_kernel<kMaxDim><<<blocks, kThreads, bytes, stream>>>(dqkv, dout, out, qkv, lse, s);
+  allow_shared_memory(flash_backward_dkdv_kernel<kMaxDim>, bytes, s);
+  allow_shared_memory(flash_backward_dq_kernel<kMaxDim>, bytes, s);
+  const unsigned kv_blocks = grid_of(s.tiles * s.B * s.NKV);
+  flash_backward_dkdv_kernel<kMaxDim>
+      <<<kv_blocks, kThreads, bytes, stream>>>(dqkv, dout, out, qkv, lse, s);
+  TZ_CUDA_CHECK_LAUNCH();
+  const unsigned q_blocks = grid_of(s.tiles * s.B * s.NH);
+  flash_backward_dq_kernel<kMaxDim>
+      <<<q_blocks, kThreads, bytes, stream>>>(dqkv, dout, out, qkv, lse, s);
   TZ_CUDA_CHECK_LAUNCH();
 }
 

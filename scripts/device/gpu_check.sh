@@ -10,9 +10,10 @@
 #   scripts/device/gpu_check.sh peers [micro-batch]   (GPT-2 124M, T 1024: ours vs PyTorch eager,
 #     torch.compile and llm.c's train_gpt2cu from .devpeers/, see peers_prepare.sh)
 #   scripts/device/gpu_check.sh issue26   (issue 26's first parts, one call of under 10 minutes:
-#     the fused attention and matmul-precision kernel tests on CUDA, compute-sanitizer memcheck and
-#     racecheck of the fused attention, bench train at fp32 / tf32 / bf16 products, then every
-#     other CUDA test as far as time allows). Prepared on the development machine with
+#     the fused attention (its bitwise repeatability included) and matmul-precision kernel tests
+#     on CUDA, compute-sanitizer memcheck and racecheck of the fused attention, bench train at
+#     fp32 / tf32 / bf16 products, then every other CUDA test as far as time allows). Prepared on
+#     the development machine with
 #       cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIERZERO_CUDA=ON \
 #         -DCMAKE_CUDA_ARCHITECTURES=90 -DTIERZERO_NATIVE=OFF && cmake --build build/gpu -j2
 #       scripts/device/bundle.sh
@@ -155,7 +156,7 @@ if [ "$what" = issue26 ]; then
   timeout 90 $kt --gtest_filter='*FlashAttentionTest*/cuda:*MatmulPrecisionTest*/cuda:*AttentionTest*/cuda:*LlamaKernelTest*/cuda:*MatmulTest*/cuda' \
     >"$out/kernels26.log" 2>&1
   log "exit $?"
-  grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]|flash_attention (out|dqkv).*(T1024|T257)|matmul_forward out (tf32|bf16|fp16|fp32) N77" \
+  grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]|flash_attention (out|dqkv).*(T1024|T257)|flash_attention repeat|matmul_forward out (tf32|bf16|fp16|fp32) N77" \
     "$out/kernels26.log" | head -40 | tee -a "$out/summary.txt"
   san='*FlashAttentionTest.SmallForSanitizers/cuda'
   cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)

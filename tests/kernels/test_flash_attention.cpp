@@ -3,14 +3,17 @@
 // 64-row tile (1, 7, 64, 65, 257, 1024), head dims 64 and 128 (and an odd small one), grouped kv
 // heads in both qkv layouts (q | k | v, and the Llama family's grouped one), B > 1. The backward
 // accumulates into a random prior dqkv. The saved state must be (B, NH, T) floats and the scratch
-// none on every backend. On CUDA this is the FlashAttention-2 kernel of flash_attention.cu (dq
-// summed with atomics, so its last bits may change from run to run); on the CPU the tiled kernel.
+// none on every backend. On CUDA this is the FlashAttention-2 kernel of flash_attention.cu (dk/dv
+// and dq in separate passes, each element summed in one fixed order); on the CPU the tiled kernel.
+// Both must repeat bit for bit: two runs from the same inputs give the same bits.
 //
 // The reference is the multi-head double kernel on the kv heads repeated for their query heads;
 // its gradient is folded back onto the kv heads. Tolerance 1e-4 of |ref| + rms(ref): fp32 sums
 // over at most T = 1024 keys and 128 channels, in another order than the reference's, land near
-// 1e-6; 1e-4 leaves room for the atomics' order without hiding an indexing error (those give
-// errors of order 1).
+// 1e-6; 1e-4 leaves room for that without hiding an indexing error (those give errors of order 1).
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -84,6 +87,7 @@ std::vector<double> from_multi_head(const std::vector<double>& dmha, const Case&
 class FlashAttentionTest : public KernelTest {
  protected:
   void check(const Case& c, uint32_t seed);
+  void check_repeats(const Case& c, uint32_t seed);
 };
 TZ_INSTANTIATE_BACKENDS(FlashAttentionTest);
 
@@ -119,6 +123,53 @@ void FlashAttentionTest::check(const Case& c, uint32_t seed) {
                plus(dqkv0, from_multi_head(dmha, c)), 1e-4);
 }
 
+// Elements of a and b whose bits differ.
+size_t bit_differences(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  size_t n = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+    n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  return n;
+}
+
+// The forward and backward twice from the same inputs (the backward into the same prior dqkv):
+// out, lse and dqkv must repeat bit for bit, which a bit-exact checkpoint resume relies on.
+void FlashAttentionTest::check_repeats(const Case& c, uint32_t seed) {
+  kernels::Kernels& k = kernels();
+  const kernels::AttentionShape s = shape_of(c);
+  const size_t n_qkv = c.B * c.T * s.qkv_width(), n_out = c.B * c.T * s.q_width();
+  const size_t n_saved = k.attention_saved_floats(s);
+  const std::vector<float> qkv = random_normal(n_qkv, seed, 1.5f);  // (B, T, W)
+  const std::vector<float> dout = random_normal(n_out, seed + 1);   // (B, T, NH hd)
+  const std::vector<float> dqkv0 = random_normal(n_qkv, seed + 2);  // (B, T, W) prior
+  auto d_qkv = to_device(qkv);
+  auto d_dout = to_device(dout);
+  auto d_scratch = empty<float>(std::max<size_t>(k.attention_scratch_floats(s), 1));
+  std::vector<float> outs[2], saved[2], dqkvs[2];
+  for (int run = 0; run < 2; ++run) {
+    auto d_out = empty<float>(n_out);      // (B, T, NH hd)
+    auto d_saved = empty<float>(n_saved);  // (B, NH, T)
+    auto d_dqkv = to_device(dqkv0);        // (B, T, W)
+    k.attention_forward(d_out->get(), d_saved->get(), d_qkv->get(), s);
+    k.attention_backward(d_dqkv->get(), d_scratch->get(), d_dout->get(), d_out->get(), d_qkv->get(),
+                         d_saved->get(), s);
+    outs[run] = d_out->download();
+    saved[run] = d_saved->download();
+    dqkvs[run] = d_dqkv->download();
+  }
+  const size_t differ_out = bit_differences(outs[0], outs[1]);
+  const size_t differ_lse = bit_differences(saved[0], saved[1]);
+  const size_t differ_dqkv = bit_differences(dqkvs[0], dqkvs[1]);
+  std::printf(
+      "%s: elements whose bits differ between two runs: out %zu of %zu, lse %zu of %zu, "
+      "dqkv %zu of %zu\n",
+      name("flash_attention repeat", c).c_str(), differ_out, n_out, differ_lse, n_saved,
+      differ_dqkv, n_qkv);
+  EXPECT_EQ(differ_out, 0u) << name("out repeats", c);
+  EXPECT_EQ(differ_lse, 0u) << name("lse repeats", c);
+  EXPECT_EQ(differ_dqkv, 0u) << name("dqkv repeats", c);
+}
+
 TEST_P(FlashAttentionTest, MultiHeadOverTileEdges) {
   uint32_t seed = 3100;
   for (size_t T : {1, 7, 64, 65, 257})
@@ -152,6 +203,16 @@ TEST_P(FlashAttentionTest, SmallForSanitizers) {
   check({2, 70, 2, 2, 64, false}, 3500);
   check({1, 70, 4, 2, 128, true}, 3503);
   check({1, 9, 4, 1, 16, false}, 3506);
+}
+
+// Bitwise repeatability of the forward and backward. On CUDA, 16 key tiles per query row at
+// T = 1024 and hundreds of blocks leave a GPU room to run blocks in varying orders, which an
+// order-dependent sum (the atomics this kernel's dq once used) shows within a few runs; a partial
+// tile and grouped kv heads in the grouped layout cover the other paths.
+TEST_P(FlashAttentionTest, BackwardRepeatsBitForBit) {
+  check_repeats({2, 1024, 4, 2, 64, false}, 3600);
+  check_repeats({1, 257, 6, 3, 128, true}, 3603);
+  check_repeats({2, 70, 8, 1, 12, false}, 3606);
 }
 
 // Head dims that are not a multiple of 16 (zero-padded columns of the CUDA tiles).

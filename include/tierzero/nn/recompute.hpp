@@ -8,8 +8,8 @@
 //  full       only each block's input (the checkpoint); the backward re-runs the whole block
 //             (activation checkpointing).
 // Gradients are bitwise the same in every mode: the recompute runs the same kernels on the same
-// inputs (on CUDA the attention backward sums dq with atomics, so there its last bits may change
-// from run to run, in every mode alike).
+// inputs (on CUDA a few parameter gradients -- embedding rows, biases, norm gains -- are summed
+// with atomics, so there their last bits may change from run to run, in every mode alike).
 #pragma once
 
 #include <string>

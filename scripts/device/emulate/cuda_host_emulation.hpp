@@ -1,18 +1,23 @@
 // Host emulation of the few CUDA features kernels/cuda/flash_attention.cu's kernels use, so their
 // indexing, masking and barrier logic can be checked on a machine without a GPU: one std::thread
 // per CUDA thread, std::barrier for __syncthreads and for the warp shuffles, std::atomic_ref for
-// atomicAdd, shared memory poisoned with NaN. It says nothing about speed, and a race it does not
-// happen to hit goes unseen (compute-sanitizer's racecheck on the GPU is the real check).
-// Used by emulate_flash_attention.sh; not part of the build.
+// atomicAdd, shared memory poisoned with NaN, blocks run in index order or a shuffled one. It says
+// nothing about speed, and a race it does not happen to hit goes unseen (compute-sanitizer's
+// racecheck on the GPU is the real check). Used by emulate_flash_attention.sh; not part of the
+// build.
 #pragma once
+#include <algorithm>
 #include <atomic>
 #include <barrier>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <limits>
 #include <memory>
+#include <numeric>
+#include <random>
 #include <thread>
 #include <vector>
 #define __global__
@@ -62,10 +67,17 @@ struct AttentionShape {
   size_t kv_width() const { return n_kv_head * head_dim; }
   size_t qkv_width() const { return q_width() + 2 * kv_width(); }
 };
-// Runs kernel(args) over `blocks` blocks of `threads` threads with `smem_bytes` shared memory.
+// Runs kernel(args) over `blocks` blocks of `threads` threads with `smem_bytes` shared memory,
+// one block after another: in index order, or, with a non-zero `shuffle_seed`, in an order
+// shuffled by it (a GPU runs its blocks in no fixed order; a kernel whose result depends on it,
+// through atomics or a race between blocks, gives other bits under another order).
 template <typename F>
-void emulate(unsigned blocks, unsigned threads, size_t smem_bytes, F kernel) {
-  for (unsigned b = 0; b < blocks; ++b) {
+void emulate(unsigned blocks, unsigned threads, size_t smem_bytes, F kernel,
+             uint32_t shuffle_seed = 0) {
+  std::vector<unsigned> order(blocks);
+  std::iota(order.begin(), order.end(), 0u);
+  if (shuffle_seed != 0) std::shuffle(order.begin(), order.end(), std::mt19937(shuffle_seed));
+  for (const unsigned b : order) {
     std::barrier<> block_barrier(threads);
     std::vector<std::unique_ptr<std::barrier<>>> warps;
     for (unsigned w = 0; w < threads / 32; ++w)

@@ -1,10 +1,13 @@
 // The kernels of kernels/cuda/flash_attention.cu run on the CPU under cuda_host_emulation.hpp
 // against a double-precision causal attention (forward, logsumexp, and the backward added into a
 // random prior dqkv), over tile edges, head dims 4-128, grouped kv heads and both qkv layouts.
-// Prints the max error relative to each tensor's largest value; exits 1 past 1e-5. Built and run
-// by emulate_flash_attention.sh, which extracts the kernels into kernels_body.inc.
+// Prints the max error relative to each tensor's largest value; exits 1 past 1e-5. Each case runs
+// a second time with every kernel's blocks in a shuffled order and must give the same bits (the
+// backward's dq pass exists for that). Built and run by emulate_flash_attention.sh, which extracts
+// the kernels into kernels_body.inc.
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include "cuda_host_emulation.hpp"
@@ -29,9 +32,11 @@ size_t vo(const Case& c, size_t kvh) {
   return c.grouped ? (kvh * (rep + 2) + rep + 1) * c.D : (c.NH + c.NKV + kvh) * c.D;
 }
 
+// One forward and backward of the case; a non-zero shuffle_seed runs every kernel's blocks in a
+// shuffled order.
 template <int kMaxDim>
 void run(const Case& c, std::vector<float>& out, std::vector<float>& lse, std::vector<float>& dqkv,
-         const std::vector<float>& qkv, const std::vector<float>& dout) {
+         const std::vector<float>& qkv, const std::vector<float>& dout, uint32_t shuffle_seed) {
   FlashDims s{};
   s.B = c.B;
   s.T = c.T;
@@ -46,11 +51,47 @@ void run(const Case& c, std::vector<float>& out, std::vector<float>& lse, std::v
   s.tiles = ceil_div(c.T, kTile);
   size_t fb = (3 * kTile * (kMaxDim + 1) + kTile * kProbStride) * 4;
   size_t bb = (4 * kTile * (kMaxDim + 1) + kTile * kProbStride + 2 * kTile) * 4;
-  emulate(s.tiles * s.B * s.NH, kThreads, fb,
-          [&] { flash_forward_kernel<kMaxDim>(out.data(), lse.data(), qkv.data(), s); });
-  emulate(s.tiles * s.B * s.NKV, kThreads, bb, [&] {
-    flash_backward_kernel<kMaxDim>(dqkv.data(), dout.data(), out.data(), qkv.data(), lse.data(), s);
-  });
+  emulate(
+      s.tiles * s.B * s.NH, kThreads, fb,
+      [&] { flash_forward_kernel<kMaxDim>(out.data(), lse.data(), qkv.data(), s); }, shuffle_seed);
+  emulate(
+      s.tiles * s.B * s.NKV, kThreads, bb,
+      [&] {
+        flash_backward_dkdv_kernel<kMaxDim>(dqkv.data(), dout.data(), out.data(), qkv.data(),
+                                            lse.data(), s);
+      },
+      shuffle_seed);
+  emulate(
+      s.tiles * s.B * s.NH, kThreads, bb,
+      [&] {
+        flash_backward_dq_kernel<kMaxDim>(dqkv.data(), dout.data(), out.data(), qkv.data(),
+                                          lse.data(), s);
+      },
+      shuffle_seed);
+}
+
+// Both runs of one case: out, lse and dqkv (B, T, W), the backward added into dqkv0.
+struct Run {
+  std::vector<float> out, lse, dqkv;
+};
+Run run_case(const Case& c, const std::vector<float>& qkv, const std::vector<float>& dout,
+             const std::vector<float>& dqkv0, uint32_t shuffle_seed) {
+  Run r{std::vector<float>(dout.size(), std::nanf("")),
+        std::vector<float>(c.B * c.NH * c.T, std::nanf("")), dqkv0};
+  if (c.D <= 32)
+    run<32>(c, r.out, r.lse, r.dqkv, qkv, dout, shuffle_seed);
+  else if (c.D <= 64)
+    run<64>(c, r.out, r.lse, r.dqkv, qkv, dout, shuffle_seed);
+  else
+    run<128>(c, r.out, r.lse, r.dqkv, qkv, dout, shuffle_seed);
+  return r;
+}
+
+// Elements of a and b whose bits differ (NaN payloads included).
+size_t bit_differences(const std::vector<float>& a, const std::vector<float>& b) {
+  size_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  return n;
 }
 
 int main() {
@@ -68,14 +109,8 @@ int main() {
     for (auto& x : qkv) x = n(g);
     for (auto& x : dout) x = n1(g);
     for (auto& x : dqkv0) x = n1(g);
-    std::vector<float> out(dout.size(), std::nanf("")), lse(c.B * c.NH * c.T, std::nanf("")),
-        dqkv = dqkv0;
-    if (c.D <= 32)
-      run<32>(c, out, lse, dqkv, qkv, dout);
-    else if (c.D <= 64)
-      run<64>(c, out, lse, dqkv, qkv, dout);
-    else
-      run<128>(c, out, lse, dqkv, qkv, dout);
+    Run first = run_case(c, qkv, dout, dqkv0, 0);
+    const std::vector<float>&out = first.out, &lse = first.lse, &dqkv = first.dqkv;
     // Double reference.
     std::vector<double> rout(out.size()), rd(qkv.size(), 0.0), rlse(lse.size());
     const double scale = 1.0 / std::sqrt((double)c.D);
@@ -141,9 +176,17 @@ int main() {
       return diff / sc;
     };
     double eo = err(out, rout, nullptr), el = err(lse, rlse, nullptr), ed = err(dqkv, rd, &dqkv0);
-    std::printf("B%zu T%zu NH%zu NKV%zu D%zu %s: out %.2e lse %.2e dqkv %.2e\n", c.B, c.T, c.NH,
-                c.NKV, c.D, c.grouped ? "grouped" : "q|k|v", eo, el, ed);
-    if (eo > 1e-5 || el > 1e-5 || ed > 1e-5) worst_fail = 1;
+    // Again with every kernel's blocks in a shuffled order, as a GPU may run them: the results
+    // must not change by a bit (no atomics, no block reading another's writes).
+    const Run again = run_case(c, qkv, dout, dqkv0, seed * 7919u);
+    const size_t differ = bit_differences(out, again.out) + bit_differences(lse, again.lse) +
+                          bit_differences(dqkv, again.dqkv);
+    std::printf(
+        "B%zu T%zu NH%zu NKV%zu D%zu %s: out %.2e lse %.2e dqkv %.2e; shuffled blocks: %zu of "
+        "%zu elements differ in bits\n",
+        c.B, c.T, c.NH, c.NKV, c.D, c.grouped ? "grouped" : "q|k|v", eo, el, ed, differ,
+        out.size() + lse.size() + dqkv.size());
+    if (eo > 1e-5 || el > 1e-5 || ed > 1e-5 || differ != 0) worst_fail = 1;
   }
   std::printf(worst_fail ? "FAIL\n" : "PASS\n");
   return worst_fail;
