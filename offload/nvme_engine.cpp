@@ -178,6 +178,7 @@ struct NvmeEngine::Impl {
   std::condition_variable verify_cv;
   bool verifier_stop = false;
   size_t inflight_sum = 0;  // inflight before each completion, summed (NvmeStats::mean_inflight)
+  size_t completions = 0;   // completions reaped (successes, retries and failures alike)
   std::vector<int> free_slots;
   struct Region {
     size_t bytes;
@@ -545,6 +546,7 @@ void NvmeEngine::Impl::complete_locked(Chunk* c, int res,
                                        std::vector<std::shared_ptr<IoOp>>& finished,
                                        std::vector<Chunk*>& to_verify) {
   inflight_sum += inflight;
+  ++completions;
   --inflight;
   IoOp& op = *c->op;
   const char* verb = op.is_write ? "write" : "read";
@@ -600,13 +602,14 @@ void NvmeEngine::Impl::complete_locked(Chunk* c, int res,
 }
 
 // Checks a completed read's CRC32C and copies it out of its bounce buffer. Runs without the
-// engine's lock: the chunk is owned by the completion thread until chunk_finished_locked, and
-// the expected checksums, bounce buffers and file names do not change while requests exist.
+// engine's lock, on the verifier thread: a chunk taken from verify_queue belongs to it until
+// chunk_finished_locked (nothing else holds a pointer to it), and the expected checksums,
+// bounce buffers and file names do not change while requests exist.
 std::string NvmeEngine::Impl::verify(Chunk* c) const {
   const IoOp& op = *c->op;
   const std::byte* io = c->slot >= 0 ? bounce[static_cast<size_t>(c->slot)].bytes_ptr() : c->user;
   const uint32_t got = opt.checksums ? crc32c(io, c->logical) : 0;
-  if (got != op.crcs[c->index]) {
+  if (opt.checksums && got != op.crcs[c->index]) {
     char buf[96];
     std::snprintf(buf, sizeof buf, "stored 0x%08X, read 0x%08X", op.crcs[c->index], got);
     return "CRC32C mismatch reading " + describe(op, *c) + ": " + buf +
@@ -838,10 +841,8 @@ std::pair<size_t, uint64_t> NvmeEngine::locate(uint64_t logical_offset) const {
 NvmeStats NvmeEngine::stats() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   NvmeStats st = impl_->stats;
-  const size_t completions = st.requests + st.retries;
-  st.mean_inflight =
-      completions ? static_cast<double>(impl_->inflight_sum) / static_cast<double>(completions)
-                  : 0.0;
+  const size_t n = impl_->completions;
+  st.mean_inflight = n ? static_cast<double>(impl_->inflight_sum) / static_cast<double>(n) : 0.0;
   return st;
 }
 

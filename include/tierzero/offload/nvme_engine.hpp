@@ -61,6 +61,10 @@ struct IoResult {
   size_t bytes = 0;   // logical bytes moved
 };
 
+// Runs once per operation, without the engine's lock, on one of the engine's two threads (the
+// verifier thread for reads it checked or copied out of a bounce buffer, the completion thread
+// for the rest), so two callbacks may run at the same time. A callback may start new I/O; it
+// must not wait for any (it would hold up the thread that finishes it).
 using IoCallback = std::function<void(const IoResult&)>;
 
 namespace detail {
