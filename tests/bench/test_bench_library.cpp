@@ -165,9 +165,13 @@ TEST(BenchLibrary, IoMovesTheBytesAskedAndMeasuresFio) {
   // repeat (write-back), and read both once per repeat: nothing more, nothing lost.
   EXPECT_EQ(r.engine_bytes_written, (2 * o.repeats + 1) * o.size);
   EXPECT_EQ(r.engine_bytes_read, 2 * o.repeats * o.size);
-  ASSERT_EQ(r.report.results.size(), 3u);
-  const char* names[] = {"io.write", "io.read", "io.stream"};
-  for (size_t i = 0; i < 3; ++i) {
+  // The raw engine (checksums off) moved its own swap once each way per repeat.
+  for (double rate : {r.raw_write_Bps, r.raw_read_Bps}) EXPECT_TRUE(measured(rate)) << rate;
+  EXPECT_EQ(r.raw_engine_bytes_written, o.repeats * o.size);
+  EXPECT_EQ(r.raw_engine_bytes_read, o.repeats * o.size);
+  ASSERT_EQ(r.report.results.size(), 5u);
+  const char* names[] = {"io.write", "io.read", "io.stream", "io.write_raw", "io.read_raw"};
+  for (size_t i = 0; i < 5; ++i) {
     const nlohmann::ordered_json& j = r.report.results[i];
     expect_common_fields(j, names[i]);
     EXPECT_EQ(j["size"], o.size);
@@ -176,6 +180,9 @@ TEST(BenchLibrary, IoMovesTheBytesAskedAndMeasuresFio) {
   }
   EXPECT_EQ(r.report.results[0]["value"], round_to(r.write_Bps / 1e9, 4));
   EXPECT_EQ(r.report.results[1]["baseline_value"], round_to(r.fio_read_Bps / 1e9, 4));
+  EXPECT_EQ(r.report.results[4]["value"], round_to(r.raw_read_Bps / 1e9, 4));
+  EXPECT_EQ(r.report.results[4]["baseline_value"], round_to(r.fio_read_Bps / 1e9, 4));
+  EXPECT_EQ(r.report.results[4]["checksums"], false);
 }
 
 TEST(BenchLibrary, ReportAppendsAndFailsWhenOnePartFailed) {

@@ -1,7 +1,10 @@
 // `tierzero bench io`: the offload layer's NVMe path against fio on the same drive, same run.
 // Sequential write and read of one swap (size, block size, queue depth, O_DIRECT all equal to
-// fio's), and the streaming pipeline (read, touch every byte, write back). Prints a table on
-// stderr and one JSON object per result (io.write, io.read, io.stream) on stdout.
+// fio's), and the streaming pipeline (read, touch every byte, write back). The checked engine
+// (a CRC32C per chunk, recorded on write and checked on read) gives the headline figures; a
+// second engine with the checksums off does fio's work exactly, in the same repeats, and gives
+// the raw ones. Prints a table on stderr and one JSON object per result (io.write, io.read,
+// io.stream, io.write_raw, io.read_raw) on stdout.
 #pragma once
 
 #include <cstddef>
@@ -31,12 +34,16 @@ struct BenchIoResult {
   double stream_Bps = 0.0;     // tensor bytes streamed (each read and written once)
   double fio_write_Bps = 0.0;  // the ceilings: fio, the better of plain and fixed buffers
   double fio_read_Bps = 0.0;
-  size_t engine_bytes_written = 0;  // everything TierZero's engine wrote (stream included)
+  double raw_write_Bps = 0.0;  // the engine with the checksums off (fio's work)
+  double raw_read_Bps = 0.0;
+  size_t engine_bytes_written = 0;  // everything the checked engine wrote (stream included)
   size_t engine_bytes_read = 0;
-  BenchReport report;  // io.write, io.read, io.stream
+  size_t raw_engine_bytes_written = 0;  // the raw engine's (its swap only)
+  size_t raw_engine_bytes_read = 0;
+  BenchReport report;  // io.write, io.read, io.stream, io.write_raw, io.read_raw
 };
 
-// Runs the benchmark: table on stderr, three JSON objects on stdout. Throws tierzero::Error on
+// Runs the benchmark: table on stderr, five JSON objects on stdout. Throws tierzero::Error on
 // failure (no fio, not enough disk space, an I/O error).
 BenchIoResult bench_io(const BenchIoOptions& options);
 

@@ -5,8 +5,9 @@
 // and the logical size is remembered. Each stripe-unit chunk of an extent carries a CRC32C,
 // recorded on write and checked on read, so corruption is an error naming file, offset and
 // extent. Files and buffers are registered with io_uring; submissions are batched up to the
-// queue depth. Short transfers, EINTR and EAGAIN are retried; ENOSPC, EFBIG, EIO and the rest
-// fail the operation with a clear Error. Swap files are removed when the engine closes.
+// queue depth, and reads are checked on a thread of their own so the ring is refilled promptly.
+// Short transfers, EINTR and EAGAIN are retried; ENOSPC, EFBIG, EIO and the rest fail the operation
+// with a clear Error. Swap files are removed when the engine closes.
 #pragma once
 
 #include <cstddef>
@@ -36,6 +37,9 @@ struct NvmeOptions {
   DirectIo direct_io = DirectIo::automatic;
   double io_timeout_s = 120.0;  // IoHandle::wait gives up (with an Error) after this
   int max_retries = 64;         // EINTR/EAGAIN/short-transfer retries per request
+  // CRC32C per chunk, recorded on write and checked on read. Off only to measure the raw I/O
+  // beside the checked engine (tierzero bench io): nothing then detects corrupt swap data.
+  bool checksums = true;
   // Swap files of dead runs found in `directories` are removed at start once at least this old
   // (offload/stale_swap.hpp); files of live engines are locked and never touched.
   double stale_swap_min_age_s = 10.0;
@@ -57,6 +61,10 @@ struct IoResult {
   size_t bytes = 0;   // logical bytes moved
 };
 
+// Runs once per operation, without the engine's lock, on one of the engine's two threads (the
+// verifier thread for reads it checked or copied out of a bounce buffer, the completion thread
+// for the rest), so two callbacks may run at the same time. A callback may start new I/O; it
+// must not wait for any (it would hold up the thread that finishes it).
 using IoCallback = std::function<void(const IoResult&)>;
 
 namespace detail {
@@ -86,6 +94,8 @@ struct NvmeStats {
   size_t retries = 0;        // resubmissions after EINTR/EAGAIN/short transfers
   size_t submit_calls = 0;   // io_uring_submit calls (batching: requests / submit_calls)
   size_t bounce_copies = 0;  // requests staged through the engine's aligned buffers
+  size_t max_inflight = 0;   // most requests in the ring at once (at most queue_depth)
+  double mean_inflight = 0;  // requests in the ring when one completed, averaged (queue kept full?)
 };
 
 class NvmeEngine {
