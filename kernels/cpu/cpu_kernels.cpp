@@ -36,6 +36,11 @@ class CpuKernels final : public Kernels {
                           const float* rstd, size_t N, size_t C) override {
     cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
   }
+  void fused_residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd,
+                                        const float* a, const float* b, const float* weight,
+                                        const float* bias, size_t N, size_t C) override {
+    cpu::fused_residual_layernorm_forward(residual, out, mean, rstd, a, b, weight, bias, N, C);
+  }
 
   // The CPU computes every product in fp32 whatever is asked (kernels.hpp): a setting meant for
   // a GPU's tensor cores leaves the CPU's results as they were.

@@ -1,4 +1,5 @@
-// LayerNorm over the last axis, forward and backward, on the CPU.
+// LayerNorm over the last axis, forward and backward, on the CPU, and the forward fused with the
+// residual add before it.
 // Row statistics (mean, variance, the two backward means) are summed in double: it costs little
 // next to the memory traffic and keeps fp32 rows of thousands of channels accurate. The weight
 // and bias gradients sum over rows, so each thread accumulates its rows into a private (2, C)
@@ -14,7 +15,37 @@ namespace tierzero::kernels::cpu {
 
 namespace {
 constexpr double kEps = 1e-5;
+
+// One row: y (C) = layernorm(x (C)), its mean and rstd. Both forward kernels call this one
+// function (never inlined), so the fused residual + layernorm gives the bits of the unfused pair.
+[[gnu::noinline]] void layernorm_row(float* y,             // (C)
+                                     float* mean,          // (1)
+                                     float* rstd,          // (1)
+                                     const float* x,       // (C)
+                                     const float* weight,  // (C)
+                                     const float* bias,    // (C)
+                                     size_t C) {
+  const double inv_c = 1.0 / static_cast<double>(C);
+  double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+  for (size_t c = 0; c < C; ++c) sum += static_cast<double>(x[c]);
+  const double m = sum * inv_c;
+  // Two-pass variance: the one-pass E[x^2] - m^2 cancels badly when |mean| >> std.
+  double sq = 0.0;
+#pragma omp simd reduction(+ : sq)
+  for (size_t c = 0; c < C; ++c) {
+    const double d = static_cast<double>(x[c]) - m;
+    sq += d * d;
+  }
+  const double s = 1.0 / std::sqrt(sq * inv_c + kEps);
+  const float mf = static_cast<float>(m);
+  const float sf = static_cast<float>(s);
+#pragma omp simd
+  for (size_t c = 0; c < C; ++c) y[c] = (x[c] - mf) * sf * weight[c] + bias[c];
+  *mean = mf;
+  *rstd = sf;
 }
+}  // namespace
 
 void layernorm_forward(float* out,           // (N, C)
                        float* mean,          // (N)
@@ -24,29 +55,32 @@ void layernorm_forward(float* out,           // (N, C)
                        const float* bias,    // (C)
                        size_t N, size_t C) {
   if (C == 0) return;
-  const double inv_c = 1.0 / static_cast<double>(C);
+#pragma omp parallel for schedule(static)
+  for (size_t n = 0; n < N; ++n)
+    layernorm_row(out + n * C, mean + n, rstd + n, inp + n * C, weight, bias, C);
+}
+
+// Row by row: the sum is written and then normalised while the row is still in cache, instead of
+// a pass over all rows for the sum and another that reads it back for the layernorm. The add is
+// residual_forward's (one fp32 add per element), the layernorm layernorm_forward's row.
+void fused_residual_layernorm_forward(float* residual,      // (N, C)
+                                      float* out,           // (N, C)
+                                      float* mean,          // (N)
+                                      float* rstd,          // (N)
+                                      const float* a,       // (N, C)
+                                      const float* b,       // (N, C)
+                                      const float* weight,  // (C)
+                                      const float* bias,    // (C)
+                                      size_t N, size_t C) {
+  if (C == 0) return;
 #pragma omp parallel for schedule(static)
   for (size_t n = 0; n < N; ++n) {
-    const float* x = inp + n * C;  // (C)
-    float* y = out + n * C;        // (C)
-    double sum = 0.0;
-#pragma omp simd reduction(+ : sum)
-    for (size_t c = 0; c < C; ++c) sum += static_cast<double>(x[c]);
-    const double m = sum * inv_c;
-    // Two-pass variance: the one-pass E[x^2] - m^2 cancels badly when |mean| >> std.
-    double sq = 0.0;
-#pragma omp simd reduction(+ : sq)
-    for (size_t c = 0; c < C; ++c) {
-      const double d = static_cast<double>(x[c]) - m;
-      sq += d * d;
-    }
-    const double s = 1.0 / std::sqrt(sq * inv_c + kEps);
-    const float mf = static_cast<float>(m);
-    const float sf = static_cast<float>(s);
+    float* r = residual + n * C;  // (C)
+    const float* x = a + n * C;   // (C)
+    const float* y = b + n * C;   // (C)
 #pragma omp simd
-    for (size_t c = 0; c < C; ++c) y[c] = (x[c] - mf) * sf * weight[c] + bias[c];
-    mean[n] = mf;
-    rstd[n] = sf;
+    for (size_t c = 0; c < C; ++c) r[c] = x[c] + y[c];
+    layernorm_row(out + n * C, mean + n, rstd + n, r, weight, bias, C);
   }
 }
 

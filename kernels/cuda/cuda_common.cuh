@@ -144,6 +144,11 @@ void launch_bias_backward(cudaStream_t stream, float* dbias, const float* dout, 
 void launch_layernorm_forward(cudaStream_t stream, float* out, float* mean, float* rstd,
                               const float* inp, const float* weight, const float* bias, size_t N,
                               size_t C);
+// residual (N, C) = a + b, then layernorm_forward of it: the add is the layernorm's first pass.
+void launch_fused_residual_layernorm_forward(cudaStream_t stream, float* residual, float* out,
+                                             float* mean, float* rstd, const float* a,
+                                             const float* b, const float* weight, const float* bias,
+                                             size_t N, size_t C);
 void launch_layernorm_backward(cudaStream_t stream, float* dinp, float* dweight, float* dbias,
                                const float* dout, const float* inp, const float* weight,
                                const float* mean, const float* rstd, size_t N, size_t C);

@@ -165,6 +165,13 @@ class CudaKernels final : public Kernels {
     cuda_impl::launch_layernorm_backward(stream_, dinp, dweight, dbias, dout, inp, weight, mean,
                                          rstd, N, C);
   }
+  void fused_residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd,
+                                        const float* a, const float* b, const float* weight,
+                                        const float* bias, size_t N, size_t C) override {
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_fused_residual_layernorm_forward(stream_, residual, out, mean, rstd, a, b,
+                                                       weight, bias, N, C);
+  }
 
   void set_matmul_precision(MatmulPrecision precision) override { precision_ = precision; }
   MatmulPrecision matmul_precision() const override { return precision_; }

@@ -1,7 +1,8 @@
 // LayerNorm forward and backward on CUDA. Rows are independent, so one warp normalises one row
 // (GPT-2's C = 768..1600 is a few dozen elements per lane). The weight and bias gradients sum
 // over all rows; they are reduced per column tile in shared memory and added with one atomic
-// per column and block, which gives enough parallelism without a second pass.
+// per column and block, which gives enough parallelism without a second pass. The forward also
+// comes fused with the residual add before it (the add is its first pass over the row).
 #include "cuda/cuda_common.cuh"
 
 namespace tierzero::kernels::cuda_impl {
@@ -9,6 +10,35 @@ namespace tierzero::kernels::cuda_impl {
 namespace {
 
 constexpr float kLayerNormEps = 1e-5f;
+
+// The rest of a layernorm of one row by one warp, after the mean's pass: `sum` is this lane's
+// sum of x[c] over c = lane, lane + 32, ..., in that order. y (C) = (x - mean) rstd weight + bias;
+// lane 0 writes mean and rstd. Both forward kernels end here, so the fused residual + layernorm
+// gives the bits of residual_forward then layernorm_forward.
+__device__ __forceinline__ void layernorm_row_finish(float* y,             // (C)
+                                                     float* mean,          // (1)
+                                                     float* rstd,          // (1)
+                                                     const float* x,       // (C)
+                                                     const float* weight,  // (C)
+                                                     const float* bias,    // (C)
+                                                     size_t C, size_t lane, float sum) {
+  const float inv_c = 1.0f / static_cast<float>(C);
+  const float m = warp_sum(sum) * inv_c;
+
+  // Two passes (mean, then squared deviations) avoid the cancellation of E[x^2] - E[x]^2.
+  float sq = 0.0f;
+  for (size_t c = lane; c < C; c += kWarpSize) {
+    const float d = x[c] - m;
+    sq += d * d;
+  }
+  const float s = rsqrtf(warp_sum(sq) * inv_c + kLayerNormEps);
+
+  for (size_t c = lane; c < C; c += kWarpSize) y[c] = (x[c] - m) * s * weight[c] + bias[c];
+  if (lane == 0) {
+    *mean = m;
+    *rstd = s;
+  }
+}
 
 __global__ void layernorm_forward_kernel(float* out,           // (N, C)
                                          float* mean,          // (N)
@@ -22,26 +52,36 @@ __global__ void layernorm_forward_kernel(float* out,           // (N, C)
   // `row` is the same for the whole warp, so the warp leaves together and shuffles stay valid.
   if (row >= N) return;
   const float* x = inp + row * C;  // (C)
-  float* y = out + row * C;        // (C)
-  const float inv_c = 1.0f / static_cast<float>(C);
-
   float sum = 0.0f;
   for (size_t c = lane; c < C; c += kWarpSize) sum += x[c];
-  const float m = warp_sum(sum) * inv_c;
+  layernorm_row_finish(out + row * C, mean + row, rstd + row, x, weight, bias, C, lane, sum);
+}
 
-  // Two passes (mean, then squared deviations) avoid the cancellation of E[x^2] - E[x]^2.
-  float sq = 0.0f;
+// residual = a + b and out = layernorm(residual), one warp per row. The mean's pass is the add
+// itself: each lane sums the values it writes, in the order layernorm_forward_kernel would read
+// them back, so a and b are read once and the sum is not read from memory for its mean (its two
+// other passes re-read the row this lane just wrote, from cache). Each lane reads a[c], b[c] and
+// writes residual[c] for the same c, so residual may alias a or b.
+__global__ void fused_residual_layernorm_forward_kernel(float* residual,      // (N, C)
+                                                        float* out,           // (N, C)
+                                                        float* mean,          // (N)
+                                                        float* rstd,          // (N)
+                                                        const float* a,       // (N, C)
+                                                        const float* b,       // (N, C)
+                                                        const float* weight,  // (C)
+                                                        const float* bias,    // (C)
+                                                        size_t N, size_t C) {
+  const size_t row = static_cast<size_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
+  const size_t lane = threadIdx.x % kWarpSize;
+  if (row >= N) return;           // warp-uniform, see the forward kernel
+  float* r = residual + row * C;  // (C)
+  float sum = 0.0f;
   for (size_t c = lane; c < C; c += kWarpSize) {
-    const float d = x[c] - m;
-    sq += d * d;
+    const float v = a[row * C + c] + b[row * C + c];  // residual_forward's one rounding
+    r[c] = v;
+    sum += v;
   }
-  const float s = rsqrtf(warp_sum(sq) * inv_c + kLayerNormEps);
-
-  for (size_t c = lane; c < C; c += kWarpSize) y[c] = (x[c] - m) * s * weight[c] + bias[c];
-  if (lane == 0) {
-    mean[row] = m;
-    rstd[row] = s;
-  }
+  layernorm_row_finish(out + row * C, mean + row, rstd + row, r, weight, bias, C, lane, sum);
 }
 
 // dinp for one row per warp:
@@ -134,6 +174,18 @@ void launch_layernorm_forward(cudaStream_t stream, float* out, float* mean, floa
   TZ_CHECK(C > 0, "layernorm_forward: C must be > 0", "check the model's channel count");
   layernorm_forward_kernel<<<warp_per_row_blocks(N), kBlockSize, 0, stream>>>(out, mean, rstd, inp,
                                                                               weight, bias, N, C);
+  TZ_CUDA_CHECK_LAUNCH();
+}
+
+void launch_fused_residual_layernorm_forward(cudaStream_t stream, float* residual, float* out,
+                                             float* mean, float* rstd, const float* a,
+                                             const float* b, const float* weight, const float* bias,
+                                             size_t N, size_t C) {
+  if (N == 0) return;
+  TZ_CHECK(C > 0, "fused_residual_layernorm_forward: C must be > 0",
+           "check the model's channel count");
+  fused_residual_layernorm_forward_kernel<<<warp_per_row_blocks(N), kBlockSize, 0, stream>>>(
+      residual, out, mean, rstd, a, b, weight, bias, N, C);
   TZ_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,5 +1,6 @@
 // Block: ln1 -> attention -> residual add -> ln2 -> MLP -> residual add, and its backward in
-// reverse with the residual stream's gradient updated in place (see block.hpp).
+// reverse with the residual stream's gradient updated in place (see block.hpp). The first residual
+// add and ln2 run as one fused kernel.
 #include "block.hpp"
 
 #include <string>
@@ -54,8 +55,8 @@ void Block::run(const ModuleContext& ctx, const float* in, float* out, const Blo
   float* gathered = ctx.scratch.gathered_in();
   ln1_.forward(ctx, in, a.ln1, a.ln1_stats);
   attn_.forward(ctx, ctx.gather_stream(a.ln1, gathered), proj, a.attn);  // (one collective each)
-  ctx.k.residual_forward(a.residual2, in, ctx.reduce_stream(proj), n);
-  ln2_.forward(ctx, a.residual2, a.ln2, a.ln2_stats);
+  // residual2 = in + the attention's output, and ln2 of it, in one pass (layer_norm.hpp).
+  ln2_.residual_forward(ctx, in, ctx.reduce_stream(proj), a.residual2, a.ln2, a.ln2_stats);
   mlp_.forward(ctx, ctx.gather_stream(a.ln2, gathered), out ? proj : nullptr, a.mlp);
   if (out) ctx.k.residual_forward(out, a.residual2, ctx.reduce_stream(proj), n);
 }

@@ -41,6 +41,19 @@ void LayerNorm::forward(const ModuleContext& ctx, const float* in, float* out,
                           bias_.in(ctx.params), N, channels_);
 }
 
+void LayerNorm::residual_forward(const ModuleContext& ctx, const float* a, const float* b,
+                                 float* residual, float* out, const LayerNormStats& stats) const {
+  const size_t N = ctx.mb.dims().stream_tokens;
+  if (kind_ == NormKind::rmsnorm) {
+    ctx.k.residual_forward(residual, a, b, N * channels_);
+    forward(ctx, residual, out, stats);
+    return;
+  }
+  ctx.k.fused_residual_layernorm_forward(residual, out, stats.mean, stats.rstd, a, b,
+                                         weight_.in(ctx.params), bias_.in(ctx.params), N,
+                                         channels_);
+}
+
 void LayerNorm::backward(const ModuleContext& ctx, const float* in, const LayerNormStats& stats,
                          const float* dout, float* din) const {
   const size_t N = ctx.mb.dims().stream_tokens;

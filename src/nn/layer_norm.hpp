@@ -24,6 +24,11 @@ class LayerNorm {
   // out (S, C) = layernorm(in (S, C)), keeping stats; S: the stream's rows on this rank.
   void forward(const ModuleContext& ctx, const float* in, float* out,
                const LayerNormStats& stats) const;
+  // residual (S, C) = a + b, then out = layernorm(residual) keeping stats, bitwise as
+  // residual_forward then forward(): for LayerNorm one fused kernel, which does not read the sum
+  // back from memory; for RMSNorm the two calls (no fused kernel for it yet).
+  void residual_forward(const ModuleContext& ctx, const float* a, const float* b, float* residual,
+                        float* out, const LayerNormStats& stats) const;
   // din (S, C) += d(in) for dout (S, C); `in` and `stats` are the forward's. Under sequence
   // parallelism the gain and bias gradients are summed over the tensor-parallel group.
   void backward(const ModuleContext& ctx, const float* in, const LayerNormStats& stats,

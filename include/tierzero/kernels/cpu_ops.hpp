@@ -24,6 +24,10 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t
 // out (N,C), mean (N), rstd (N) from inp (N,C), weight (C), bias (C); eps 1e-5
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, size_t N, size_t C);
+// residual (N,C) = a + b (N,C), then layernorm_forward of residual into out, mean, rstd
+void fused_residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd,
+                                      const float* a, const float* b, const float* weight,
+                                      const float* bias, size_t N, size_t C);
 // dinp (N,C) +=, dweight (C) +=, dbias (C) += from dout, inp (N,C), weight (C), mean, rstd (N)
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,

@@ -108,6 +108,19 @@ class Kernels {
                                   const float* mean,    // (N)
                                   const float* rstd,    // (N)
                                   size_t N, size_t C) = 0;
+  // residual = a + b, then layernorm_forward(out, mean, rstd, residual, weight, bias): a residual
+  // add and the layernorm after it in one pass, so the sum is not read back from memory. Bitwise
+  // the same as residual_forward followed by layernorm_forward on every backend. residual may
+  // alias a or b; out aliases none of the others.
+  virtual void fused_residual_layernorm_forward(float* residual,      // (N, C)
+                                                float* out,           // (N, C)
+                                                float* mean,          // (N)
+                                                float* rstd,          // (N)
+                                                const float* a,       // (N, C)
+                                                const float* b,       // (N, C)
+                                                const float* weight,  // (C)
+                                                const float* bias,    // (C)
+                                                size_t N, size_t C) = 0;
 
   // How matmul_forward / matmul_backward compute their products (matmul_precision.hpp); operands
   // and results stay fp32 in memory. A CUDA setting: the CUDA backend maps tf32, bf16 and fp16 to

@@ -1,10 +1,10 @@
-// Host emulation of the few CUDA features kernels/cuda/flash_attention.cu's kernels use, so their
-// indexing, masking and barrier logic can be checked on a machine without a GPU: one std::thread
-// per CUDA thread, std::barrier for __syncthreads and for the warp shuffles, std::atomic_ref for
-// atomicAdd, shared memory poisoned with NaN, blocks run in index order or a shuffled one. It says
-// nothing about speed, and a race it does not happen to hit goes unseen (compute-sanitizer's
-// racecheck on the GPU is the real check). Used by emulate_flash_attention.sh; not part of the
-// build.
+// Host emulation of the few CUDA features that the kernels of kernels/cuda/flash_attention.cu and
+// layernorm.cu's forward use, so their indexing, masking and barrier logic can be checked on a
+// machine without a GPU: one std::thread per CUDA thread, std::barrier for __syncthreads and for
+// the warp shuffles, std::atomic_ref for atomicAdd, shared memory poisoned with NaN, blocks run in
+// index order or a shuffled one. It says nothing about speed, and a race it does not happen to hit
+// goes unseen (compute-sanitizer's racecheck on the GPU is the real check). Used by
+// emulate_flash_attention.sh and emulate_layernorm.sh; not part of the build.
 #pragma once
 #include <algorithm>
 #include <atomic>
