@@ -376,6 +376,7 @@ void GPT::forward(MicroBatch& mb, ParamProvider& params, const int32_t* tokens,
            "the input of " + stage_.str() + " was not received into the checkpoint store's buffer",
            "receive a pipeline stage's input into GPT::input_buffer(mb) before its forward");
 
+  Head* const chunked = chunked_head(mb);  // null: the head writes whole logits
   for (size_t i = 0; i < modules_.size(); ++i) {
     Module& m = *modules_[i];
     const size_t g = m.index();  // in the whole model: wires it to the residual stream
@@ -390,8 +391,8 @@ void GPT::forward(MicroBatch& mb, ParamProvider& params, const int32_t* tokens,
     m.forward(ctx, input_of(mb, g), output_of(mb, g));
     // An evaluation's loss with chunked logits: the head's chunks now, while its unit is here
     // (a training forward leaves them to the backward).
-    if (&m == chunked_head(mb) && !for_backward && mb.has_targets_) {
-      chunked_head(mb)->classify(ctx, nullptr, nullptr);
+    if (&m == chunked && !for_backward && mb.has_targets_) {
+      chunked->classify(ctx, nullptr, nullptr);
       mb.losses_ready_ = true;
     }
     if (timeline_)
