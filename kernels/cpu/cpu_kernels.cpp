@@ -156,6 +156,9 @@ class CpuKernels final : public Kernels {
   }
 
   double sum_squares(const float* x, size_t n) override { return cpu::sum_squares(x, n); }
+  void sum_squares_to(double* result, const float* x, size_t n) override {
+    *result = cpu::sum_squares(x, n);
+  }
   void scale(float* x, size_t n, float s) override { cpu::scale(x, n, s); }
   void transpose_blocks(float* out, const float* in, size_t X, size_t Y, size_t width) override {
     cpu::transpose_blocks(out, in, X, Y, width);

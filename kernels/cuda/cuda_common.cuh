@@ -134,6 +134,10 @@ void launch_adamw(cudaStream_t stream, float* param, float* m, float* v, const f
 // `max_partials`) and returns how many it wrote.
 size_t launch_sum_squares_partials(cudaStream_t stream, double* partials, size_t max_partials,
                                    const float* x, size_t n);
+// *result = partials[0] + partials[1] + ... in that order, by one thread (deterministic, and the
+// same bits as the host's loop over the same partials); 0 when count is 0.
+void launch_sum_partials_in_order(cudaStream_t stream, double* result, const double* partials,
+                                  size_t count);
 // out (N, OC) += bias (OC) broadcast over rows; for biases cuBLASLt's epilogue cannot take.
 void launch_add_bias(cudaStream_t stream, float* out, const float* bias, size_t N, size_t OC);
 // Column sums of a (N, OC) matrix added into dbias (OC); used for matmul's bias gradient.

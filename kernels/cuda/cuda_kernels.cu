@@ -384,6 +384,17 @@ class CudaKernels final : public Kernels {
     return total;
   }
 
+  void sum_squares_to(double* result, const float* x, size_t n) override {
+    TZ_CHECK(reduction_scratch_ != nullptr, "CUDA sum_squares_to needs the kernels workspace",
+             "call set_workspace() with workspace_bytes() bytes of device memory first");
+    CudaDeviceGuard guard(device_);
+    const size_t count = cuda_impl::launch_sum_squares_partials(stream_, reduction_scratch_,
+                                                                kMaxReductionPartials, x, n);
+    // The partials summed in sum_squares' host order, so both give the same bits; the scratch is
+    // free again for the next launch on this stream once this kernel has read it.
+    cuda_impl::launch_sum_partials_in_order(stream_, result, reduction_scratch_, count);
+  }
+
   void scale(float* x, size_t n, float s) override {
     CudaDeviceGuard guard(device_);
     cuda_impl::launch_scale(stream_, x, n, s);

@@ -229,6 +229,16 @@ __global__ void sum_squares_kernel(double* partials,  // (gridDim.x)
   if (threadIdx.x == 0) partials[blockIdx.x] = acc;
 }
 
+// One thread: at most kMaxReductionPartials (1024) additions, after a kernel that read the whole
+// shard; a parallel tree would change the order and with it the last bits.
+__global__ void sum_partials_in_order_kernel(double* result,          // (1)
+                                             const double* partials,  // (count)
+                                             size_t count) {
+  double total = 0.0;
+  for (size_t i = 0; i < count; ++i) total += partials[i];
+  *result = total;
+}
+
 constexpr int kColumnTile = 32;  // columns per block: one coalesced 128-byte row segment
 constexpr int kRowLanes = 8;     // threads per column, each walking every 8th row
 constexpr size_t kRowsPerBlock = 256;
@@ -440,6 +450,12 @@ size_t launch_sum_squares_partials(cudaStream_t stream, double* partials, size_t
   sum_squares_kernel<<<blocks, kBlockSize, 0, stream>>>(partials, x, n);
   TZ_CUDA_CHECK_LAUNCH();
   return blocks;
+}
+
+void launch_sum_partials_in_order(cudaStream_t stream, double* result, const double* partials,
+                                  size_t count) {
+  sum_partials_in_order_kernel<<<1, 1, 0, stream>>>(result, partials, count);
+  TZ_CUDA_CHECK_LAUNCH();
 }
 
 void launch_bias_backward(cudaStream_t stream, float* dbias, const float* dout, size_t N,

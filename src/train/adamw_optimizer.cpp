@@ -15,12 +15,21 @@ AdamWOptimizer::AdamWOptimizer(const OptimizerConfig& config, const nn::ParamLay
   v_ = allocator.allocate(bytes, Category::optimizer, "adam v");
   device_.fill_zero(m_.data(), bytes, device_.default_stream());
   device_.fill_zero(v_.data(), bytes, device_.default_stream());
+  norm_sum_ = allocator.allocate(sizeof(double), Category::workspace, "adam grad-norm sum");
 }
 
 StepStats AdamWOptimizer::step(nn::LocalParams& params, double lr, double gradient_clipping) {
   kernels::Kernels& k = device_.kernels();
   StepStats s;
-  s.grad_norm = std::sqrt(k.sum_squares(params.grads(), params.numel()));
+  // The step's one read of device results (counted, host_waits.hpp): Kernels::sum_squares would
+  // wait inside the kernels layer, unseen by the count.
+  auto* sum = static_cast<double*>(norm_sum_.data());
+  k.sum_squares_to(sum, params.grads(), params.numel());
+  double sum_squares = 0.0;
+  Stream& st = device_.default_stream();
+  device_.copy(&sum_squares, sum, sizeof(double), CopyKind::device_to_host, st);
+  st.synchronize();
+  s.grad_norm = std::sqrt(sum_squares);
   if (!std::isfinite(s.grad_norm))
     TZ_THROW("gradient norm is not finite at optimizer step " + std::to_string(t_ + 1),
              "lower the learning rate; the parameters were not updated");

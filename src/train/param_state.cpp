@@ -225,6 +225,9 @@ class StoreParams final : public ParamState {
   }
 
   const zero::PartitionStore* store() const override { return store_.get(); }
+  void set_device_timeline(DeviceTimeline* timeline) override {
+    store_->set_device_timeline(timeline);
+  }
   const UnitGrouping* grouping() const override { return &provider_->grouping(); }
 
  private:

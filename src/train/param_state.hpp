@@ -64,6 +64,9 @@ class ParamState {
   virtual const UnitGrouping* grouping() const { return nullptr; }
   // The store's pinned pool (null without one), which activation checkpoints on the host share.
   virtual offload::HostPool* host_pool() { return nullptr; }
+  // Times the optimizer's device work on `timeline` (PartitionStore::set_device_timeline);
+  // nullptr unbinds. Nothing without a store.
+  virtual void set_device_timeline(DeviceTimeline* /*timeline*/) {}
   int zero_stage() const { return store() ? store()->stage() : 0; }
 };
 

@@ -38,21 +38,24 @@ namespace tierzero::train {
 
 namespace {
 
-// Gives the models a device timeline for one run_loop, and takes it back however the loop ends
-// (the timeline dies with it).
+// Gives the models and the optimizer a device timeline for one run_loop, and takes it back
+// however the loop ends (the timeline dies with it).
 struct TimelineBinding {
-  TimelineBinding(std::vector<nn::GPT*> models, DeviceTimeline* timeline)
-      : models_(std::move(models)) {
+  TimelineBinding(std::vector<nn::GPT*> models, ParamState& params, DeviceTimeline* timeline)
+      : models_(std::move(models)), params_(params) {
     for (nn::GPT* m : models_) m->set_device_timeline(timeline);
+    params_.set_device_timeline(timeline);
   }
   ~TimelineBinding() {
     for (nn::GPT* m : models_) m->set_device_timeline(nullptr);
+    params_.set_device_timeline(nullptr);
   }
   TimelineBinding(const TimelineBinding&) = delete;
   TimelineBinding& operator=(const TimelineBinding&) = delete;
 
  private:
   std::vector<nn::GPT*> models_;
+  ParamState& params_;
 };
 
 // The schedule a resumed run follows: the checkpoint's length (a different --steps only moves
@@ -218,7 +221,7 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
   std::unique_ptr<DeviceTimeline> timeline;
   if (recorder && config_.pipeline_parallel == 1)
     timeline = std::make_unique<DeviceTimeline>(*s.device);
-  const TimelineBinding timeline_binding(s.chunks.all(), timeline.get());
+  const TimelineBinding timeline_binding(s.chunks.all(), *s.params, timeline.get());
   nn::ParamProvider& step_params =
       profiled ? static_cast<nn::ParamProvider&>(*profiled) : s.params->provider();
   comm::Communicator* pp_mpi = s.groups.mesh ? &s.groups.mesh->group(comm::MeshDim::pp) : nullptr;

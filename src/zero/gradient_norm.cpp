@@ -3,6 +3,7 @@
 #include "gradient_norm.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,31 @@ void segment_parts(const PartitionPlan& plan, size_t u, bool replicated, size_t 
     if (lo < hi) fn(lo - at, slot + (lo - seg.shard_offset), hi - lo);
     slot += seg.numel;
   }
+}
+
+constexpr size_t kHostTerm = SIZE_MAX;  // a norm term computed on the host, not in a device slot
+
+struct DeviceSum {
+  const float* x;  // (n) a device gradient shard, or a segment of one
+  size_t n;
+};
+
+// Each device sum of squares (the bits of Kernels::sum_squares), summed on the device and read
+// back with one copy: the one host wait the norm needs.
+std::vector<double> device_sums_to_host(ShardStorage& storage, const std::vector<DeviceSum>& sums) {
+  std::vector<double> host(sums.size());  // (sums)
+  if (sums.empty()) return host;
+  Device& device = storage.device();
+  kernels::Kernels& k = storage.kernels_for(Tier::device);
+  DeviceBuffer slots =
+      storage.allocator().allocate(sums.size() * sizeof(double), Category::workspace,
+                                   "zero grad-norm sums");  // (sums) fp64
+  auto* out = static_cast<double*>(slots.data());
+  for (size_t i = 0; i < sums.size(); ++i) k.sum_squares_to(out + i, sums[i].x, sums[i].n);
+  Stream& st = device.default_stream();
+  device.copy(host.data(), out, host.size() * sizeof(double), CopyKind::device_to_host, st);
+  st.synchronize();
+  return host;
 }
 
 }  // namespace
@@ -263,37 +289,54 @@ double GradientNorm::unit_sum_squares(size_t unit) {
 
 double GradientNorm::local_sum_squares(const std::vector<std::optional<double>>& known) {
   // At stage 0 every rank owns (and holds) the whole mean gradient; at stage 1 every rank holds
-  // it but owns only its shard.
+  // it but owns only its shard. The terms are added in unit order; those of device shards are
+  // summed on the device into `sums` and read back together, one host wait for the whole norm
+  // (a read per unit drained the GPU's queue once per unit).
   const PartitionPlan& plan = storage_.plan();
   const bool skip_tied = groups_.tie != nullptr && groups_.tie->rank() != 0;
   const bool skip_replicated = groups_.replica != nullptr && groups_.replica->rank() != 0;
-  double local = 0.0;
+  struct Term {
+    double value = 0.0;       // a host term
+    size_t slot = kHostTerm;  // else: its index in the device sums
+  };
+  std::vector<Term> terms;
+  std::vector<DeviceSum> device_sums;
+  auto add = [&](Tier tier, const float* x, size_t n) {
+    if (tier == Tier::device) {
+      terms.push_back({0.0, device_sums.size()});
+      device_sums.push_back({x, n});
+    } else {
+      terms.push_back({storage_.kernels_for(tier).sum_squares(x, n), kHostTerm});
+    }
+  };
   for (size_t u = 0; u < plan.num_units(); ++u) {
     const UnitSpec& spec = plan.units()[u];
     if (skip_tied && spec.tied) continue;
     // Taken by unit_sum_squares when the shard became final: the same value this loop would
     // add now (the same kernel call on the same final shard), added at the same place.
     if (u < known.size() && known[u].has_value()) {
-      local += *known[u];
+      terms.push_back({*known[u], kHostTerm});
       continue;
     }
     const size_t n = plan.partition(u).shard_numel;
-    if (storage_.placement(u).grad == Tier::nvme) {
-      local += nvme_sum_squares(u, skip_replicated);
+    const Tier tier = storage_.placement(u).grad;
+    if (tier == Tier::nvme) {
+      terms.push_back({nvme_sum_squares(u, skip_replicated), kHostTerm});
       continue;
     }
     const float* g = storage_.grad_shard_ptr(u);
-    kernels::Kernels& k = storage_.kernels_for(storage_.placement(u).grad);
     bool any_replicated = false;
     for (const TensorSpec& t : spec.tensors) any_replicated = any_replicated || t.replicated;
     if (!skip_replicated || !any_replicated) {
-      local += k.sum_squares(g, n);
+      add(tier, g, n);
       continue;
     }
     for (const ShardSegment& seg : plan.segments(u))
-      if (!spec.tensors[seg.tensor].replicated)
-        local += k.sum_squares(g + seg.shard_offset, seg.numel);
+      if (!spec.tensors[seg.tensor].replicated) add(tier, g + seg.shard_offset, seg.numel);
   }
+  const std::vector<double> sums = device_sums_to_host(storage_, device_sums);
+  double local = 0.0;
+  for (const Term& t : terms) local += t.slot == kHostTerm ? t.value : sums[t.slot];
   return local;
 }
 

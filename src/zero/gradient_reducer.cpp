@@ -344,7 +344,8 @@ void GradientReducer::zero() {
     else
       std::memset(storage_.grad_shard_ptr(u), 0, bytes);
   }
-  s.synchronize();
+  // Not waited for: the backward's writes follow the fills on this stream, and each reduction
+  // starts after an event recorded on it (its `ready`), so the device orders them all.
 }
 
 void GradientReducer::copy_slices_to_host(const std::vector<char>& copied) {

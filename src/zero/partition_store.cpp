@@ -295,11 +295,16 @@ StoreStepStats PartitionStore::step(double lr, double clip, double loss_scale) {
   Device& device = storage_->device();
   Stream& st = device.default_stream();
   const double t0 = monotonic_seconds();
+  // Issued on the default stream, not waited for: what reads the updated shards next (the
+  // gathers below, the next step's fetches and compute) orders itself after it on the device.
+  const size_t span = timeline_ ? timeline_->open(st) : DeviceTimeline::kUntimed;
   for (size_t u = 0; u < plan_.num_units(); ++u)
     if (storage_->placement(u).optimizer != Tier::nvme && !(any_updated && updated[u]))
       in_memory_->update(u, base);
-  st.synchronize();
-  ActivityLog::global().record(Track::optimizer, "adamw", t0, monotonic_seconds());
+  if (timeline_)
+    timeline_->close(span, st, Track::optimizer, "adamw");
+  else
+    ActivityLog::global().record(Track::optimizer, "adamw", t0, monotonic_seconds());
   // Stage 3 on the CPU backend: the NVMe pipeline runs behind the next forward (below stage 3 the
   // updated parameters are all-gathered right after the step; on CUDA its copies would share the
   // training thread's stream).
@@ -312,7 +317,9 @@ StoreStepStats PartitionStore::step(double lr, double clip, double loss_scale) {
   // updated its slice of the full parameters; gather every unit in place. Stage 3: the shard is
   // the parameter; it is gathered on next use.
   if (config_.stage == 1 || config_.stage == 2) {
-    st.synchronize();
+    // The gathers start once the update has landed, on the device: the host does not wait.
+    std::unique_ptr<Event> updated_on_device = device.create_event();
+    updated_on_device->record(st);
     const double g0 = monotonic_seconds();
     size_t bytes = 0;
     std::vector<comm::CommRequest> gathers;
@@ -327,8 +334,9 @@ StoreStepStats PartitionStore::step(double lr, double clip, double loss_scale) {
         gathers.clear();
         in_flight = 0;
       }
-      gathers.push_back(group_.all_gather_async(
-          storage_->param_shard_raw(u), storage_->full_params_raw(u), p.shard_numel, working));
+      gathers.push_back(group_.all_gather_async(storage_->param_shard_raw(u),
+                                                storage_->full_params_raw(u), p.shard_numel,
+                                                working, updated_on_device.get()));
       in_flight += p.padded_numel;
       bytes += p.padded_numel * dtype_size(working);
     }

@@ -183,8 +183,9 @@ void ShardStorage::publish_params(size_t unit, const float* master, size_t begin
   if (working_ != DType::f32) {
     if (master_on_device && home == Tier::device) {
       void* dst = static_cast<std::byte*>(param_shard_raw(unit)) + begin * eb;
+      // In stream order with what reads the shard next (gathers and fetches record an event on
+      // this stream first): no host wait.
       device_.kernels().convert_from_f32(dst, working_, master, count);
-      st.synchronize();
       return;
     }
     if (master_on_device) {
@@ -208,11 +209,11 @@ void ShardStorage::publish_params(size_t unit, const float* master, size_t begin
                           : master_on_device ? CopyKind::device_to_device
                                              : CopyKind::host_to_device;
     device_.copy(dst, src, bytes, kind, st);
-    st.synchronize();
-    if (kind != CopyKind::device_to_device)
-      ActivityLog::global().record(
-          kind == CopyKind::host_to_device ? Track::host_to_device : Track::device_to_host,
-          "publish params", t0, monotonic_seconds(), bytes, u);
+    if (kind == CopyKind::device_to_device) return;  // in stream order, as the conversion above
+    st.synchronize();  // `src` (host, maybe this call's own) is read until the copy lands
+    ActivityLog::global().record(
+        kind == CopyKind::host_to_device ? Track::host_to_device : Track::device_to_host,
+        "publish params", t0, monotonic_seconds(), bytes, u);
     return;
   }
   offload::PinnedBuffer staging;

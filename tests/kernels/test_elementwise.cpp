@@ -3,6 +3,7 @@
 // fp32.
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <string>
 
 #include "kernel_test_support.hpp"
@@ -135,6 +136,27 @@ TEST_P(ElementwiseTest, SumSquaresMatchesReference) {
     RecordProperty("sum_squares n" + std::to_string(n) + ".max_rel", std::to_string(rel_err));
     // A backend may sum in fp32 partials; the contract is fp32-level accuracy.
     EXPECT_LE(rel_err, 1e-6);
+  }
+}
+
+// sum_squares_to leaves the sum in device memory (the step reads every unit's back at once): the
+// same bits as sum_squares, for sizes of one partial, several, and more than the partials cap.
+TEST_P(ElementwiseTest, SumSquaresToDeviceIsBitwiseSumSquares) {
+  uint32_t seed = 1400;
+  const std::vector<size_t> sizes = {0, 1, 10007, 1000003, 5 * 1024 * 1024 + 3};
+  auto d_sums = empty<double>(sizes.size());  // (sizes) one slot per sum
+  std::vector<double> direct;
+  std::vector<std::unique_ptr<DeviceArray<float>>> inputs;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    inputs.push_back(to_device(random_normal(sizes[i], seed++, 3.0f)));
+    direct.push_back(kernels().sum_squares(inputs.back()->get(), sizes[i]));
+  }
+  for (size_t i = 0; i < sizes.size(); ++i)  // issued together, as the step does
+    kernels().sum_squares_to(d_sums->get() + i, inputs[i]->get(), sizes[i]);
+  const std::vector<double> got = d_sums->download();
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    std::printf("sum_squares_to n%zu: %.17g, sum_squares %.17g\n", sizes[i], got[i], direct[i]);
+    EXPECT_EQ(got[i], direct[i]) << "n " << sizes[i];
   }
 }
 

@@ -298,8 +298,14 @@ class Kernels {
                             const float* grad,  // (n)
                             size_t n, const AdamWParams& p) = 0;
 
-  // Sum of squares of x, returned to the host (synchronises the stream on CUDA).
+  // Sum of squares of x, returned to the host (synchronises the stream on CUDA: a host wait that
+  // host_waits.hpp, a layer above, does not see; a training step uses sum_squares_to instead).
   virtual double sum_squares(const float* x, size_t n) = 0;  // x (n)
+  // The same sum, bit for bit, written to *result in this backend's memory without the host
+  // waiting: a step sums every unit's shard this way and reads the results back once.
+  virtual void sum_squares_to(double* result,  // (1)
+                              const float* x,  // (n)
+                              size_t n) = 0;
   // x *= s
   virtual void scale(float* x, size_t n, float s) = 0;  // x (n)
   // out[y][x][:] = in[x][y][:]: swaps the two outer axes of rows of `width` floats. Ulysses'

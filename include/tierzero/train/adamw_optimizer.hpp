@@ -34,8 +34,9 @@ class AdamWOptimizer {
   OptimizerConfig c_;
   const nn::ParamLayout& layout_;
   Device& device_;
-  DeviceBuffer m_;  // (total_numel) fp32 first moment
-  DeviceBuffer v_;  // (total_numel) fp32 second moment
+  DeviceBuffer m_;         // (total_numel) fp32 first moment
+  DeviceBuffer v_;         // (total_numel) fp32 second moment
+  DeviceBuffer norm_sum_;  // (1) fp64: the gradient's sum of squares, read by the host
   int64_t t_ = 0;
 };
 

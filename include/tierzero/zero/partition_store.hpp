@@ -40,6 +40,7 @@
 
 #include "tierzero/comm/communicator.hpp"
 #include "tierzero/device/device_allocator.hpp"
+#include "tierzero/device/device_timeline.hpp"
 #include "tierzero/kernels/kernels.hpp"
 #include "tierzero/zero/partition.hpp"
 #include "tierzero/zero/placement.hpp"
@@ -103,6 +104,11 @@ class PartitionStore {
   // Every rank must switch alike. On by default.
   void set_gradient_sync(bool sync);
   bool gradient_sync() const;
+  // Times the optimizer's device update on `timeline` (device_timeline.hpp) while profiling, so
+  // the profile shows when the device ran it; nullptr (the default): the host's interval around
+  // the issue, which on the CPU backend's inline stream is the update itself. The step does not
+  // wait for the update either way. The caller begins and flushes the timeline's steps.
+  void set_device_timeline(DeviceTimeline* timeline) { timeline_ = timeline; }
 
   // Clips by the global gradient norm (PyTorch's rule: scale clip / (norm + 1e-6) when below 1;
   // clip <= 0 disables), runs AdamW where each shard's optimizer states live (decay per tensor),
@@ -234,6 +240,7 @@ class PartitionStore {
   PartitionPlan plan_;
   FetchCounters counters_;
   int64_t t_ = 0;
+  DeviceTimeline* timeline_ = nullptr;  // set_device_timeline
   // Declaration order is construction order: the parts below use the ones above, and are
   // destroyed first (the background update is joined before the buffers it uses are freed).
   std::unique_ptr<ShardStorage> storage_;
