@@ -97,23 +97,67 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   return warp_max(m);
 }
 
+// ---- deterministic gradient sums ----
+//
+// Gradients that sum over many rows (a bias or a norm's gain over N = B*T rows, an embedding row
+// over the positions of its token) are computed without atomics, so every output element is
+// summed in one fixed order and a run repeats bit for bit whatever order the GPU runs blocks in.
+// Column sums take two passes: pass 1 reduces each (32-column tile, slice of rows) block in a fixed
+// order and writes one partial per (slice, column) into scratch; pass 2
+// (launch_column_partials_sum) adds each column's partials in slice order into the gradient.
+// Splitting N into slices keeps pass 1 as parallel as the atomic version was (N / 256 slices
+// times C / 32 tiles of blocks); pass 2 reads 1/256 of what pass 1 read.
+
+// Device scratch for those sums (the column partials, the embedding gradient's sorted positions):
+// a slice of the kernels workspace, used only by work on the kernels' stream, in stream order.
+struct DeterministicScratch {
+  void* data = nullptr;  // (bytes) device, 256-byte aligned
+  size_t bytes = 0;
+};
+
+constexpr int kColumnTile = 32;  // columns per block: one coalesced 128-byte row segment
+constexpr int kRowLanes = 8;     // threads per column in a block, each walking every 8th row
+constexpr size_t kRowsPerSlice = 256;
+
+// How pass 1 splits N rows: `slices` slices of `rows_per_slice` rows (the last may be shorter,
+// none is empty). `partials_per_row` floats of scratch are needed per slice (the columns of all
+// the gradients the kernel sums); with room for fewer slices than N / 256 the slices grow, and
+// with room for none (or N <= 256) there is one slice, which pass 1 adds straight into the
+// gradient. Depends only on its arguments, so a given problem always sums in the same order.
+struct ColumnSlices {
+  size_t slices;
+  size_t rows_per_slice;
+};
+inline ColumnSlices column_slices(size_t N, size_t partials_per_row, size_t scratch_floats) {
+  size_t slices = ceil_div(N, kRowsPerSlice);
+  const size_t fit = partials_per_row > 0 ? scratch_floats / partials_per_row : 0;
+  if (slices > fit) slices = fit;
+  if (slices > kMaxGridY) slices = kMaxGridY;
+  if (slices < 1) slices = 1;
+  const size_t rows_per_slice = ceil_div(N, slices);
+  return {ceil_div(N, rows_per_slice), rows_per_slice};
+}
+
 // ---- launchers (all asynchronous on `stream`; callers guarantee n/rows > 0 where noted) ----
 
 // elementwise.cu
 void launch_encoder_forward(cudaStream_t stream, float* out, const int32_t* tokens,
                             const float* wte, const float* wpe, size_t B, size_t T, size_t C);
-void launch_encoder_backward(cudaStream_t stream, float* dwte, float* dwpe, const float* dout,
-                             const int32_t* tokens, size_t B, size_t T, size_t C);
+// dwte's rows are summed over their token's positions in position order (a stable sort of the
+// positions by token in `scratch`, then one thread per (token, channel)); see elementwise.cu.
+void launch_encoder_backward(cudaStream_t stream, const DeterministicScratch& scratch, float* dwte,
+                             float* dwpe, const float* dout, const int32_t* tokens, size_t B,
+                             size_t T, size_t C);
 // The vocabulary-parallel encoder (kernels.hpp): wte_local (vocab_count, C) holds rows
-// vocab_start.. of wte; wpe and dwpe are nullable; dwte_local's scatter-add uses atomics.
+// vocab_start.. of wte; wpe and dwpe are nullable; tokens outside the range add nothing.
 void launch_encoder_forward_vocab_range(cudaStream_t stream, float* out, const int32_t* tokens,
                                         const float* wte_local, const float* wpe,
                                         size_t vocab_start, size_t vocab_count, size_t B, size_t T,
                                         size_t C);
-void launch_encoder_backward_vocab_range(cudaStream_t stream, float* dwte_local, float* dwpe,
-                                         const float* dout, const int32_t* tokens,
-                                         size_t vocab_start, size_t vocab_count, size_t B, size_t T,
-                                         size_t C);
+void launch_encoder_backward_vocab_range(cudaStream_t stream, const DeterministicScratch& scratch,
+                                         float* dwte_local, float* dwpe, const float* dout,
+                                         const int32_t* tokens, size_t vocab_start,
+                                         size_t vocab_count, size_t B, size_t T, size_t C);
 void launch_gelu_forward(cudaStream_t stream, float* out, const float* inp, size_t n);
 void launch_gelu_backward(cudaStream_t stream, float* dinp, const float* inp, const float* dout,
                           size_t n);
@@ -141,8 +185,12 @@ void launch_sum_partials_in_order(cudaStream_t stream, double* result, const dou
 // out (N, OC) += bias (OC) broadcast over rows; for biases cuBLASLt's epilogue cannot take.
 void launch_add_bias(cudaStream_t stream, float* out, const float* bias, size_t N, size_t OC);
 // Column sums of a (N, OC) matrix added into dbias (OC); used for matmul's bias gradient.
-void launch_bias_backward(cudaStream_t stream, float* dbias, const float* dout, size_t N,
-                          size_t OC);
+void launch_bias_backward(cudaStream_t stream, const DeterministicScratch& scratch, float* dbias,
+                          const float* dout, size_t N, size_t OC);
+// Pass 2 of the column sums: out (C) += the column sums of partials (slices, C), each column in
+// slice order.
+void launch_column_partials_sum(cudaStream_t stream, float* out, const float* partials,
+                                size_t slices, size_t C);
 
 // layernorm.cu
 void launch_layernorm_forward(cudaStream_t stream, float* out, float* mean, float* rstd,
@@ -153,9 +201,10 @@ void launch_fused_residual_layernorm_forward(cudaStream_t stream, float* residua
                                              float* mean, float* rstd, const float* a,
                                              const float* b, const float* weight, const float* bias,
                                              size_t N, size_t C);
-void launch_layernorm_backward(cudaStream_t stream, float* dinp, float* dweight, float* dbias,
-                               const float* dout, const float* inp, const float* weight,
-                               const float* mean, const float* rstd, size_t N, size_t C);
+void launch_layernorm_backward(cudaStream_t stream, const DeterministicScratch& scratch,
+                               float* dinp, float* dweight, float* dbias, const float* dout,
+                               const float* inp, const float* weight, const float* mean,
+                               const float* rstd, size_t N, size_t C);
 
 // flash_attention.cu: the fused causal attention of Kernels::attention_forward / _backward
 // (kernels.hpp), both qkv layouts and grouped kv heads, head_dim 1 to 128 (an Error past it).
@@ -169,9 +218,9 @@ void launch_flash_attention_backward(cudaStream_t stream, float* dqkv, const flo
 // llama.cu: the Llama family's operations (kernels.hpp).
 void launch_rmsnorm_forward(cudaStream_t stream, float* out, float* rstd, const float* inp,
                             const float* weight, size_t N, size_t C, float eps);
-void launch_rmsnorm_backward(cudaStream_t stream, float* dinp, float* dweight, const float* dout,
-                             const float* inp, const float* weight, const float* rstd, size_t N,
-                             size_t C);
+void launch_rmsnorm_backward(cudaStream_t stream, const DeterministicScratch& scratch, float* dinp,
+                             float* dweight, const float* dout, const float* inp,
+                             const float* weight, const float* rstd, size_t N, size_t C);
 void launch_rope(cudaStream_t stream, float* x, size_t B, size_t T, size_t blocks,
                  size_t block_heads, size_t rotated_heads, size_t hs, size_t pos0,
                  const RopeParams& p, bool inverse);

@@ -20,12 +20,19 @@ namespace tierzero::kernels {
 
 namespace {
 
-// The workspace the caller hands over is split in two: a small slot for the partial sums that
-// sum_squares copies back to the host, then the cuBLASLt workspace. Both are used only by work
-// on this object's stream, in stream order, so they never need to be duplicated.
+// The workspace the caller hands over is split in three: a small slot for the partial sums that
+// sum_squares copies back to the host, the scratch of the deterministic gradient sums, then the
+// cuBLASLt workspace. All are used only by work on this object's stream, in stream order, so they
+// never need to be duplicated, and nothing is allocated during a step.
 constexpr size_t kMaxReductionPartials = 1024;
 constexpr size_t kReductionScratchBytes = 64 * 1024;  // >= partials, keeps what follows aligned
 static_assert(kMaxReductionPartials * sizeof(double) <= kReductionScratchBytes);
+// The deterministic sums' scratch (cuda_common.cuh): column sums keep slices x columns partials,
+// 1 Mi floats here, which leaves N / 256 slices (the most they use) up to C = 4096 with N = 65536,
+// and fewer, longer slices past that, while the column tiles alone then fill the GPU; the
+// embedding gradient sorts up to 131072 positions at a time in it (2 MiB of keys and positions,
+// CUB's temporary storage in the rest).
+constexpr size_t kDeterministicScratchBytes = 4ull * 1024 * 1024;
 // cuBLASLt's own guidance for Hopper is 32 MiB; smaller GPUs simply use less of it.
 constexpr size_t kCublasLtWorkspaceBytes = 32ull * 1024 * 1024;
 constexpr size_t kWorkspaceAlignment = 256;
@@ -118,26 +125,30 @@ class CudaKernels final : public Kernels {
   }
 
   size_t workspace_bytes() const override {
-    return kReductionScratchBytes + kCublasLtWorkspaceBytes;
+    return kReductionScratchBytes + kDeterministicScratchBytes + kCublasLtWorkspaceBytes;
   }
 
   void set_workspace(void* workspace, size_t bytes) override {
     if (workspace == nullptr || bytes == 0) {
       reduction_scratch_ = nullptr;
+      deterministic_scratch_ = {};
       lt_workspace_ = nullptr;
       lt_workspace_bytes_ = 0;
       return;
     }
-    TZ_CHECK(bytes >= kReductionScratchBytes,
+    constexpr size_t kLeading = kReductionScratchBytes + kDeterministicScratchBytes;
+    TZ_CHECK(bytes >= kLeading,
              "CUDA kernels workspace too small: " + std::to_string(bytes) +
-                 " bytes, need at least " + std::to_string(kReductionScratchBytes),
+                 " bytes, need at least " + std::to_string(kLeading),
              "allocate workspace_bytes() bytes for set_workspace()");
     TZ_CHECK(reinterpret_cast<uintptr_t>(workspace) % kWorkspaceAlignment == 0,
              "CUDA kernels workspace is not 256-byte aligned",
              "pass memory straight from the device allocator");
     reduction_scratch_ = static_cast<double*>(workspace);
-    lt_workspace_ = static_cast<char*>(workspace) + kReductionScratchBytes;
-    lt_workspace_bytes_ = bytes - kReductionScratchBytes;
+    deterministic_scratch_.data = static_cast<char*>(workspace) + kReductionScratchBytes;
+    deterministic_scratch_.bytes = kDeterministicScratchBytes;
+    lt_workspace_ = static_cast<char*>(workspace) + kLeading;
+    lt_workspace_bytes_ = bytes - kLeading;
   }
 
   void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
@@ -149,7 +160,8 @@ class CudaKernels final : public Kernels {
   void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
                         size_t B, size_t T, size_t C) override {
     CudaDeviceGuard guard(device_);
-    cuda_impl::launch_encoder_backward(stream_, dwte, dwpe, dout, tokens, B, T, C);
+    cuda_impl::launch_encoder_backward(stream_, deterministic_scratch_, dwte, dwpe, dout, tokens, B,
+                                       T, C);
   }
 
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
@@ -162,8 +174,8 @@ class CudaKernels final : public Kernels {
                           const float* inp, const float* weight, const float* mean,
                           const float* rstd, size_t N, size_t C) override {
     CudaDeviceGuard guard(device_);
-    cuda_impl::launch_layernorm_backward(stream_, dinp, dweight, dbias, dout, inp, weight, mean,
-                                         rstd, N, C);
+    cuda_impl::launch_layernorm_backward(stream_, deterministic_scratch_, dinp, dweight, dbias,
+                                         dout, inp, weight, mean, rstd, N, C);
   }
   void fused_residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd,
                                         const float* a, const float* b, const float* weight,
@@ -231,7 +243,8 @@ class CudaKernels final : public Kernels {
                   nullptr);
       }
     }
-    if (dbias != nullptr) cuda_impl::launch_bias_backward(stream_, dbias, dout, N, OC);
+    if (dbias != nullptr)
+      cuda_impl::launch_bias_backward(stream_, deterministic_scratch_, dbias, dout, N, OC);
   }
 
   // The fused kernel (flash_attention.cu) keeps one logsumexp per query row and recomputes the
@@ -259,7 +272,8 @@ class CudaKernels final : public Kernels {
   void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                         const float* weight, const float* rstd, size_t N, size_t C) override {
     CudaDeviceGuard guard(device_);
-    cuda_impl::launch_rmsnorm_backward(stream_, dinp, dweight, dout, inp, weight, rstd, N, C);
+    cuda_impl::launch_rmsnorm_backward(stream_, deterministic_scratch_, dinp, dweight, dout, inp,
+                                       weight, rstd, N, C);
   }
   void rope_forward(float* x, size_t B, size_t T, size_t blocks, size_t block_heads,
                     size_t rotated_heads, size_t hs, size_t pos0, const RopeParams& p) override {
@@ -342,8 +356,9 @@ class CudaKernels final : public Kernels {
                                     const int32_t* tokens, size_t vocab_start, size_t vocab_count,
                                     size_t B, size_t T, size_t C) override {
     CudaDeviceGuard guard(device_);
-    cuda_impl::launch_encoder_backward_vocab_range(stream_, dwte_local, dwpe, dout, tokens,
-                                                   vocab_start, vocab_count, B, T, C);
+    cuda_impl::launch_encoder_backward_vocab_range(stream_, deterministic_scratch_, dwte_local,
+                                                   dwpe, dout, tokens, vocab_start, vocab_count, B,
+                                                   T, C);
   }
 
   void vocab_xent_partials(float* partials, const float* logits, const int32_t* targets, size_t N,
@@ -509,7 +524,9 @@ class CudaKernels final : public Kernels {
   cublasLtHandle_t lt_ = nullptr;
   cudaStream_t stream_ = nullptr;
   double* reduction_scratch_ = nullptr;  // (kMaxReductionPartials) device, inside the workspace
-  void* lt_workspace_ = nullptr;         // (lt_workspace_bytes_) device, inside the workspace
+  // (kDeterministicScratchBytes) device, inside the workspace; empty until set_workspace().
+  cuda_impl::DeterministicScratch deterministic_scratch_;
+  void* lt_workspace_ = nullptr;  // (lt_workspace_bytes_) device, inside the workspace
   size_t lt_workspace_bytes_ = 0;
   std::vector<double> host_partials_;  // (kMaxReductionPartials) host copy for sum_squares
 };

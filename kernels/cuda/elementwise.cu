@@ -1,8 +1,12 @@
 // CUDA kernels that touch each element independently (encoder, whole or over one rank's vocabulary
 // range, GELU, residual, bias, scale, fp32 <-> 16-bit conversion of working parameters, and the
 // small reductions that go with them (sum of squares for gradient clipping, column sums for
-// matmul's bias gradient). They are memory-bound, so each is one simple grid-stride pass.
+// matmul's bias gradient and pass 2 of every column sum). They are memory-bound, so most are one
+// simple grid-stride pass. The gradients that gather many contributions (the token embedding's
+// rows, the bias) sum them in a fixed order, without atomics, so a run repeats bit for bit.
+#include <bit>
 #include <cmath>
+#include <cub/device/device_radix_sort.cuh>
 
 #include "cuda/cuda_common.cuh"
 #include "tierzero/core/dtype_bits.hpp"
@@ -24,19 +28,6 @@ __global__ void encoder_forward_kernel(float* out,             // (B, T, C)
     const size_t t = bt % T;
     const size_t token = static_cast<size_t>(tokens[bt]);
     out[i] = wte[token * C + c] + wpe[t * C + c];
-  }
-}
-
-// Tokens repeat within a batch, so rows of dwte receive several contributions: atomics.
-__global__ void encoder_backward_wte_kernel(float* dwte,            // (Vp, C) +=
-                                            const float* dout,      // (B, T, C)
-                                            const int32_t* tokens,  // (B, T)
-                                            size_t n, size_t C) {
-  for (size_t i = global_thread_index(); i < n; i += grid_stride()) {
-    const size_t bt = i / C;
-    const size_t c = i % C;
-    const size_t token = static_cast<size_t>(tokens[bt]);
-    atomicAdd(&dwte[token * C + c], dout[i]);
   }
 }
 
@@ -77,15 +68,62 @@ __global__ void encoder_forward_vocab_range_kernel(float* out,              // (
   }
 }
 
-// As encoder_backward_wte_kernel, for the tokens in range only.
-__global__ void encoder_backward_vocab_range_kernel(float* dwte_local,      // (vocab_count, C) +=
-                                                    const float* dout,      // (B, T, C)
-                                                    const int32_t* tokens,  // (B, T)
-                                                    size_t vocab_start, size_t vocab_count,
-                                                    size_t n, size_t C) {
+// The token embedding's gradient, whole vocabulary (vocab_start 0) or one rank's range. Tokens
+// repeat within a batch, so a row of dwte gets one contribution per position of its token; atomics
+// would add them in whatever order the blocks run. Instead the launcher sorts the positions by
+// the row they add to with CUB's radix sort, which is stable, so each row's positions stay in
+// position order; then one thread per (row, channel) adds its row's positions onto the gradient
+// in that order. Every element of dwte is summed in one fixed order.
+//
+// A frequent token's positions are summed serially by one thread per channel (a token at 4% of
+// 65536 positions is ~2600 loads, 8 in flight at a time): a few hundred microseconds at worst,
+// once per micro-batch, under 0.1% of a GPT-2 step at that many tokens. Splitting long runs over
+// several threads would need a second pass over per-piece partials; not worth it here.
+
+// Sort keys: the row of dwte_local each position adds to, vocab_count for tokens outside the
+// range (sorted last, then skipped); the positions to sort along.
+__global__ void encoder_sort_keys_kernel(uint32_t* keys,         // (count)
+                                         uint32_t* positions,    // (count)
+                                         const int32_t* tokens,  // (count)
+                                         size_t vocab_start, size_t vocab_count, size_t count) {
+  for (size_t i = global_thread_index(); i < count; i += grid_stride()) {
+    keys[i] = static_cast<uint32_t>(local_row(tokens[i], vocab_start, vocab_count));
+    positions[i] = static_cast<uint32_t>(i);
+  }
+}
+
+// dwte_local[key] += the rows of dout at the key's positions, for every key below vocab_count.
+// One thread per (sorted index j, channel c) does the work where a run of equal keys starts: it
+// finds the run's end by binary search (keys ascend) and sums the run's rows of dout in the
+// stable sort's order, i.e. position order. Each (row, channel) of dwte_local has one writer.
+__global__ void encoder_backward_runs_kernel(float* dwte_local,          // (vocab_count, C) +=
+                                             const float* dout,          // (count, C)
+                                             const uint32_t* keys,       // (count) ascending
+                                             const uint32_t* positions,  // (count) rows of dout
+                                             size_t vocab_count, size_t count, size_t C) {
+  const size_t n = count * C;
   for (size_t i = global_thread_index(); i < n; i += grid_stride()) {
-    const size_t row = local_row(tokens[i / C], vocab_start, vocab_count);
-    if (row < vocab_count) atomicAdd(&dwte_local[row * C + i % C], dout[i]);
+    const size_t j = i / C;
+    const uint32_t key = keys[j];
+    if (key >= vocab_count || (j > 0 && keys[j - 1] == key)) continue;
+    size_t end = j + 1, hi = count;  // the first index past the run: keys[end] != key
+    while (end < hi) {
+      const size_t mid = end + (hi - end) / 2;
+      if (keys[mid] == key) {
+        end = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    const size_t c = i % C;
+    float* grad = dwte_local + static_cast<size_t>(key) * C + c;
+    // Adding onto the prior gradient term by term in position order is the CPU backend's order,
+    // so both give the same bits. The loads are independent of the sum, so unrolling lets 8 be in
+    // flight; the adds stay in order (nvcc does not reassociate floating-point adds).
+    float sum = *grad;
+#pragma unroll 8
+    for (size_t r = j; r < end; ++r) sum += dout[static_cast<size_t>(positions[r]) * C + c];
+    *grad = sum;
   }
 }
 
@@ -212,7 +250,7 @@ __global__ void adamw_kernel(float* param,       // (n)
   }
 }
 
-// ---- reductions ----
+// ---- reductions (gradient norm, column sums) ----
 
 // Double accumulation keeps the global gradient norm exact enough for clipping even over
 // billions of elements; the kernel is memory-bound, so the FP64 math is free.
@@ -239,20 +277,18 @@ __global__ void sum_partials_in_order_kernel(double* result,          // (1)
   *result = total;
 }
 
-constexpr int kColumnTile = 32;  // columns per block: one coalesced 128-byte row segment
-constexpr int kRowLanes = 8;     // threads per column, each walking every 8th row
-constexpr size_t kRowsPerBlock = 256;
-
-// dbias[c] += sum_r dout[r, c]. Each block reduces a tile of 32 columns over a slice of rows in
-// shared memory, then adds once per column with an atomic, so that N can be split over many
-// blocks for parallelism without a second pass.
-__global__ void bias_backward_kernel(float* dbias,       // (OC) +=
+// Pass 1 of dbias[c] += sum_r dout[r, c] (the column sums of cuda_common.cuh): block (x, y)
+// reduces column tile x over row slice y, thread (tx, ty) summing rows ty, ty + 8, ... of the
+// slice, then thread ty = 0 the 8 lane sums in lane order. With one slice (partials null) that is
+// the whole sum and it adds into dbias; otherwise it writes the slice's partial.
+__global__ void bias_backward_kernel(float* dbias,       // (OC) += when partials is null
+                                     float* partials,    // (slices, OC) nullable
                                      const float* dout,  // (N, OC)
-                                     size_t N, size_t OC, size_t rows_per_block) {
+                                     size_t N, size_t OC, size_t rows_per_slice) {
   __shared__ float partial[kRowLanes][kColumnTile + 1];
   const size_t c = static_cast<size_t>(blockIdx.x) * kColumnTile + threadIdx.x;
-  const size_t row_begin = static_cast<size_t>(blockIdx.y) * rows_per_block;
-  const size_t row_end = row_begin + rows_per_block < N ? row_begin + rows_per_block : N;
+  const size_t row_begin = static_cast<size_t>(blockIdx.y) * rows_per_slice;
+  const size_t row_end = row_begin + rows_per_slice < N ? row_begin + rows_per_slice : N;
   float acc = 0.0f;
   if (c < OC) {
     for (size_t r = row_begin + threadIdx.y; r < row_end; r += kRowLanes) acc += dout[r * OC + c];
@@ -262,7 +298,33 @@ __global__ void bias_backward_kernel(float* dbias,       // (OC) +=
   if (threadIdx.y == 0 && c < OC) {
     float sum = 0.0f;
     for (int k = 0; k < kRowLanes; ++k) sum += partial[k][threadIdx.x];
-    atomicAdd(&dbias[c], sum);
+    if (partials == nullptr) {
+      dbias[c] += sum;
+    } else {
+      partials[blockIdx.y * OC + c] = sum;
+    }
+  }
+}
+
+// Pass 2 of every column sum: out[c] += sum_s partials[s, c]. Block x takes column tile x, thread
+// (tx, ty) sums slices ty, ty + 8, ..., then thread ty = 0 the 8 lane sums in lane order: one
+// fixed order per column, and 8 loads in flight per column rather than one thread walking all
+// the slices.
+__global__ void column_partials_sum_kernel(float* out,             // (C) +=
+                                           const float* partials,  // (slices, C)
+                                           size_t slices, size_t C) {
+  __shared__ float partial[kRowLanes][kColumnTile + 1];
+  const size_t c = static_cast<size_t>(blockIdx.x) * kColumnTile + threadIdx.x;
+  float acc = 0.0f;
+  if (c < C) {
+    for (size_t s = threadIdx.y; s < slices; s += kRowLanes) acc += partials[s * C + c];
+  }
+  partial[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float sum = 0.0f;
+    for (int k = 0; k < kRowLanes; ++k) sum += partial[k][threadIdx.x];
+    out[c] += sum;
   }
 }
 
@@ -296,13 +358,66 @@ void launch_encoder_forward(cudaStream_t stream, float* out, const int32_t* toke
   TZ_CUDA_CHECK_LAUNCH();
 }
 
-void launch_encoder_backward(cudaStream_t stream, float* dwte, float* dwpe, const float* dout,
-                             const int32_t* tokens, size_t B, size_t T, size_t C) {
+namespace {
+
+// Positions per sort. The scratch holds keys and positions twice (CUB's double buffers) for this
+// many, CUB's temporary storage after them; longer batches are sorted and summed in chunks, one
+// after another, so each row of dwte still sums in one fixed order (chunk by chunk).
+constexpr size_t kEncoderSortChunk = 131072;
+constexpr size_t kEncoderSortArrayBytes = kEncoderSortChunk * sizeof(uint32_t);  // 256-aligned
+
+// dwte_local (vocab_count, C) += dout (BT, C) scattered by token, deterministically (see
+// encoder_backward_runs_kernel). The whole-vocabulary form passes vocab_start 0 and vocab_count
+// 2^31, every non-negative int32 token.
+void launch_encoder_backward_wte(cudaStream_t stream, const DeterministicScratch& scratch,
+                                 float* dwte_local, const float* dout, const int32_t* tokens,
+                                 size_t vocab_start, size_t vocab_count, size_t BT, size_t C) {
+  TZ_CHECK(scratch.data != nullptr && scratch.bytes > 4 * kEncoderSortArrayBytes,
+           "the CUDA embedding gradient needs the kernels workspace",
+           "call set_workspace() with workspace_bytes() bytes of device memory first");
+  TZ_CHECK(vocab_count <= (size_t{1} << 31), "encoder backward: vocab_count too large",
+           "a vocabulary range holds at most 2^31 rows");
+  auto* base = static_cast<char*>(scratch.data);
+  uint32_t* key_buffers[2] = {reinterpret_cast<uint32_t*>(base),  // (kEncoderSortChunk) each
+                              reinterpret_cast<uint32_t*>(base + kEncoderSortArrayBytes)};
+  uint32_t* position_buffers[2] = {// (kEncoderSortChunk) each
+                                   reinterpret_cast<uint32_t*>(base + 2 * kEncoderSortArrayBytes),
+                                   reinterpret_cast<uint32_t*>(base + 3 * kEncoderSortArrayBytes)};
+  void* temp = base + 4 * kEncoderSortArrayBytes;
+  const size_t temp_capacity = scratch.bytes - 4 * kEncoderSortArrayBytes;
+  // The keys go up to vocab_count itself (tokens out of range), so the sort looks at its bits.
+  const int end_bit = static_cast<int>(std::bit_width(static_cast<uint64_t>(vocab_count)));
+  for (size_t begin = 0; begin < BT; begin += kEncoderSortChunk) {
+    const size_t count = BT - begin < kEncoderSortChunk ? BT - begin : kEncoderSortChunk;
+    encoder_sort_keys_kernel<<<grid_stride_blocks(count), kBlockSize, 0, stream>>>(
+        key_buffers[0], position_buffers[0], tokens + begin, vocab_start, vocab_count, count);
+    TZ_CUDA_CHECK_LAUNCH();
+    cub::DoubleBuffer<uint32_t> keys(key_buffers[0], key_buffers[1]);
+    cub::DoubleBuffer<uint32_t> positions(position_buffers[0], position_buffers[1]);
+    const int items = static_cast<int>(count);
+    size_t temp_bytes = 0;
+    TZ_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys, positions, items, 0,
+                                                  end_bit, stream));
+    TZ_CHECK(temp_bytes <= temp_capacity,
+             "CUB's radix sort wants " + std::to_string(temp_bytes) + " bytes of scratch, " +
+                 std::to_string(temp_capacity) + " are left in the kernels workspace",
+             "enlarge kDeterministicScratchBytes (cuda_kernels.cu)");
+    TZ_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, positions, items, 0,
+                                                  end_bit, stream));
+    encoder_backward_runs_kernel<<<grid_stride_blocks(count * C), kBlockSize, 0, stream>>>(
+        dwte_local, dout + begin * C, keys.Current(), positions.Current(), vocab_count, count, C);
+    TZ_CUDA_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace
+
+void launch_encoder_backward(cudaStream_t stream, const DeterministicScratch& scratch, float* dwte,
+                             float* dwpe, const float* dout, const int32_t* tokens, size_t B,
+                             size_t T, size_t C) {
   const size_t n = B * T * C;
   if (n == 0) return;
-  encoder_backward_wte_kernel<<<grid_stride_blocks(n), kBlockSize, 0, stream>>>(dwte, dout, tokens,
-                                                                                n, C);
-  TZ_CUDA_CHECK_LAUNCH();
+  launch_encoder_backward_wte(stream, scratch, dwte, dout, tokens, 0, size_t{1} << 31, B * T, C);
   encoder_backward_wpe_kernel<<<grid_stride_blocks(T * C), kBlockSize, 0, stream>>>(dwpe, dout, B,
                                                                                     T, C);
   TZ_CUDA_CHECK_LAUNCH();
@@ -319,16 +434,15 @@ void launch_encoder_forward_vocab_range(cudaStream_t stream, float* out, const i
   TZ_CUDA_CHECK_LAUNCH();
 }
 
-void launch_encoder_backward_vocab_range(cudaStream_t stream, float* dwte_local, float* dwpe,
-                                         const float* dout, const int32_t* tokens,
-                                         size_t vocab_start, size_t vocab_count, size_t B, size_t T,
-                                         size_t C) {
+void launch_encoder_backward_vocab_range(cudaStream_t stream, const DeterministicScratch& scratch,
+                                         float* dwte_local, float* dwpe, const float* dout,
+                                         const int32_t* tokens, size_t vocab_start,
+                                         size_t vocab_count, size_t B, size_t T, size_t C) {
   const size_t n = B * T * C;
   if (n == 0) return;
   if (vocab_count > 0) {
-    encoder_backward_vocab_range_kernel<<<grid_stride_blocks(n), kBlockSize, 0, stream>>>(
-        dwte_local, dout, tokens, vocab_start, vocab_count, n, C);
-    TZ_CUDA_CHECK_LAUNCH();
+    launch_encoder_backward_wte(stream, scratch, dwte_local, dout, tokens, vocab_start, vocab_count,
+                                B * T, C);
   }
   if (dwpe != nullptr) {
     encoder_backward_wpe_kernel<<<grid_stride_blocks(T * C), kBlockSize, 0, stream>>>(dwpe, dout, B,
@@ -458,18 +572,30 @@ void launch_sum_partials_in_order(cudaStream_t stream, double* result, const dou
   TZ_CUDA_CHECK_LAUNCH();
 }
 
-void launch_bias_backward(cudaStream_t stream, float* dbias, const float* dout, size_t N,
-                          size_t OC) {
+void launch_bias_backward(cudaStream_t stream, const DeterministicScratch& scratch, float* dbias,
+                          const float* dout, size_t N, size_t OC) {
   if (N == 0 || OC == 0) return;
   const size_t column_blocks = ceil_div(OC, static_cast<size_t>(kColumnTile));
-  size_t row_blocks = ceil_div(N, kRowsPerBlock);
-  if (row_blocks > kMaxGridY) row_blocks = kMaxGridY;
-  const size_t rows_per_block = ceil_div(N, row_blocks);
   TZ_CHECK(column_blocks <= kMaxGridX, "bias gradient too wide: " + std::to_string(OC),
            "this many output channels cannot be launched in one grid");
-  const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(row_blocks));
+  const ColumnSlices split = column_slices(N, OC, scratch.bytes / sizeof(float));
+  float* partials = split.slices > 1 ? static_cast<float*>(scratch.data) : nullptr;  // (slices, OC)
+  const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(split.slices));
   const dim3 block(kColumnTile, kRowLanes);
-  bias_backward_kernel<<<grid, block, 0, stream>>>(dbias, dout, N, OC, rows_per_block);
+  bias_backward_kernel<<<grid, block, 0, stream>>>(dbias, partials, dout, N, OC,
+                                                   split.rows_per_slice);
+  TZ_CUDA_CHECK_LAUNCH();
+  if (partials != nullptr) launch_column_partials_sum(stream, dbias, partials, split.slices, OC);
+}
+
+void launch_column_partials_sum(cudaStream_t stream, float* out, const float* partials,
+                                size_t slices, size_t C) {
+  if (slices == 0 || C == 0) return;
+  const size_t column_blocks = ceil_div(C, static_cast<size_t>(kColumnTile));
+  TZ_CHECK(column_blocks <= kMaxGridX, "column sum too wide: " + std::to_string(C),
+           "this many columns cannot be launched in one grid");
+  column_partials_sum_kernel<<<static_cast<unsigned>(column_blocks), dim3(kColumnTile, kRowLanes),
+                               0, stream>>>(out, partials, slices, C);
   TZ_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,7 +1,8 @@
 // LayerNorm forward and backward on CUDA. Rows are independent, so one warp normalises one row
 // (GPT-2's C = 768..1600 is a few dozen elements per lane). The weight and bias gradients sum
-// over all rows; they are reduced per column tile in shared memory and added with one atomic
-// per column and block, which gives enough parallelism without a second pass. The forward also
+// over all rows: a block per (column tile, slice of rows) reduces its tile in shared memory into
+// per-slice partials, and a second pass adds each column's partials in slice order (the column
+// sums of cuda_common.cuh), so they repeat bit for bit where atomics would not. The forward also
 // comes fused with the residual add before it (the add is its first pass over the row).
 #include "cuda/cuda_common.cuh"
 
@@ -122,24 +123,24 @@ __global__ void layernorm_backward_input_kernel(float* dinp,          // (N, C) 
   }
 }
 
-constexpr int kColumnTile = 32;  // columns per block: one coalesced 128-byte segment per row
-constexpr int kRowLanes = 8;     // threads per column, each walking every 8th row of the slice
-constexpr size_t kRowsPerBlock = 256;
-
-// dweight[c] += sum_r dout[r,c] * norm[r,c]; dbias[c] += sum_r dout[r,c], over the block's slice
-// of rows, then one atomic per column.
-__global__ void layernorm_backward_params_kernel(float* dweight,     // (C) +=
-                                                 float* dbias,       // (C) +=
+// Pass 1 of dweight[c] += sum_r dout[r,c] * norm[r,c] and dbias[c] += sum_r dout[r,c] (the
+// column sums of cuda_common.cuh): block (x, y) reduces column tile x over row slice y, thread
+// (tx, ty) summing rows ty, ty + 8, ... of the slice, then thread ty = 0 the 8 lane sums in lane
+// order. With one slice (partials null) it adds into dweight and dbias; otherwise it writes the
+// slice's partials, dweight's then dbias's.
+__global__ void layernorm_backward_params_kernel(float* dweight,     // (C) += when partials null
+                                                 float* dbias,       // (C) += when partials null
+                                                 float* partials,    // (2, slices, C) nullable
                                                  const float* dout,  // (N, C)
                                                  const float* inp,   // (N, C)
                                                  const float* mean,  // (N)
                                                  const float* rstd,  // (N)
-                                                 size_t N, size_t C, size_t rows_per_block) {
+                                                 size_t N, size_t C, size_t rows_per_slice) {
   __shared__ float dweight_partial[kRowLanes][kColumnTile + 1];
   __shared__ float dbias_partial[kRowLanes][kColumnTile + 1];
   const size_t c = static_cast<size_t>(blockIdx.x) * kColumnTile + threadIdx.x;
-  const size_t row_begin = static_cast<size_t>(blockIdx.y) * rows_per_block;
-  const size_t row_end = row_begin + rows_per_block < N ? row_begin + rows_per_block : N;
+  const size_t row_begin = static_cast<size_t>(blockIdx.y) * rows_per_slice;
+  const size_t row_end = row_begin + rows_per_slice < N ? row_begin + rows_per_slice : N;
   float dw = 0.0f;
   float db = 0.0f;
   if (c < C) {
@@ -160,8 +161,14 @@ __global__ void layernorm_backward_params_kernel(float* dweight,     // (C) +=
       dw_sum += dweight_partial[k][threadIdx.x];
       db_sum += dbias_partial[k][threadIdx.x];
     }
-    atomicAdd(&dweight[c], dw_sum);
-    atomicAdd(&dbias[c], db_sum);
+    if (partials == nullptr) {
+      dweight[c] += dw_sum;
+      dbias[c] += db_sum;
+    } else {
+      const size_t slices = gridDim.y;
+      partials[blockIdx.y * C + c] = dw_sum;
+      partials[(slices + blockIdx.y) * C + c] = db_sum;
+    }
   }
 }
 
@@ -189,24 +196,29 @@ void launch_fused_residual_layernorm_forward(cudaStream_t stream, float* residua
   TZ_CUDA_CHECK_LAUNCH();
 }
 
-void launch_layernorm_backward(cudaStream_t stream, float* dinp, float* dweight, float* dbias,
-                               const float* dout, const float* inp, const float* weight,
-                               const float* mean, const float* rstd, size_t N, size_t C) {
+void launch_layernorm_backward(cudaStream_t stream, const DeterministicScratch& scratch,
+                               float* dinp, float* dweight, float* dbias, const float* dout,
+                               const float* inp, const float* weight, const float* mean,
+                               const float* rstd, size_t N, size_t C) {
   if (N == 0) return;
   TZ_CHECK(C > 0, "layernorm_backward: C must be > 0", "check the model's channel count");
   // The parameter kernel runs first: it reads dout, which the input kernel overwrites when dinp
   // aliases dout.
   const size_t column_blocks = ceil_div(C, static_cast<size_t>(kColumnTile));
-  size_t row_blocks = ceil_div(N, kRowsPerBlock);
-  if (row_blocks > kMaxGridY) row_blocks = kMaxGridY;
-  const size_t rows_per_block = ceil_div(N, row_blocks);
   TZ_CHECK(column_blocks <= kMaxGridX, "layernorm_backward: C too large: " + std::to_string(C),
            "this many channels cannot be launched in one grid");
-  const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(row_blocks));
+  const ColumnSlices split = column_slices(N, 2 * C, scratch.bytes / sizeof(float));
+  float* partials =  // (2, slices, C): dweight's, then dbias's
+      split.slices > 1 ? static_cast<float*>(scratch.data) : nullptr;
+  const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(split.slices));
   const dim3 block(kColumnTile, kRowLanes);
-  layernorm_backward_params_kernel<<<grid, block, 0, stream>>>(dweight, dbias, dout, inp, mean,
-                                                               rstd, N, C, rows_per_block);
+  layernorm_backward_params_kernel<<<grid, block, 0, stream>>>(
+      dweight, dbias, partials, dout, inp, mean, rstd, N, C, split.rows_per_slice);
   TZ_CUDA_CHECK_LAUNCH();
+  if (partials != nullptr) {
+    launch_column_partials_sum(stream, dweight, partials, split.slices, C);
+    launch_column_partials_sum(stream, dbias, partials + split.slices * C, split.slices, C);
+  }
   layernorm_backward_input_kernel<<<warp_per_row_blocks(N), kBlockSize, 0, stream>>>(
       dinp, dout, inp, weight, mean, rstd, N, C);
   TZ_CUDA_CHECK_LAUNCH();

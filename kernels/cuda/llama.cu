@@ -1,9 +1,10 @@
 // The Llama family's operations on CUDA, in the style of the GPT-2 kernels beside them (clarity
-// over speed): RMSNorm (one warp per row; the gain's gradient per column tile with one atomic per
-// column and block), rotary embeddings (one thread per rotated pair), SwiGLU (grid-stride), and
-// grouped-query attention on the grouped q, k, v layout (kernels.hpp): one warp per query row
-// forward; backward a query-row kernel then a key-row kernel that sums each kv head's gradient
-// over its group's query heads, so every gradient element has one writer.
+// over speed): RMSNorm (one warp per row; the gain's gradient as a two-pass column sum, per-slice
+// partials then each column's partials in slice order, so it repeats bit for bit), rotary
+// embeddings (one thread per rotated pair), SwiGLU (grid-stride), and grouped-query attention on
+// the grouped q, k, v layout (kernels.hpp): one warp per query row forward; backward a query-row
+// kernel then a key-row kernel that sums each kv head's gradient over its group's query heads, so
+// every gradient element has one writer.
 #include "cuda/cuda_common.cuh"
 
 namespace tierzero::kernels::cuda_impl {
@@ -48,16 +49,20 @@ __global__ void rmsnorm_backward_input_kernel(float* dinp, const float* dout, co
   for (size_t c = lane; c < C; c += kWarpSize) dx[c] += s * (dy[c] * weight[c] - x[c] * k);
 }
 
-constexpr int kColumnTile = 32;
-constexpr int kRowLanes = 8;
-constexpr size_t kRowsPerBlock = 256;
-
-__global__ void rmsnorm_backward_weight_kernel(float* dweight, const float* dout, const float* inp,
-                                               const float* rstd, size_t N, size_t C) {
+// Pass 1 of dweight[c] += sum_r dout[r,c] * inp[r,c] * rstd[r] (the column sums of
+// cuda_common.cuh): block (x, y) reduces column tile x over row slice y, thread (tx, ty) summing
+// rows ty, ty + 8, ... of the slice, then thread ty = 0 the 8 lane sums in lane order. With one
+// slice (partials null) it adds into dweight; otherwise it writes the slice's partial.
+__global__ void rmsnorm_backward_weight_kernel(float* dweight,     // (C) += when partials is null
+                                               float* partials,    // (slices, C) nullable
+                                               const float* dout,  // (N, C)
+                                               const float* inp,   // (N, C)
+                                               const float* rstd,  // (N)
+                                               size_t N, size_t C, size_t rows_per_slice) {
   __shared__ float partial[kRowLanes][kColumnTile + 1];
   const size_t c = static_cast<size_t>(blockIdx.x) * kColumnTile + threadIdx.x;
-  const size_t row_begin = static_cast<size_t>(blockIdx.y) * kRowsPerBlock;
-  const size_t row_end = row_begin + kRowsPerBlock < N ? row_begin + kRowsPerBlock : N;
+  const size_t row_begin = static_cast<size_t>(blockIdx.y) * rows_per_slice;
+  const size_t row_end = row_begin + rows_per_slice < N ? row_begin + rows_per_slice : N;
   float dw = 0.0f;
   if (c < C)
     for (size_t r = row_begin + threadIdx.y; r < row_end; r += kRowLanes)
@@ -67,7 +72,11 @@ __global__ void rmsnorm_backward_weight_kernel(float* dweight, const float* dout
   if (threadIdx.y == 0 && c < C) {
     float sum = 0.0f;
     for (int k = 0; k < kRowLanes; ++k) sum += partial[k][threadIdx.x];
-    atomicAdd(&dweight[c], sum);
+    if (partials == nullptr) {
+      dweight[c] += sum;
+    } else {
+      partials[blockIdx.y * C + c] = sum;
+    }
   }
 }
 
@@ -258,20 +267,24 @@ void launch_rmsnorm_forward(cudaStream_t stream, float* out, float* rstd, const 
   TZ_CUDA_CHECK_LAUNCH();
 }
 
-void launch_rmsnorm_backward(cudaStream_t stream, float* dinp, float* dweight, const float* dout,
-                             const float* inp, const float* weight, const float* rstd, size_t N,
-                             size_t C) {
+void launch_rmsnorm_backward(cudaStream_t stream, const DeterministicScratch& scratch, float* dinp,
+                             float* dweight, const float* dout, const float* inp,
+                             const float* weight, const float* rstd, size_t N, size_t C) {
   if (N == 0 || C == 0) return;
+  // The gain's kernels run first, as layernorm's: they read dout, which the input kernel would
+  // overwrite if dinp aliased dout.
+  const size_t column_blocks = ceil_div(C, static_cast<size_t>(kColumnTile));
+  TZ_CHECK(column_blocks <= kMaxGridX, "rmsnorm_backward: C too large: " + std::to_string(C),
+           "this many channels cannot be launched in one grid");
+  const ColumnSlices split = column_slices(N, C, scratch.bytes / sizeof(float));
+  float* partials = split.slices > 1 ? static_cast<float*>(scratch.data) : nullptr;  // (slices, C)
+  const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(split.slices));
+  rmsnorm_backward_weight_kernel<<<grid, dim3(kColumnTile, kRowLanes), 0, stream>>>(
+      dweight, partials, dout, inp, rstd, N, C, split.rows_per_slice);
+  TZ_CUDA_CHECK_LAUNCH();
+  if (partials != nullptr) launch_column_partials_sum(stream, dweight, partials, split.slices, C);
   rmsnorm_backward_input_kernel<<<warp_per_row_blocks(N), kBlockSize, 0, stream>>>(
       dinp, dout, inp, weight, rstd, N, C);
-  TZ_CUDA_CHECK_LAUNCH();
-  const size_t row_blocks = ceil_div(N, kRowsPerBlock);
-  TZ_CHECK(row_blocks <= kMaxGridY, "rmsnorm_backward: too many rows (" + std::to_string(N) + ")",
-           "use smaller micro-batches");
-  const dim3 grid(static_cast<unsigned>(ceil_div(C, kColumnTile)),
-                  static_cast<unsigned>(row_blocks));
-  rmsnorm_backward_weight_kernel<<<grid, dim3(kColumnTile, kRowLanes), 0, stream>>>(
-      dweight, dout, inp, rstd, N, C);
   TZ_CUDA_CHECK_LAUNCH();
 }
 

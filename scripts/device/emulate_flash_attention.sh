@@ -4,7 +4,7 @@
 # it as C++ under a host emulation of CUDA's threads, barriers and shuffles
 # (emulate/cuda_host_emulation.hpp) and compares against a double reference
 # (emulate/flash_attention_check.cpp), then runs each case again with every kernel's blocks in a
-# shuffled order and checks the results repeat bit for bit. About 75 s on 2 cores. Usage:
+# shuffled order and checks the results repeat bit for bit. About 30 s on 2 cores. Usage:
 #   scripts/device/emulate_flash_attention.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Checks the CUDA layernorm forward kernels on a machine without a GPU: extracts the kernel code
-# of kernels/cuda/layernorm.cu (its anonymous namespace up to the parameter-gradient kernel),
-# compiles it as C++ under the host emulation of CUDA's threads and shuffles
-# (emulate/cuda_host_emulation.hpp) and checks the fused residual + layernorm against the unfused
-# pair (bit for bit) and a double reference (emulate/layernorm_check.cpp). A few seconds. Usage:
+# of kernels/cuda/layernorm.cu (its anonymous namespace up to the parameter-gradient kernel, which
+# emulate_gradient_sums.sh checks), compiles it as C++ under the host emulation of CUDA's threads
+# and shuffles (emulate/cuda_host_emulation.hpp) and checks the fused residual + layernorm against
+# the unfused pair (bit for bit) and a double reference (emulate/layernorm_check.cpp). A few
+# seconds. Usage:
 #   scripts/device/emulate_layernorm.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-awk '/^namespace \{/{on=1; next} /^constexpr int kColumnTile/{exit} on' \
+awk '/^namespace \{/{on=1; next} /^__global__ void layernorm_backward_params_kernel/{exit} on' \
   kernels/cuda/layernorm.cu >"$work/layernorm_body.inc"
 g++ -std=c++20 -O2 -Wall -Wextra -Wno-unknown-pragmas -pthread -I scripts/device/emulate \
   -I "$work" scripts/device/emulate/layernorm_check.cpp -o "$work/check"

@@ -10,8 +10,10 @@
 #   scripts/device/gpu_check.sh peers [micro-batch]   (GPT-2 124M, T 1024: ours vs PyTorch eager,
 #     torch.compile and llm.c's train_gpt2cu from .devpeers/, see peers_prepare.sh)
 #   scripts/device/gpu_check.sh issue26   (issue 26's first parts, one call of under 10 minutes:
-#     the fused attention (its bitwise repeatability included) and matmul-precision kernel tests
-#     on CUDA, compute-sanitizer memcheck and racecheck of the fused attention, bench train at
+#     the fused attention (its bitwise repeatability included), the deterministic gradient sums
+#     (GradientSumsTest: embedding, bias and norm gradients repeat bit for bit) and
+#     matmul-precision kernel tests on CUDA, compute-sanitizer memcheck and racecheck of the fused
+#     attention, bench train at
 #     fp32 / tf32 / bf16 products, then every other CUDA test as far as time allows). Prepared on
 #     the development machine with
 #       cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIERZERO_CUDA=ON \
@@ -152,12 +154,12 @@ PY
 fi
 if [ "$what" = issue26 ]; then
   kt=build/gpu/tests/kernels/test_kernels
-  log "issue 26: kernel tests on cuda (fused attention, matmul precisions, attention, llama, matmul)"
-  timeout 90 $kt --gtest_filter='*FlashAttentionTest*/cuda:*MatmulPrecisionTest*/cuda:*AttentionTest*/cuda:*LlamaKernelTest*/cuda:*MatmulTest*/cuda' \
+  log "issue 26: kernel tests on cuda (fused attention, gradient sums, matmul precisions, attention, llama, matmul)"
+  timeout 90 $kt --gtest_filter='*FlashAttentionTest*/cuda:*GradientSumsTest*/cuda:*MatmulPrecisionTest*/cuda:*AttentionTest*/cuda:*LlamaKernelTest*/cuda:*MatmulTest*/cuda' \
     >"$out/kernels26.log" 2>&1
   log "exit $?"
-  grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]|flash_attention (out|dqkv).*(T1024|T257)|flash_attention repeat|matmul_forward out (tf32|bf16|fp16|fp32) N77" \
-    "$out/kernels26.log" | head -40 | tee -a "$out/summary.txt"
+  grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]|flash_attention (out|dqkv).*(T1024|T257)|flash_attention repeat|GradientSumsTest|repeat: [1-9]|CPU backend: |matmul_forward out (tf32|bf16|fp16|fp32) N77" \
+    "$out/kernels26.log" | head -48 | tee -a "$out/summary.txt"
   san='*FlashAttentionTest.SmallForSanitizers/cuda'
   cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
   [ -n "$cs" ] || cs=compute-sanitizer  # not found: the run below says so in its log
@@ -196,7 +198,7 @@ print("device compute busy ms", [round(s["tracks"][0][0] * 1e3, 1) for s in step
 PY
   done
   log "every other CUDA test (ctest, as far as 90 s allow)"
-  (cd build/gpu && timeout 90 ctest -R "/cuda|Cuda|_cuda" -E "FlashAttentionTest|MatmulPrecisionTest" \
+  (cd build/gpu && timeout 90 ctest -R "/cuda|Cuda|_cuda" -E "FlashAttentionTest|GradientSumsTest|MatmulPrecisionTest" \
      -j6 --timeout 120 --output-on-failure --output-junit "$out/junit26.xml") >"$out/ctest26.log" 2>&1
   log "ctest exit $?"; tail -25 "$out/ctest26.log" | tee -a "$out/summary.txt"
 fi

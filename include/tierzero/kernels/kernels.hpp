@@ -75,7 +75,8 @@ class Kernels {
 
   // Native stream (cudaStream_t on CUDA, ignored on CPU). Null is the default stream.
   virtual void set_stream(void* native_stream) = 0;
-  // Scratch memory the backend may use (cuBLASLt); the caller owns and accounts for it.
+  // Scratch memory the backend may use (CUDA: cuBLASLt, the partial sums and sort buffers of its
+  // deterministic gradient sums); the caller owns and accounts for it.
   virtual size_t workspace_bytes() const = 0;
   virtual void set_workspace(void* workspace, size_t bytes) = 0;
 
