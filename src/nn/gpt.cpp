@@ -454,10 +454,15 @@ void GPT::backward(MicroBatch& mb, ParamProvider& params, float grad_scale) {
 }
 
 float GPT::loss(MicroBatch& mb) {
+  queue_loss_copy(mb, mb.host_losses_.data());
+  device_.default_stream().synchronize();
+  return mean_loss(mb.host_losses_.data(), mb.B() * mb.T());
+}
+
+void GPT::queue_loss_copy(MicroBatch& mb, float* host_losses) {
   TZ_CHECK(stage_.last(), "the loss is computed on the last pipeline stage, not " + stage_.str(),
            "read the loss on the last stage");
   TZ_CHECK(mb.has_targets_, "loss of a micro-batch without targets", "pass targets to forward");
-  const size_t n = mb.B() * mb.T();
   if (!mb.losses_ready_) {
     TZ_CHECK(mb.forwarded_, "loss of a micro-batch that has not run forward",
              "run forward(mb, ...) first");
@@ -469,11 +474,13 @@ float GPT::loss(MicroBatch& mb) {
     cross_entropy(mb, nullptr);
     mb.losses_ready_ = true;
   }
-  Stream& s = device_.default_stream();
-  device_.copy(mb.host_losses_.data(), mb.losses(), n * sizeof(float), CopyKind::device_to_host, s);
-  s.synchronize();
+  device_.copy(host_losses, mb.losses(), mb.B() * mb.T() * sizeof(float), CopyKind::device_to_host,
+               device_.default_stream());
+}
+
+float GPT::mean_loss(const float* host_losses, size_t n) {
   double sum = 0.0;
-  for (size_t i = 0; i < n; ++i) sum += static_cast<double>(mb.host_losses_[i]);
+  for (size_t i = 0; i < n; ++i) sum += static_cast<double>(host_losses[i]);
   const double mean = sum / static_cast<double>(n);
   if (!std::isfinite(mean))
     TZ_THROW("loss is not finite (" + std::to_string(mean) + ")",
@@ -499,6 +506,17 @@ float GPT::forward_backward(ParamProvider& params, const int32_t* tokens, const 
   forward(mb, params, tokens, targets);
   backward(mb, params, grad_scale);
   return loss(mb);
+}
+
+size_t GPT::forward_backward_queued(ParamProvider& params, const int32_t* tokens,
+                                    const int32_t* targets, size_t B, size_t T, float grad_scale,
+                                    float* host_losses) {
+  TZ_CHECK(targets != nullptr, "forward_backward needs targets", "");
+  MicroBatch& mb = cached(B, T);
+  forward(mb, params, tokens, targets);
+  backward(mb, params, grad_scale);
+  queue_loss_copy(mb, host_losses);
+  return mb.B() * mb.T();
 }
 
 }  // namespace tierzero::nn

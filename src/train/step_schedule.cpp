@@ -2,14 +2,57 @@
 // whole model, and the pipeline's.
 #include "step_schedule.hpp"
 
+#include <algorithm>
+#include <cstdlib>
+#include <exception>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "tierzero/core/error.hpp"
+#include "tierzero/core/log.hpp"
 #include "tierzero/core/timer.hpp"
 
 namespace tierzero::train {
 
 namespace {
+
+// Page-aligned host memory the device copies from and into without the host waiting, page-locked
+// while it lives: from pageable memory CUDA may first synchronize the stream, and into it the copy
+// returns only once it has landed. Whole pages, so no other registration shares one.
+template <typename T>
+class PageLocked {
+ public:
+  PageLocked(Device& device, size_t n) : device_(device) {
+    constexpr size_t kPage = 4096;
+    const size_t bytes = (std::max<size_t>(n, 1) * sizeof(T) + kPage - 1) / kPage * kPage;
+    data_ = static_cast<T*>(std::aligned_alloc(kPage, bytes));
+    TZ_CHECK(data_ != nullptr,
+             "out of host memory for " + std::to_string(bytes) + " bytes of micro-batch buffers",
+             "lower gradient_accumulation_steps or the micro-batch");
+    try {
+      device_.register_host(data_, bytes);
+    } catch (...) {
+      std::free(data_);
+      throw;
+    }
+  }
+  ~PageLocked() {
+    try {
+      device_.unregister_host(data_);
+    } catch (const std::exception& e) {
+      log::warn(std::string("micro-batch buffer: ") + e.what());
+    }
+    std::free(data_);
+  }
+  PageLocked(const PageLocked&) = delete;
+  PageLocked& operator=(const PageLocked&) = delete;
+  T* data() { return data_; }
+
+ private:
+  Device& device_;
+  T* data_ = nullptr;
+};
 
 void reset_traffic(const std::vector<nn::GPT*>& chunks) {
   for (nn::GPT* m : chunks) {
@@ -28,19 +71,31 @@ class MicroBatchSchedule final : public StepSchedule {
         B_(B),
         T_(T),
         profiled_(profiled),
-        x_(B * T),
-        y_(B * T) {}
+        x_(model.device(), micro_batches * B * T),
+        y_(model.device(), micro_batches * B * T),
+        losses_(model.device(), micro_batches * B * T) {}
 
+  // The losses are read once, after the last micro-batch: one host wait per step, not one per
+  // micro-batch (each drained the device's queue before the next forward was issued). The same
+  // means, summed in the same order. Each micro-batch has its own slot of inputs and losses, so
+  // none is overwritten before its copy has run; the step's wait covers them all.
   double forward_backward(nn::ParamProvider& params, DataLoader& loader,
                           float grad_scale) override {
     reset_traffic({&model_});
-    double loss = 0.0;
+    const size_t n = B_ * T_;  // a slot; under Ulysses this rank's losses fill part of it
+    std::vector<size_t> counts(micro_batches_);
     for (size_t micro = 0; micro < micro_batches_; ++micro) {
-      loader.next_batch(x_.data(), y_.data());
+      int32_t* x = x_.data() + micro * n;
+      int32_t* y = y_.data() + micro * n;
+      loader.next_batch(x, y);
       if (profiled_) profiled_->begin_pass(profile::Phase::forward);
-      loss += static_cast<double>(
-          model_.forward_backward(params, x_.data(), y_.data(), B_, T_, grad_scale));
+      counts[micro] = model_.forward_backward_queued(params, x, y, B_, T_, grad_scale,
+                                                     losses_.data() + micro * n);
     }
+    model_.device().default_stream().synchronize();
+    double loss = 0.0;
+    for (size_t micro = 0; micro < micro_batches_; ++micro)
+      loss += static_cast<double>(nn::GPT::mean_loss(losses_.data() + micro * n, counts[micro]));
     return loss / static_cast<double>(micro_batches_);
   }
   double evaluate(nn::ParamProvider& params, const int32_t* tokens,
@@ -53,7 +108,8 @@ class MicroBatchSchedule final : public StepSchedule {
   nn::GPT& model_;
   size_t micro_batches_, B_, T_;
   ProfilingProvider* profiled_;
-  std::vector<int32_t> x_, y_;  // (B, T) inputs and targets
+  PageLocked<int32_t> x_, y_;  // (micro_batches, B, T) inputs and targets
+  PageLocked<float> losses_;   // (micro_batches, B, T) per-token losses
 };
 
 // The stage's micro-batches in the pipeline schedule's order, with the transfers between stages.

@@ -62,6 +62,10 @@ TEST(HostWaits, PerStepOnOneRankStayAsCounted) {
   const std::string bf16 = R"("bf16": {"enabled": true},)";
   EXPECT_LE(max_host_waits(1, "", "stage 1, bf16", bf16), 2u);
   EXPECT_LE(max_host_waits(3, "", "stage 3, bf16", bf16), 2u);
+  // Gradient accumulation: the micro-batches' losses are read together, after the last one.
+  const std::string accumulate = R"("gradient_accumulation_steps": 3,)";
+  EXPECT_LE(max_host_waits(3, "", "stage 3, 3 micro-batches", accumulate), 2u);
+  EXPECT_LE(max_host_waits(0, "", "stage 0, 3 micro-batches", accumulate), 2u);
   const std::string host = R"(, "offload_param": {"device": "cpu"},
                               "offload_optimizer": {"device": "cpu"})";
   // The loss, and each gradient shard read on the host as it lands (the host accumulates and

@@ -137,6 +137,13 @@ class GPT {
   // Mean cross-entropy of mb (computed here if the backward has not); throws when not finite.
   // Last pipeline stage only.
   float loss(MicroBatch& mb);
+  // The loss without the host waiting: queues the copy of mb's per-token losses (computed here if
+  // the backward has not) into `host_losses` (mb.B() * mb.T() floats, page-locked for the copy to
+  // be asynchronous on CUDA); once the default stream has synchronized, mean_loss() of them is what
+  // loss() returns, bit for bit. Last pipeline stage only.
+  void queue_loss_copy(MicroBatch& mb, float* host_losses);
+  // The mean of n per-token losses in host memory (in loss()'s order); throws when not finite.
+  static float mean_loss(const float* host_losses, size_t n);
 
   // ---- the facade: one cached micro-batch ----
   // Mean cross-entropy over the batch; keeps the logits (see logits()).
@@ -147,6 +154,13 @@ class GPT {
   // into the provider's gradients. grad_scale is 1/accumulation_steps under accumulation.
   float forward_backward(ParamProvider& params, const int32_t* tokens, const int32_t* targets,
                          size_t B, size_t T, float grad_scale);
+  // The same without waiting for the loss: its per-token values go to `host_losses` as in
+  // queue_loss_copy, so micro-batches follow each other without draining the device's queue.
+  // Returns how many it copies: B * T, or this rank's share of them under Ulysses.
+  size_t forward_backward_queued(ParamProvider& params, const int32_t* tokens,
+                                 const int32_t* targets, size_t B, size_t T, float grad_scale,
+                                 float* host_losses);
+  Device& device() { return device_; }
   // Logits of the last evaluate(), (B, T, Vl) in device memory (Vl = Vp / tp: this rank's
   // vocabulary columns); columns V..Vp are padding. Null when the classifier ran in chunks
   // (more tokens than GPTConfig::classifier_chunk_tokens): no whole block of logits exists.
