@@ -155,7 +155,7 @@ fi
 if [ "$what" = issue26 ]; then
   kt=build/gpu/tests/kernels/test_kernels
   log "issue 26: kernel tests on cuda (fused attention, gradient sums, matmul precisions, attention, llama, matmul)"
-  timeout 90 $kt --gtest_filter='*FlashAttentionTest*/cuda:*GradientSumsTest*/cuda:*MatmulPrecisionTest*/cuda:*AttentionTest*/cuda:*LlamaKernelTest*/cuda:*MatmulTest*/cuda' \
+  timeout 90 $kt --gtest_filter='*FlashAttentionTest*/cuda:*GradientSumsTest*/cuda:*ElementwiseTest.SumSquares*/cuda:*MatmulPrecisionTest*/cuda:*AttentionTest*/cuda:*LlamaKernelTest*/cuda:*MatmulTest*/cuda' \
     >"$out/kernels26.log" 2>&1
   log "exit $?"
   grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]|flash_attention (out|dqkv).*(T1024|T257)|flash_attention repeat|GradientSumsTest|repeat: [1-9]|CPU backend: |matmul_forward out (tf32|bf16|fp16|fp32) N77" \
@@ -198,7 +198,7 @@ print("device compute busy ms", [round(s["tracks"][0][0] * 1e3, 1) for s in step
 PY
   done
   log "every other CUDA test (ctest, as far as 90 s allow)"
-  (cd build/gpu && timeout 90 ctest -R "/cuda|Cuda|_cuda" -E "FlashAttentionTest|GradientSumsTest|MatmulPrecisionTest" \
+  (cd build/gpu && timeout 90 ctest -R "/cuda|Cuda|_cuda" -E "FlashAttentionTest|GradientSumsTest|ElementwiseTest.SumSquares|MatmulPrecisionTest" \
      -j6 --timeout 120 --output-on-failure --output-junit "$out/junit26.xml") >"$out/ctest26.log" 2>&1
   log "ctest exit $?"; tail -25 "$out/ctest26.log" | tee -a "$out/summary.txt"
 fi
