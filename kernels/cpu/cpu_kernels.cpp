@@ -2,6 +2,7 @@
 // It only forwards to the free functions of cpu_ops.hpp, so that the CPU optimizer offload path
 // and the layers share one implementation. The CPU has no streams and no workspace: calls finish
 // before they return.
+#include <cstring>
 #include <memory>
 
 #include "tierzero/kernels/cpu_ops.hpp"
@@ -55,6 +56,19 @@ class CpuKernels final : public Kernels {
                        const float* inp, const float* weight, size_t N, size_t IC,
                        size_t OC) override {
     cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+  }
+
+  void matmul_gelu_forward(float* out, float* pre, const float* inp, const float* weight,
+                           const float* bias, size_t N, size_t IC, size_t OC) override {
+    matmul_forward(pre, inp, weight, bias, N, IC, OC);
+    cpu::gelu_forward(out, pre, N * OC);
+  }
+  void matmul_backward_gelu(float* dpre, float* dweight, float* dbias, const float* dout,
+                            const float* inp, const float* pre, const float* weight, size_t N,
+                            size_t IC, size_t OC) override {
+    std::memset(dpre, 0, N * IC * sizeof(float));
+    matmul_backward(dpre, dweight, dbias, dout, inp, weight, N, IC, OC);
+    cpu::gelu_backward_in_place(dpre, pre, N * IC);
   }
 
   size_t attention_saved_floats(const AttentionShape& s) const override {

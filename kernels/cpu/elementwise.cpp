@@ -27,6 +27,13 @@ inline TanhTerms tanh_terms(float u) {
   return {one_minus, e * one_minus};
 }
 
+// d gelu(x) / dx, the tanh form's derivative, with sech^2 = (1 - tanh)(1 + tanh).
+inline float gelu_grad(float x) {
+  const TanhTerms th = tanh_terms(kGeluScale * (x + kGeluCube * x * x * x));
+  const float sech2 = th.one_minus * th.one_plus;
+  return 0.5f * th.one_plus + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCube * x * x);
+}
+
 }  // namespace
 
 void gelu_forward(float* out, const float* inp, size_t n) {  // out (n), inp (n)
@@ -43,14 +50,15 @@ void gelu_backward(float* dinp,        // (n) +=
                    const float* dout,  // (n)
                    size_t n) {
 #pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; ++i) {
-    const float x = inp[i];
-    const TanhTerms th = tanh_terms(kGeluScale * (x + kGeluCube * x * x * x));
-    const float sech2 = th.one_minus * th.one_plus;
-    const float local_grad =
-        0.5f * th.one_plus + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCube * x * x);
-    dinp[i] += local_grad * dout[i];
-  }
+  for (size_t i = 0; i < n; ++i) dinp[i] += gelu_grad(inp[i]) * dout[i];
+}
+
+void gelu_backward_in_place(float* d,          // (n)
+                            const float* inp,  // (n)
+                            size_t n) {
+  // 0 + g * d, not g * d: gelu_backward into a zeroed buffer turns a -0 product into +0.
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; ++i) d[i] = 0.0f + gelu_grad(inp[i]) * d[i];
 }
 
 void residual_forward(float* out, const float* a, const float* b, size_t n) {  // all (n)

@@ -161,6 +161,8 @@ void launch_encoder_backward_vocab_range(cudaStream_t stream, const Deterministi
 void launch_gelu_forward(cudaStream_t stream, float* out, const float* inp, size_t n);
 void launch_gelu_backward(cudaStream_t stream, float* dinp, const float* inp, const float* dout,
                           size_t n);
+// d (n) = gelu'(inp (n)) * d (n): the bits of launch_gelu_backward into a zeroed buffer.
+void launch_gelu_backward_in_place(cudaStream_t stream, float* d, const float* inp, size_t n);
 void launch_residual_forward(cudaStream_t stream, float* out, const float* a, const float* b,
                              size_t n);
 void launch_residual_backward(cudaStream_t stream, float* da, float* db, const float* dout,

@@ -94,6 +94,20 @@ struct MatmulPreference {
   MatmulPreference& operator=(const MatmulPreference&) = delete;
 };
 
+// What cuBLASLt applies to a product before storing it (its epilogue), for lt_matmul: nothing,
+// the bias, GELU after the bias keeping GELU's input in aux, or GELU's gradient read from aux.
+struct LtEpilogue {
+  cublasLtEpilogue_t kind = CUBLASLT_EPILOGUE_DEFAULT;
+  const float* bias = nullptr;  // (m) with the *BIAS kinds
+  const float* aux = nullptr;   // (aux_ld, n) column-major: written by GELU_AUX*, read by DGELU
+  int64_t aux_ld = 0;           // a multiple of 8, >= m (cuBLASLt's rule for GELU's aux)
+
+  static LtEpilogue with_bias(const float* bias) {
+    return bias != nullptr ? LtEpilogue{CUBLASLT_EPILOGUE_BIAS, bias} : LtEpilogue{};
+  }
+  bool fused() const { return kind != CUBLASLT_EPILOGUE_DEFAULT; }
+};
+
 class CudaKernels final : public Kernels {
  public:
   explicit CudaKernels(int device) : device_(device), host_partials_(kMaxReductionPartials) {
@@ -211,11 +225,11 @@ class CudaKernels final : public Kernels {
     // separate kernel instead.
     bool bias_done = false;
     if (bias != nullptr && reinterpret_cast<uintptr_t>(bias) % 16 == 0) {
-      bias_done =
-          lt_matmul(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight, IC, inp, IC, out, OC, 0.0f, bias);
+      bias_done = lt_matmul(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight, IC, inp, IC, out, OC, 0.0f,
+                            LtEpilogue::with_bias(bias));
     }
     if (!bias_done) {
-      lt_matmul(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight, IC, inp, IC, out, OC, 0.0f, nullptr);
+      lt_matmul(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight, IC, inp, IC, out, OC, 0.0f);
       if (bias != nullptr) cuda_impl::launch_add_bias(stream_, out, bias, N, OC);
     }
   }
@@ -233,18 +247,57 @@ class CudaKernels final : public Kernels {
       // dinp (N, IC) += dout (N, OC) · W (OC, IC):
       // dinp^T (IC, N) += W^T (IC, OC) · dout^T (OC, N), W^T being W's storage as column-major.
       if (dinp != nullptr) {
-        lt_matmul(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight, IC, dout, OC, dinp, IC, 1.0f,
-                  nullptr);
+        lt_matmul(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight, IC, dout, OC, dinp, IC, 1.0f);
       }
       // dW (OC, IC) += dout^T (OC, N) · inp (N, IC):
       // dW^T (IC, OC) += inp^T (IC, N) · dout (N, OC), dout being the transpose of its storage.
       if (dweight != nullptr) {
-        lt_matmul(CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, dout, OC, dweight, IC, 1.0f,
-                  nullptr);
+        lt_matmul(CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, dout, OC, dweight, IC, 1.0f);
       }
     }
     if (dbias != nullptr)
       cuda_impl::launch_bias_backward(stream_, deterministic_scratch_, dbias, dout, N, OC);
+  }
+
+  // out^T = gelu(W · inp^T + bias) with pre^T = W · inp^T + bias as GELU_AUX_BIAS's aux: pre is
+  // column-major (OC, N) with ld OC, i.e. row-major (N, OC). cuBLASLt wants the aux's ld a
+  // multiple of 8 and a 16-byte aligned bias; otherwise, or without such an algorithm, the two
+  // ops run one after the other.
+  void matmul_gelu_forward(float* out, float* pre, const float* inp, const float* weight,
+                           const float* bias, size_t N, size_t IC, size_t OC) override {
+    if (N == 0 || OC == 0) return;
+    CudaDeviceGuard guard(device_);
+    const bool bias_aligned = bias == nullptr || reinterpret_cast<uintptr_t>(bias) % 16 == 0;
+    if (IC > 0 && OC % 8 == 0 && bias_aligned) {
+      const LtEpilogue gelu{
+          bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, bias, pre,
+          static_cast<int64_t>(OC)};
+      if (lt_matmul(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight, IC, inp, IC, out, OC, 0.0f, gelu))
+        return;
+    }
+    matmul_forward(pre, inp, weight, bias, N, IC, OC);
+    cuda_impl::launch_gelu_forward(stream_, out, pre, N * OC);
+  }
+
+  // dpre^T (IC, N) = gelu'(pre^T) * (W^T · dout^T): matmul_backward's dinp product with beta 0
+  // and the DGELU epilogue reading pre (row-major (N, IC), column-major ld IC) as its aux.
+  void matmul_backward_gelu(float* dpre, float* dweight, float* dbias, const float* dout,
+                            const float* inp, const float* pre, const float* weight, size_t N,
+                            size_t IC, size_t OC) override {
+    if (N == 0) return;
+    CudaDeviceGuard guard(device_);
+    if (OC == 0 || IC == 0) {  // dout @ W is empty: zero, and so is gelu' times it
+      if (IC > 0) TZ_CUDA_CHECK(cudaMemsetAsync(dpre, 0, N * IC * sizeof(float), stream_));
+      return;
+    }
+    const LtEpilogue dgelu{CUBLASLT_EPILOGUE_DGELU, nullptr, pre, static_cast<int64_t>(IC)};
+    const bool fused = IC % 8 == 0 && lt_matmul(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight, IC,
+                                                dout, OC, dpre, IC, 0.0f, dgelu);
+    if (!fused) {
+      lt_matmul(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight, IC, dout, OC, dpre, IC, 0.0f);
+      cuda_impl::launch_gelu_backward_in_place(stream_, dpre, pre, N * IC);
+    }
+    matmul_backward(nullptr, dweight, dbias, dout, inp, weight, N, IC, OC);
   }
 
   // The fused kernel (flash_attention.cu) keeps one logsumexp per query row and recomputes the
@@ -430,14 +483,31 @@ class CudaKernels final : public Kernels {
   }
 
  private:
-  // D (m, n) = op(A) · op(B) + beta · D (+ bias broadcast over columns), all column-major fp32.
-  // A is stored (m, k) when op_a is N and (k, m) when it is T; B likewise (k, n) or (n, k).
-  // With a bias, returns false without doing anything when cuBLASLt has no algorithm for the
-  // bias epilogue (the caller then retries without it); otherwise runs the product and returns
-  // true, or throws when there is no algorithm at all.
+  // The heuristic reads the bias and aux pointers' alignment, so they are set before the query.
+  static void set_epilogue(MatmulDesc& desc, const LtEpilogue& e) {
+    const uint32_t kind = e.kind;
+    TZ_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                   &kind, sizeof(kind)));
+    if (e.bias != nullptr) {
+      TZ_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                     &e.bias, sizeof(e.bias)));
+    }
+    if (e.aux != nullptr) {
+      TZ_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          desc.handle, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e.aux, sizeof(e.aux)));
+      TZ_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          desc.handle, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &e.aux_ld, sizeof(e.aux_ld)));
+    }
+  }
+
+  // D (m, n) = epilogue(op(A) · op(B) + beta · D), all column-major fp32 (the epilogue: the bias
+  // broadcast over columns, GELU, GELU's gradient; see LtEpilogue). A is stored (m, k) when op_a
+  // is N and (k, m) when it is T; B likewise (k, n) or (n, k). With an epilogue, returns false
+  // without doing anything when cuBLASLt has no algorithm for it (the caller then does without);
+  // otherwise runs the product and returns true, or throws when there is no algorithm at all.
   bool lt_matmul(cublasOperation_t op_a, cublasOperation_t op_b, size_t m, size_t n, size_t k,
                  const float* A, size_t lda, const float* B, size_t ldb, float* D, size_t ldd,
-                 float beta, const float* bias) {
+                 float beta, const LtEpilogue& epilogue = {}) {
     const bool a_transposed = op_a == CUBLAS_OP_T;
     const bool b_transposed = op_b == CUBLAS_OP_T;
     MatrixLayout a_layout(a_transposed ? k : m, a_transposed ? m : k, static_cast<int64_t>(lda));
@@ -468,7 +538,7 @@ class CudaKernels final : public Kernels {
     // bias epilogue, whose caller retries without it first) runs in exact fp32, with a warning.
     const cublasComputeType_t fast = compute_type(precision_);
     const cublasComputeType_t tries[] = {fast, CUBLAS_COMPUTE_32F};
-    const int n_tries = fast != CUBLAS_COMPUTE_32F && bias == nullptr ? 2 : 1;
+    const int n_tries = fast != CUBLAS_COMPUTE_32F && !epilogue.fused() ? 2 : 1;
     for (int t = 0; t < n_tries; ++t) {
       MatmulDesc desc(tries[t]);
       const int32_t trans_a = op_a;
@@ -477,14 +547,7 @@ class CudaKernels final : public Kernels {
                                                      &trans_a, sizeof(trans_a)));
       TZ_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_TRANSB,
                                                      &trans_b, sizeof(trans_b)));
-      if (bias != nullptr) {
-        const uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-        TZ_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_EPILOGUE,
-                                                       &epilogue, sizeof(epilogue)));
-        // The heuristic reads this pointer's alignment, so it is set before the query.
-        TZ_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-            desc.handle, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-      }
+      if (epilogue.fused()) set_epilogue(desc, epilogue);
       cublasLtMatmulHeuristicResult_t heuristic{};
       int found = 0;
       const cublasStatus_t heuristic_status = cublasLtMatmulAlgoGetHeuristic(
@@ -508,7 +571,7 @@ class CudaKernels final : public Kernels {
                                      &heuristic.algo, lt_workspace_, lt_workspace_bytes_, stream_));
       return true;
     }
-    if (bias != nullptr) return false;
+    if (epilogue.fused()) return false;
     TZ_THROW(std::string("cuBLASLt has no ") + matmul_precision_name(precision_) +
                  " algorithm for matmul m=" + std::to_string(m) + " n=" + std::to_string(n) +
                  " k=" + std::to_string(k) + " (alignment A=" + std::to_string(align_a) +

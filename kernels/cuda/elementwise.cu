@@ -156,19 +156,23 @@ __global__ void gelu_forward_kernel(float* out,        // (n)
   }
 }
 
-__global__ void gelu_backward_kernel(float* dinp,        // (n) +=
+__device__ __forceinline__ float gelu_grad(float x) {
+  const GeluTanhTerms th = gelu_tanh_terms(x);
+  // sech^2 = (1 - tanh)(1 + tanh): no coshf (which overflows) and no 1 - tanh^2 cancellation.
+  const float sech2 = th.one_minus * th.one_plus;
+  return 0.5f * th.one_plus + x * 0.5f * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+}
+
+// dinp += gelu'(inp) * dout, or with `overwrite` dinp = 0 + gelu'(inp) * dout (the bits of the
+// += into a zeroed dinp). dinp may alias dout: each element is read before it is written.
+__global__ void gelu_backward_kernel(float* dinp,        // (n) += or overwritten
                                      const float* inp,   // (n)
                                      const float* dout,  // (n)
-                                     size_t n) {
+                                     size_t n, bool overwrite) {
   for (size_t i = global_thread_index(); i < n; i += grid_stride()) {
-    const float x = inp[i];
-    const float d = dout[i];  // read before writing: dinp may alias dout
-    const GeluTanhTerms th = gelu_tanh_terms(x);
-    // sech^2 = (1 - tanh)(1 + tanh): no coshf (which overflows) and no 1 - tanh^2 cancellation.
-    const float sech2 = th.one_minus * th.one_plus;
-    const float local_grad =
-        0.5f * th.one_plus + x * 0.5f * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
-    dinp[i] += local_grad * d;
+    const float d = dout[i];
+    const float prior = overwrite ? 0.0f : dinp[i];
+    dinp[i] = prior + gelu_grad(inp[i]) * d;
   }
 }
 
@@ -460,7 +464,13 @@ void launch_gelu_forward(cudaStream_t stream, float* out, const float* inp, size
 void launch_gelu_backward(cudaStream_t stream, float* dinp, const float* inp, const float* dout,
                           size_t n) {
   if (n == 0) return;
-  gelu_backward_kernel<<<grid_stride_blocks(n), kBlockSize, 0, stream>>>(dinp, inp, dout, n);
+  gelu_backward_kernel<<<grid_stride_blocks(n), kBlockSize, 0, stream>>>(dinp, inp, dout, n, false);
+  TZ_CUDA_CHECK_LAUNCH();
+}
+
+void launch_gelu_backward_in_place(cudaStream_t stream, float* d, const float* inp, size_t n) {
+  if (n == 0) return;
+  gelu_backward_kernel<<<grid_stride_blocks(n), kBlockSize, 0, stream>>>(d, inp, d, n, true);
   TZ_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,6 +1,7 @@
 // Linear: its tensor metadata per split, and the matmul kernels on its local shapes.
 #include "linear.hpp"
 
+#include "tierzero/core/error.hpp"
 #include "tierzero/nn/micro_batch.hpp"
 
 namespace tierzero::nn {
@@ -60,6 +61,21 @@ void Linear::backward(const ModuleContext& ctx, const float* in, const float* do
   const size_t N = ctx.mb.dims().tokens;
   ctx.k.matmul_backward(din, weight_.in(ctx.grads), has_bias_ ? bias_.in(ctx.grads) : nullptr, dout,
                         in, weight_.in(ctx.params), N, in_, out_);
+}
+
+void Linear::forward_gelu(const ModuleContext& ctx, const float* in, float* pre, float* act) const {
+  TZ_CHECK(split_ != LinearSplit::row, "a row-parallel linear's output is a partial sum",
+           "internal error: apply GELU after the tensor-parallel sum");
+  const size_t N = ctx.mb.dims().tokens;
+  ctx.k.matmul_gelu_forward(act, pre, in, weight_.in(ctx.params),
+                            bias_in_forward_ ? bias_.in(ctx.params) : nullptr, N, in_, out_);
+}
+
+void Linear::backward_gelu(const ModuleContext& ctx, const float* in, const float* pre,
+                           const float* dout, float* dpre) const {
+  const size_t N = ctx.mb.dims().tokens;
+  ctx.k.matmul_backward_gelu(dpre, weight_.in(ctx.grads), has_bias_ ? bias_.in(ctx.grads) : nullptr,
+                             dout, in, pre, weight_.in(ctx.params), N, in_, out_);
 }
 
 }  // namespace tierzero::nn

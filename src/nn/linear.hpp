@@ -32,6 +32,14 @@ class Linear {
   void forward(const ModuleContext& ctx, const float* in, float* out) const;
   // din (B*T, in) += dout @ W; dW += dout^T in; db += colsum(dout). `in` is the forward's input.
   void backward(const ModuleContext& ctx, const float* in, const float* dout, float* din) const;
+  // forward with GELU after it: pre (B*T, out) as forward's out, act (B*T, out) = gelu(pre), in
+  // one kernel call (Kernels::matmul_gelu_forward). Not for a row-parallel linear, whose partial
+  // outputs are summed before any activation.
+  void forward_gelu(const ModuleContext& ctx, const float* in, float* pre, float* act) const;
+  // backward of a linear whose input was gelu(pre): dpre (B*T, in) = gelu'(pre) * (dout @ W),
+  // OVERWRITTEN; dW and db accumulate as in backward (Kernels::matmul_backward_gelu).
+  void backward_gelu(const ModuleContext& ctx, const float* in, const float* pre, const float* dout,
+                     float* dpre) const;
 
  private:
   ParamKind weight_kind_, bias_kind_;

@@ -34,12 +34,14 @@ void MLP::bind(const ParamLayout& layout) {
 }
 
 void MLP::forward(const ModuleContext& ctx, const float* in, float* out, const MlpActs& a) const {
-  fc_.forward(ctx, in, a.fch);
-  const size_t N = ctx.mb.B() * ctx.mb.T();
-  if (swiglu_)
-    ctx.k.swiglu_forward(a.fch_gelu, a.fch, N, hidden_);
-  else
-    ctx.k.gelu_forward(a.fch_gelu, a.fch, N * hidden_);
+  // GELU runs in fc's product (a cuBLASLt epilogue on CUDA); SwiGLU reads two halves of fc's
+  // output, so it stays a pass of its own.
+  if (swiglu_) {
+    fc_.forward(ctx, in, a.fch);
+    ctx.k.swiglu_forward(a.fch_gelu, a.fch, ctx.mb.B() * ctx.mb.T(), hidden_);
+  } else {
+    fc_.forward_gelu(ctx, in, a.fch, a.fch_gelu);
+  }
   if (out) proj_.forward(ctx, a.fch_gelu, out);
 }
 
@@ -47,13 +49,16 @@ void MLP::backward(const ModuleContext& ctx, const float* in, const MlpActs& a, 
                    float* din) const {
   const size_t N = ctx.mb.B() * ctx.mb.T();
   const size_t n = N * hidden_;
-  ctx.zero(ctx.scratch.dfch_gelu(), n);
-  proj_.backward(ctx, a.fch_gelu, dout, ctx.scratch.dfch_gelu());
-  ctx.zero(ctx.scratch.dfch(), swiglu_ ? 2 * n : n);
-  if (swiglu_)
+  if (swiglu_) {
+    ctx.zero(ctx.scratch.dfch_gelu(), n);
+    proj_.backward(ctx, a.fch_gelu, dout, ctx.scratch.dfch_gelu());
+    ctx.zero(ctx.scratch.dfch(), 2 * n);
     ctx.k.swiglu_backward(ctx.scratch.dfch(), a.fch, ctx.scratch.dfch_gelu(), N, hidden_);
-  else
-    ctx.k.gelu_backward(ctx.scratch.dfch(), a.fch, ctx.scratch.dfch_gelu(), n);
+  } else {
+    // GELU's gradient is taken in the projection's input-gradient product: dfch is written
+    // whole, so neither it nor a separate gradient of fch_gelu is zeroed first.
+    proj_.backward_gelu(ctx, a.fch_gelu, a.fch, dout, ctx.scratch.dfch());
+  }
   fc_.backward(ctx, in, ctx.scratch.dfch(), din);
 }
 

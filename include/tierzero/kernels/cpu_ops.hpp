@@ -82,6 +82,8 @@ void gqa_attention_backward(float* dqkv, float* datt, const float* dout, const f
 void gelu_forward(float* out, const float* inp, size_t n);
 // dinp (n) += gelu_tanh'(inp (n)) * dout (n)
 void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);
+// d (n) = gelu_tanh'(inp (n)) * d (n), in place: the bits of gelu_backward into a zeroed dinp
+void gelu_backward_in_place(float* d, const float* inp, size_t n);
 
 // out (n) = a (n) + b (n)
 void residual_forward(float* out, const float* a, const float* b, size_t n);

@@ -146,6 +146,31 @@ class Kernels {
                                const float* weight,  // (OC, IC)
                                size_t N, size_t IC, size_t OC) = 0;
 
+  // A linear layer with GELU after it (the MLP's fc): matmul_forward into pre, then gelu_forward
+  // of pre into out, in one call, so a backend can apply GELU in the product's epilogue instead
+  // of a pass over memory. pre is kept for the backward. The CPU backend runs the two ops (the
+  // same bits); CUDA uses cuBLASLt's GELU_AUX_BIAS epilogue (tanh GELU, equal up to roundoff) and
+  // the two ops where cuBLASLt has no such algorithm (OC not a multiple of 8, say).
+  virtual void matmul_gelu_forward(float* out,           // (N, OC) gelu(pre)
+                                   float* pre,           // (N, OC) inp @ weight^T + bias
+                                   const float* inp,     // (N, IC)
+                                   const float* weight,  // (OC, IC)
+                                   const float* bias,    // (OC) nullable
+                                   size_t N, size_t IC, size_t OC) = 0;
+  // matmul_backward of a linear whose input was gelu(pre) (the MLP's projection), with
+  // gelu_backward folded into its input gradient: dpre = gelu'(pre) * (dout @ weight),
+  // OVERWRITTEN (not +=, unlike every other backward: the gradient of pre has no other term);
+  // dweight and dbias accumulate as in matmul_backward. On the CPU bitwise the unfused sequence
+  // (zeroed gradients, matmul_backward, gelu_backward); on CUDA cuBLASLt's DGELU epilogue.
+  virtual void matmul_backward_gelu(float* dpre,          // (N, IC) overwritten
+                                    float* dweight,       // (OC, IC) +=
+                                    float* dbias,         // (OC) += nullable
+                                    const float* dout,    // (N, OC)
+                                    const float* inp,     // (N, IC) gelu(pre)
+                                    const float* pre,     // (N, IC)
+                                    const float* weight,  // (OC, IC)
+                                    size_t N, size_t IC, size_t OC) = 0;
+
   // Causal self-attention with grouped key/value heads (s.n_kv_head divides s.n_head; query head
   // h reads kv head h / (n_head / n_kv_head); GPT-2 has n_kv_head == n_head). qkv[b,t,:] holds
   // q (NH*hd), then k (NKV*hd), then v (NKV*hd); head h uses its hd channels of each; scores are
