@@ -214,14 +214,7 @@ void GradientReducer::accumulate(const Pending& r) {
   if (any_host) {
     staging = storage_.host_pool()->allocate(total * sizeof(float), Category::io,
                                              "zero grad shard staging");
-    const double t0 = monotonic_seconds();
-    Stream& st = device_.default_stream();
-    device_.copy(staging.data(), r.shard_mean.data(), total * sizeof(float),
-                 CopyKind::device_to_host, st);
-    st.synchronize();
-    ActivityLog::global().record(Track::device_to_host, "grad shard to host", t0,
-                                 monotonic_seconds(), total * sizeof(float),
-                                 static_cast<int64_t>(r.units[0]));
+    copy_to_host(staging.data(), r.shard_mean.data(), total * sizeof(float), r.units[0]);
   }
   for (size_t i = 0; i < r.units.size(); ++i) {
     const size_t u = r.units[i];
@@ -355,16 +348,33 @@ void GradientReducer::copy_slices_to_host(const std::vector<char>& copied) {
 
 void GradientReducer::copy_slice_to_host(size_t u) {
   if (config_.stage >= 2 || storage_.placement(u).grad == Tier::device) return;
-  Stream& st = device_.default_stream();
   const size_t n = plan_.partition(u).shard_numel;
-  const double t0 = monotonic_seconds();
-  device_.copy(storage_.arenas().ptr(StateBuffer::grad_shard, u),
+  copy_to_host(storage_.arenas().ptr(StateBuffer::grad_shard, u),
                storage_.arenas().ptr(StateBuffer::grads_full, u) +
                    plan_.partition(u).shard_begin(plan_.rank()),
-               n * sizeof(float), CopyKind::device_to_host, st);
-  st.synchronize();
+               n * sizeof(float), u);
+}
+
+void GradientReducer::copy_to_host(void* dst, const void* src, size_t bytes, size_t unit) {
+  // The reduction that wrote src has landed (its request was waited for), so the copy need not
+  // follow the compute stream: on its own stream the host waits for this copy only, while the
+  // backward already issued keeps the GPU busy. A 16-bit reduction's widening back to fp32 is a
+  // kernel on the compute stream, so then the copy starts after an event recorded behind it
+  // (in stream order, not waited for on the host).
+  if (!d2h_stream_) {
+    d2h_stream_ = device_.create_stream();
+    copied_ = device_.create_event();
+  }
+  if (config_.reduce_dtype != DType::f32) {
+    copied_->record(device_.default_stream());
+    copied_->make_wait(*d2h_stream_);
+  }
+  const double t0 = monotonic_seconds();
+  device_.copy(dst, src, bytes, CopyKind::device_to_host, *d2h_stream_);
+  copied_->record(*d2h_stream_);
+  copied_->synchronize();
   ActivityLog::global().record(Track::device_to_host, "grad shard to host", t0, monotonic_seconds(),
-                               n * sizeof(float), static_cast<int64_t>(u));
+                               bytes, static_cast<int64_t>(unit));
 }
 
 size_t bucket_capacity(const PartitionPlan& plan, size_t reduce_bucket_elems, bool overlap_comm) {

@@ -110,6 +110,9 @@ class GradientReducer {
   void accumulate(const Pending& r);  // stages 2-3: each unit's mean into its shard
   // A unit's mean (shard_numel fp32, host) added into its gradient shard on NVMe.
   void accumulate_on_nvme(size_t unit, float* mean);
+  // bytes of a landed reduction's result (device) into host memory, on d2h_stream_; returns
+  // once they are there (a host wait for this copy alone, not for the compute stream's queue).
+  void copy_to_host(void* dst, const void* src, size_t bytes, size_t unit);
 
   const StoreConfig& config_;
   ShardStorage& storage_;
@@ -127,6 +130,9 @@ class GradientReducer {
   size_t pending_elems_ = 0;  // of the buckets in flight
   size_t capacity_;           // elements at which a bucket goes out (bucket_capacity)
   bool sync_ = true;
+  // Reduced gradients' copies to host memory (made on first use: only with host gradients).
+  std::unique_ptr<Stream> d2h_stream_;
+  std::unique_ptr<Event> copied_;  // the last copy on it (or, first, the widening it follows)
 };
 
 }  // namespace tierzero::zero
