@@ -2,6 +2,7 @@
 #include "adamw_in_memory.hpp"
 
 #include "segment_update.hpp"
+#include "tierzero/kernels/cpu_ops.hpp"
 
 namespace tierzero::zero {
 
@@ -13,11 +14,17 @@ void InMemoryAdamW::update(size_t unit, const kernels::AdamWParams& base) {
   float* m = storage_.arenas().ptr(StateBuffer::adam_m, unit);
   float* v = storage_.arenas().ptr(StateBuffer::adam_v, unit);
   const size_t n = storage_.plan().partition(unit).shard_numel;
+  // (n) bf16 working parameters in host memory, rounded in the update's own pass; or null.
+  uint16_t* working = on_device ? nullptr : storage_.host_bf16_params(unit);
   for_segments(storage_.plan().segments(unit), 0, n, base, static_cast<float>(config_.weight_decay),
                [&](size_t o, size_t count, const kernels::AdamWParams& p) {
-                 k.adamw_update(param + o, m + o, v + o, grad + o, count, p);
+                 if (working != nullptr)
+                   kernels::cpu::adamw_update_with_copy(param + o, m + o, v + o, grad + o,
+                                                        working + o, count, p);
+                 else
+                   k.adamw_update(param + o, m + o, v + o, grad + o, count, p);
                });
-  if (!storage_.placement(unit).master_is_param)
+  if (!storage_.placement(unit).master_is_param && working == nullptr)
     storage_.publish_params(unit, param, 0, n, on_device);
 }
 

@@ -9,6 +9,7 @@
 #include "tierzero/core/activity_log.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/timer.hpp"
+#include "tierzero/kernels/cpu_ops.hpp"
 
 namespace tierzero::zero {
 
@@ -177,14 +178,22 @@ void NvmeAdamW::update_chunks(const std::vector<size_t>& order, const kernels::A
       auto* param = static_cast<float*>(s.master.data());
       auto* m = static_cast<float*>(s.m.data());
       auto* v = static_cast<float*>(s.v.data());
+      // (c.count) the chunk's bf16 working parameters when they live in host memory: rounded in
+      // the update's own pass (or null: published after it).
+      uint16_t* host_bf16 = storage_.host_bf16_params(c.unit);
+      if (host_bf16 != nullptr) host_bf16 += c.begin;
       for_segments(storage_.plan().segments(c.unit), c.begin, c.count, base,
                    static_cast<float>(adamw_.weight_decay),
                    [&](size_t o, size_t count, const kernels::AdamWParams& p) {
-                     k.adamw_update(param + o, m + o, v + o, grad + o, count, p);
+                     if (host_bf16 != nullptr)
+                       kernels::cpu::adamw_update_with_copy(param + o, m + o, v + o, grad + o,
+                                                            host_bf16 + o, count, p);
+                     else
+                       k.adamw_update(param + o, m + o, v + o, grad + o, count, p);
                    });
       ActivityLog::global().record(Track::optimizer, "adamw nvme chunk", t1, monotonic_seconds(), 0,
                                    u);
-      if (!storage_.placement(c.unit).master_is_param)
+      if (!storage_.placement(c.unit).master_is_param && host_bf16 == nullptr)
         storage_.publish_params(c.unit, param, c.begin, c.count, false);
       if (handoffs && c.begin == 0 && stage_ == 3 &&
           storage_.placement(c.unit).param == Tier::nvme && background_.reserve_handoff()) {

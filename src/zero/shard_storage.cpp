@@ -168,6 +168,13 @@ void ShardStorage::read_full_params(size_t unit, float* host_values) {
     host_kernels_->convert_to_f32(host_values, bits.data(), working_, numel);
 }
 
+uint16_t* ShardStorage::host_bf16_params(size_t unit) {
+  const UnitPlacement& pl = placement_[unit];
+  if (working_ != DType::bf16 || stage_ != 3 || pl.param != Tier::host || pl.master_is_param)
+    return nullptr;
+  return static_cast<uint16_t*>(param_shard_raw(unit));
+}
+
 void ShardStorage::publish_params(size_t unit, const float* master, size_t begin, size_t count,
                                   bool master_on_device) {
   if (count == 0) return;

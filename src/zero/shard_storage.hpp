@@ -88,6 +88,11 @@ class ShardStorage {
   // copied out first). `master` is on the device when master_on_device.
   void publish_params(size_t unit, const float* master, size_t begin, size_t count,
                       bool master_on_device);
+  // Where an update on the host may write the unit's new bf16 working parameters in its own pass
+  // over memory (kernels::cpu::adamw_update_with_copy, the same bits as publish_params): the
+  // parameter shard itself when it lives in host memory as bf16 (stage 3); else null, and
+  // publish_params places them.
+  uint16_t* host_bf16_params(size_t unit);
 
  private:
   const PartitionPlan& plan_;

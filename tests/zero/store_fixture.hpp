@@ -81,7 +81,8 @@ constexpr double kLr = 3e-3;
 constexpr double kClip = 1.0;
 constexpr size_t kPersistenceThreshold = 1000;  // the final layernorm (128 elements) persists
 
-// Placements by name; "half" puts the first half of the units' parameters on NVMe and their
+// Placements by name; "host_nvme" keeps the parameters in host memory and the optimizer states on
+// NVMe; "half" puts the first half of the units' parameters on NVMe and their
 // optimizer states in host memory, the rest on the device.
 inline zero::PlacementConfig placement_for(const std::string& name) {
   zero::PlacementConfig p;
@@ -90,6 +91,10 @@ inline zero::PlacementConfig placement_for(const std::string& name) {
   if (name == "opt_nvme") p.optimizer.tier = Tier::nvme;
   if (name == "all_host") p.param.tier = p.optimizer.tier = Tier::host;
   if (name == "all_nvme") p.param.tier = p.optimizer.tier = Tier::nvme;
+  if (name == "host_nvme") {  // parameters in host memory, optimizer states on NVMe
+    p.param.tier = Tier::host;
+    p.optimizer.tier = Tier::nvme;
+  }
   if (name == "half") {
     p.param = {Tier::nvme, 0.5};
     p.optimizer = {Tier::host, 0.5};

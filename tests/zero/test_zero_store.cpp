@@ -378,8 +378,11 @@ TEST_P(ZeroStoreMixedPrecision, TracksTheFp32ReferenceAndPlacementsAgree) {
   // between placements; bf16 3.3e-3). The first step is held to one ulp everywhere.
   const double one_ulp = working == DType::bf16 ? 1.0 / 128 : 1.0 / 1024;
   const double ulps = on_cuda() ? 4.0 : (working == DType::f16 ? 8.0 : 1.0);
-  for (const char* placement : {"device", "opt_nvme", "all_nvme"}) {
-    if (stage < 3 && std::string(placement) == "all_nvme") continue;
+  // At stage 3 with parameters in host memory (all_host, host_nvme) the CPU AdamW writes the
+  // bf16 working copy in its own pass (ShardStorage::host_bf16_params).
+  for (const char* placement : {"device", "opt_nvme", "all_nvme", "all_host", "host_nvme"}) {
+    const std::string name = placement;
+    if (stage < 3 && name != "device" && name != "opt_nvme") continue;
     Fixture f(stage, placement, 1000000000, working);
     ErrorStats loss_err;
     std::vector<float> run;
@@ -405,11 +408,16 @@ TEST_P(ZeroStoreMixedPrecision, TracksTheFp32ReferenceAndPlacementsAgree) {
             << what << " " << tier_name(t) << " " << category_name(c);
     const zero::PartitionPlan& plan = f.store.plan();
     const size_t share = stage == 3 ? plan.shard_numel() : plan.full_numel();
-    const Tier param_tier = std::string(placement) == "all_nvme" ? Tier::nvme : Tier::device;
-    const size_t want = param_tier == Tier::nvme
-                            ? predicted.at(Tier::nvme, Category::param)  // 4 KiB-padded chunks
-                            : DeviceAllocator::round_size(2 * share);
+    const Tier param_tier = name == "all_nvme"                          ? Tier::nvme
+                            : name == "all_host" || name == "host_nvme" ? Tier::host
+                                                                        : Tier::device;
+    // NVMe: 4 KiB-padded chunks; host: the pool's size classes (2 bytes per element either way).
+    const size_t want = param_tier == Tier::device ? DeviceAllocator::round_size(2 * share)
+                                                   : predicted.at(param_tier, Category::param);
     EXPECT_EQ(f.store_tracker.current(param_tier, Category::param), want) << what;
+    if (param_tier == Tier::host) {
+      EXPECT_LT(want, 4 * share) << what << ": the working parameters are 16-bit";
+    }
     losses.push_back(run);
   }
   for (size_t i = 1; i < losses.size(); ++i)
