@@ -9,6 +9,11 @@
 #     step against its engines' floor on cuda, host mode then nvme mode; default GPT-2 XL, T 1024)
 #   scripts/device/gpu_check.sh peers [micro-batch]   (GPT-2 124M, T 1024: ours vs PyTorch eager,
 #     torch.compile and llm.c's train_gpt2cu from .devpeers/, see peers_prepare.sh)
+#   scripts/device/gpu_check.sh lease [seconds]   (everything above that one short lease can hold,
+#     most telling first, each step only if its own limit still fits in `seconds` (default 500):
+#     issue 26's kernel tests, bench train bf16 and fp32, the peers at B 8, compute-sanitizer
+#     memcheck, host waits, racecheck, bench offload host, the other CUDA tests; carry
+#     .devbundle and .devpeers, timeout 600)
 #   scripts/device/gpu_check.sh issue26   (issue 26's first parts, one call of under 10 minutes:
 #     the fused attention (its bitwise repeatability included), the deterministic gradient sums
 #     (GradientSumsTest: embedding, bias and norm gradients repeat bit for bit) and
@@ -22,7 +27,7 @@
 #     then run with the device tool: carry .devbundle, command
 #       scripts/device/gpu_check.sh issue26, timeout 600 (the steps' own limits sum to ~9 min)
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 what=${1:-all}
 pattern=${2:-}
 out=${OUT:-$PWD/gpu-out}
@@ -110,13 +115,70 @@ if [ "$what" = sanitize ]; then  # compute-sanitizer over the GoogleTest filter 
   log "exit $?"; grep -E "ERROR SUMMARY|Invalid|FAILED|max_rel" "$out/sanitize.log" | head -40 |
     tee -a "$out/summary.txt"
 fi
-if [ "$what" = peers ]; then  # issue 26's comparison; pattern: the micro-batch (default 16)
-  B=${pattern:-16}
+
+# ---- the steps of the peers, issue26 and lease modes ----
+
+kt=build/gpu/tests/kernels/test_kernels
+# Issue 26's kernels on cuda against the CPU reference, with the errors each test prints.
+step_kernels26() {
+  log "issue 26: kernel tests on cuda (fused attention, gradient sums, matmul precisions, matmul + GELU epilogues, layernorm, attention, llama, matmul)"
+  timeout 90 $kt --gtest_filter='*FlashAttentionTest*/cuda:*GradientSumsTest*/cuda:*ElementwiseTest.SumSquares*/cuda:*MatmulPrecisionTest*/cuda:*MatmulGeluTest*/cuda:*LayerNormTest*/cuda:*AttentionTest*/cuda:*LlamaKernelTest*/cuda:*MatmulTest*/cuda' \
+    >"$out/kernels26.log" 2>&1
+  log "exit $?"
+  grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]|flash_attention (out|dqkv).*(T1024|T257)|flash_attention repeat|GradientSumsTest|repeat: [1-9]|CPU backend: |matmul_forward out (tf32|bf16|fp16|fp32) N77|matmul_(gelu_forward out|backward_gelu dpre) N64" \
+    "$out/kernels26.log" | head -56 | tee -a "$out/summary.txt"
+}
+# compute-sanitizer (memcheck or racecheck) over the fused attention's small test.
+step_sanitize26() {
+  local tool=$1 limit=80 san='*FlashAttentionTest.SmallForSanitizers/cuda:*MatmulGeluTest*/cuda'
+  [ "$tool" = racecheck ] && limit=110
+  local cs
+  cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+  [ -n "$cs" ] || cs=compute-sanitizer  # not found: the run below says so in its log
+  log "compute-sanitizer --tool $tool on $san"
+  timeout $limit "$cs" --tool "$tool" --error-exitcode 3 $kt --gtest_filter="$san" \
+    >"$out/sanitize_$tool.log" 2>&1
+  log "exit $?"
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|hazard|PASSED|FAILED" "$out/sanitize_$tool.log" |
+    head -12 | tee -a "$out/summary.txt"
+}
+# bench train, GPT-2 124M B 8 T 1024, products at one precision.
+step_bench_precision() {
+  local p=$1
+  log "bench train --device cuda --model gpt2 --batch 8 --seq 1024 --steps 5 --matmul-precision $p"
+  timeout 40 $tz bench train --device cuda --model gpt2 --batch 8 --seq 1024 --steps 5 \
+    --matmul-precision "$p" >"$out/bench_$p.jsonl" 2>"$out/bench_$p.log"
+  log "exit $?"; tail -9 "$out/bench_$p.log" | tee -a "$out/summary.txt"; cat "$out/bench_$p.jsonl"
+}
+# The asynchronous step's counters on the GPU: host waits per step (--metrics host_waits) and the
+# device timeline's compute against the step (the profile's compute track); the logits in
+# chunks run here too.
+step_waits() {
+  local st=$1
+  log "train gpt2 cuda B 8 T 1024 stage $st: host waits, device-timed compute"
+  echo "{\"train_micro_batch_size_per_gpu\": 8, \"zero_optimization\": {\"stage\": $st},
+    \"tierzero\": {\"steps\": 6, \"seq_len\": 1024, \"val_batches\": 0}}" > "$out/waits$st.json"
+  timeout 45 $tz train --config "$out/waits$st.json" --model gpt2 --device cuda \
+    --metrics "$out/waits$st.jsonl" --profile "$out/prof$st.json" >"$out/train_waits$st.log" 2>&1
+  log "exit $?"; tail -3 "$out/train_waits$st.log" | tee -a "$out/summary.txt"
+  python3 - "$out/waits$st.jsonl" "$out/prof$st.json" <<'PY' 2>&1 | tee -a "$out/summary.txt"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+print("host_waits", [l["host_waits"] for l in lines], "ms", [round(l["ms"], 1) for l in lines])
+steps = json.load(open(sys.argv[2]))["steps"]
+print("device compute busy ms", [round(s["tracks"][0][0] * 1e3, 1) for s in steps],
+      "spans", [s["tracks"][0][2] for s in steps])
+PY
+}
+# Issue 26's comparison at micro-batch B: ours (bf16 products), PyTorch eager and torch.compile,
+# llm.c's train_gpt2cu; `limit` bounds the torch script (compile time included).
+step_peers() {
+  local B=$1 torch_limit=${2:-300}
   log "peers: GPT-2 124M, B $B, T 1024 (ours, PyTorch eager / torch.compile, llm.c)"
   timeout 120 $tz bench train --device cuda --model gpt2 --batch "$B" --seq 1024 --steps 10 \
-    >"$out/peer_ours.jsonl" 2>"$out/peer_ours.log"; log "ours exit $?"
+    --matmul-precision bf16 >"$out/peer_ours.jsonl" 2>"$out/peer_ours.log"; log "ours exit $?"
   tail -12 "$out/peer_ours.log" | tee -a "$out/summary.txt"
-  timeout 300 python3 scripts/device/peer_gpt2_torch.py --batch "$B" --seq 1024 \
+  timeout "$torch_limit" python3 scripts/device/peer_gpt2_torch.py --batch "$B" --seq 1024 \
     >"$out/peer_torch.jsonl" 2>"$out/peer_torch.log"; log "torch exit $?"
   grep "^peer torch" "$out/peer_torch.log" | tee -a "$out/summary.txt"
   if [ -x .devpeers/train_gpt2cu ]; then
@@ -132,12 +194,15 @@ if [ "$what" = peers ]; then  # issue 26's comparison; pattern: the micro-batch 
 import json, re, sys
 out, B = sys.argv[1], int(sys.argv[2])
 tok = {}
-for line in open(f"{out}/peer_ours.jsonl"):
-    r = json.loads(line)
-    tok["tierzero"] = B * 1024 / (r["step_ms"] / 1e3)
-for line in open(f"{out}/peer_torch.jsonl"):
-    r = json.loads(line)
-    tok[r["bench"][5:]] = r["value"]
+try:
+    for line in open(f"{out}/peer_ours.jsonl"):
+        r = json.loads(line)
+        tok["tierzero"] = B * 1024 / (r["step_ms"] / 1e3)
+    for line in open(f"{out}/peer_torch.jsonl"):
+        r = json.loads(line)
+        tok[r["bench"][5:]] = r["value"]
+except (OSError, ValueError, KeyError) as e:
+    print("peers: incomplete results:", e)
 try:
     steps = re.findall(r"\| ([0-9.]+) tok/s", open(f"{out}/peer_llmc.log").read())
     if steps: tok["llmc"] = float(steps[-1])
@@ -151,55 +216,42 @@ for peer in ("torch_compile", "torch_eager", "llmc"):
                           "unit": "tokens/s", "baseline": peer, "baseline_value": tok[peer],
                           "ratio": round(tok["tierzero"] / tok[peer], 4), "batch": B, "seq": 1024}))
 PY
-fi
-if [ "$what" = issue26 ]; then
-  kt=build/gpu/tests/kernels/test_kernels
-  log "issue 26: kernel tests on cuda (fused attention, gradient sums, matmul precisions, attention, llama, matmul)"
-  timeout 90 $kt --gtest_filter='*FlashAttentionTest*/cuda:*GradientSumsTest*/cuda:*ElementwiseTest.SumSquares*/cuda:*MatmulPrecisionTest*/cuda:*AttentionTest*/cuda:*LlamaKernelTest*/cuda:*MatmulTest*/cuda' \
-    >"$out/kernels26.log" 2>&1
-  log "exit $?"
-  grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]|flash_attention (out|dqkv).*(T1024|T257)|flash_attention repeat|GradientSumsTest|repeat: [1-9]|CPU backend: |matmul_forward out (tf32|bf16|fp16|fp32) N77" \
-    "$out/kernels26.log" | head -48 | tee -a "$out/summary.txt"
-  san='*FlashAttentionTest.SmallForSanitizers/cuda'
-  cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
-  [ -n "$cs" ] || cs=compute-sanitizer  # not found: the run below says so in its log
-  for tool in memcheck racecheck; do
-    log "compute-sanitizer --tool $tool on $san"
-    limit=80; [ $tool = racecheck ] && limit=110
-    timeout $limit "$cs" --tool $tool --error-exitcode 3 $kt --gtest_filter="$san" \
-      >"$out/sanitize_$tool.log" 2>&1
-    log "exit $?"
-    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|hazard|PASSED|FAILED" "$out/sanitize_$tool.log" |
-      head -12 | tee -a "$out/summary.txt"
-  done
-  for p in fp32 tf32 bf16; do
-    log "bench train --device cuda --model gpt2 --batch 8 --seq 1024 --steps 5 --matmul-precision $p"
-    timeout 40 $tz bench train --device cuda --model gpt2 --batch 8 --seq 1024 --steps 5 \
-      --matmul-precision $p >"$out/bench_$p.jsonl" 2>"$out/bench_$p.log"
-    log "exit $?"; tail -9 "$out/bench_$p.log" | tee -a "$out/summary.txt"; cat "$out/bench_$p.jsonl"
-  done
-  # The asynchronous step's counters on the GPU: host waits per step (--metrics host_waits) and
-  # the device timeline's compute against the step (the profile's compute track); the logits in
-  # chunks (640 of 8192 tokens at a time) run here too.
-  for st in 0 3; do
-    log "train gpt2 cuda B 8 T 1024 stage $st: host waits, device-timed compute"
-    echo "{\"train_micro_batch_size_per_gpu\": 8, \"zero_optimization\": {\"stage\": $st},
-      \"tierzero\": {\"steps\": 6, \"seq_len\": 1024, \"val_batches\": 0}}" > "$out/waits$st.json"
-    timeout 45 $tz train --config "$out/waits$st.json" --model gpt2 --device cuda \
-      --metrics "$out/waits$st.jsonl" --profile "$out/prof$st.json" >"$out/train_waits$st.log" 2>&1
-    log "exit $?"; tail -3 "$out/train_waits$st.log" | tee -a "$out/summary.txt"
-    python3 - "$out/waits$st.jsonl" "$out/prof$st.json" <<'PY' 2>&1 | tee -a "$out/summary.txt"
-import json, sys
-lines = [json.loads(l) for l in open(sys.argv[1])]
-print("host_waits", [l["host_waits"] for l in lines], "ms", [round(l["ms"], 1) for l in lines])
-steps = json.load(open(sys.argv[2]))["steps"]
-print("device compute busy ms", [round(s["tracks"][0][0] * 1e3, 1) for s in steps],
-      "spans", [s["tracks"][0][2] for s in steps])
-PY
-  done
-  log "every other CUDA test (ctest, as far as 90 s allow)"
-  (cd build/gpu && timeout 90 ctest -R "/cuda|Cuda|_cuda" -E "FlashAttentionTest|GradientSumsTest|ElementwiseTest.SumSquares|MatmulPrecisionTest" \
+}
+# Every CUDA test the steps above did not run, as far as `limit` seconds allow.
+step_ctest_rest() {
+  local limit=${1:-90}
+  log "every other CUDA test (ctest, as far as $limit s allow)"
+  (cd build/gpu && timeout "$limit" ctest -R "/cuda|Cuda|_cuda" -E "FlashAttentionTest|GradientSumsTest|ElementwiseTest.SumSquares|MatmulPrecisionTest|MatmulGeluTest" \
      -j6 --timeout 120 --output-on-failure --output-junit "$out/junit26.xml") >"$out/ctest26.log" 2>&1
   log "ctest exit $?"; tail -25 "$out/ctest26.log" | tee -a "$out/summary.txt"
+}
+
+if [ "$what" = peers ]; then  # issue 26's comparison; pattern: the micro-batch (default 16)
+  step_peers "${pattern:-16}"
+fi
+if [ "$what" = issue26 ]; then
+  step_kernels26
+  step_sanitize26 memcheck
+  step_sanitize26 racecheck
+  for p in fp32 tf32 bf16; do step_bench_precision $p; done
+  for st in 0 3; do step_waits $st; done
+  step_ctest_rest 90
+fi
+if [ "$what" = lease ]; then  # the most telling steps first, each only if its limit still fits
+  deadline=$(( $(date +%s) + ${pattern:-500} ))
+  fits() {  # fits SECONDS [name]: true when a step of that limit ends before the deadline
+    if [ $(( $(date +%s) + $1 )) -le "$deadline" ]; then return 0; fi
+    log "skipped ${2:-a step} ($1 s): past the lease's deadline"; return 1
+  }
+  fits 90 kernels && step_kernels26
+  fits 40 "bench bf16" && step_bench_precision bf16
+  fits 40 "bench fp32" && step_bench_precision fp32
+  fits 330 "peers B 8" && step_peers 8 150
+  fits 80 memcheck && step_sanitize26 memcheck
+  fits 45 "waits stage 0" && step_waits 0
+  fits 45 "waits stage 3" && step_waits 3
+  fits 110 racecheck && step_sanitize26 racecheck
+  left=$(( deadline - $(date +%s) ))
+  [ "$left" -gt 30 ] && step_ctest_rest $(( left - 10 ))
 fi
 log "done"
