@@ -216,6 +216,13 @@ void launch_flash_attention_forward(cudaStream_t stream, float* out, float* lse,
 void launch_flash_attention_backward(cudaStream_t stream, float* dqkv, const float* dout,
                                      const float* out, const float* qkv, const float* lse,
                                      const AttentionShape& shape);
+// flash_attention_tc.cu: the same on the tensor cores (bf16 operands, fp32 accumulation) for
+// 16-bit compute; the same lse, so either backward follows either forward.
+void launch_flash_attention_tc_forward(cudaStream_t stream, float* out, float* lse,
+                                       const float* qkv, const AttentionShape& shape);
+void launch_flash_attention_tc_backward(cudaStream_t stream, float* dqkv, const float* dout,
+                                        const float* out, const float* qkv, const float* lse,
+                                        const AttentionShape& shape);
 
 // llama.cu: the Llama family's operations (kernels.hpp).
 void launch_rmsnorm_forward(cudaStream_t stream, float* out, float* rstd, const float* inp,

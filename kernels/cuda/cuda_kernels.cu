@@ -300,8 +300,10 @@ class CudaKernels final : public Kernels {
     matmul_backward(nullptr, dweight, dbias, dout, inp, weight, N, IC, OC);
   }
 
-  // The fused kernel (flash_attention.cu) keeps one logsumexp per query row and recomputes the
-  // rest in the backward: nothing of size T^2, no scratch.
+  // The fused kernels keep one logsumexp per query row and recompute the rest in the backward:
+  // nothing of size T^2, no scratch. With 16-bit products (bf16 or fp16 precision) they run on
+  // the tensor cores in bf16 (flash_attention_tc.cu), else in fp32 on the CUDA cores
+  // (flash_attention.cu, the reference; tf32 keeps it too).
   size_t attention_saved_floats(const AttentionShape& s) const override {
     return s.B * s.n_head * s.T;
   }
@@ -309,12 +311,18 @@ class CudaKernels final : public Kernels {
   void attention_forward(float* out, float* saved, const float* qkv,
                          const AttentionShape& s) override {
     CudaDeviceGuard guard(device_);
-    cuda_impl::launch_flash_attention_forward(stream_, out, saved, qkv, s);
+    if (attention_on_tensor_cores())
+      cuda_impl::launch_flash_attention_tc_forward(stream_, out, saved, qkv, s);
+    else
+      cuda_impl::launch_flash_attention_forward(stream_, out, saved, qkv, s);
   }
   void attention_backward(float* dqkv, float*, const float* dout, const float* out,
                           const float* qkv, const float* saved, const AttentionShape& s) override {
     CudaDeviceGuard guard(device_);
-    cuda_impl::launch_flash_attention_backward(stream_, dqkv, dout, out, qkv, saved, s);
+    if (attention_on_tensor_cores())
+      cuda_impl::launch_flash_attention_tc_backward(stream_, dqkv, dout, out, qkv, saved, s);
+    else
+      cuda_impl::launch_flash_attention_backward(stream_, dqkv, dout, out, qkv, saved, s);
   }
 
   void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, size_t N,
@@ -579,6 +587,10 @@ class CudaKernels final : public Kernels {
                  ", workspace " + std::to_string(max_workspace) + " bytes)",
              "check that set_workspace() was given workspace_bytes() bytes; rerun with "
              "CUBLASLT_LOG_LEVEL=5 for cuBLASLt's reasons");
+  }
+
+  bool attention_on_tensor_cores() const {
+    return precision_ == MatmulPrecision::bf16 || precision_ == MatmulPrecision::fp16;
   }
 
   int device_;

@@ -26,40 +26,16 @@
 #include <string>
 
 #include "cuda/cuda_common.cuh"
+#include "cuda/flash_attention_launch.cuh"
 
 namespace tierzero::kernels::cuda_impl {
 
 namespace {
 
-constexpr int kTile = 64;               // query and key rows per tile
 constexpr int kThreads = 256;           // a 16 x 16 grid of threads
 constexpr int kGrid = 16;               // threads per side of that grid
 constexpr int kPer = kTile / kGrid;     // rows (and columns) of a tile per thread: 4
 constexpr int kProbStride = kTile + 1;  // a row of the (64, 64) probability tile in shared memory
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-
-// The extents of one call and where a head's channels sit in a qkv row.
-struct FlashDims {
-  size_t B, T, NH, NKV, D;  // D: head_dim
-  size_t W;                 // a qkv row: (NH + 2 NKV) D
-  size_t rep;               // query heads per kv head
-  bool grouped;             // the Llama layout (AttentionShape::grouped)
-  float scale;              // 1 / sqrt(D)
-  float scale_log2;         // scale * log2(e): scores in the log2 domain
-  size_t tiles;             // ceil(T / kTile)
-};
-
-__device__ __forceinline__ size_t q_offset(const FlashDims& s, size_t h) {
-  const size_t kvh = h / s.rep;
-  return s.grouped ? (kvh * (s.rep + 2) + h % s.rep) * s.D : h * s.D;
-}
-__device__ __forceinline__ size_t k_offset(const FlashDims& s, size_t kvh) {
-  return s.grouped ? (kvh * (s.rep + 2) + s.rep) * s.D : (s.NH + kvh) * s.D;
-}
-__device__ __forceinline__ size_t v_offset(const FlashDims& s, size_t kvh) {
-  return s.grouped ? (kvh * (s.rep + 2) + s.rep + 1) * s.D : (s.NH + s.NKV + kvh) * s.D;
-}
 
 // tile (kTile, kMaxDim + 1) <- rows row0.. of a (B, T, ld) tensor of batch b, channels
 // offset..offset+D; rows past T and columns past D are zero.
@@ -483,52 +459,6 @@ constexpr size_t backward_smem_bytes(int max_dim) {
          sizeof(float);
 }
 
-FlashDims flash_dims(const AttentionShape& a) {
-  TZ_CHECK(a.n_head > 0 && a.n_kv_head > 0 && a.n_head % a.n_kv_head == 0,
-           "CUDA attention: n_kv_head " + std::to_string(a.n_kv_head) + " does not divide n_head " +
-               std::to_string(a.n_head),
-           "every kv head serves the same number of query heads");
-  TZ_CHECK(a.head_dim > 0 && a.head_dim <= 128,
-           "CUDA attention: head_dim " + std::to_string(a.head_dim) +
-               " is not supported (the fused kernel takes 1 to 128)",
-           "use a model with head_dim <= 128 on CUDA, or the CPU backend");
-  FlashDims s{};
-  s.B = a.B;
-  s.T = a.T;
-  s.NH = a.n_head;
-  s.NKV = a.n_kv_head;
-  s.D = a.head_dim;
-  s.W = a.qkv_width();
-  s.rep = a.n_head / a.n_kv_head;
-  s.grouped = a.grouped;
-  s.scale = 1.0f / std::sqrt(static_cast<float>(a.head_dim));
-  s.scale_log2 = s.scale * kLog2e;
-  s.tiles = ceil_div(a.T, static_cast<size_t>(kTile));
-  return s;
-}
-
-// Raises the kernel's dynamic shared-memory limit to `bytes` (needed past 48 KiB), after
-// checking that the current device allows that much per block.
-template <typename Kernel>
-void allow_shared_memory(Kernel kernel, size_t bytes, const FlashDims& s) {
-  int device = 0;
-  TZ_CUDA_CHECK(cudaGetDevice(&device));
-  int optin = 0;
-  TZ_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  TZ_CHECK(bytes <= static_cast<size_t>(optin),
-           "CUDA attention at head_dim " + std::to_string(s.D) + " needs " + std::to_string(bytes) +
-               " bytes of shared memory per block; this GPU allows " + std::to_string(optin),
-           "use a smaller head_dim on this GPU, or the CPU backend");
-  TZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(bytes)));
-}
-
-unsigned grid_of(size_t blocks) {
-  TZ_CHECK(blocks <= kMaxGridX, "CUDA attention: too many blocks (" + std::to_string(blocks) + ")",
-           "split the batch into smaller micro-batches");
-  return static_cast<unsigned>(blocks);
-}
-
 template <int kMaxDim>
 void forward(cudaStream_t stream, float* out, float* lse, const float* qkv, const FlashDims& s) {
   constexpr size_t bytes = forward_smem_bytes(kMaxDim);
@@ -562,13 +492,7 @@ void launch_flash_attention_forward(cudaStream_t stream, float* out, float* lse,
                                     const AttentionShape& shape) {
   const FlashDims s = flash_dims(shape);
   if (s.B == 0 || s.T == 0) return;
-  if (s.D <= 32) {
-    forward<32>(stream, out, lse, qkv, s);
-  } else if (s.D <= 64) {
-    forward<64>(stream, out, lse, qkv, s);
-  } else {
-    forward<128>(stream, out, lse, qkv, s);
-  }
+  with_max_dim(s, [&]<int kMaxDim>() { forward<kMaxDim>(stream, out, lse, qkv, s); });
 }
 
 void launch_flash_attention_backward(cudaStream_t stream, float* dqkv, const float* dout,
@@ -576,13 +500,7 @@ void launch_flash_attention_backward(cudaStream_t stream, float* dqkv, const flo
                                      const AttentionShape& shape) {
   const FlashDims s = flash_dims(shape);
   if (s.B == 0 || s.T == 0) return;
-  if (s.D <= 32) {
-    backward<32>(stream, dqkv, dout, out, qkv, lse, s);
-  } else if (s.D <= 64) {
-    backward<64>(stream, dqkv, dout, out, qkv, lse, s);
-  } else {
-    backward<128>(stream, dqkv, dout, out, qkv, lse, s);
-  }
+  with_max_dim(s, [&]<int kMaxDim>() { backward<kMaxDim>(stream, dqkv, dout, out, qkv, lse, s); });
 }
 
 }  // namespace tierzero::kernels::cuda_impl

@@ -130,7 +130,7 @@ step_kernels26() {
 }
 # compute-sanitizer (memcheck or racecheck) over the fused attention's small test.
 step_sanitize26() {
-  local tool=$1 limit=80 san='*FlashAttentionTest.SmallForSanitizers/cuda:*MatmulGeluTest*/cuda'
+  local tool=$1 limit=80 san='*FlashAttentionTest.SmallForSanitizers*/cuda:*MatmulGeluTest*/cuda'
   [ "$tool" = racecheck ] && limit=110
   local cs
   cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)

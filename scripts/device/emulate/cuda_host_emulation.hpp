@@ -20,12 +20,14 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <span>
 #include <thread>
 #include <vector>
 #define __global__
 #define __device__
 #define __forceinline__ inline
 #define __launch_bounds__(x)
+#define __align__(x)
 // Blocks run one at a time, so a static array serves as the running block's static shared memory
 // (not poisoned: it holds what the previous block left).
 #define __shared__ static
@@ -43,6 +45,17 @@ thread_local Dim3 threadIdx, blockIdx, blockDim, gridDim;
 thread_local BlockCtx* ctx;
 inline void __syncthreads() {
   ctx->block_barrier->arrive_and_wait();
+}
+// The calling thread's warp: its barrier (for __syncwarp and warp-collective operations) and lane.
+inline std::barrier<>& warp_barrier() {
+  const unsigned t = threadIdx.y * blockDim.x + threadIdx.x;
+  return *(*ctx->warp_barriers)[t / 32];
+}
+inline unsigned lane_id() {
+  return (threadIdx.y * blockDim.x + threadIdx.x) % 32;
+}
+inline void __syncwarp(unsigned = 0xffffffffu) {
+  warp_barrier().arrive_and_wait();
 }
 // cuda_common.cuh's grid-stride helpers (1-D grids).
 inline size_t global_thread_index() {
@@ -99,7 +112,11 @@ void emulate(Dim3 grid, Dim3 block, size_t smem_bytes, F kernel, uint32_t shuffl
   std::vector<std::unique_ptr<std::barrier<>>> warps;
   for (unsigned w = 0; w < threads / 32; ++w) warps.push_back(std::make_unique<std::barrier<>>(32));
   std::vector<float> exchange(threads);
-  std::vector<float> smem(smem_bytes / sizeof(float));
+  // 128-byte aligned, as CUDA's dynamic shared memory (WMMA's loads check 32).
+  std::vector<float> smem_storage(smem_bytes / sizeof(float) + 32);
+  float* smem_base = smem_storage.data();
+  while (reinterpret_cast<uintptr_t>(smem_base) % 128 != 0) ++smem_base;
+  std::span<float> smem(smem_base, smem_bytes / sizeof(float));
   BlockCtx c{&block_barrier, &warps, &exchange, smem.data()};
   std::vector<std::thread> ts;
   for (unsigned t = 0; t < threads; ++t)

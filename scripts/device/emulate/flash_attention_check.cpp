@@ -1,17 +1,32 @@
-// The kernels of kernels/cuda/flash_attention.cu run on the CPU under cuda_host_emulation.hpp
-// against a double-precision causal attention (forward, logsumexp, and the backward added into a
-// random prior dqkv), over tile edges, head dims 4-128, grouped kv heads and both qkv layouts.
-// Prints the max error relative to each tensor's largest value; exits 1 past 1e-5. Each case runs
-// a second time with every kernel's blocks in a shuffled order and must give the same bits (the
-// backward's dq pass exists for that). Built and run by emulate_flash_attention.sh, which extracts
-// the kernels into kernels_body.inc.
+// The kernels of kernels/cuda/flash_attention.cu (or, built with -DTZ_EMULATE_TC, those of
+// flash_attention_tc.cu under wmma_host_emulation.hpp too) run on the CPU under
+// cuda_host_emulation.hpp against a double-precision causal attention (forward, logsumexp, and the
+// backward added into a random prior dqkv), over tile edges, head dims 4-128, grouped kv heads and
+// both qkv layouts. Prints the max error relative to each tensor's largest value; exits 1 past
+// kLimit. Each case runs a second time with every kernel's blocks in a shuffled order and must give
+// the same bits (the backward's dq pass exists for that). Built and run by
+// emulate_flash_attention.sh, which extracts the kernels into kernels_body.inc.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
 #include "cuda_host_emulation.hpp"
+#ifdef TZ_EMULATE_TC
+#include "wmma_host_emulation.hpp"
+#endif
+#include "flash_attention_dims.cuh"
+using namespace tierzero::kernels::cuda_impl;
 #include "kernels_body.inc"
+
+// The largest error allowed, relative to each tensor's largest value: fp32 roundoff for the fp32
+// kernels; for the tensor-core ones, whose q, k, v, dout, P and dS are rounded to bf16 (8
+// significant bits, a relative error of 2^-9 each) before their products, 3e-2.
+#ifdef TZ_EMULATE_TC
+constexpr double kLimit = 3e-2;
+#else
+constexpr double kLimit = 1e-5;
+#endif
 
 struct Case {
   size_t B, T, NH, NKV, D;
@@ -49,25 +64,35 @@ void run(const Case& c, std::vector<float>& out, std::vector<float>& lse, std::v
   s.scale = 1.0f / std::sqrt((float)c.D);
   s.scale_log2 = s.scale * kLog2e;
   s.tiles = ceil_div(c.T, kTile);
+#ifdef TZ_EMULATE_TC
+  const unsigned threads = kTcThreads;
+  const size_t fb = forward_bytes<kMaxDim>(), bb = BackwardSmem<kMaxDim>::bytes();
+#define TZ_KERNEL(name) flash_tc_##name<kMaxDim>
+#else
+  const unsigned threads = kThreads;
   size_t fb = (3 * kTile * (kMaxDim + 1) + kTile * kProbStride) * 4;
   size_t bb = (4 * kTile * (kMaxDim + 1) + kTile * kProbStride + 2 * kTile) * 4;
+#define TZ_KERNEL(name) flash_##name<kMaxDim>
+#endif
   emulate(
-      s.tiles * s.B * s.NH, kThreads, fb,
-      [&] { flash_forward_kernel<kMaxDim>(out.data(), lse.data(), qkv.data(), s); }, shuffle_seed);
+      s.tiles * s.B * s.NH, threads, fb,
+      [&] { TZ_KERNEL(forward_kernel)
+            (out.data(), lse.data(), qkv.data(), s); }, shuffle_seed);
   emulate(
-      s.tiles * s.B * s.NKV, kThreads, bb,
+      s.tiles * s.B * s.NKV, threads, bb,
       [&] {
-        flash_backward_dkdv_kernel<kMaxDim>(dqkv.data(), dout.data(), out.data(), qkv.data(),
-                                            lse.data(), s);
+        TZ_KERNEL(backward_dkdv_kernel)
+        (dqkv.data(), dout.data(), out.data(), qkv.data(), lse.data(), s);
       },
       shuffle_seed);
   emulate(
-      s.tiles * s.B * s.NH, kThreads, bb,
+      s.tiles * s.B * s.NH, threads, bb,
       [&] {
-        flash_backward_dq_kernel<kMaxDim>(dqkv.data(), dout.data(), out.data(), qkv.data(),
-                                          lse.data(), s);
+        TZ_KERNEL(backward_dq_kernel)
+        (dqkv.data(), dout.data(), out.data(), qkv.data(), lse.data(), s);
       },
       shuffle_seed);
+#undef TZ_KERNEL
 }
 
 // Both runs of one case: out, lse and dqkv (B, T, W), the backward added into dqkv0.
@@ -186,7 +211,7 @@ int main() {
         "%zu elements differ in bits\n",
         c.B, c.T, c.NH, c.NKV, c.D, c.grouped ? "grouped" : "q|k|v", eo, el, ed, differ,
         out.size() + lse.size() + dqkv.size());
-    if (eo > 1e-5 || el > 1e-5 || ed > 1e-5 || differ != 0) worst_fail = 1;
+    if (eo > kLimit || el > kLimit || ed > kLimit || differ != 0) worst_fail = 1;
   }
   std::printf(worst_fail ? "FAIL\n" : "PASS\n");
   return worst_fail;
