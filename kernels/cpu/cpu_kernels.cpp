@@ -4,7 +4,10 @@
 // before they return.
 #include <cstring>
 #include <memory>
+#include <string>
+#include <vector>
 
+#include "tierzero/core/error.hpp"
 #include "tierzero/kernels/cpu_ops.hpp"
 #include "tierzero/kernels/kernels.hpp"
 
@@ -58,6 +61,16 @@ class CpuKernels final : public Kernels {
     cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
   }
 
+  void gemm_16bit(float* c, const void* a, const void* b, DType type, size_t m, size_t n,
+                  size_t k) override {
+    TZ_CHECK(type == DType::bf16 || type == DType::f16,
+             std::string("gemm_16bit: operands of type ") + dtype_name(type),
+             "pass bf16 or fp16 operands");
+    std::vector<float> a32(m * k), b32(n * k);  // (m, k), (n, k) widened
+    tierzero::convert_to_f32(a32.data(), a, type, a32.size());
+    tierzero::convert_to_f32(b32.data(), b, type, b32.size());
+    cpu::matmul_forward(c, a32.data(), b32.data(), nullptr, m, k, n);
+  }
   void matmul_gelu_forward(float* out, float* pre, const float* inp, const float* weight,
                            const float* bias, size_t N, size_t IC, size_t OC) override {
     matmul_forward(pre, inp, weight, bias, N, IC, OC);

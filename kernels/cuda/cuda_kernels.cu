@@ -78,8 +78,8 @@ struct MatmulDesc {
 
 struct MatrixLayout {
   cublasLtMatrixLayout_t handle = nullptr;
-  MatrixLayout(uint64_t rows, uint64_t cols, int64_t ld) {
-    TZ_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&handle, CUDA_R_32F, rows, cols, ld));
+  MatrixLayout(uint64_t rows, uint64_t cols, int64_t ld, cudaDataType_t type = CUDA_R_32F) {
+    TZ_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&handle, type, rows, cols, ld));
   }
   ~MatrixLayout() { (void)cublasLtMatrixLayoutDestroy(handle); }
   MatrixLayout(const MatrixLayout&) = delete;
@@ -257,6 +257,22 @@ class CudaKernels final : public Kernels {
     }
     if (dbias != nullptr)
       cuda_impl::launch_bias_backward(stream_, deterministic_scratch_, dbias, dout, N, OC);
+  }
+
+  // c^T (n, m) = b (n, k) · a^T (k, m), as matmul_forward's product, with 16-bit operands.
+  void gemm_16bit(float* c, const void* a, const void* b, DType type, size_t m, size_t n,
+                  size_t k) override {
+    TZ_CHECK(type == DType::bf16 || type == DType::f16,
+             std::string("gemm_16bit: operands of type ") + dtype_name(type),
+             "pass bf16 or fp16 operands");
+    if (m == 0 || n == 0) return;
+    CudaDeviceGuard guard(device_);
+    if (k == 0) {
+      TZ_CUDA_CHECK(cudaMemsetAsync(c, 0, m * n * sizeof(float), stream_));
+      return;
+    }
+    lt_matmul(CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, b, k, a, k, c, n, 0.0f, LtEpilogue{},
+              type == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F);
   }
 
   // out^T = gelu(W · inp^T + bias) with pre^T = W · inp^T + bias as GELU_AUX_BIAS's aux: pre is
@@ -508,18 +524,23 @@ class CudaKernels final : public Kernels {
     }
   }
 
-  // D (m, n) = epilogue(op(A) · op(B) + beta · D), all column-major fp32 (the epilogue: the bias
+  // D (m, n) = epilogue(op(A) · op(B) + beta · D), all column-major (the epilogue: the bias
   // broadcast over columns, GELU, GELU's gradient; see LtEpilogue). A is stored (m, k) when op_a
-  // is N and (k, m) when it is T; B likewise (k, n) or (n, k). With an epilogue, returns false
-  // without doing anything when cuBLASLt has no algorithm for it (the caller then does without);
-  // otherwise runs the product and returns true, or throws when there is no algorithm at all.
+  // is N and (k, m) when it is T; B likewise (k, n) or (n, k). A and B are fp32, computed at
+  // precision_, or both of a 16-bit `operands` type, computed natively (fp32 accumulation); D is
+  // fp32. With an epilogue, returns false without doing anything when cuBLASLt has no algorithm
+  // for it (the caller then does without); otherwise runs the product and returns true, or throws
+  // when there is no algorithm at all.
   bool lt_matmul(cublasOperation_t op_a, cublasOperation_t op_b, size_t m, size_t n, size_t k,
-                 const float* A, size_t lda, const float* B, size_t ldb, float* D, size_t ldd,
-                 float beta, const LtEpilogue& epilogue = {}) {
+                 const void* A, size_t lda, const void* B, size_t ldb, float* D, size_t ldd,
+                 float beta, const LtEpilogue& epilogue = {},
+                 cudaDataType_t operands = CUDA_R_32F) {
     const bool a_transposed = op_a == CUBLAS_OP_T;
     const bool b_transposed = op_b == CUBLAS_OP_T;
-    MatrixLayout a_layout(a_transposed ? k : m, a_transposed ? m : k, static_cast<int64_t>(lda));
-    MatrixLayout b_layout(b_transposed ? n : k, b_transposed ? k : n, static_cast<int64_t>(ldb));
+    MatrixLayout a_layout(a_transposed ? k : m, a_transposed ? m : k, static_cast<int64_t>(lda),
+                          operands);
+    MatrixLayout b_layout(b_transposed ? n : k, b_transposed ? k : n, static_cast<int64_t>(ldb),
+                          operands);
     // C and D are the same buffer with the same layout: cuBLASLt supports that in place.
     MatrixLayout d_layout(m, n, static_cast<int64_t>(ldd));
 
@@ -544,7 +565,9 @@ class CudaKernels final : public Kernels {
     // reference path; the other precisions run on tensor cores (compute_type above). A faster
     // precision permits rather than requires: a product without such an algorithm (and without a
     // bias epilogue, whose caller retries without it first) runs in exact fp32, with a warning.
-    const cublasComputeType_t fast = compute_type(precision_);
+    // (16-bit operands: their own arithmetic, fp32 accumulation.)
+    const cublasComputeType_t fast =
+        operands == CUDA_R_32F ? compute_type(precision_) : CUBLAS_COMPUTE_32F;
     const cublasComputeType_t tries[] = {fast, CUBLAS_COMPUTE_32F};
     const int n_tries = fast != CUBLAS_COMPUTE_32F && !epilogue.fused() ? 2 : 1;
     for (int t = 0; t < n_tries; ++t) {

@@ -1,10 +1,13 @@
-// `tierzero bench train` (train_step.hpp): the sgemm baseline taken the better of two ways, then
-// timed steps of the fp32 reference path (LocalParams + AdamW on one rank), the first not counted.
+// `tierzero bench train` (train_step.hpp): the sgemm baseline taken the better of two ways (with
+// 16-bit products on a GPU the native 16-bit GEMM, which makes the ratio the MFU), then timed
+// steps of the fp32 reference path (LocalParams + AdamW on one rank), the first not counted.
 #include "tierzero/bench/train_step.hpp"
 
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -73,6 +76,37 @@ SgemmRate sgemm_rate(Device& dev, DeviceAllocator& alloc, int threads) {
   return r;
 }
 
+// GFLOP/s of an n^3 product with 16-bit operands (Kernels::gemm_16bit, fp32 accumulation): the
+// chip's own 16-bit GEMM rate, measured in the same run, that MFU divides model FLOPs by. n 8192:
+// large enough (1.1 TFLOP a call) that launch costs vanish on a GPU.
+double gemm_16bit_rate(Device& dev, DeviceAllocator& alloc, DType type) {
+  constexpr size_t n = 8192;
+  constexpr double flops = 2.0 * n * n * n;
+  DeviceBuffer a = alloc.allocate(n * n * 2, Category::workspace, "bench a16");  // (n, n) type
+  DeviceBuffer b = alloc.allocate(n * n * 2, Category::workspace, "bench b16");  // (n, n) type
+  DeviceBuffer c = alloc.allocate(n * n * sizeof(float), Category::workspace, "bench c");  // (n, n)
+  std::vector<float> block(n);  // (n) random values, repeated down the rows
+  Rng rng(1);
+  for (auto& x : block) x = static_cast<float>(rng.normal());
+  std::vector<uint16_t> row(n);  // (n) type
+  convert_from_f32(row.data(), type, block.data(), n);
+  std::vector<uint16_t> host(n * n);  // (n, n) type
+  for (size_t r = 0; r < n; ++r)
+    std::copy(row.begin(), row.end(), host.begin() + static_cast<std::ptrdiff_t>(r * n));
+  Stream& s = dev.default_stream();
+  dev.copy(a.data(), host.data(), n * n * 2, CopyKind::host_to_device, s);
+  dev.copy(b.data(), host.data(), n * n * 2, CopyKind::host_to_device, s);
+  std::vector<double> times;
+  for (int i = 0; i < 6; ++i) {
+    s.synchronize();
+    Timer t;
+    dev.kernels().gemm_16bit(c.f32(), a.data(), b.data(), type, n, n, n);
+    s.synchronize();
+    if (i > 0) times.push_back(t.seconds());  // the first call warms up
+  }
+  return flops / median(times) / 1e9;
+}
+
 // Model FLOPs of one step (forward + backward): 6 per parameter per token for the products, plus
 // causal attention's 6·L·C·T per token (QK^T and AV over half the T×T scores; with grouped kv
 // heads the queries still span C channels). An untied input embedding is a lookup, not a product,
@@ -94,10 +128,17 @@ BenchTrainStepResult bench_train_step(const BenchTrainStepOptions& f) {
   dev->kernels().set_matmul_precision(kernels::matmul_precision_from_name(f.matmul_precision));
   const std::string precision = kernels::matmul_precision_name(dev->kernels().matmul_precision());
   // The baseline's name says its arithmetic: "sgemm" for fp32 as before, else e.g. "gemm_bf16".
-  const std::string baseline_name = precision == "fp32" ? "sgemm" : "gemm_" + precision;
+  std::string baseline_name = precision == "fp32" ? "sgemm" : "gemm_" + precision;
   DeviceAllocator alloc(*dev, 0);
   const SgemmRate sg = sgemm_rate(*dev, alloc, static_cast<int>(f.threads));
-  const double sgemm = sg.best();
+  // With 16-bit products on a GPU the baseline is the chip's native 16-bit GEMM (operands in
+  // 16 bits, as a peer's are), so that the ratio is the MFU; our products' own rate (fp32
+  // operands rounded inside cuBLASLt) is printed beside it.
+  const bool native16 =
+      dev->kind() == DeviceKind::cuda && (precision == "bf16" || precision == "fp16");
+  const double gemm16 =
+      native16 ? gemm_16bit_rate(*dev, alloc, precision == "bf16" ? DType::bf16 : DType::f16) : 0.0;
+  const double sgemm = native16 ? gemm16 : sg.best();
   alloc.release_cached();
 
   nn::GPTConfig cfg = nn::GPTConfig::preset(f.model);
@@ -141,14 +182,25 @@ BenchTrainStepResult bench_train_step(const BenchTrainStepOptions& f) {
                  sg.openblas_threads);
   std::fprintf(stderr, "  %-32s %9.1f GF/s\n", (baseline_name + " 2048^3, backend matmul").c_str(),
                sg.backend_matmul);
-  std::fprintf(stderr, "  %-32s %9.1f GF/s\n", "baseline (the better)", sgemm);
+  if (native16) {
+    baseline_name = "gemm_" + precision + "_native";
+    std::fprintf(stderr, "  %-32s %9.1f GF/s\n",
+                 (baseline_name + " 8192^3 (16-bit operands)").c_str(), gemm16);
+  } else {
+    std::fprintf(stderr, "  %-32s %9.1f GF/s\n", "baseline (the better)", sgemm);
+  }
   std::fprintf(stderr, "  %-32s %9.1f ms\n", "train step (median)", step_s * 1e3);
   std::fprintf(stderr, "  %-32s %9.1f GF/s\n", "train step rate", rate);
   std::fprintf(stderr, "  %-32s %9.1f tok/s\n", "throughput", tokens / step_s);
-  std::fprintf(stderr, "  %-32s %9.3f\n", "ratio (goal >= 0.60)", rate / sgemm);
+  std::fprintf(stderr, "  %-32s %9.3f\n", native16 ? "MFU (goal >= 0.45)" : "ratio (goal >= 0.60)",
+               rate / sgemm);
   nlohmann::ordered_json j = bench_result("train.step", round_to(rate, 3), "GFLOP/s", baseline_name,
                                           round_to(sgemm, 3), rate / sgemm);
   j["matmul_precision"] = precision;
+  if (native16) {
+    j["mfu"] = round_to(rate / sgemm, 4);
+    j["gemm_fp32_operands_gflops"] = round_to(sg.backend_matmul, 3);
+  }
   j["logits_rows"] = nn::ActivationDims::of(cfg, B, T).logits_rows;
   j["activation_bytes"] = model.activation_bytes();
   j["step_ms"] = round_to(step_s * 1e3, 2);

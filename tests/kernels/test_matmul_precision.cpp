@@ -135,6 +135,40 @@ TEST_P(MatmulPrecisionTest, EachPrecisionMatchesReference) {
   kernels().set_matmul_precision(MatmulPrecision::fp32);
 }
 
+// gemm_16bit, the native 16-bit product bench train measures the chip's rate with: operands
+// rounded to bf16 or fp16 first (by convert_from_f32 on the device), so the reference is the
+// double product of the rounded values and only fp32 accumulation is left: 1e-5 as fp32. fp32
+// operands are an Error naming the type.
+TEST_P(MatmulPrecisionTest, Gemm16BitIsTheProductOfRoundedOperands) {
+  uint32_t seed = 950;
+  for (DType type : {DType::bf16, DType::f16})
+    for (const Shape& s : kShapes) {
+      const size_t m = s.N, n = s.OC, k = s.IC;
+      const std::vector<float> a = random_normal(m * k, seed++);  // (m, k)
+      const std::vector<float> b = random_normal(n * k, seed++);  // (n, k)
+      auto d_a = to_device(a), d_b = to_device(b);
+      auto d_a16 = empty<uint16_t>(m * k), d_b16 = empty<uint16_t>(n * k);
+      kernels().convert_from_f32(d_a16->get(), type, d_a->get(), m * k);
+      kernels().convert_from_f32(d_b16->get(), type, d_b->get(), n * k);
+      // The rounded values, widened back: what the product multiplies.
+      auto d_ar = empty<float>(m * k), d_br = empty<float>(n * k);
+      kernels().convert_to_f32(d_ar->get(), d_a16->get(), type, m * k);
+      kernels().convert_to_f32(d_br->get(), d_b16->get(), type, n * k);
+      const std::vector<float> ar = d_ar->download(), br = d_br->download();
+      auto d_c = to_device(random_normal(m * n, seed++));  // (m, n) garbage to overwrite
+      kernels().gemm_16bit(d_c->get(), d_a16->get(), d_b16->get(), type, m, n, k);
+      std::vector<double> c(m * n);
+      ref::matmul_forward(c.data(), widen(ar).data(), widen(br).data(), nullptr, m, k, n);
+      const std::string label = std::string("gemm_16bit ") + dtype_name(type) + " m" +
+                                std::to_string(m) + " n" + std::to_string(n) + " k" +
+                                std::to_string(k);
+      expect_close(label, d_c->download(), c, 1e-5, magnitude_rms(ar, k, 1, br, k, 1, m, n, k));
+    }
+  auto d_x = empty<float>(4);
+  EXPECT_THROW(kernels().gemm_16bit(d_x->get(), d_x->get(), d_x->get(), DType::f32, 2, 2, 1),
+               Error);
+}
+
 TEST(MatmulPrecisionNames, RoundTripAndRejectUnknown) {
   for (MatmulPrecision p :
        {MatmulPrecision::fp32, MatmulPrecision::tf32, MatmulPrecision::bf16, MatmulPrecision::fp16})

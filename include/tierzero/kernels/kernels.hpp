@@ -146,6 +146,16 @@ class Kernels {
                                const float* weight,  // (OC, IC)
                                size_t N, size_t IC, size_t OC) = 0;
 
+  // A product with 16-bit operands, the tensor cores' native form: c (m, n) = a (m, k) b^T, a and
+  // b (n, k) both of `type` (bf16 or fp16), accumulated and written in fp32. Not a training op
+  // (matmul_forward keeps the fp32 interface): what `bench train` measures the chip's 16-bit GEMM
+  // rate with, in the same run, to divide model FLOPs by (MFU). The CPU widens the operands and
+  // runs its fp32 product. An Error for other types.
+  virtual void gemm_16bit(float* c,       // (m, n)
+                          const void* a,  // (m, k) type
+                          const void* b,  // (n, k) type
+                          DType type, size_t m, size_t n, size_t k) = 0;
+
   // A linear layer with GELU after it (the MLP's fc): matmul_forward into pre, then gelu_forward
   // of pre into out, in one call, so a backend can apply GELU in the product's epilogue instead
   // of a pass over memory. pre is kept for the backward. The CPU backend runs the two ops (the
