@@ -11,7 +11,7 @@
 #     torch.compile and llm.c's train_gpt2cu from .devpeers/, see peers_prepare.sh)
 #   scripts/device/gpu_check.sh lease [seconds]   (everything above that one short lease can hold,
 #     most telling first, each step only if its own limit still fits in `seconds` (default 500):
-#     issue 26's kernel tests, bench train bf16 and fp32, the peers at B 8, compute-sanitizer
+#     issue 26's kernel tests, bench train bf16 and fp32, the peers at B 16, compute-sanitizer
 #     memcheck, host waits, racecheck, bench offload host, the other CUDA tests; carry
 #     .devbundle and .devpeers, timeout 600)
 #   scripts/device/gpu_check.sh issue26   (issue 26's first parts, one call of under 10 minutes:
@@ -246,7 +246,7 @@ if [ "$what" = lease ]; then  # the most telling steps first, each only if its l
   fits 90 kernels && step_kernels26
   fits 40 "bench bf16" && step_bench_precision bf16
   fits 40 "bench fp32" && step_bench_precision fp32
-  fits 330 "peers B 8" && step_peers 8 150
+  fits 330 "peers B 16" && step_peers 16 150
   fits 80 memcheck && step_sanitize26 memcheck
   fits 45 "waits stage 0" && step_waits 0
   fits 45 "waits stage 3" && step_waits 3

@@ -27,6 +27,7 @@ GradientReducer::GradientReducer(const StoreConfig& config, ShardStorage& storag
       plan_(storage.plan()),
       device_(storage.device()),
       units_(storage.plan().num_units()),
+      host_zero_(storage.plan().num_units(), 0),
       capacity_(bucket_capacity(storage.plan(), config.reduce_bucket_elems, config.overlap_comm)) {}
 
 GradientReducer::~GradientReducer() {
@@ -201,34 +202,58 @@ void GradientReducer::issue_bucket() {
 }
 
 void GradientReducer::accumulate(const Pending& r) {
-  // shard += mean of this bucket's gradient: accumulation across micro-batches and steps.
-  std::vector<size_t> offset(r.units.size());  // elements into shard_mean, per bucket unit
-  size_t total = 0;
-  bool any_host = false;
-  for (size_t i = 0; i < r.units.size(); ++i) {
+  // shard += mean of this bucket's gradient: accumulation across micro-batches and steps. A host
+  // shard still zero since zero() (its first reduction of the step) takes the mean as it is,
+  // copied straight into it, as a clear NVMe shard does: no staging and no pass of the host's
+  // over it (the same values; only a zero's sign may differ from 0 + mean's, which nothing after
+  // depends on). The others come through pinned staging and are added by the host.
+  const size_t units = r.units.size();
+  std::vector<size_t> offset(units), staged_at(units, 0);  // elements into shard_mean, staging
+  std::vector<char> straight(units, 0);  // per bucket unit: copied into its zero host shard
+  size_t total = 0, staged = 0;
+  for (size_t i = 0; i < units; ++i) {
+    const size_t u = r.units[i];
+    const size_t n = plan_.partition(u).shard_numel;
     offset[i] = total;
-    total += plan_.partition(r.units[i]).shard_numel;
-    any_host = any_host || storage_.placement(r.units[i]).grad != Tier::device;
+    total += n;
+    const Tier tier = storage_.placement(u).grad;
+    if (tier == Tier::host && host_zero_[u]) {
+      straight[i] = 1;
+    } else if (tier != Tier::device) {
+      staged_at[i] = staged;
+      staged += n;
+    }
   }
-  offload::PinnedBuffer staging;  // (total) fp32: the means bound for host accumulators
-  if (any_host) {
-    staging = storage_.host_pool()->allocate(total * sizeof(float), Category::io,
+  offload::PinnedBuffer staging;  // (staged) fp32: the means the host adds or writes to NVMe
+  std::vector<HostCopy> copies;
+  if (staged > 0) {
+    staging = storage_.host_pool()->allocate(staged * sizeof(float), Category::io,
                                              "zero grad shard staging");
-    copy_to_host(staging.data(), r.shard_mean.data(), total * sizeof(float), r.units[0]);
   }
-  for (size_t i = 0; i < r.units.size(); ++i) {
+  for (size_t i = 0; i < units; ++i) {
+    const size_t u = r.units[i];
+    const size_t bytes = plan_.partition(u).shard_numel * sizeof(float);
+    const float* mean = r.shard_mean.f32() + offset[i];
+    if (straight[i])
+      copies.push_back({storage_.grad_shard_ptr(u), mean, bytes});
+    else if (storage_.placement(u).grad != Tier::device)
+      copies.push_back({static_cast<float*>(staging.data()) + staged_at[i], mean, bytes});
+  }
+  if (!copies.empty()) copy_to_host(copies, r.units[0]);
+  for (size_t i = 0; i < units; ++i) {
     const size_t u = r.units[i];
     const size_t n = plan_.partition(u).shard_numel;
     float* acc = storage_.grad_shard_ptr(u);
+    float* staged_mean = static_cast<float*>(staging.data()) + staged_at[i];
     const Tier tier = storage_.placement(u).grad;
     if (tier == Tier::nvme) {
-      accumulate_on_nvme(u, static_cast<float*>(staging.data()) + offset[i]);
+      accumulate_on_nvme(u, staged_mean);
       background_.mark_gradient_held(u);
     } else if (tier == Tier::device) {
       device_.kernels().residual_forward(acc, acc, r.shard_mean.f32() + offset[i], n);
     } else {
-      storage_.host_kernels().residual_forward(
-          acc, acc, static_cast<const float*>(staging.data()) + offset[i], n);
+      if (!straight[i]) storage_.host_kernels().residual_forward(acc, acc, staged_mean, n);
+      host_zero_[u] = 0;
       background_.mark_gradient_held(u);
     }
     if (on_reduced_) on_reduced_(u);
@@ -327,15 +352,19 @@ void GradientReducer::zero() {
   if (full.device) device_.fill_zero(full.device.data(), full.device.bytes(), s);
   for (size_t u = 0; u < units_.size(); ++u) {
     if (!arenas.has(StateBuffer::grad_shard, u)) continue;
-    // A unit the background optimizer has not reached yet is cleared by it after reading.
+    // A unit the background optimizer has not reached yet is cleared by it after reading (its
+    // first mean is then added to those zeros, not copied over them).
+    host_zero_[u] = 0;
     if (background_.gradient_cleared_by_update(u)) continue;
     const size_t bytes = plan_.partition(u).shard_numel * sizeof(float);
-    if (storage_.placement(u).grad == Tier::device)
+    if (storage_.placement(u).grad == Tier::device) {
       device_.fill_zero(storage_.grad_shard_ptr(u), bytes, s);
-    else if (storage_.placement(u).grad == Tier::nvme)
+    } else if (storage_.placement(u).grad == Tier::nvme) {
       storage_.set_grad_clear(u, true);
-    else
+    } else {
       std::memset(storage_.grad_shard_ptr(u), 0, bytes);
+      host_zero_[u] = 1;
+    }
   }
   // Not waited for: the backward's writes follow the fills on this stream, and each reduction
   // starts after an event recorded on it (its `ready`), so the device orders them all.
@@ -349,13 +378,14 @@ void GradientReducer::copy_slices_to_host(const std::vector<char>& copied) {
 void GradientReducer::copy_slice_to_host(size_t u) {
   if (config_.stage >= 2 || storage_.placement(u).grad == Tier::device) return;
   const size_t n = plan_.partition(u).shard_numel;
-  copy_to_host(storage_.arenas().ptr(StateBuffer::grad_shard, u),
-               storage_.arenas().ptr(StateBuffer::grads_full, u) +
-                   plan_.partition(u).shard_begin(plan_.rank()),
-               n * sizeof(float), u);
+  copy_to_host({{storage_.arenas().ptr(StateBuffer::grad_shard, u),
+                 storage_.arenas().ptr(StateBuffer::grads_full, u) +
+                     plan_.partition(u).shard_begin(plan_.rank()),
+                 n * sizeof(float)}},
+               u);
 }
 
-void GradientReducer::copy_to_host(void* dst, const void* src, size_t bytes, size_t unit) {
+void GradientReducer::copy_to_host(const std::vector<HostCopy>& copies, size_t unit) {
   // The reduction that wrote src has landed (its request was waited for), so the copy need not
   // follow the compute stream: on its own stream the host waits for this copy only, while the
   // backward already issued keeps the GPU busy. A 16-bit reduction's widening back to fp32 is a
@@ -370,7 +400,11 @@ void GradientReducer::copy_to_host(void* dst, const void* src, size_t bytes, siz
     copied_->make_wait(*d2h_stream_);
   }
   const double t0 = monotonic_seconds();
-  device_.copy(dst, src, bytes, CopyKind::device_to_host, *d2h_stream_);
+  size_t bytes = 0;
+  for (const HostCopy& c : copies) {
+    device_.copy(c.dst, c.src, c.bytes, CopyKind::device_to_host, *d2h_stream_);
+    bytes += c.bytes;
+  }
   copied_->record(*d2h_stream_);
   copied_->synchronize();
   ActivityLog::global().record(Track::device_to_host, "grad shard to host", t0, monotonic_seconds(),

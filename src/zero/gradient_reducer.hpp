@@ -110,9 +110,14 @@ class GradientReducer {
   void accumulate(const Pending& r);  // stages 2-3: each unit's mean into its shard
   // A unit's mean (shard_numel fp32, host) added into its gradient shard on NVMe.
   void accumulate_on_nvme(size_t unit, float* mean);
-  // bytes of a landed reduction's result (device) into host memory, on d2h_stream_; returns
-  // once they are there (a host wait for this copy alone, not for the compute stream's queue).
-  void copy_to_host(void* dst, const void* src, size_t bytes, size_t unit);
+  // Landed reductions' results (device) into host memory, on d2h_stream_; returns once they are
+  // all there (one host wait, for these copies alone, not for the compute stream's queue).
+  struct HostCopy {
+    void* dst;        // (bytes) host
+    const void* src;  // (bytes) device
+    size_t bytes;
+  };
+  void copy_to_host(const std::vector<HostCopy>& copies, size_t unit);
 
   const StoreConfig& config_;
   ShardStorage& storage_;
@@ -124,6 +129,9 @@ class GradientReducer {
   const PartitionPlan& plan_;
   Device& device_;
   std::vector<UnitGrad> units_;
+  // (units) per unit: its host gradient shard is zeros from zero() and nothing has landed in it
+  // since, so the first mean is copied straight in (accumulate).
+  std::vector<char> host_zero_;
   std::vector<size_t> bucket_;  // units of the open bucket, in finishing order
   size_t bucket_elems_ = 0;     // their padded elements
   std::deque<Pending> pending_;
