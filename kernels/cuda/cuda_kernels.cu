@@ -112,6 +112,9 @@ class CudaKernels final : public Kernels {
  public:
   explicit CudaKernels(int device) : device_(device), host_partials_(kMaxReductionPartials) {
     CudaDeviceGuard guard(device_);
+    int major = 0;
+    TZ_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
+    bf16_tensor_cores_ = major >= 8;
     TZ_CUBLAS_CHECK(cublasLtCreate(&lt_));
   }
 
@@ -304,6 +307,7 @@ class CudaKernels final : public Kernels {
     CudaDeviceGuard guard(device_);
     if (OC == 0 || IC == 0) {  // dout @ W is empty: zero, and so is gelu' times it
       if (IC > 0) TZ_CUDA_CHECK(cudaMemsetAsync(dpre, 0, N * IC * sizeof(float), stream_));
+      matmul_backward(nullptr, dweight, dbias, dout, inp, weight, N, IC, OC);  // dbias still +=
       return;
     }
     const LtEpilogue dgelu{CUBLASLT_EPILOGUE_DGELU, nullptr, pre, static_cast<int64_t>(IC)};
@@ -612,13 +616,16 @@ class CudaKernels final : public Kernels {
              "CUBLASLT_LOG_LEVEL=5 for cuBLASLt's reasons");
   }
 
+  // 16-bit compute on a GPU with bf16 tensor cores (sm_80 and later; older ones keep fp32).
   bool attention_on_tensor_cores() const {
-    return precision_ == MatmulPrecision::bf16 || precision_ == MatmulPrecision::fp16;
+    return bf16_tensor_cores_ &&
+           (precision_ == MatmulPrecision::bf16 || precision_ == MatmulPrecision::fp16);
   }
 
   int device_;
   MatmulPrecision precision_ = MatmulPrecision::fp32;
-  bool fallback_warned_ = false;  // the fp32 fallback of a faster precision was logged
+  bool bf16_tensor_cores_ = false;  // compute capability 8.0 or more
+  bool fallback_warned_ = false;    // the fp32 fallback of a faster precision was logged
   cublasLtHandle_t lt_ = nullptr;
   cudaStream_t stream_ = nullptr;
   double* reduction_scratch_ = nullptr;  // (kMaxReductionPartials) device, inside the workspace

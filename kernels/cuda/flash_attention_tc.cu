@@ -29,10 +29,10 @@ namespace wmma = nvcuda::wmma;
 
 constexpr int kTcWarps = 4;  // each owns 16 rows of the 64-row tile
 constexpr int kTcThreads = kTcWarps * kWarpSize;
-constexpr int kFrag = 16;                  // WMMA's m = n = k
-constexpr int kScoreLd = kTile + 4;        // a row of a (64, 64) fp32 tile in shared memory
-constexpr int kProbLd = kTile + 8;         // a row of a (64, 64) bf16 tile
-constexpr int kTileFrags = kTile / kFrag;  // 4
+constexpr int kFrag = 16;            // WMMA's m = n = k
+constexpr int kScoreLd = kTile + 4;  // a row of a (64, 64) fp32 tile in shared memory
+constexpr int kProbLd = kTile + 8;   // a row of a (64, 64) bf16 tile
+[[maybe_unused]] constexpr int kTileFrags = kTile / kFrag;  // 4
 
 using FragA = wmma::fragment<wmma::matrix_a, kFrag, kFrag, kFrag, bf16, wmma::row_major>;
 using FragBRow = wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, bf16, wmma::row_major>;
@@ -154,6 +154,9 @@ __global__ void __launch_bounds__(kTcThreads)
                             float* lse,        // (B, NH, T)
                             const float* qkv,  // (B, T, W)
                             FlashDims s) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  __trap();  // bf16 WMMA needs sm_80; CudaKernels never launches this below it
+#else
   constexpr int ld = head_ld<kMaxDim>(), old = out_ld<kMaxDim>();
   extern __shared__ __align__(128) unsigned char tc_smem[];
   auto* q_s = reinterpret_cast<bf16*>(tc_smem);                                   // (64, ld)
@@ -239,17 +242,18 @@ __global__ void __launch_bounds__(kTcThreads)
     if (static_cast<size_t>(d) < s.D) out_row[d] = o_s[r * old + d] * inv;
   // Natural log, as the fp32 kernels keep it: lse = ln(sum) + max.
   if (half == 0) lse[bh * s.T + i] = (m + log2f(l)) * kLn2;
+#endif
 }
 
 // The backward's per-row inputs of query tile q0 of head h: lse_s (kTile) <- each row's lse in
 // the log2 domain, delta_s (kTile) <- D = rowsum(dout * out) in fp32; both 0 past T. One warp
 // per row, lanes summing fixed columns and warp_sum combining them in a fixed order.
-__device__ __forceinline__ void load_row_stats_tc(float* lse_s, float* delta_s,
-                                                  const float* dout,  // (B, T, NH D)
-                                                  const float* out,   // (B, T, NH D)
-                                                  const float* lse,   // (B, NH, T)
-                                                  const FlashDims& s, size_t b, size_t h,
-                                                  size_t q0) {
+[[maybe_unused]] __device__ __forceinline__ void load_row_stats_tc(
+    float* lse_s, float* delta_s,
+    const float* dout,  // (B, T, NH D)
+    const float* out,   // (B, T, NH D)
+    const float* lse,   // (B, NH, T)
+    const FlashDims& s, size_t b, size_t h, size_t q0) {
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const size_t q_width = s.NH * s.D;
   for (int r = warp; r < kTile; r += kTcWarps) {
@@ -309,6 +313,9 @@ __global__ void __launch_bounds__(kTcThreads)
                                   const float* qkv,   // (B, T, W)
                                   const float* lse,   // (B, NH, T)
                                   FlashDims s) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  __trap();  // bf16 WMMA needs sm_80; CudaKernels never launches this below it
+#else
   constexpr int ld = head_ld<kMaxDim>();
   extern __shared__ __align__(128) unsigned char tc_smem[];
   const BackwardSmem<kMaxDim> sm(tc_smem);
@@ -360,6 +367,7 @@ __global__ void __launch_bounds__(kTcThreads)
   // This block is the only writer of its keys' dk and dv.
   add_fragments<kMaxDim>(dqkv, dk, sm.scores + w0 * kScoreLd, s, b, k0 + w0, k_offset(s, kvh));
   add_fragments<kMaxDim>(dqkv, dv, sm.scores + w0 * kScoreLd, s, b, k0 + w0, v_offset(s, kvh));
+#endif
 }
 
 // dq: one block per (query tile, b, query head), the only writer of its rows' dq, walking the key
@@ -372,6 +380,9 @@ __global__ void __launch_bounds__(kTcThreads)
                                 const float* qkv,   // (B, T, W)
                                 const float* lse,   // (B, NH, T)
                                 FlashDims s) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  __trap();  // bf16 WMMA needs sm_80; CudaKernels never launches this below it
+#else
   constexpr int ld = head_ld<kMaxDim>();
   extern __shared__ __align__(128) unsigned char tc_smem[];
   const BackwardSmem<kMaxDim> sm(tc_smem);
@@ -416,6 +427,7 @@ __global__ void __launch_bounds__(kTcThreads)
   }
   // This block is the only writer of its rows' dq.
   add_fragments<kMaxDim>(dqkv, dq, sm.scores + w0 * kScoreLd, s, b, q0 + w0, q_offset(s, h));
+#endif
 }
 
 // ---- launches (the host emulation of the kernels above stops here) ----

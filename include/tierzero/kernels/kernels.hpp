@@ -159,8 +159,9 @@ class Kernels {
   // A linear layer with GELU after it (the MLP's fc): matmul_forward into pre, then gelu_forward
   // of pre into out, in one call, so a backend can apply GELU in the product's epilogue instead
   // of a pass over memory. pre is kept for the backward. The CPU backend runs the two ops (the
-  // same bits); CUDA uses cuBLASLt's GELU_AUX_BIAS epilogue (tanh GELU, equal up to roundoff) and
-  // the two ops where cuBLASLt has no such algorithm (OC not a multiple of 8, say).
+  // same bits); CUDA uses cuBLASLt's GELU_AUX_BIAS epilogue (the tanh GELU, with a tanh whose
+  // accuracy cuBLASLt does not document) and the two ops where cuBLASLt has no such algorithm (OC
+  // not a multiple of 8, say).
   virtual void matmul_gelu_forward(float* out,           // (N, OC) gelu(pre)
                                    float* pre,           // (N, OC) inp @ weight^T + bias
                                    const float* inp,     // (N, IC)
