@@ -175,31 +175,6 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(float* out,    
   }
 }
 
-// The backward's per-row inputs of query tile q0 of head h: lse_tile (kTile) <- each row's lse in
-// the log2 domain, delta_tile (kTile) <- D = rowsum(dout * out); both 0 past T. One warp per row,
-// every lane summing a fixed set of columns and warp_sum combining them in a fixed order.
-__device__ __forceinline__ void load_row_stats(float* lse_tile, float* delta_tile,
-                                               const float* dout,  // (B, T, NH D)
-                                               const float* out,   // (B, T, NH D)
-                                               const float* lse,   // (B, NH, T)
-                                               const FlashDims& s, size_t b, size_t h, size_t q0) {
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const size_t q_width = s.NH * s.D;
-  for (int r = warp; r < kTile; r += kThreads / kWarpSize) {
-    const size_t t = q0 + r;
-    float dot = 0.0f;
-    if (t < s.T) {
-      const size_t row = (b * s.T + t) * q_width + h * s.D;
-      for (size_t d = lane; d < s.D; d += kWarpSize) dot += dout[row + d] * out[row + d];
-    }
-    dot = warp_sum(dot);
-    if (lane == 0) {
-      delta_tile[r] = dot;
-      lse_tile[r] = t < s.T ? lse[(b * s.NH + h) * s.T + t] * kLog2e : 0.0f;
-    }
-  }
-}
-
 // The probabilities and score gradients of the (query tile q0, key tile k0) pair, for rows
 // ty + 16 ii and columns tx + 16 jj: S = q k^T, dP = dout v^T, P = exp(scale S - lse) where
 // key <= query < T (else 0), dS = P (dP - D) scale. Both backward kernels call this, so they
@@ -294,7 +269,7 @@ __global__ void __launch_bounds__(kThreads)
       __syncthreads();  // the previous tile's readers of q_tile, do_tile, p_tile are done
       load_tile<kMaxDim>(q_tile, qkv, s.W, q_offset(s, h), s, b, q0);
       load_tile<kMaxDim>(do_tile, dout, q_width, h * s.D, s, b, q0);
-      load_row_stats(lse_tile, delta_tile, dout, out, lse, s, b, h, q0);
+      load_row_stats<kThreads>(lse_tile, delta_tile, dout, out, lse, s, b, h, q0);
       __syncthreads();
 
       float p[kPer][kPer], ds[kPer][kPer];
@@ -394,7 +369,7 @@ __global__ void __launch_bounds__(kThreads)
 
   load_tile<kMaxDim>(q_tile, qkv, s.W, q_offset(s, h), s, b, q0);
   load_tile<kMaxDim>(do_tile, dout, q_width, h * s.D, s, b, q0);
-  load_row_stats(lse_tile, delta_tile, dout, out, lse, s, b, h, q0);
+  load_row_stats<kThreads>(lse_tile, delta_tile, dout, out, lse, s, b, h, q0);
 
   // dq of query rows ty + 16 ii, columns tx + 16 c.
   float dq[kPer][kCols];

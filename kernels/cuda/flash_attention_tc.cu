@@ -245,32 +245,6 @@ __global__ void __launch_bounds__(kTcThreads)
 #endif
 }
 
-// The backward's per-row inputs of query tile q0 of head h: lse_s (kTile) <- each row's lse in
-// the log2 domain, delta_s (kTile) <- D = rowsum(dout * out) in fp32; both 0 past T. One warp
-// per row, lanes summing fixed columns and warp_sum combining them in a fixed order.
-[[maybe_unused]] __device__ __forceinline__ void load_row_stats_tc(
-    float* lse_s, float* delta_s,
-    const float* dout,  // (B, T, NH D)
-    const float* out,   // (B, T, NH D)
-    const float* lse,   // (B, NH, T)
-    const FlashDims& s, size_t b, size_t h, size_t q0) {
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const size_t q_width = s.NH * s.D;
-  for (int r = warp; r < kTile; r += kTcWarps) {
-    const size_t t = q0 + static_cast<size_t>(r);
-    float dot = 0.0f;
-    if (t < s.T) {
-      const size_t row = (b * s.T + t) * q_width + h * s.D;
-      for (size_t d = lane; d < s.D; d += kWarpSize) dot += dout[row + d] * out[row + d];
-    }
-    dot = warp_sum(dot);
-    if (lane == 0) {
-      delta_s[r] = dot;
-      lse_s[r] = t < s.T ? lse[(b * s.NH + h) * s.T + t] * kLog2e : 0.0f;
-    }
-  }
-}
-
 // The backward's shared memory: four (64, kMaxDim) bf16 tiles, two fp32 score tiles, two bf16
 // probability tiles and the two row statistics.
 template <int kMaxDim>
@@ -344,7 +318,7 @@ __global__ void __launch_bounds__(kTcThreads)
       __syncthreads();  // the previous tile's readers of the walked tiles and stats are done
       load_tile_bf16<kMaxDim>(sm.walk_a, qkv, s.W, q_offset(s, h), s, b, q0);
       load_tile_bf16<kMaxDim>(sm.walk_b, dout, q_width, h * s.D, s, b, q0);
-      load_row_stats_tc(sm.lse, sm.delta, dout, out, lse, s, b, h, q0);
+      load_row_stats<kTcThreads>(sm.lse, sm.delta, dout, out, lse, s, b, h, q0);
       __syncthreads();
 
       warp_product_nt<kMaxDim>(sm.scores + w0 * kScoreLd, sm.own_a + w0 * ld, sm.walk_a);
@@ -399,7 +373,7 @@ __global__ void __launch_bounds__(kTcThreads)
 
   load_tile_bf16<kMaxDim>(sm.own_a, qkv, s.W, q_offset(s, h), s, b, q0);
   load_tile_bf16<kMaxDim>(sm.own_b, dout, q_width, h * s.D, s, b, q0);
-  load_row_stats_tc(sm.lse, sm.delta, dout, out, lse, s, b, h, q0);
+  load_row_stats<kTcThreads>(sm.lse, sm.delta, dout, out, lse, s, b, h, q0);
   FragC dq[kMaxDim / kFrag];  // the warp's 16 queries
 #pragma unroll
   for (int n = 0; n < kMaxDim / kFrag; ++n) wmma::fill_fragment(dq[n], 0.0f);
