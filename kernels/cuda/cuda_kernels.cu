@@ -9,7 +9,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "cuda/cuda_common.cuh"
@@ -106,6 +108,45 @@ struct LtEpilogue {
     return bias != nullptr ? LtEpilogue{CUBLASLT_EPILOGUE_BIAS, bias} : LtEpilogue{};
   }
   bool fused() const { return kind != CUBLASLT_EPILOGUE_DEFAULT; }
+};
+
+// Everything cuBLASLt's heuristic sees of one product: its question, for the algorithm cache.
+struct LtKey {
+  cublasOperation_t op_a, op_b;
+  size_t m, n, k, lda, ldb, ldd;
+  uint32_t align_a, align_b, align_d;
+  cublasLtEpilogue_t epilogue;
+  uint32_t align_bias, align_aux;
+  int64_t aux_ld;
+  cublasComputeType_t compute;
+  cudaDataType_t operands;
+  uint64_t workspace;
+  bool operator==(const LtKey&) const = default;
+};
+struct LtKeyHash {
+  size_t operator()(const LtKey& key) const {
+    const uint64_t fields[] = {static_cast<uint64_t>(key.op_a),
+                               static_cast<uint64_t>(key.op_b),
+                               key.m,
+                               key.n,
+                               key.k,
+                               key.lda,
+                               key.ldb,
+                               key.ldd,
+                               key.align_a,
+                               key.align_b,
+                               key.align_d,
+                               static_cast<uint64_t>(key.epilogue),
+                               key.align_bias,
+                               key.align_aux,
+                               static_cast<uint64_t>(key.aux_ld),
+                               static_cast<uint64_t>(key.compute),
+                               static_cast<uint64_t>(key.operands),
+                               key.workspace};
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the fields
+    for (uint64_t v : fields) h = (h ^ v) * 1099511628211ull;
+    return static_cast<size_t>(h);
+  }
 };
 
 class CudaKernels final : public Kernels {
@@ -583,17 +624,44 @@ class CudaKernels final : public Kernels {
       TZ_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.handle, CUBLASLT_MATMUL_DESC_TRANSB,
                                                      &trans_b, sizeof(trans_b)));
       if (epilogue.fused()) set_epilogue(desc, epilogue);
-      cublasLtMatmulHeuristicResult_t heuristic{};
-      int found = 0;
-      const cublasStatus_t heuristic_status = cublasLtMatmulAlgoGetHeuristic(
-          lt_, desc.handle, a_layout.handle, b_layout.handle, d_layout.handle, d_layout.handle,
-          preference.handle, 1, &heuristic, &found);
-      // CUBLAS_STATUS_NOT_SUPPORTED is how the heuristic says "no algorithm for this
-      // configuration": report it with the shapes below rather than as a bare status.
-      if (heuristic_status != CUBLAS_STATUS_NOT_SUPPORTED) TZ_CUBLAS_CHECK(heuristic_status);
-      const bool have_algorithm = heuristic_status == CUBLAS_STATUS_SUCCESS && found > 0 &&
-                                  heuristic.state == CUBLAS_STATUS_SUCCESS;
-      if (!have_algorithm) continue;
+      // The heuristic's answer depends only on what the key holds, and a step asks the same few
+      // dozen questions every micro-batch: each is asked once (tens of microseconds of host time,
+      // on the thread that must stay ahead of the GPU).
+      const LtKey key{op_a,
+                      op_b,
+                      m,
+                      n,
+                      k,
+                      lda,
+                      ldb,
+                      ldd,
+                      align_a,
+                      align_b,
+                      align_d,
+                      epilogue.kind,
+                      pointer_alignment(epilogue.bias),
+                      pointer_alignment(epilogue.aux),
+                      epilogue.aux_ld,
+                      tries[t],
+                      operands,
+                      max_workspace};
+      auto cached = algorithms_.find(key);
+      if (cached == algorithms_.end()) {
+        cublasLtMatmulHeuristicResult_t heuristic{};
+        int found = 0;
+        const cublasStatus_t heuristic_status = cublasLtMatmulAlgoGetHeuristic(
+            lt_, desc.handle, a_layout.handle, b_layout.handle, d_layout.handle, d_layout.handle,
+            preference.handle, 1, &heuristic, &found);
+        // CUBLAS_STATUS_NOT_SUPPORTED is how the heuristic says "no algorithm for this
+        // configuration": report it with the shapes below rather than as a bare status.
+        if (heuristic_status != CUBLAS_STATUS_NOT_SUPPORTED) TZ_CUBLAS_CHECK(heuristic_status);
+        const bool have_algorithm = heuristic_status == CUBLAS_STATUS_SUCCESS && found > 0 &&
+                                    heuristic.state == CUBLAS_STATUS_SUCCESS;
+        std::optional<cublasLtMatmulAlgo_t> answer;
+        if (have_algorithm) answer = heuristic.algo;
+        cached = algorithms_.emplace(key, answer).first;
+      }
+      if (!cached->second) continue;
       if (t > 0 && !fallback_warned_) {
         log::warn(std::string("cuBLASLt has no ") + matmul_precision_name(precision_) +
                   " algorithm for matmul m=" + std::to_string(m) + " n=" + std::to_string(n) +
@@ -603,7 +671,8 @@ class CudaKernels final : public Kernels {
       const float alpha = 1.0f;
       TZ_CUBLAS_CHECK(cublasLtMatmul(lt_, desc.handle, &alpha, A, a_layout.handle, B,
                                      b_layout.handle, &beta, D, d_layout.handle, D, d_layout.handle,
-                                     &heuristic.algo, lt_workspace_, lt_workspace_bytes_, stream_));
+                                     &*cached->second, lt_workspace_, lt_workspace_bytes_,
+                                     stream_));
       return true;
     }
     if (epilogue.fused()) return false;
@@ -626,6 +695,8 @@ class CudaKernels final : public Kernels {
   MatmulPrecision precision_ = MatmulPrecision::fp32;
   bool bf16_tensor_cores_ = false;  // compute capability 8.0 or more
   bool fallback_warned_ = false;    // the fp32 fallback of a faster precision was logged
+  // cuBLASLt's answer to each product's question (lt_matmul), or none where it had no algorithm.
+  std::unordered_map<LtKey, std::optional<cublasLtMatmulAlgo_t>, LtKeyHash> algorithms_;
   cublasLtHandle_t lt_ = nullptr;
   cudaStream_t stream_ = nullptr;
   double* reduction_scratch_ = nullptr;  // (kMaxReductionPartials) device, inside the workspace
