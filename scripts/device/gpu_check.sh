@@ -125,7 +125,7 @@ step_kernels26() {
   timeout 90 $kt --gtest_filter='*FlashAttentionTest*/cuda:*GradientSumsTest*/cuda:*ElementwiseTest.SumSquares*/cuda:*MatmulPrecisionTest*/cuda:*MatmulGeluTest*/cuda:*LayerNormTest*/cuda:*AttentionTest*/cuda:*LlamaKernelTest*/cuda:*MatmulTest*/cuda' \
     >"$out/kernels26.log" 2>&1
   log "exit $?"
-  grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]|flash_attention (out|dqkv).*(T1024|T257)|flash_attention repeat|GradientSumsTest|repeat: [1-9]|CPU backend: |matmul_forward out (tf32|bf16|fp16|fp32) N77|matmul_(gelu_forward out|backward_gelu dpre) N64" \
+  grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]|flash_attention (out|dqkv).*(T1024|T257)|flash_attention \(16-bit\).*(T1024|T257)|flash_attention repeat|GradientSumsTest|repeat: [1-9]|CPU backend: |matmul_forward out (tf32|bf16|fp16|fp32) N77|matmul_(gelu_forward out|backward_gelu dpre) N64" \
     "$out/kernels26.log" | head -56 | tee -a "$out/summary.txt"
 }
 # compute-sanitizer (memcheck or racecheck) over the fused attention's small test.
