@@ -335,6 +335,9 @@ void GradientReducer::finish_all() {
   }
   issue_bucket();
   while (!pending_.empty()) finish_oldest();
+  // The step writes into the shards from here on (tied and replicated sums), so a shard nothing
+  // landed in is no longer known to be zeros: until the next zero(), means are added.
+  std::fill(host_zero_.begin(), host_zero_.end(), 0);
 }
 
 void GradientReducer::zero() {
@@ -378,14 +381,17 @@ void GradientReducer::copy_slices_to_host(const std::vector<char>& copied) {
 void GradientReducer::copy_slice_to_host(size_t u) {
   if (config_.stage >= 2 || storage_.placement(u).grad == Tier::device) return;
   const size_t n = plan_.partition(u).shard_numel;
+  // The slice's last writer may be zero()'s fill on the compute stream (a unit with nothing
+  // reduced this step): this copy follows the compute stream.
   copy_to_host({{storage_.arenas().ptr(StateBuffer::grad_shard, u),
                  storage_.arenas().ptr(StateBuffer::grads_full, u) +
                      plan_.partition(u).shard_begin(plan_.rank()),
                  n * sizeof(float)}},
-               u);
+               u, true);
 }
 
-void GradientReducer::copy_to_host(const std::vector<HostCopy>& copies, size_t unit) {
+void GradientReducer::copy_to_host(const std::vector<HostCopy>& copies, size_t unit,
+                                   bool after_compute) {
   // The reduction that wrote src has landed (its request was waited for), so the copy need not
   // follow the compute stream: on its own stream the host waits for this copy only, while the
   // backward already issued keeps the GPU busy. A 16-bit reduction's widening back to fp32 is a
@@ -395,7 +401,7 @@ void GradientReducer::copy_to_host(const std::vector<HostCopy>& copies, size_t u
     d2h_stream_ = device_.create_stream();
     copied_ = device_.create_event();
   }
-  if (config_.reduce_dtype != DType::f32) {
+  if (after_compute || config_.reduce_dtype != DType::f32) {
     copied_->record(device_.default_stream());
     copied_->make_wait(*d2h_stream_);
   }

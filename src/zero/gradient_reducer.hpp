@@ -117,7 +117,9 @@ class GradientReducer {
     const void* src;  // (bytes) device
     size_t bytes;
   };
-  void copy_to_host(const std::vector<HostCopy>& copies, size_t unit);
+  // after_compute: the sources' last writer may be work on the compute stream (not a reduction
+  // that has landed), so the copies follow it (in stream order; the host still waits only once).
+  void copy_to_host(const std::vector<HostCopy>& copies, size_t unit, bool after_compute = false);
 
   const StoreConfig& config_;
   ShardStorage& storage_;
