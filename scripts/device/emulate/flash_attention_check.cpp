@@ -76,8 +76,11 @@ void run(const Case& c, std::vector<float>& out, std::vector<float>& lse, std::v
 #endif
   emulate(
       s.tiles * s.B * s.NH, threads, fb,
-      [&] { TZ_KERNEL(forward_kernel)
-            (out.data(), lse.data(), qkv.data(), s); }, shuffle_seed);
+      [&] {
+        TZ_KERNEL(forward_kernel)
+        (out.data(), lse.data(), qkv.data(), s);
+      },
+      shuffle_seed);
   emulate(
       s.tiles * s.B * s.NKV, threads, bb,
       [&] {
