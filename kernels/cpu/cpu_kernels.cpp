@@ -19,6 +19,7 @@ class CpuKernels final : public Kernels {
  public:
   const char* backend_name() const override { return "cpu"; }
   void set_stream(void*) override {}
+  void* stream() const override { return nullptr; }
   size_t workspace_bytes() const override { return 0; }
   void set_workspace(void*, size_t) override {}
 

@@ -181,6 +181,7 @@ class CudaKernels final : public Kernels {
   void set_stream(void* native_stream) override {
     stream_ = static_cast<cudaStream_t>(native_stream);
   }
+  void* stream() const override { return stream_; }
 
   size_t workspace_bytes() const override {
     return kReductionScratchBytes + kDeterministicScratchBytes + kCublasLtWorkspaceBytes;

@@ -145,6 +145,10 @@ void GradientReducer::issue_bucket() {
     if (r.units.size() > 1)
       r.input = allocate(r.elems, "zero reduce-scatter bucket (packed)");  // (elems) fp32
     r.shard_mean = allocate(shard_elems, "zero reduce-scatter shard");     // (shard_elems) fp32
+    r.widen_for_host =
+        wire != DType::f32 && std::none_of(r.units.begin(), r.units.end(), [&](size_t u) {
+          return storage_.placement(u).grad == Tier::device;
+        });
     if (wire != DType::f32) {
       r.wire_in = allocate(r.elems, "zero reduce-scatter bucket (16-bit)", wire);  // (elems)
       r.wire_out = allocate(shard_elems, "zero reduce-scatter shard (16-bit)", wire);
@@ -239,7 +243,11 @@ void GradientReducer::accumulate(const Pending& r) {
     else if (storage_.placement(u).grad != Tier::device)
       copies.push_back({static_cast<float*>(staging.data()) + staged_at[i], mean, bytes});
   }
-  if (!copies.empty()) copy_to_host(copies, r.units[0]);
+  // Widened on the compute stream (a bucket with device gradients), the means' last writer is a
+  // kernel there; else they are widened on the copy stream, right before the copies.
+  const bool widened_by_compute = config_.reduce_dtype != DType::f32 && !r.widen_for_host;
+  if (!copies.empty())
+    copy_to_host(copies, r.units[0], widened_by_compute, r.widen_for_host ? &r : nullptr);
   for (size_t i = 0; i < units; ++i) {
     const size_t u = r.units[i];
     const size_t n = plan_.partition(u).shard_numel;
@@ -301,7 +309,7 @@ void GradientReducer::finish_oldest() {
   ActivityLog::global().record(Track::collective,
                                config_.stage >= 2 ? "reduce_scatter" : "all_reduce", r.issued_s,
                                monotonic_seconds(), bytes, static_cast<int64_t>(r.units[0]));
-  if (config_.reduce_dtype != DType::f32) {
+  if (config_.reduce_dtype != DType::f32 && !r.widen_for_host) {
     // The mean back in fp32: into the shard buffer (stages 2-3) or the arena (stages 0-1).
     if (config_.stage >= 2)
       device_.kernels().convert_to_f32(r.shard_mean.f32(), r.wire_out.data(), config_.reduce_dtype,
@@ -391,21 +399,27 @@ void GradientReducer::copy_slice_to_host(size_t u) {
 }
 
 void GradientReducer::copy_to_host(const std::vector<HostCopy>& copies, size_t unit,
-                                   bool after_compute) {
+                                   bool after_compute, const Pending* widen_first) {
   // The reduction that wrote src has landed (its request was waited for), so the copy need not
   // follow the compute stream: on its own stream the host waits for this copy only, while the
-  // backward already issued keeps the GPU busy. A 16-bit reduction's widening back to fp32 is a
-  // kernel on the compute stream, so then the copy starts after an event recorded behind it
-  // (in stream order, not waited for on the host).
+  // backward already issued keeps the GPU busy. A 16-bit reduction bound for the host is widened
+  // on that stream too, before the copies. Where src's last writer is a kernel on the compute
+  // stream (after_compute: a fill, or a widening there), the copy starts after an event recorded
+  // behind it (in stream order, not waited for on the host).
   if (!d2h_stream_) {
     d2h_stream_ = device_.create_stream();
     copied_ = device_.create_event();
   }
-  if (after_compute || config_.reduce_dtype != DType::f32) {
+  if (after_compute) {
     copied_->record(device_.default_stream());
     copied_->make_wait(*d2h_stream_);
   }
   const double t0 = monotonic_seconds();
+  if (widen_first != nullptr) {
+    kernels::KernelStreamScope on_copy_stream(device_.kernels(), d2h_stream_->native());
+    device_.kernels().convert_to_f32(widen_first->shard_mean.f32(), widen_first->wire_out.data(),
+                                     config_.reduce_dtype, widen_first->shard_elems);
+  }
   size_t bytes = 0;
   for (const HostCopy& c : copies) {
     device_.copy(c.dst, c.src, c.bytes, CopyKind::device_to_host, *d2h_stream_);

@@ -88,8 +88,12 @@ class GradientReducer {
     DeviceBuffer shard_mean;    // (sum shard_numel) fp32, stages 2-3: reduce-scatter output
     // reduce_dtype other than fp32: the collective's input and output in it (wire_out only at
     // stages 2-3; stages 0-1 reduce wire_in in place and widen it back into the arena).
-    DeviceBuffer wire_in;    // (elems) reduce_dtype
-    DeviceBuffer wire_out;   // (sum shard_numel) reduce_dtype, stages 2-3
+    DeviceBuffer wire_in;   // (elems) reduce_dtype
+    DeviceBuffer wire_out;  // (sum shard_numel) reduce_dtype, stages 2-3
+    // Stages 2-3, 16-bit, no unit's gradient shard on the device: wire_out is widened into
+    // shard_mean on the copy stream just before the copies to the host (copy_to_host), not on the
+    // compute stream, so the host's wait for them does not queue behind the backward.
+    bool widen_for_host = false;
     float* arena = nullptr;  // stages 0-1: the span of the full-gradient arena reduced
     // Recorded after backward's (and the packing's) writes: the reduction starts after it, so
     // the training thread does not wait for them on the host.
@@ -119,7 +123,10 @@ class GradientReducer {
   };
   // after_compute: the sources' last writer may be work on the compute stream (not a reduction
   // that has landed), so the copies follow it (in stream order; the host still waits only once).
-  void copy_to_host(const std::vector<HostCopy>& copies, size_t unit, bool after_compute = false);
+  // widen_first: a landed 16-bit reduction (widen_for_host) whose shard_mean the copies read,
+  // widened on the copy stream before them.
+  void copy_to_host(const std::vector<HostCopy>& copies, size_t unit, bool after_compute = false,
+                    const Pending* widen_first = nullptr);
 
   const StoreConfig& config_;
   ShardStorage& storage_;

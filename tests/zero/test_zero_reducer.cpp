@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "store_fixture.hpp"
+#include "tierzero/core/activity_log.hpp"
 
 using namespace tierzero;
 using namespace tierzero::zero_test;
@@ -224,6 +225,56 @@ TEST_P(ZeroReducerTest, SixteenBitReductionsTrackFp32Reductions) {
         EXPECT_GT(norm_err.max_abs, 0.0) << what << ": the 16-bit reduction did not run";
       } else if (!on_cuda()) {  // on CUDA two runs differ anyway (atomics in backward)
         EXPECT_EQ(norm_err.max_abs, 0.0) << what << ": nothing is reduced, nothing is rounded";
+      }
+    }
+  }
+}
+
+// A 16-bit reduction bound for gradient shards off the device (host or NVMe) is widened on the
+// reducer's copy stream, just before its copy to the host, instead of on the compute stream: each
+// rank's reduced shards reach the host once per step, whole, in fp32, and on 2 ranks or more
+// (where every placement reduces) the training is bitwise that of the all-on-device store, which
+// widens on the compute stream (within compare_runs' floor on CUDA, whose offloaded optimizer is
+// the CPU's; there a widening out of order with its copy would show as garbage gradients).
+TEST_P(ZeroReducerTest, SixteenBitReductionsBoundForTheHostAreWidenedBesideTheBackward) {
+  const int stage = GetParam();
+  if (stage < 2) GTEST_SKIP() << "stages 0-1 all-reduce in the device's full-gradient arena";
+  const int ranks = session().world().size(), rank = session().world().rank();
+  const size_t bucket = 2 * kBlockElems + 1;
+  for (DType wire : {DType::bf16, DType::f16}) {
+    std::vector<float> device_run;
+    for (const char* placement : {"device", "opt_host", "opt_nvme", "all_host"}) {
+      const std::string name = placement;
+      if (name == "all_host" && stage < 3) continue;
+      Fixture f(stage, placement, 1000000000, DType::f32, bucket, false,
+                [&](zero::StoreConfig& c) { c.reduce_dtype = wire; });
+      ActivityLog::global().reset();
+      ActivityLog::global().set_recording(true);
+      constexpr int kSteps = 4;
+      std::vector<float> run;
+      for (int step = 0; step < kSteps; ++step) run.push_back(store_step(f));
+      ActivityLog::global().set_recording(false);
+      const std::vector<float> params = read_all_units(f);
+      run.insert(run.end(), params.begin(), params.end());
+      size_t copied = 0;
+      for (const Activity& a : ActivityLog::global().activities())
+        if (std::string(a.name) == "grad shard to host") copied += a.bytes;
+      size_t shard_elems = 0;
+      for (size_t u = 0; u < f.store.plan().num_units(); ++u)
+        shard_elems += f.store.plan().partition(u).shard_numel;
+      const std::string what = "stage " + std::to_string(stage) + " " + name + " on " +
+                               std::to_string(ranks) + " ranks, " + dtype_name(wire) +
+                               " reductions";
+      const size_t want = name == "device" ? 0 : kSteps * shard_elems * sizeof(float);
+      std::printf("[rank %d] %s: %zu bytes of reduced gradients to the host (%zu expected)\n", rank,
+                  what.c_str(), copied, want);
+      EXPECT_EQ(copied, want) << what;
+      if (name == "device") {
+        device_run = run;
+      } else if (ranks >= 2) {
+        EXPECT_EQ(
+            compare_runs(run, device_run, 1e-4, what + " vs the all-on-device store", ranks, rank),
+            0u);
       }
     }
   }

@@ -75,6 +75,7 @@ class Kernels {
 
   // Native stream (cudaStream_t on CUDA, ignored on CPU). Null is the default stream.
   virtual void set_stream(void* native_stream) = 0;
+  virtual void* stream() const = 0;  // the one set last (null: the default stream)
   // Scratch memory the backend may use (CUDA: cuBLASLt, the partial sums and sort buffers of its
   // deterministic gradient sums); the caller owns and accounts for it.
   virtual size_t workspace_bytes() const = 0;
@@ -357,6 +358,24 @@ class Kernels {
                                 DType dst_type, const float* src, size_t n) = 0;  // src (n)
   virtual void convert_to_f32(float* dst,                                         // (n)
                               const void* src, DType src_type, size_t n) = 0;  // src (n) src_type
+};
+
+// Issues the kernels called in its scope on another stream and restores the stream before at its
+// end: for work that must not queue behind the compute stream (a reduced gradient's widening
+// before its copy to the host). Only for the thread that issues the compute stream's kernels.
+class KernelStreamScope {
+ public:
+  KernelStreamScope(Kernels& kernels, void* native_stream)
+      : kernels_(kernels), before_(kernels.stream()) {
+    kernels_.set_stream(native_stream);
+  }
+  ~KernelStreamScope() { kernels_.set_stream(before_); }
+  KernelStreamScope(const KernelStreamScope&) = delete;
+  KernelStreamScope& operator=(const KernelStreamScope&) = delete;
+
+ private:
+  Kernels& kernels_;
+  void* before_;
 };
 
 // The CPU backend (always built).
