@@ -11,9 +11,9 @@
 #     torch.compile and llm.c's train_gpt2cu from .devpeers/, see peers_prepare.sh)
 #   scripts/device/gpu_check.sh lease [seconds]   (everything above that one short lease can hold,
 #     most telling first, each step only if its own limit still fits in `seconds` (default 500):
-#     issue 26's kernel tests, bench train bf16 and fp32, the peers at B 16, compute-sanitizer
-#     memcheck, host waits, racecheck, bench offload host, the other CUDA tests; carry
-#     .devbundle and .devpeers, timeout 600)
+#     issue 26's kernel tests, bench train bf16, the 300-step bf16 loss curve against fp32, the
+#     peers at B 16, bench train fp32, compute-sanitizer memcheck, host waits, racecheck, the
+#     other CUDA tests; carry .devbundle and .devpeers, timeout 600, seconds 540)
 #   scripts/device/gpu_check.sh issue26   (issue 26's first parts, one call of under 10 minutes:
 #     the fused attention (its bitwise repeatability included), the deterministic gradient sums
 #     (GradientSumsTest: embedding, bias and norm gradients repeat bit for bit) and
@@ -170,6 +170,24 @@ print("device compute busy ms", [round(s["tracks"][0][0] * 1e3, 1) for s in step
       "spans", [s["tracks"][0][2] for s in steps])
 PY
 }
+# Issue 26's accuracy goal: 300 steps of GPT-2 124M (B 4, T 256, the built-in corpus, clipping
+# at 1) with bf16 working parameters and products against the same run in fp32; the mean loss of
+# the last 20 steps must agree within 1% (scripts/device/loss_curves.py).
+step_curve() {
+  local steps=${1:-300}
+  for p in fp32 bf16; do
+    local extra="" limit=70
+    [ "$p" = bf16 ] && extra='"bf16": {"enabled": true},' && limit=50
+    echo "{\"train_micro_batch_size_per_gpu\": 4, $extra \"gradient_clipping\": 1.0,
+      \"tierzero\": {\"steps\": $steps, \"seq_len\": 256, \"val_batches\": 0}}" >"$out/curve_$p.json"
+    log "train gpt2 cuda $p, $steps steps, B 4, T 256 (the loss curve)"
+    timeout $limit $tz train --config "$out/curve_$p.json" --model gpt2 --device cuda \
+      --metrics "$out/curve_$p.jsonl" >"$out/curve_$p.log" 2>&1
+    log "exit $?"; grep -E "^step |error" "$out/curve_$p.log" | tail -2 | tee -a "$out/summary.txt"
+  done
+  python3 scripts/device/loss_curves.py "$out/curve_fp32.jsonl" "$out/curve_bf16.jsonl" 2>&1 |
+    tee -a "$out/summary.txt"
+}
 # Issue 26's comparison at micro-batch B: ours (bf16 products), PyTorch eager and torch.compile,
 # llm.c's train_gpt2cu; `limit` bounds the torch script (compile time included).
 step_peers() {
@@ -235,6 +253,7 @@ if [ "$what" = issue26 ]; then
   step_sanitize26 racecheck
   for p in fp32 tf32 bf16; do step_bench_precision $p; done
   for st in 0 3; do step_waits $st; done
+  step_curve 300
   step_ctest_rest 90
 fi
 if [ "$what" = lease ]; then  # the most telling steps first, each only if its limit still fits
@@ -245,8 +264,9 @@ if [ "$what" = lease ]; then  # the most telling steps first, each only if its l
   }
   fits 90 kernels && step_kernels26
   fits 40 "bench bf16" && step_bench_precision bf16
-  fits 40 "bench fp32" && step_bench_precision fp32
+  fits 120 "loss curve" && step_curve 300
   fits 330 "peers B 16" && step_peers 16 150
+  fits 40 "bench fp32" && step_bench_precision fp32
   fits 80 memcheck && step_sanitize26 memcheck
   fits 45 "waits stage 0" && step_waits 0
   fits 45 "waits stage 3" && step_waits 3
