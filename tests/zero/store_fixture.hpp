@@ -81,7 +81,8 @@ constexpr double kLr = 3e-3;
 constexpr double kClip = 1.0;
 constexpr size_t kPersistenceThreshold = 1000;  // the final layernorm (128 elements) persists
 
-// Placements by name; "host_nvme" keeps the parameters in host memory and the optimizer states on
+// Placements by name; "opt_grads_nvme" puts the gradient shards on NVMe beside the optimizer
+// states; "host_nvme" keeps the parameters in host memory and the optimizer states on
 // NVMe; "half" puts the first half of the units' parameters on NVMe and their
 // optimizer states in host memory, the rest on the device.
 inline zero::PlacementConfig placement_for(const std::string& name) {
@@ -89,6 +90,10 @@ inline zero::PlacementConfig placement_for(const std::string& name) {
   p.nvme_chunk_elems = 1000;  // several chunks per unit, none a multiple of the alignment
   if (name == "opt_host") p.optimizer.tier = Tier::host;
   if (name == "opt_nvme") p.optimizer.tier = Tier::nvme;
+  if (name == "opt_grads_nvme") {  // optimizer states and gradient shards on NVMe
+    p.optimizer.tier = Tier::nvme;
+    p.nvme_grads = Tier::nvme;
+  }
   if (name == "all_host") p.param.tier = p.optimizer.tier = Tier::host;
   if (name == "all_nvme") p.param.tier = p.optimizer.tier = Tier::nvme;
   if (name == "host_nvme") {  // parameters in host memory, optimizer states on NVMe

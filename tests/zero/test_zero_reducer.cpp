@@ -232,10 +232,12 @@ TEST_P(ZeroReducerTest, SixteenBitReductionsTrackFp32Reductions) {
 
 // A 16-bit reduction bound for gradient shards off the device (host or NVMe) is widened on the
 // reducer's copy stream, just before its copy to the host, instead of on the compute stream: each
-// rank's reduced shards reach the host once per step, whole, in fp32, and on 2 ranks or more
-// (where every placement reduces) the training is bitwise that of the all-on-device store, which
-// widens on the compute stream (within compare_runs' floor on CUDA, whose offloaded optimizer is
-// the CPU's; there a widening out of order with its copy would show as garbage gradients).
+// rank's reduced shards reach the host once per step, whole, in fp32, and where every placement
+// reduces (2 ranks or more) the training is that of the all-on-device store, which widens on the
+// compute stream: bitwise on 2 ranks on the CPU, within compare_runs' tolerances on 4 (MPI may
+// sum in another order) and on CUDA (whose offloaded optimizer is the CPU's). Which stream ran
+// the widening only shows on CUDA; there a widening out of order with its copy would show as
+// wrong gradients here and in SixteenBitReductionsTrackFp32Reductions.
 TEST_P(ZeroReducerTest, SixteenBitReductionsBoundForTheHostAreWidenedBesideTheBackward) {
   const int stage = GetParam();
   if (stage < 2) GTEST_SKIP() << "stages 0-1 all-reduce in the device's full-gradient arena";
@@ -243,7 +245,7 @@ TEST_P(ZeroReducerTest, SixteenBitReductionsBoundForTheHostAreWidenedBesideTheBa
   const size_t bucket = 2 * kBlockElems + 1;
   for (DType wire : {DType::bf16, DType::f16}) {
     std::vector<float> device_run;
-    for (const char* placement : {"device", "opt_host", "opt_nvme", "all_host"}) {
+    for (const char* placement : {"device", "opt_host", "opt_nvme", "opt_grads_nvme", "all_host"}) {
       const std::string name = placement;
       if (name == "all_host" && stage < 3) continue;
       Fixture f(stage, placement, 1000000000, DType::f32, bucket, false,
