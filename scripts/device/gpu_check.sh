@@ -148,7 +148,7 @@ step_bench_precision() {
   log "bench train --device cuda --model gpt2 --batch 8 --seq 1024 --steps 5 --matmul-precision $p"
   timeout 40 $tz bench train --device cuda --model gpt2 --batch 8 --seq 1024 --steps 5 \
     --matmul-precision "$p" >"$out/bench_$p.jsonl" 2>"$out/bench_$p.log"
-  log "exit $?"; tail -9 "$out/bench_$p.log" | tee -a "$out/summary.txt"; cat "$out/bench_$p.jsonl"
+  log "exit $?"; tail -16 "$out/bench_$p.log" | tee -a "$out/summary.txt"; cat "$out/bench_$p.jsonl"
 }
 # The asynchronous step's counters on the GPU: host waits per step (--metrics host_waits) and the
 # device timeline's compute against the step (the profile's compute track); the logits in

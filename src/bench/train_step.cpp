@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tierzero/bench/model_products.hpp"
 #include "tierzero/bench/results.hpp"
 #include "tierzero/core/random.hpp"
 #include "tierzero/core/timer.hpp"
@@ -144,6 +145,13 @@ BenchTrainStepResult bench_train_step(const BenchTrainStepOptions& f) {
   nn::GPTConfig cfg = nn::GPTConfig::preset(f.model);
   cfg.classifier_chunk_tokens = static_cast<size_t>(f.classifier_chunk);
   const auto B = static_cast<size_t>(f.batch), T = static_cast<size_t>(f.seq);
+  // With 16-bit products, what 16-bit operands would buy this model's own products.
+  std::vector<ModelProduct> products;
+  if (native16) {
+    products = model_products(cfg, B, T, nn::ActivationDims::of(cfg, B, T).logits_rows);
+    time_model_products(*dev, alloc, precision == "bf16" ? DType::bf16 : DType::f16, products);
+    alloc.release_cached();
+  }
   nn::GPT model(cfg, alloc);
   nn::LocalParams params(model.layout(), alloc);
   std::vector<float> host(model.layout().total_numel());         // (total_numel)
@@ -189,6 +197,16 @@ BenchTrainStepResult bench_train_step(const BenchTrainStepOptions& f) {
   } else {
     std::fprintf(stderr, "  %-32s %9.1f GF/s\n", "baseline (the better)", sgemm);
   }
+  for (const ModelProduct& p : products) {
+    std::fprintf(stderr, "  %-32s %9.1f / %.1f GF/s\n",
+                 (p.name + " " + std::to_string(p.m) + "x" + std::to_string(p.n) + "x" +
+                  std::to_string(p.k) + ", fp32 / 16-bit operands")
+                     .c_str(),
+                 product_gflops(p, p.fp32_operands_s), product_gflops(p, p.native_s));
+  }
+  if (!products.empty())
+    std::fprintf(stderr, "  %-32s %9.3f\n", "products, 16-bit operands speedup",
+                 native_speedup(products));
   std::fprintf(stderr, "  %-32s %9.1f ms\n", "train step (median)", step_s * 1e3);
   std::fprintf(stderr, "  %-32s %9.1f GF/s\n", "train step rate", rate);
   std::fprintf(stderr, "  %-32s %9.1f tok/s\n", "throughput", tokens / step_s);
@@ -200,6 +218,18 @@ BenchTrainStepResult bench_train_step(const BenchTrainStepOptions& f) {
   if (native16) {
     j["mfu"] = round_to(rate / sgemm, 4);
     j["gemm_fp32_operands_gflops"] = round_to(sg.backend_matmul, 3);
+    nlohmann::ordered_json shapes = nlohmann::ordered_json::array();
+    for (const ModelProduct& p : products) {
+      shapes.push_back({{"name", p.name},
+                        {"m", p.m},
+                        {"n", p.n},
+                        {"k", p.k},
+                        {"per_step", p.per_step},
+                        {"fp32_operands_gflops", round_to(product_gflops(p, p.fp32_operands_s), 3)},
+                        {"native_gflops", round_to(product_gflops(p, p.native_s), 3)}});
+    }
+    j["products"] = shapes;
+    j["products_native_speedup"] = round_to(native_speedup(products), 4);
   }
   j["logits_rows"] = nn::ActivationDims::of(cfg, B, T).logits_rows;
   j["activation_bytes"] = model.activation_bytes();

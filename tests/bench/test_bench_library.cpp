@@ -11,8 +11,10 @@
 #include "tierzero/bench/adam.hpp"
 #include "tierzero/bench/crc.hpp"
 #include "tierzero/bench/io.hpp"
+#include "tierzero/bench/model_products.hpp"
 #include "tierzero/bench/results.hpp"
 #include "tierzero/core/error.hpp"
+#include "tierzero/device/device_allocator.hpp"
 #include "tierzero/offload/crc32c.hpp"
 
 namespace tierzero::bench {
@@ -195,6 +197,39 @@ TEST(BenchLibrary, ReportAppendsAndFailsWhenOnePartFailed) {
   EXPECT_EQ(a.results[1]["bench"], "z");
   EXPECT_FALSE(a.passed);
   EXPECT_EQ(a.exit_code(), 1);
+}
+
+// The model's forward products as bench train times them with 16-bit products on a GPU (fp32
+// against native 16-bit operands): the shapes the model computes, the classifier in its chunks
+// of rows, both ways measured (on the CPU gemm_16bit widens its operands: the plumbing, not the
+// speed); a type that is not 16-bit is an error.
+TEST(BenchLibrary, ModelProductsAreTheForwardShapesTimedBothWays) {
+  nn::GPTConfig cfg = nn::GPTConfig::preset("gpt2");
+  cfg.num_layers = 2;
+  cfg.channels = 64;
+  cfg.num_heads = 4;
+  cfg.vocab_size = 300;
+  std::vector<ModelProduct> p = model_products(cfg, 2, 16, 7);  // 32 rows; the head 7 at a time
+  ASSERT_EQ(p.size(), 5u);
+  const size_t want[5][4] = {
+      {32, 192, 64, 2}, {32, 64, 64, 2}, {32, 256, 64, 2}, {32, 64, 256, 2}, {7, 300, 64, 5}};
+  for (size_t i = 0; i < p.size(); ++i) {
+    EXPECT_EQ(p[i].m, want[i][0]) << p[i].name;
+    EXPECT_EQ(p[i].n, want[i][1]) << p[i].name;
+    EXPECT_EQ(p[i].k, want[i][2]) << p[i].name;
+    EXPECT_EQ(p[i].per_step, want[i][3]) << p[i].name;
+  }
+  std::unique_ptr<Device> dev = make_device("cpu", 1);
+  DeviceAllocator alloc(*dev, 0);
+  time_model_products(*dev, alloc, DType::bf16, p, 1);
+  for (const ModelProduct& q : p) {
+    EXPECT_TRUE(measured(q.fp32_operands_s)) << q.name;
+    EXPECT_TRUE(measured(q.native_s)) << q.name;
+  }
+  EXPECT_TRUE(measured(native_speedup(p)));
+  std::printf("products, 16-bit operands speedup on the CPU (widened there): %.3f\n",
+              native_speedup(p));
+  EXPECT_THROW(time_model_products(*dev, alloc, DType::f32, p, 1), Error);
 }
 
 }  // namespace
