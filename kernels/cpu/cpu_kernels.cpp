@@ -182,6 +182,15 @@ class CpuKernels final : public Kernels {
                     const AdamWParams& p) override {
     cpu::adamw_update(param, m, v, grad, n, p);
   }
+  void adamw_update_with_copy(float* param, float* m, float* v, const float* grad, void* copy,
+                              DType copy_type, size_t n, const AdamWParams& p) override {
+    if (copy_type == DType::bf16) {  // one pass, vectorised (cpu_ops.hpp)
+      cpu::adamw_update_with_copy(param, m, v, grad, static_cast<uint16_t*>(copy), n, p);
+      return;
+    }
+    cpu::adamw_update(param, m, v, grad, n, p);
+    convert_from_f32(copy, copy_type, param, n);
+  }
 
   double sum_squares(const float* x, size_t n) override { return cpu::sum_squares(x, n); }
   void sum_squares_to(double* result, const float* x, size_t n) override {

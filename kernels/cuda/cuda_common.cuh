@@ -174,8 +174,11 @@ void launch_convert_from_f32(cudaStream_t stream, void* dst, DType dst_type, con
                              size_t n);
 void launch_convert_to_f32(cudaStream_t stream, float* dst, const void* src, DType src_type,
                            size_t n);
+// With `copy` (copy_type bf16, fp16 or fp32), the updated parameters are written there too, in
+// the same pass.
 void launch_adamw(cudaStream_t stream, float* param, float* m, float* v, const float* grad,
-                  size_t n, const AdamWParams& p);
+                  size_t n, const AdamWParams& p, void* copy = nullptr,
+                  DType copy_type = DType::f32);
 // Writes one partial sum of squares per block into `partials` (device, capacity
 // `max_partials`) and returns how many it wrote.
 size_t launch_sum_squares_partials(cudaStream_t stream, double* partials, size_t max_partials,

@@ -231,13 +231,19 @@ struct AdamWScalars {
   float bias_correction2_sqrt;  // sqrt(1 - beta2^step)
 };
 
+// What adamw_kernel writes beside the parameters: nothing, or their 16-bit working copy.
+enum class AdamWCopy { none, bf16, f16, f32 };
+
 // Follows torch.optim.AdamW's single-tensor path operation by operation:
 // p *= 1 - lr*wd; m.lerp_(g, 1-b1); v = v*b2 + (1-b2) g^2;
 // p -= step_size * m / (sqrt(v) / sqrt(bc2) + eps).
+// With a copy, the updated parameter is also rounded into it (dtype_bits, as convert_from_f32).
+template <AdamWCopy kCopy>
 __global__ void adamw_kernel(float* param,       // (n)
                              float* m,           // (n)
                              float* v,           // (n)
                              const float* grad,  // (n)
+                             void* copy,         // (n) kCopy's type, or null
                              size_t n, AdamWScalars s) {
   for (size_t i = global_thread_index(); i < n; i += grid_stride()) {
     const float g = grad[i] * s.grad_scale;
@@ -251,6 +257,13 @@ __global__ void adamw_kernel(float* param,       // (n)
     m[i] = mi;
     v[i] = vi;
     param[i] = p;
+    if constexpr (kCopy == AdamWCopy::bf16) {
+      static_cast<uint16_t*>(copy)[i] = dtype_bits::float_to_bf16(p);
+    } else if constexpr (kCopy == AdamWCopy::f16) {
+      static_cast<uint16_t*>(copy)[i] = dtype_bits::float_to_f16(p);
+    } else if constexpr (kCopy == AdamWCopy::f32) {
+      static_cast<float*>(copy)[i] = p;
+    }
   }
 }
 
@@ -539,7 +552,7 @@ void launch_convert_to_f32(cudaStream_t stream, float* dst, const void* src, DTy
 }
 
 void launch_adamw(cudaStream_t stream, float* param, float* m, float* v, const float* grad,
-                  size_t n, const AdamWParams& p) {
+                  size_t n, const AdamWParams& p, void* copy, DType copy_type) {
   TZ_CHECK(p.step >= 1, "adamw_update: step must be >= 1, got " + std::to_string(p.step),
            "the step count is 1-based (bias correction divides by 1 - beta^step)");
   if (n == 0) return;
@@ -555,7 +568,16 @@ void launch_adamw(cudaStream_t stream, float* param, float* m, float* v, const f
       static_cast<float>(1.0 - static_cast<double>(p.lr) * static_cast<double>(p.weight_decay));
   s.step_size = static_cast<float>(static_cast<double>(p.lr) / bias_correction1);
   s.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  adamw_kernel<<<grid_stride_blocks(n), kBlockSize, 0, stream>>>(param, m, v, grad, n, s);
+  const unsigned grid = grid_stride_blocks(n);
+  if (copy == nullptr) {
+    adamw_kernel<AdamWCopy::none><<<grid, kBlockSize, 0, stream>>>(param, m, v, grad, copy, n, s);
+  } else if (copy_type == DType::bf16) {
+    adamw_kernel<AdamWCopy::bf16><<<grid, kBlockSize, 0, stream>>>(param, m, v, grad, copy, n, s);
+  } else if (copy_type == DType::f16) {
+    adamw_kernel<AdamWCopy::f16><<<grid, kBlockSize, 0, stream>>>(param, m, v, grad, copy, n, s);
+  } else {
+    adamw_kernel<AdamWCopy::f32><<<grid, kBlockSize, 0, stream>>>(param, m, v, grad, copy, n, s);
+  }
   TZ_CUDA_CHECK_LAUNCH();
 }
 

@@ -175,6 +175,15 @@ uint16_t* ShardStorage::host_bf16_params(size_t unit) {
   return static_cast<uint16_t*>(param_shard_raw(unit));
 }
 
+void* ShardStorage::device_working_params(size_t unit) {
+  const UnitPlacement& pl = placement_[unit];
+  const Tier home = stage_ == 3 ? pl.param : Tier::device;
+  if (working_ == DType::f32 || home != Tier::device || pl.optimizer != Tier::device ||
+      pl.master_is_param)
+    return nullptr;
+  return param_shard_raw(unit);
+}
+
 void ShardStorage::publish_params(size_t unit, const float* master, size_t begin, size_t count,
                                   bool master_on_device) {
   if (count == 0) return;

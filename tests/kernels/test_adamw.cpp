@@ -2,7 +2,10 @@
 // PyTorch's semantics (decoupled weight decay, bias correction, eps outside the square root).
 // Some gradients are always zero (m = v = 0, where eps alone keeps the update finite) and some
 // are tiny (sqrt(v_hat) comparable to eps).
+#include <cstdio>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "kernel_test_support.hpp"
 #include "reference_kernels.hpp"
@@ -60,6 +63,45 @@ TEST_P(AdamWTest, MatchesDoubleReferenceOverSteps) {
     expect_close(label + " param", d_param->download(), param_ref, 1e-6);
     expect_close(label + " m", d_m->download(), m_ref, 1e-6);
     expect_close(label + " v", d_v->download(), v_ref, 1e-6);
+  }
+}
+
+// The update that writes the 16-bit working parameters in its own pass gives, bit for bit, the
+// update followed by a separate conversion (the path it replaces), in every copy type, for
+// param, m, v and the copy, over steps with zero and tiny gradients.
+TEST_P(AdamWTest, WithCopyIsTheUpdateThenTheConversion) {
+  const size_t n = 10007;
+  for (DType type : {DType::bf16, DType::f16, DType::f32}) {
+    const size_t words = n * dtype_size(type) / 2;  // the copy as 16-bit words
+    uint32_t seed = 4100;
+    const std::vector<float> param = random_normal(n, seed++);  // (n)
+    const std::vector<float> zeros(n, 0.0f);                    // (n)
+    auto p1 = to_device(param), m1 = to_device(zeros), v1 = to_device(zeros);
+    auto p2 = to_device(param), m2 = to_device(zeros), v2 = to_device(zeros);
+    auto c1 = empty<uint16_t>(words), c2 = empty<uint16_t>(words);  // (n) type each
+    auto d_grad = empty<float>(n);                                  // (n)
+    for (int step = 1; step <= 3; ++step) {
+      std::vector<float> grad = random_normal(n, seed++);  // (n)
+      for (size_t i = 0; i < n; i += 97) grad[i] = 0.0f;
+      for (size_t i = 1; i < n; i += 89) grad[i] *= 1e-7f;
+      d_grad->upload(grad);
+      const kernels::AdamWParams p{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, step};
+      kernels().adamw_update(p1->get(), m1->get(), v1->get(), d_grad->get(), n, p);
+      kernels().convert_from_f32(c1->get(), type, p1->get(), n);
+      kernels().adamw_update_with_copy(p2->get(), m2->get(), v2->get(), d_grad->get(), c2->get(),
+                                       type, n, p);
+    }
+    const std::string what = std::string("adamw with a ") + dtype_name(type) + " copy";
+    size_t differ = 0;
+    const std::vector<float> a[3] = {p1->download(), m1->download(), v1->download()};
+    const std::vector<float> b[3] = {p2->download(), m2->download(), v2->download()};
+    for (int t = 0; t < 3; ++t)
+      for (size_t i = 0; i < n; ++i) differ += std::memcmp(&a[t][i], &b[t][i], sizeof(float)) != 0;
+    const std::vector<uint16_t> ca = c1->download(), cb = c2->download();
+    for (size_t i = 0; i < words; ++i) differ += ca[i] != cb[i];
+    std::printf("%s: %zu of %zu words differ from the update then the conversion\n", what.c_str(),
+                differ, 3 * n + words);
+    EXPECT_EQ(differ, 0u) << what;
   }
 }
 

@@ -335,6 +335,16 @@ class Kernels {
                             float* v,           // (n)
                             const float* grad,  // (n)
                             size_t n, const AdamWParams& p) = 0;
+  // adamw_update, and the updated parameters rounded into `copy` (copy_type bf16 or fp16; fp32
+  // copies them) in the same pass over memory: the 16-bit working parameters written by the
+  // update that produces them, not by a second pass. Bitwise adamw_update followed by
+  // convert_from_f32(copy, copy_type, param, n) on every backend.
+  virtual void adamw_update_with_copy(float* param,       // (n)
+                                      float* m,           // (n)
+                                      float* v,           // (n)
+                                      const float* grad,  // (n)
+                                      void* copy,         // (n) copy_type
+                                      DType copy_type, size_t n, const AdamWParams& p) = 0;
 
   // Sum of squares of x, returned to the host (synchronises the stream on CUDA: a host wait that
   // host_waits.hpp, a layer above, does not see; a training step uses sum_squares_to instead).
