@@ -191,6 +191,22 @@ class CpuKernels final : public Kernels {
     cpu::adamw_update(param, m, v, grad, n, p);
     convert_from_f32(copy, copy_type, param, n);
   }
+  void adamw_update_segments(float* param, float* m, float* v, const float* grad, void* copy,
+                             DType copy_type, const AdamWSegment* segments, size_t num_segments,
+                             const AdamWParams& p) override {
+    for (size_t i = 0; i < num_segments; ++i) {  // a call costs nothing on the CPU
+      const AdamWSegment& s = segments[i];
+      AdamWParams ps = p;
+      ps.weight_decay = s.weight_decay;
+      const size_t o = s.offset;
+      if (copy == nullptr)
+        cpu::adamw_update(param + o, m + o, v + o, grad + o, s.count, ps);
+      else
+        adamw_update_with_copy(param + o, m + o, v + o, grad + o,
+                               static_cast<std::byte*>(copy) + o * dtype_size(copy_type), copy_type,
+                               s.count, ps);
+    }
+  }
 
   double sum_squares(const float* x, size_t n) override { return cpu::sum_squares(x, n); }
   void sum_squares_to(double* result, const float* x, size_t n) override {

@@ -179,6 +179,10 @@ void launch_convert_to_f32(cudaStream_t stream, float* dst, const void* src, DTy
 void launch_adamw(cudaStream_t stream, float* param, float* m, float* v, const float* grad,
                   size_t n, const AdamWParams& p, void* copy = nullptr,
                   DType copy_type = DType::f32);
+// adamw_update_segments: one launch per 64 segments (blockIdx.y the segment).
+void launch_adamw_segments(cudaStream_t stream, float* param, float* m, float* v, const float* grad,
+                           void* copy, DType copy_type, const AdamWSegment* segments,
+                           size_t num_segments, const AdamWParams& p);
 // Writes one partial sum of squares per block into `partials` (device, capacity
 // `max_partials`) and returns how many it wrote.
 size_t launch_sum_squares_partials(cudaStream_t stream, double* partials, size_t max_partials,

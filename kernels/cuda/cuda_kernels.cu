@@ -509,6 +509,13 @@ class CudaKernels final : public Kernels {
     CudaDeviceGuard guard(device_);
     cuda_impl::launch_adamw(stream_, param, m, v, grad, n, p, copy, copy_type);
   }
+  void adamw_update_segments(float* param, float* m, float* v, const float* grad, void* copy,
+                             DType copy_type, const AdamWSegment* segments, size_t num_segments,
+                             const AdamWParams& p) override {
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_adamw_segments(stream_, param, m, v, grad, copy, copy_type, segments,
+                                     num_segments, p);
+  }
 
   double sum_squares(const float* x, size_t n) override {
     if (n == 0) return 0.0;

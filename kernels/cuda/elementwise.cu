@@ -239,32 +239,57 @@ enum class AdamWCopy { none, bf16, f16, f32 };
 // p -= step_size * m / (sqrt(v) / sqrt(bc2) + eps).
 // With a copy, the updated parameter is also rounded into it (dtype_bits, as convert_from_f32).
 template <AdamWCopy kCopy>
+__device__ __forceinline__ void adamw_element(float* param, float* m, float* v, const float* grad,
+                                              void* copy, size_t i, const AdamWScalars& s,
+                                              float decay_factor) {
+  const float g = grad[i] * s.grad_scale;
+  float mi = m[i];
+  float vi = v[i];
+  mi = mi + (1.0f - s.beta1) * (g - mi);
+  vi = vi * s.beta2 + (1.0f - s.beta2) * g * g;
+  float p = param[i] * decay_factor;
+  const float denom = sqrtf(vi) / s.bias_correction2_sqrt + s.eps;
+  p = p - s.step_size * (mi / denom);
+  m[i] = mi;
+  v[i] = vi;
+  param[i] = p;
+  if constexpr (kCopy == AdamWCopy::bf16) {
+    static_cast<uint16_t*>(copy)[i] = dtype_bits::float_to_bf16(p);
+  } else if constexpr (kCopy == AdamWCopy::f16) {
+    static_cast<uint16_t*>(copy)[i] = dtype_bits::float_to_f16(p);
+  } else if constexpr (kCopy == AdamWCopy::f32) {
+    static_cast<float*>(copy)[i] = p;
+  }
+}
+
+template <AdamWCopy kCopy>
 __global__ void adamw_kernel(float* param,       // (n)
                              float* m,           // (n)
                              float* v,           // (n)
                              const float* grad,  // (n)
                              void* copy,         // (n) kCopy's type, or null
                              size_t n, AdamWScalars s) {
-  for (size_t i = global_thread_index(); i < n; i += grid_stride()) {
-    const float g = grad[i] * s.grad_scale;
-    float mi = m[i];
-    float vi = v[i];
-    mi = mi + (1.0f - s.beta1) * (g - mi);
-    vi = vi * s.beta2 + (1.0f - s.beta2) * g * g;
-    float p = param[i] * s.decay_factor;
-    const float denom = sqrtf(vi) / s.bias_correction2_sqrt + s.eps;
-    p = p - s.step_size * (mi / denom);
-    m[i] = mi;
-    v[i] = vi;
-    param[i] = p;
-    if constexpr (kCopy == AdamWCopy::bf16) {
-      static_cast<uint16_t*>(copy)[i] = dtype_bits::float_to_bf16(p);
-    } else if constexpr (kCopy == AdamWCopy::f16) {
-      static_cast<uint16_t*>(copy)[i] = dtype_bits::float_to_f16(p);
-    } else if constexpr (kCopy == AdamWCopy::f32) {
-      static_cast<float*>(copy)[i] = p;
-    }
-  }
+  for (size_t i = global_thread_index(); i < n; i += grid_stride())
+    adamw_element<kCopy>(param, m, v, grad, copy, i, s, s.decay_factor);
+}
+
+// Segments of one adamw_update_segments launch, by value (1.3 KB of kernel parameters).
+constexpr unsigned kMaxAdamWSegments = 64;
+struct AdamWSegmentTable {
+  size_t offset[kMaxAdamWSegments];
+  size_t count[kMaxAdamWSegments];
+  float decay_factor[kMaxAdamWSegments];  // 1 - lr * the segment's weight decay
+};
+
+// Block row blockIdx.y updates segment blockIdx.y with a grid-stride loop over its elements.
+template <AdamWCopy kCopy>
+__global__ void adamw_segments_kernel(float* param, float* m, float* v, const float* grad,
+                                      void* copy, AdamWSegmentTable t, AdamWScalars s) {
+  const unsigned seg = blockIdx.y;
+  const size_t n = t.count[seg], base = t.offset[seg];
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    adamw_element<kCopy>(param, m, v, grad, copy, base + i, s, t.decay_factor[seg]);
 }
 
 // ---- reductions (gradient norm, column sums) ----
@@ -551,11 +576,18 @@ void launch_convert_to_f32(cudaStream_t stream, float* dst, const void* src, DTy
   TZ_CUDA_CHECK_LAUNCH();
 }
 
-void launch_adamw(cudaStream_t stream, float* param, float* m, float* v, const float* grad,
-                  size_t n, const AdamWParams& p, void* copy, DType copy_type) {
+namespace {
+
+void check_adamw_step(const AdamWParams& p) {
   TZ_CHECK(p.step >= 1, "adamw_update: step must be >= 1, got " + std::to_string(p.step),
            "the step count is 1-based (bias correction divides by 1 - beta^step)");
-  if (n == 0) return;
+}
+
+float decay_multiplier(float lr, float weight_decay) {
+  return static_cast<float>(1.0 - static_cast<double>(lr) * static_cast<double>(weight_decay));
+}
+
+AdamWScalars adamw_scalars(const AdamWParams& p) {
   const double step = static_cast<double>(p.step);
   const double bias_correction1 = 1.0 - std::pow(static_cast<double>(p.beta1), step);
   const double bias_correction2 = 1.0 - std::pow(static_cast<double>(p.beta2), step);
@@ -564,21 +596,91 @@ void launch_adamw(cudaStream_t stream, float* param, float* m, float* v, const f
   s.beta2 = p.beta2;
   s.eps = p.eps;
   s.grad_scale = p.grad_scale;
-  s.decay_factor =
-      static_cast<float>(1.0 - static_cast<double>(p.lr) * static_cast<double>(p.weight_decay));
+  s.decay_factor = decay_multiplier(p.lr, p.weight_decay);
   s.step_size = static_cast<float>(static_cast<double>(p.lr) / bias_correction1);
   s.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  const unsigned grid = grid_stride_blocks(n);
-  if (copy == nullptr) {
-    adamw_kernel<AdamWCopy::none><<<grid, kBlockSize, 0, stream>>>(param, m, v, grad, copy, n, s);
-  } else if (copy_type == DType::bf16) {
-    adamw_kernel<AdamWCopy::bf16><<<grid, kBlockSize, 0, stream>>>(param, m, v, grad, copy, n, s);
-  } else if (copy_type == DType::f16) {
-    adamw_kernel<AdamWCopy::f16><<<grid, kBlockSize, 0, stream>>>(param, m, v, grad, copy, n, s);
-  } else {
-    adamw_kernel<AdamWCopy::f32><<<grid, kBlockSize, 0, stream>>>(param, m, v, grad, copy, n, s);
+  return s;
+}
+
+AdamWCopy adamw_copy_kind(const void* copy, DType copy_type) {
+  if (copy == nullptr) return AdamWCopy::none;
+  if (copy_type == DType::bf16) return AdamWCopy::bf16;
+  return copy_type == DType::f16 ? AdamWCopy::f16 : AdamWCopy::f32;
+}
+
+// Launches kernel<kind> with the arguments given: the copy type as a template argument, so the
+// update without a copy has no branch in it.
+template <template <AdamWCopy> class Launch, typename... Args>
+void with_copy_kind(AdamWCopy kind, Args&&... args) {
+  switch (kind) {
+    case AdamWCopy::none:
+      Launch<AdamWCopy::none>::run(args...);
+      break;
+    case AdamWCopy::bf16:
+      Launch<AdamWCopy::bf16>::run(args...);
+      break;
+    case AdamWCopy::f16:
+      Launch<AdamWCopy::f16>::run(args...);
+      break;
+    case AdamWCopy::f32:
+      Launch<AdamWCopy::f32>::run(args...);
+      break;
   }
+}
+
+template <AdamWCopy kCopy>
+struct AdamWLaunch {
+  static void run(cudaStream_t stream, float* param, float* m, float* v, const float* grad,
+                  void* copy, size_t n, const AdamWScalars& s) {
+    adamw_kernel<kCopy>
+        <<<grid_stride_blocks(n), kBlockSize, 0, stream>>>(param, m, v, grad, copy, n, s);
+  }
+};
+
+template <AdamWCopy kCopy>
+struct AdamWSegmentsLaunch {
+  static void run(cudaStream_t stream, float* param, float* m, float* v, const float* grad,
+                  void* copy, const AdamWSegmentTable& t, unsigned segments, size_t longest,
+                  const AdamWScalars& s) {
+    const dim3 grid(grid_stride_blocks(longest), segments);
+    adamw_segments_kernel<kCopy><<<grid, kBlockSize, 0, stream>>>(param, m, v, grad, copy, t, s);
+  }
+};
+
+}  // namespace
+
+void launch_adamw(cudaStream_t stream, float* param, float* m, float* v, const float* grad,
+                  size_t n, const AdamWParams& p, void* copy, DType copy_type) {
+  check_adamw_step(p);
+  if (n == 0) return;
+  with_copy_kind<AdamWLaunch>(adamw_copy_kind(copy, copy_type), stream, param, m, v, grad, copy, n,
+                              adamw_scalars(p));
   TZ_CUDA_CHECK_LAUNCH();
+}
+
+void launch_adamw_segments(cudaStream_t stream, float* param, float* m, float* v, const float* grad,
+                           void* copy, DType copy_type, const AdamWSegment* segments,
+                           size_t num_segments, const AdamWParams& p) {
+  check_adamw_step(p);
+  const AdamWScalars s = adamw_scalars(p);
+  const AdamWCopy kind = adamw_copy_kind(copy, copy_type);
+  size_t i = 0;
+  while (i < num_segments) {  // up to 64 non-empty segments per launch
+    AdamWSegmentTable t{};
+    unsigned used = 0;
+    size_t longest = 0;
+    for (; i < num_segments && used < kMaxAdamWSegments; ++i) {
+      if (segments[i].count == 0) continue;
+      t.offset[used] = segments[i].offset;
+      t.count[used] = segments[i].count;
+      t.decay_factor[used] = decay_multiplier(p.lr, segments[i].weight_decay);
+      longest = std::max(longest, segments[i].count);
+      ++used;
+    }
+    if (used == 0) continue;
+    with_copy_kind<AdamWSegmentsLaunch>(kind, stream, param, m, v, grad, copy, t, used, longest, s);
+    TZ_CUDA_CHECK_LAUNCH();
+  }
 }
 
 void launch_add_bias(cudaStream_t stream, float* out, const float* bias, size_t N, size_t OC) {

@@ -121,16 +121,16 @@ fi
 kt=build/gpu/tests/kernels/test_kernels
 # Issue 26's kernels on cuda against the CPU reference, with the errors each test prints.
 step_kernels26() {
-  log "issue 26: kernel tests on cuda (fused attention, gradient sums, matmul precisions, matmul + GELU epilogues, layernorm, attention, llama, matmul)"
-  timeout 90 $kt --gtest_filter='*FlashAttentionTest*/cuda:*GradientSumsTest*/cuda:*ElementwiseTest.SumSquares*/cuda:*MatmulPrecisionTest*/cuda:*MatmulGeluTest*/cuda:*LayerNormTest*/cuda:*AttentionTest*/cuda:*LlamaKernelTest*/cuda:*MatmulTest*/cuda' \
+  log "issue 26: kernel tests on cuda (fused attention, gradient sums, matmul precisions, matmul + GELU epilogues, layernorm, attention, llama, matmul, AdamW with its copy and segments)"
+  timeout 90 $kt --gtest_filter='*FlashAttentionTest*/cuda:*GradientSumsTest*/cuda:*ElementwiseTest.SumSquares*/cuda:*MatmulPrecisionTest*/cuda:*MatmulGeluTest*/cuda:*LayerNormTest*/cuda:*AttentionTest*/cuda:*LlamaKernelTest*/cuda:*MatmulTest*/cuda:*AdamWTest*/cuda' \
     >"$out/kernels26.log" 2>&1
   log "exit $?"
-  grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]|flash_attention (out|dqkv).*(T1024|T257)|flash_attention \(16-bit\).*(T1024|T257)|flash_attention repeat|GradientSumsTest|repeat: [1-9]|CPU backend: |matmul_forward out (tf32|bf16|fp16|fp32) N77|matmul_(gelu_forward out|backward_gelu dpre) N64" \
+  grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]|flash_attention (out|dqkv).*(T1024|T257)|flash_attention \(16-bit\).*(T1024|T257)|flash_attention repeat|GradientSumsTest|repeat: [1-9]|CPU backend: |matmul_forward out (tf32|bf16|fp16|fp32) N77|matmul_(gelu_forward out|backward_gelu dpre) N64|adamw (with a|over 70)" \
     "$out/kernels26.log" | head -56 | tee -a "$out/summary.txt"
 }
 # compute-sanitizer (memcheck or racecheck) over the fused attention's small test.
 step_sanitize26() {
-  local tool=$1 limit=80 san='*FlashAttentionTest.SmallForSanitizers*/cuda:*MatmulGeluTest*/cuda'
+  local tool=$1 limit=80 san='*FlashAttentionTest.SmallForSanitizers*/cuda:*MatmulGeluTest*/cuda:*AdamWTest.SegmentsAreThePerSegmentCalls*/cuda'
   [ "$tool" = racecheck ] && limit=110
   local cs
   cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
@@ -239,7 +239,7 @@ PY
 step_ctest_rest() {
   local limit=${1:-90}
   log "every other CUDA test (ctest, as far as $limit s allow)"
-  (cd build/gpu && timeout "$limit" ctest -R "/cuda|Cuda|_cuda" -E "FlashAttentionTest|GradientSumsTest|ElementwiseTest.SumSquares|MatmulPrecisionTest|MatmulGeluTest" \
+  (cd build/gpu && timeout "$limit" ctest -R "/cuda|Cuda|_cuda" -E "FlashAttentionTest|GradientSumsTest|ElementwiseTest.SumSquares|MatmulPrecisionTest|MatmulGeluTest|AdamWTest" \
      -j6 --timeout 120 --output-on-failure --output-junit "$out/junit26.xml") >"$out/ctest26.log" 2>&1
   log "ctest exit $?"; tail -25 "$out/ctest26.log" | tee -a "$out/summary.txt"
 }

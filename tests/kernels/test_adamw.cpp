@@ -2,6 +2,8 @@
 // PyTorch's semantics (decoupled weight decay, bias correction, eps outside the square root).
 // Some gradients are always zero (m = v = 0, where eps alone keeps the update finite) and some
 // are tiny (sqrt(v_hat) comparable to eps).
+#include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -102,6 +104,66 @@ TEST_P(AdamWTest, WithCopyIsTheUpdateThenTheConversion) {
     std::printf("%s: %zu of %zu words differ from the update then the conversion\n", what.c_str(),
                 differ, 3 * n + words);
     EXPECT_EQ(differ, 0u) << what;
+  }
+}
+
+// A whole unit's update in one call: 70 segments (more than one launch's 64 on CUDA) of varying
+// lengths, some empty, with gaps between them (a shard's padding) and alternating weight decay,
+// gives bit for bit the per-segment calls, with and without a copy; the gaps stay untouched.
+TEST_P(AdamWTest, SegmentsAreThePerSegmentCalls) {
+  std::vector<kernels::AdamWSegment> segments;
+  size_t at = 3;
+  for (size_t i = 0; i < 70; ++i) {
+    const size_t count = i % 9 == 4 ? 0 : 1 + (i * 37) % 211;
+    segments.push_back({at, count, i % 2 == 0 ? 0.1f : 0.0f});
+    at += count + i % 3;  // a gap after some
+  }
+  const size_t n = at + 5;
+  for (DType type : {DType::f32, DType::bf16}) {
+    const bool with_copy = type == DType::bf16;  // f32 here: no copy at all
+    uint32_t seed = 5200;
+    const std::vector<float> param = random_normal(n, seed++);  // (n)
+    const std::vector<float> half = random_normal(n, seed++);   // (n) nonzero moments
+    std::vector<float> sq(n);                                   // (n)
+    for (size_t i = 0; i < n; ++i) sq[i] = half[i] * half[i];
+    auto p1 = to_device(param), m1 = to_device(half), v1 = to_device(sq);
+    auto p2 = to_device(param), m2 = to_device(half), v2 = to_device(sq);
+    auto c1 = to_device(std::vector<uint16_t>(n, 7)), c2 = to_device(std::vector<uint16_t>(n, 7));
+    auto d_grad = to_device(random_normal(n, seed++));  // (n)
+    const kernels::AdamWParams p{1e-2f, 0.9f, 0.95f, 1e-8f, 0.5f, 0.7f, 3};
+    kernels().adamw_update_segments(p1->get(), m1->get(), v1->get(), d_grad->get(),
+                                    with_copy ? c1->get() : nullptr, type, segments.data(),
+                                    segments.size(), p);
+    for (const kernels::AdamWSegment& seg : segments) {
+      kernels::AdamWParams ps = p;
+      ps.weight_decay = seg.weight_decay;
+      const size_t o = seg.offset;
+      if (with_copy)
+        kernels().adamw_update_with_copy(p2->get() + o, m2->get() + o, v2->get() + o,
+                                         d_grad->get() + o, c2->get() + o, type, seg.count, ps);
+      else
+        kernels().adamw_update(p2->get() + o, m2->get() + o, v2->get() + o, d_grad->get() + o,
+                               seg.count, ps);
+    }
+    size_t differ = 0, gaps_changed = 0;
+    const std::vector<float> a[3] = {p1->download(), m1->download(), v1->download()};
+    const std::vector<float> b[3] = {p2->download(), m2->download(), v2->download()};
+    for (int t = 0; t < 3; ++t)
+      for (size_t i = 0; i < n; ++i) differ += std::memcmp(&a[t][i], &b[t][i], sizeof(float)) != 0;
+    const std::vector<uint16_t> ca = c1->download(), cb = c2->download();
+    for (size_t i = 0; i < n; ++i) differ += ca[i] != cb[i];
+    std::vector<char> covered(n, 0);
+    for (const kernels::AdamWSegment& seg : segments)
+      std::fill(covered.begin() + static_cast<std::ptrdiff_t>(seg.offset),
+                covered.begin() + static_cast<std::ptrdiff_t>(seg.offset + seg.count), 1);
+    for (size_t i = 0; i < n; ++i)
+      if (!covered[i]) gaps_changed += a[0][i] != param[i] || ca[i] != 7;
+    std::printf(
+        "adamw over 70 segments, %s: %zu of %zu words differ from the per-segment calls; "
+        "%zu gap elements changed\n",
+        with_copy ? "bf16 copy" : "no copy", differ, 4 * n, gaps_changed);
+    EXPECT_EQ(differ, 0u);
+    EXPECT_EQ(gaps_changed, 0u);
   }
 }
 

@@ -32,6 +32,14 @@ struct AdamWParams {
   int64_t step;        // 1-based step count used for bias correction
 };
 
+// One piece of a shard for adamw_update_segments, with its own weight decay (a unit's matrices
+// decay, its biases and norms do not).
+struct AdamWSegment {
+  size_t offset;  // elements into param, m, v, grad and copy
+  size_t count;
+  float weight_decay;
+};
+
 // The extents of one attention call: B sequences of T positions, n_head query heads and
 // n_kv_head key/value heads of head_dim channels each.
 struct AttentionShape {
@@ -345,6 +353,18 @@ class Kernels {
                                       const float* grad,  // (n)
                                       void* copy,         // (n) copy_type
                                       DType copy_type, size_t n, const AdamWParams& p) = 0;
+  // adamw_update over every segment (adamw_update_with_copy where copy is not null), each with
+  // its own weight decay and p's other values: the update of a whole unit in one call (on CUDA one
+  // launch per 64 segments instead of one per tensor). Bitwise the per-segment calls on every
+  // backend; elements in no segment (a shard's padding) are left as they are.
+  virtual void adamw_update_segments(float* param,                  // (extent)
+                                     float* m,                      // (extent)
+                                     float* v,                      // (extent)
+                                     const float* grad,             // (extent)
+                                     void* copy,                    // (extent) copy_type, nullable
+                                     DType copy_type,               //
+                                     const AdamWSegment* segments,  // (num_segments)
+                                     size_t num_segments, const AdamWParams& p) = 0;
 
   // Sum of squares of x, returned to the host (synchronises the stream on CUDA: a host wait that
   // host_waits.hpp, a layer above, does not see; a training step uses sum_squares_to instead).
