@@ -6,7 +6,10 @@
 #   scripts/device/gpu_check.sh sanitize <gtest filter of test_kernels>
 #   scripts/device/gpu_check.sh oversize "<bench oversize arguments>"
 #   scripts/device/gpu_check.sh offload ["<bench offload arguments>"]   (issue 27: the offloaded
-#     step against its engines' floor on cuda, host mode then nvme mode; default GPT-2 XL, T 1024)
+#     step against its engines' floor on cuda, host mode, then its peers PyTorch FSDP2 with
+#     CPUOffloadPolicy and DeepSpeed ZeRO-3 cpu offload (carry .devpeers, see
+#     peers_prepare_offload.sh), then nvme mode; default GPT-2 XL, B 1, T 1024; ~13 min: a lease
+#     of its own, timeout 600 and, if it runs out, the nvme mode again alone)
 #   scripts/device/gpu_check.sh peers [micro-batch]   (GPT-2 124M, T 1024: ours vs PyTorch eager,
 #     torch.compile and llm.c's train_gpt2cu from .devpeers/, see peers_prepare.sh)
 #   scripts/device/gpu_check.sh lease [seconds]   (everything above that one short lease can hold,
@@ -98,14 +101,62 @@ if [ "$what" = oversize ]; then  # `bench oversize` on cuda; pattern: its extra 
   timeout 480 $tz bench oversize --device cuda --dir /var/tmp $pattern >"$out/oversize.log" 2>&1
   log "exit $?"; tail -30 "$out/oversize.log" | tee -a "$out/summary.txt"
 fi
+# Issue 27 (a)'s peers on GPT-2 XL, B 1, T 1024, state in host memory: PyTorch FSDP2 with
+# CPUOffloadPolicy and DeepSpeed ZeRO-3 with cpu offload (scripts/device/peer_offload_torch.py),
+# each in its own process; DeepSpeed from the wheels peers_prepare_offload.sh put in
+# .devpeers/wheels, installed into a directory of its own (not the machine's site-packages).
+step_offload_peers() {
+  local pyextra=/tmp/tz_pyextra
+  if ! python3 -c "import deepspeed" 2>/dev/null && [ -d .devpeers/wheels ]; then
+    python3 -m pip install --quiet --no-index --no-deps --find-links .devpeers/wheels \
+      --target "$pyextra" deepspeed hjson msgpack ninja psutil py-cpuinfo pydantic pydantic-core \
+      annotated-types typing-inspection typing-extensions einops >"$out/pip_deepspeed.log" 2>&1
+    log "deepspeed wheels installed into $pyextra: exit $?"
+  fi
+  for peer in fsdp2 deepspeed; do
+    log "peer offload $peer: GPT-2 XL, B 1, T 1024, parameters and optimizer in host memory"
+    PYTHONPATH="$pyextra${PYTHONPATH:+:$PYTHONPATH}" timeout 240 python3 \
+      scripts/device/peer_offload_torch.py --mode "$peer" >"$out/peer_offload_$peer.jsonl" \
+      2>"$out/peer_offload_$peer.log"
+    log "exit $?"; grep -E "^peer offload|Error" "$out/peer_offload_$peer.log" | tail -3 |
+      tee -a "$out/summary.txt"
+  done
+  python3 - "$out" <<'PY' | tee -a "$out/summary.txt"
+import json, sys
+out = sys.argv[1]
+ours = None
+try:
+    for line in open(f"{out}/offload_host.jsonl"):
+        r = json.loads(line)
+        if r.get("bench") == "offload.host":
+            ours = r
+except (OSError, ValueError):
+    pass
+if ours is None or "tokens_per_s" not in ours:
+    print("offload peers: no tokens/s of ours (offload_host.jsonl)")
+    sys.exit(0)
+for peer in ("fsdp2", "deepspeed"):
+    try:
+        r = json.loads(open(f"{out}/peer_offload_{peer}.jsonl").readline())
+    except (OSError, ValueError):
+        print(f"offload peers: {peer} gave no result (see peer_offload_{peer}.log)")
+        continue
+    print(json.dumps({"bench": f"offload.host_vs_{peer}", "value": ours["tokens_per_s"],
+                      "unit": "tokens/s", "baseline": peer, "baseline_value": r["value"],
+                      "ratio": round(ours["tokens_per_s"] / r["value"], 4)}))
+PY
+}
+
 if [ "$what" = offload ]; then  # `bench offload` on cuda, both modes; pattern: extra arguments
   args=${pattern:-"--model gpt2-xl --seq 1024 --batch 1 --steps 4 --host-mem 48GiB --device-mem 60GiB"}
   for mode in host nvme; do
     log "bench offload --device cuda --mode $mode $args"
     # shellcheck disable=SC2086
     timeout 270 $tz bench offload --device cuda --mode $mode --dir /var/tmp --threads 8 $args \
-      >"$out/offload_$mode.log" 2>&1
+      >"$out/offload_$mode.jsonl" 2>"$out/offload_$mode.log"
     log "exit $?"; tail -14 "$out/offload_$mode.log" | tee -a "$out/summary.txt"
+    cat "$out/offload_$mode.jsonl" | tee -a "$out/summary.txt"
+    [ "$mode" = host ] && step_offload_peers
   done
 fi
 if [ "$what" = sanitize ]; then  # compute-sanitizer over the GoogleTest filter given

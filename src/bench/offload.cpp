@@ -255,6 +255,9 @@ BenchReport bench_offload(const BenchOffloadOptions& o) {
   j["device"] = o.device;
   j["batch"] = o.batch;
   j["seq"] = o.seq;
+  // What the peers report (scripts/device/peer_offload_torch.py), for the same micro-batch.
+  j["tokens_per_s"] =
+      round_to(static_cast<double>(o.batch) * static_cast<double>(o.seq) / step_s, 2);
   j["overlap"] = o.overlap;
   j["gemm_gflops"] = round_to(c.gemm / 1e9, 1);
   j["adam_gparams_per_s"] = round_to(c.adam / 1e9, 4);
