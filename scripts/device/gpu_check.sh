@@ -115,7 +115,8 @@ step_offload_peers() {
   fi
   for peer in fsdp2 deepspeed; do
     log "peer offload $peer: GPT-2 XL, B 1, T 1024, parameters and optimizer in host memory"
-    PYTHONPATH="$pyextra${PYTHONPATH:+:$PYTHONPATH}" timeout 240 python3 \
+    # $pyextra/bin: the ninja that DeepSpeed's compilation of its CPU Adam looks for.
+    PATH="$pyextra/bin:$PATH" PYTHONPATH="$pyextra${PYTHONPATH:+:$PYTHONPATH}" timeout 240 python3 \
       scripts/device/peer_offload_torch.py --mode "$peer" >"$out/peer_offload_$peer.jsonl" \
       2>"$out/peer_offload_$peer.log"
     log "exit $?"; grep -E "^peer offload|Error" "$out/peer_offload_$peer.log" | tail -3 |
