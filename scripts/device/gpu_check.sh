@@ -9,7 +9,11 @@
 #     step against its engines' floor on cuda, host mode, then its peers PyTorch FSDP2 with
 #     CPUOffloadPolicy and DeepSpeed ZeRO-3 cpu offload (carry .devpeers, see
 #     peers_prepare_offload.sh), then nvme mode; default GPT-2 XL, B 1, T 1024; ~13 min: a lease
-#     of its own, timeout 600 and, if it runs out, the nvme mode again alone)
+#     of its own, timeout 600 and, if it runs out, the nvme mode again alone). Issue 27's larger
+#     shapes: "--model 24,32,4096 ..." (4.9B parameters, about 88 GB of host state: the largest
+#     round shape 128 GiB holds) in host mode; in nvme mode the largest the 64 GiB disk holds at
+#     18 bytes per parameter, about 2.7B (e.g. "--model 40,32,2304"); the peers follow --model
+#     only through peer_offload_torch.py's --layers/--heads/--channels)
 #   scripts/device/gpu_check.sh peers [micro-batch]   (GPT-2 124M, T 1024: ours vs PyTorch eager,
 #     torch.compile and llm.c's train_gpt2cu from .devpeers/, see peers_prepare.sh)
 #   scripts/device/gpu_check.sh lease [seconds]   (everything above that one short lease can hold,
@@ -106,7 +110,11 @@ fi
 # each in its own process; DeepSpeed from the wheels peers_prepare_offload.sh put in
 # .devpeers/wheels, installed into a directory of its own (not the machine's site-packages).
 step_offload_peers() {
-  local pyextra=/tmp/tz_pyextra
+  local pyextra=/tmp/tz_pyextra shape=""
+  # The same model as ours: a custom "layers,heads,channels" from --model in $1 (else GPT-2 XL).
+  local model
+  model=$(sed -n 's/.*--model \([0-9]*,[0-9]*,[0-9]*\).*/\1/p' <<<"${1:-}")
+  [ -n "$model" ] && shape="--layers ${model%%,*} --heads $(cut -d, -f2 <<<"$model") --channels ${model##*,}"
   if ! python3 -c "import deepspeed" 2>/dev/null && [ -d .devpeers/wheels ]; then
     python3 -m pip install --quiet --no-index --no-deps --find-links .devpeers/wheels \
       --target "$pyextra" deepspeed hjson msgpack ninja psutil py-cpuinfo pydantic pydantic-core \
@@ -117,7 +125,7 @@ step_offload_peers() {
     log "peer offload $peer: GPT-2 XL, B 1, T 1024, parameters and optimizer in host memory"
     # $pyextra/bin: the ninja that DeepSpeed's compilation of its CPU Adam looks for.
     PATH="$pyextra/bin:$PATH" PYTHONPATH="$pyextra${PYTHONPATH:+:$PYTHONPATH}" timeout 240 python3 \
-      scripts/device/peer_offload_torch.py --mode "$peer" >"$out/peer_offload_$peer.jsonl" \
+      scripts/device/peer_offload_torch.py --mode "$peer" $shape >"$out/peer_offload_$peer.jsonl" \
       2>"$out/peer_offload_$peer.log"
     log "exit $?"; grep -E "^peer offload|Error" "$out/peer_offload_$peer.log" | tail -3 |
       tee -a "$out/summary.txt"
@@ -157,7 +165,7 @@ if [ "$what" = offload ]; then  # `bench offload` on cuda, both modes; pattern: 
       >"$out/offload_$mode.jsonl" 2>"$out/offload_$mode.log"
     log "exit $?"; tail -14 "$out/offload_$mode.log" | tee -a "$out/summary.txt"
     cat "$out/offload_$mode.jsonl" | tee -a "$out/summary.txt"
-    [ "$mode" = host ] && step_offload_peers
+    [ "$mode" = host ] && step_offload_peers "$args"
   done
 fi
 if [ "$what" = sanitize ]; then  # compute-sanitizer over the GoogleTest filter given
