@@ -107,13 +107,13 @@ TEST_P(AdamWTest, WithCopyIsTheUpdateThenTheConversion) {
   }
 }
 
-// A whole unit's update in one call: 70 segments (more than one launch's 64 on CUDA) of varying
-// lengths, some empty, with gaps between them (a shard's padding) and alternating weight decay,
-// gives bit for bit the per-segment calls, with and without a copy; the gaps stay untouched.
+// A whole unit's update in one call: 150 segments (133 not empty: three CUDA launches of 64) of
+// varying lengths, some empty, with gaps between them (a shard's padding) and alternating weight
+// decay, gives bit for bit the per-segment calls, with and without a copy; the gaps stay untouched.
 TEST_P(AdamWTest, SegmentsAreThePerSegmentCalls) {
   std::vector<kernels::AdamWSegment> segments;
   size_t at = 3;
-  for (size_t i = 0; i < 70; ++i) {
+  for (size_t i = 0; i < 150; ++i) {
     const size_t count = i % 9 == 4 ? 0 : 1 + (i * 37) % 211;
     segments.push_back({at, count, i % 2 == 0 ? 0.1f : 0.0f});
     at += count + i % 3;  // a gap after some
@@ -159,7 +159,7 @@ TEST_P(AdamWTest, SegmentsAreThePerSegmentCalls) {
     for (size_t i = 0; i < n; ++i)
       if (!covered[i]) gaps_changed += a[0][i] != param[i] || ca[i] != 7;
     std::printf(
-        "adamw over 70 segments, %s: %zu of %zu words differ from the per-segment calls; "
+        "adamw over 150 segments, %s: %zu of %zu words differ from the per-segment calls; "
         "%zu gap elements changed\n",
         with_copy ? "bf16 copy" : "no copy", differ, 4 * n, gaps_changed);
     EXPECT_EQ(differ, 0u);
