@@ -273,22 +273,30 @@ __global__ void adamw_kernel(float* param,       // (n)
     adamw_element<kCopy>(param, m, v, grad, copy, i, s, s.decay_factor);
 }
 
-// Segments of one adamw_update_segments launch, by value (1.3 KB of kernel parameters).
+// Segments of one adamw_update_segments launch, by value (1.6 KB of kernel parameters). Segment
+// k owns blocks [first_block[k], first_block[k + 1]) of a 1-D grid: as many as its length needs
+// (capped as any grid-stride loop's), so a short segment (a bias) takes one block, not as many as
+// the longest.
 constexpr unsigned kMaxAdamWSegments = 64;
 struct AdamWSegmentTable {
   size_t offset[kMaxAdamWSegments];
   size_t count[kMaxAdamWSegments];
-  float decay_factor[kMaxAdamWSegments];  // 1 - lr * the segment's weight decay
+  float decay_factor[kMaxAdamWSegments];        // 1 - lr * the segment's weight decay
+  unsigned first_block[kMaxAdamWSegments + 1];  // prefix sums of the segments' blocks
 };
 
-// Block row blockIdx.y updates segment blockIdx.y with a grid-stride loop over its elements.
+// Each block finds its segment in the table (at most 64 entries), then runs a grid-stride loop over
+// that segment's elements with the segment's own blocks.
 template <AdamWCopy kCopy>
 __global__ void adamw_segments_kernel(float* param, float* m, float* v, const float* grad,
                                       void* copy, AdamWSegmentTable t, AdamWScalars s) {
-  const unsigned seg = blockIdx.y;
+  unsigned seg = 0;
+  while (blockIdx.x >= t.first_block[seg + 1]) ++seg;
   const size_t n = t.count[seg], base = t.offset[seg];
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+  const size_t local = blockIdx.x - t.first_block[seg];
+  const size_t stride =
+      static_cast<size_t>(t.first_block[seg + 1] - t.first_block[seg]) * blockDim.x;
+  for (size_t i = local * blockDim.x + threadIdx.x; i < n; i += stride)
     adamw_element<kCopy>(param, m, v, grad, copy, base + i, s, t.decay_factor[seg]);
 }
 
@@ -640,10 +648,8 @@ struct AdamWLaunch {
 template <AdamWCopy kCopy>
 struct AdamWSegmentsLaunch {
   static void run(cudaStream_t stream, float* param, float* m, float* v, const float* grad,
-                  void* copy, const AdamWSegmentTable& t, unsigned segments, size_t longest,
-                  const AdamWScalars& s) {
-    const dim3 grid(grid_stride_blocks(longest), segments);
-    adamw_segments_kernel<kCopy><<<grid, kBlockSize, 0, stream>>>(param, m, v, grad, copy, t, s);
+                  void* copy, const AdamWSegmentTable& t, unsigned blocks, const AdamWScalars& s) {
+    adamw_segments_kernel<kCopy><<<blocks, kBlockSize, 0, stream>>>(param, m, v, grad, copy, t, s);
   }
 };
 
@@ -668,17 +674,17 @@ void launch_adamw_segments(cudaStream_t stream, float* param, float* m, float* v
   while (i < num_segments) {  // up to 64 non-empty segments per launch
     AdamWSegmentTable t{};
     unsigned used = 0;
-    size_t longest = 0;
     for (; i < num_segments && used < kMaxAdamWSegments; ++i) {
       if (segments[i].count == 0) continue;
       t.offset[used] = segments[i].offset;
       t.count[used] = segments[i].count;
       t.decay_factor[used] = decay_multiplier(p.lr, segments[i].weight_decay);
-      longest = std::max(longest, segments[i].count);
+      t.first_block[used + 1] = t.first_block[used] + grid_stride_blocks(segments[i].count);
       ++used;
     }
     if (used == 0) continue;
-    with_copy_kind<AdamWSegmentsLaunch>(kind, stream, param, m, v, grad, copy, t, used, longest, s);
+    with_copy_kind<AdamWSegmentsLaunch>(kind, stream, param, m, v, grad, copy, t,
+                                        t.first_block[used], s);
     TZ_CUDA_CHECK_LAUNCH();
   }
 }

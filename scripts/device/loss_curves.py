@@ -19,7 +19,8 @@ def losses(path):
     with open(path) as f:
         for line in f:
             if line.strip():
-                out.append(float(json.loads(line)["loss"]))
+                loss = json.loads(line)["loss"]  # null where the run's loss was not finite
+                out.append(float("nan") if loss is None else float(loss))
     return out
 
 
@@ -45,12 +46,13 @@ def main():
     k = min(a.last, n)
     ref_end, run_end = sum(ref[-k:]) / k, sum(run[-k:]) / k
     rel = abs(run_end - ref_end) / abs(ref_end)
+    ok = rel <= a.tolerance  # False for a NaN
     print(json.dumps({"bench": "train.loss_vs_reference", "value": round(run_end, 5),
                       "unit": "loss", "baseline": "reference", "baseline_value": round(ref_end, 5),
                       "ratio": round(run_end / ref_end, 5), "rel_diff": round(rel, 5),
                       "steps": n, "mean_of_last": k, "tolerance": a.tolerance,
-                      "ok": rel <= a.tolerance}))
-    return 0 if rel <= a.tolerance else 1
+                      "ok": ok}))
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -130,7 +130,6 @@ def run_deepspeed(a, device):
         raise RuntimeError(f"DeepSpeed is not installed here ({e})") from e
     init_single_process("nccl" if device.type == "cuda" else "gloo")
     torch.manual_seed(0)
-    model = Checkpointed(GPT2(a.vocab, a.seq, a.layers, a.heads, a.channels))
     config = {
         "train_micro_batch_size_per_gpu": a.batch,
         "gradient_accumulation_steps": 1,
@@ -144,6 +143,10 @@ def run_deepspeed(a, device):
             "overlap_comm": True,
         },
     }
+    # Built under zero.Init, as DeepSpeed's users build a large model: each parameter goes to its
+    # partition (here: host memory) as it is made, not a whole fp32 model first.
+    with deepspeed.zero.Init(config_dict_or_path=config):
+        model = Checkpointed(GPT2(a.vocab, a.seq, a.layers, a.heads, a.channels))
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
                                            config=config)
     x, y = batch(a, device)

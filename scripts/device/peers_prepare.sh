@@ -13,7 +13,9 @@ llmc=$(realpath "$1")
 frontend=$(realpath "$2")
 sm=${3:-90}
 out=$PWD/.devpeers
-grep -qx '/.devpeers/' .git/info/exclude 2>/dev/null || echo '/.devpeers/' >>.git/info/exclude
+exclude=$(git rev-parse --git-path info/exclude)  # a worktree's .git is a file
+mkdir -p "$(dirname "$exclude")"
+grep -qx '/.devpeers/' "$exclude" 2>/dev/null || echo '/.devpeers/' >>"$exclude"
 mkdir -p "$out"
 [ -f "$llmc/train_gpt2.cu" ] || { echo "peers_prepare: no train_gpt2.cu in $llmc" >&2; exit 1; }
 [ -d "$frontend/include" ] || { echo "peers_prepare: no include/ in $frontend" >&2; exit 1; }

@@ -11,11 +11,15 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 version=${1:-0.19.8}
 out=.devpeers/wheels
-grep -qx '/.devpeers/' .git/info/exclude 2>/dev/null || echo '/.devpeers/' >>.git/info/exclude
+exclude=$(git rev-parse --git-path info/exclude)  # a worktree's .git is a file
+mkdir -p "$(dirname "$exclude")"
+grep -qx '/.devpeers/' "$exclude" 2>/dev/null || echo '/.devpeers/' >>"$exclude"
 mkdir -p "$out"
 pip wheel --quiet --no-deps -w "$out" "deepspeed==$version"
+# numpy, which DeepSpeed imports too, is not carried (16 MB per Python version): where the GPU
+# machine lacks it, the DeepSpeed peer says so and the comparison goes on without it.
 deps="hjson msgpack ninja psutil py-cpuinfo pydantic pydantic-core annotated-types
-      typing-inspection typing-extensions einops"
+      typing-inspection typing-extensions einops packaging tqdm"
 for py in 3.10 3.11 3.12 3.13; do
   # shellcheck disable=SC2086
   pip download --quiet --only-binary=:all: --no-deps --python-version "$py" \

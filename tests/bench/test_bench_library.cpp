@@ -209,10 +209,12 @@ TEST(BenchLibrary, ModelProductsAreTheForwardShapesTimedBothWays) {
   cfg.channels = 64;
   cfg.num_heads = 4;
   cfg.vocab_size = 300;
-  std::vector<ModelProduct> p = model_products(cfg, 2, 16, 7);  // 32 rows; the head 7 at a time
-  ASSERT_EQ(p.size(), 5u);
-  const size_t want[5][4] = {
-      {32, 192, 64, 2}, {32, 64, 64, 2}, {32, 256, 64, 2}, {32, 64, 256, 2}, {7, 300, 64, 5}};
+  cfg.padded_vocab_size = 384;
+  // 32 rows; the head 7 at a time over the padded vocabulary: 4 chunks and a tail of 4 rows.
+  std::vector<ModelProduct> p = model_products(cfg, 2, 16, 7);
+  ASSERT_EQ(p.size(), 6u);
+  const size_t want[6][4] = {{32, 192, 64, 2}, {32, 64, 64, 2}, {32, 256, 64, 2},
+                             {32, 64, 256, 2}, {7, 384, 64, 4}, {4, 384, 64, 1}};
   for (size_t i = 0; i < p.size(); ++i) {
     EXPECT_EQ(p[i].m, want[i][0]) << p[i].name;
     EXPECT_EQ(p[i].n, want[i][1]) << p[i].name;

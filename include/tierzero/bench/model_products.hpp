@@ -18,7 +18,8 @@
 namespace tierzero::bench {
 
 struct ModelProduct {
-  std::string name;              // qkv, attn_proj, fc, mlp_proj, head
+  // qkv, attn_proj, fc, mlp_proj, head (whole chunks of rows), head_tail (the last chunk)
+  std::string name;
   size_t m = 0, n = 0, k = 0;    // c (m, n) = a (m, k) b (n, k)^T, as the forward computes it
   size_t per_step = 0;           // forward products of this shape per micro-batch
   double fp32_operands_s = 0.0;  // median seconds, matmul_forward
