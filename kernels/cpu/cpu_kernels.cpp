@@ -182,15 +182,6 @@ class CpuKernels final : public Kernels {
                     const AdamWParams& p) override {
     cpu::adamw_update(param, m, v, grad, n, p);
   }
-  void adamw_update_with_copy(float* param, float* m, float* v, const float* grad, void* copy,
-                              DType copy_type, size_t n, const AdamWParams& p) override {
-    if (copy_type == DType::bf16) {  // one pass, vectorised (cpu_ops.hpp)
-      cpu::adamw_update_with_copy(param, m, v, grad, static_cast<uint16_t*>(copy), n, p);
-      return;
-    }
-    cpu::adamw_update(param, m, v, grad, n, p);
-    convert_from_f32(copy, copy_type, param, n);
-  }
   void adamw_update_segments(float* param, float* m, float* v, const float* grad, void* copy,
                              DType copy_type, const AdamWSegment* segments, size_t num_segments,
                              const AdamWParams& p) override {
@@ -202,9 +193,9 @@ class CpuKernels final : public Kernels {
       if (copy == nullptr)
         cpu::adamw_update(param + o, m + o, v + o, grad + o, s.count, ps);
       else
-        adamw_update_with_copy(param + o, m + o, v + o, grad + o,
-                               static_cast<std::byte*>(copy) + o * dtype_size(copy_type), copy_type,
-                               s.count, ps);
+        update_with_copy(param + o, m + o, v + o, grad + o,
+                         static_cast<std::byte*>(copy) + o * dtype_size(copy_type), copy_type,
+                         s.count, ps);
     }
   }
 
@@ -221,6 +212,19 @@ class CpuKernels final : public Kernels {
   }
   void convert_to_f32(float* dst, const void* src, DType src_type, size_t n) override {
     tierzero::convert_to_f32(dst, src, src_type, n);
+  }
+
+ private:
+  // One segment's update with its copy: bf16 in one vectorised pass (cpu_ops.hpp), the other
+  // types as the update then the conversion.
+  static void update_with_copy(float* param, float* m, float* v, const float* grad, void* copy,
+                               DType copy_type, size_t n, const AdamWParams& p) {
+    if (copy_type == DType::bf16) {
+      cpu::adamw_update_with_copy(param, m, v, grad, static_cast<uint16_t*>(copy), n, p);
+      return;
+    }
+    cpu::adamw_update(param, m, v, grad, n, p);
+    tierzero::convert_from_f32(copy, copy_type, param, n);
   }
 };
 

@@ -174,12 +174,9 @@ void launch_convert_from_f32(cudaStream_t stream, void* dst, DType dst_type, con
                              size_t n);
 void launch_convert_to_f32(cudaStream_t stream, float* dst, const void* src, DType src_type,
                            size_t n);
-// With `copy` (copy_type bf16, fp16 or fp32), the updated parameters are written there too, in
-// the same pass.
 void launch_adamw(cudaStream_t stream, float* param, float* m, float* v, const float* grad,
-                  size_t n, const AdamWParams& p, void* copy = nullptr,
-                  DType copy_type = DType::f32);
-// adamw_update_segments: one launch per 64 segments (blockIdx.y the segment).
+                  size_t n, const AdamWParams& p);
+// adamw_update_segments: one launch per 64 non-empty segments, each segment its own blocks.
 void launch_adamw_segments(cudaStream_t stream, float* param, float* m, float* v, const float* grad,
                            void* copy, DType copy_type, const AdamWSegment* segments,
                            size_t num_segments, const AdamWParams& p);

@@ -504,11 +504,6 @@ class CudaKernels final : public Kernels {
     CudaDeviceGuard guard(device_);
     cuda_impl::launch_adamw(stream_, param, m, v, grad, n, p);
   }
-  void adamw_update_with_copy(float* param, float* m, float* v, const float* grad, void* copy,
-                              DType copy_type, size_t n, const AdamWParams& p) override {
-    CudaDeviceGuard guard(device_);
-    cuda_impl::launch_adamw(stream_, param, m, v, grad, n, p, copy, copy_type);
-  }
   void adamw_update_segments(float* param, float* m, float* v, const float* grad, void* copy,
                              DType copy_type, const AdamWSegment* segments, size_t num_segments,
                              const AdamWParams& p) override {

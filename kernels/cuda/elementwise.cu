@@ -231,7 +231,7 @@ struct AdamWScalars {
   float bias_correction2_sqrt;  // sqrt(1 - beta2^step)
 };
 
-// What adamw_kernel writes beside the parameters: nothing, or their 16-bit working copy.
+// What an AdamW kernel writes beside the parameters: nothing, or their working copy.
 enum class AdamWCopy { none, bf16, f16, f32 };
 
 // Follows torch.optim.AdamW's single-tensor path operation by operation:
@@ -262,15 +262,13 @@ __device__ __forceinline__ void adamw_element(float* param, float* m, float* v, 
   }
 }
 
-template <AdamWCopy kCopy>
 __global__ void adamw_kernel(float* param,       // (n)
                              float* m,           // (n)
                              float* v,           // (n)
                              const float* grad,  // (n)
-                             void* copy,         // (n) kCopy's type, or null
                              size_t n, AdamWScalars s) {
   for (size_t i = global_thread_index(); i < n; i += grid_stride())
-    adamw_element<kCopy>(param, m, v, grad, copy, i, s, s.decay_factor);
+    adamw_element<AdamWCopy::none>(param, m, v, grad, nullptr, i, s, s.decay_factor);
 }
 
 // Segments of one adamw_update_segments launch, by value (1.6 KB of kernel parameters). Segment
@@ -616,51 +614,21 @@ AdamWCopy adamw_copy_kind(const void* copy, DType copy_type) {
   return copy_type == DType::f16 ? AdamWCopy::f16 : AdamWCopy::f32;
 }
 
-// Launches kernel<kind> with the arguments given: the copy type as a template argument, so the
-// update without a copy has no branch in it.
-template <template <AdamWCopy> class Launch, typename... Args>
-void with_copy_kind(AdamWCopy kind, Args&&... args) {
-  switch (kind) {
-    case AdamWCopy::none:
-      Launch<AdamWCopy::none>::run(args...);
-      break;
-    case AdamWCopy::bf16:
-      Launch<AdamWCopy::bf16>::run(args...);
-      break;
-    case AdamWCopy::f16:
-      Launch<AdamWCopy::f16>::run(args...);
-      break;
-    case AdamWCopy::f32:
-      Launch<AdamWCopy::f32>::run(args...);
-      break;
-  }
+template <AdamWCopy kCopy>
+void launch_segments_kernel(cudaStream_t stream, unsigned blocks, float* param, float* m, float* v,
+                            const float* grad, void* copy, const AdamWSegmentTable& t,
+                            const AdamWScalars& s) {
+  adamw_segments_kernel<kCopy><<<blocks, kBlockSize, 0, stream>>>(param, m, v, grad, copy, t, s);
 }
-
-template <AdamWCopy kCopy>
-struct AdamWLaunch {
-  static void run(cudaStream_t stream, float* param, float* m, float* v, const float* grad,
-                  void* copy, size_t n, const AdamWScalars& s) {
-    adamw_kernel<kCopy>
-        <<<grid_stride_blocks(n), kBlockSize, 0, stream>>>(param, m, v, grad, copy, n, s);
-  }
-};
-
-template <AdamWCopy kCopy>
-struct AdamWSegmentsLaunch {
-  static void run(cudaStream_t stream, float* param, float* m, float* v, const float* grad,
-                  void* copy, const AdamWSegmentTable& t, unsigned blocks, const AdamWScalars& s) {
-    adamw_segments_kernel<kCopy><<<blocks, kBlockSize, 0, stream>>>(param, m, v, grad, copy, t, s);
-  }
-};
 
 }  // namespace
 
 void launch_adamw(cudaStream_t stream, float* param, float* m, float* v, const float* grad,
-                  size_t n, const AdamWParams& p, void* copy, DType copy_type) {
+                  size_t n, const AdamWParams& p) {
   check_adamw_step(p);
   if (n == 0) return;
-  with_copy_kind<AdamWLaunch>(adamw_copy_kind(copy, copy_type), stream, param, m, v, grad, copy, n,
-                              adamw_scalars(p));
+  adamw_kernel<<<grid_stride_blocks(n), kBlockSize, 0, stream>>>(param, m, v, grad, n,
+                                                                 adamw_scalars(p));
   TZ_CUDA_CHECK_LAUNCH();
 }
 
@@ -669,7 +637,6 @@ void launch_adamw_segments(cudaStream_t stream, float* param, float* m, float* v
                            size_t num_segments, const AdamWParams& p) {
   check_adamw_step(p);
   const AdamWScalars s = adamw_scalars(p);
-  const AdamWCopy kind = adamw_copy_kind(copy, copy_type);
   size_t i = 0;
   while (i < num_segments) {  // up to 64 non-empty segments per launch
     AdamWSegmentTable t{};
@@ -683,8 +650,22 @@ void launch_adamw_segments(cudaStream_t stream, float* param, float* m, float* v
       ++used;
     }
     if (used == 0) continue;
-    with_copy_kind<AdamWSegmentsLaunch>(kind, stream, param, m, v, grad, copy, t,
-                                        t.first_block[used], s);
+    const unsigned blocks = t.first_block[used];
+    // The copy's type as a template argument: the update without a copy has no branch in it.
+    switch (adamw_copy_kind(copy, copy_type)) {
+      case AdamWCopy::none:
+        launch_segments_kernel<AdamWCopy::none>(stream, blocks, param, m, v, grad, copy, t, s);
+        break;
+      case AdamWCopy::bf16:
+        launch_segments_kernel<AdamWCopy::bf16>(stream, blocks, param, m, v, grad, copy, t, s);
+        break;
+      case AdamWCopy::f16:
+        launch_segments_kernel<AdamWCopy::f16>(stream, blocks, param, m, v, grad, copy, t, s);
+        break;
+      case AdamWCopy::f32:
+        launch_segments_kernel<AdamWCopy::f32>(stream, blocks, param, m, v, grad, copy, t, s);
+        break;
+    }
     TZ_CUDA_CHECK_LAUNCH();
   }
 }

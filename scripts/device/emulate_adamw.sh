@@ -22,7 +22,7 @@ grep -q '^void launch_adamw_segments(' "$src" || { echo "emulate_adamw: launcher
   awk '/^namespace \{/ {buf = ""; keep = 1} keep {buf = buf $0 "\n"}
        /^void check_adamw_step/ {on = 1; printf "%s", buf; buf = ""; keep = 0; next}
        on && /^void launch_add_bias/ {exit} on {print}' "$src"
-} | perl -0pe 's/(\w+<\w+>)\s*<<<([^<>]*?),\s*kBlockSize,\s*0,\s*stream>>>\(([^;]*?)\);/emulate_launch($2, [&] { $1($3); });/gs' \
+} | perl -0pe 's/(\w+(?:<\w+>)?)\s*<<<([^<>]*?),\s*kBlockSize,\s*0,\s*stream>>>\(([^;]*?)\);/emulate_launch($2, [&] { $1($3); });/gs' \
   >"$work/adamw_body.inc"
 grep -q '<<<' "$work/adamw_body.inc" && { echo "emulate_adamw: a launch left untranslated" >&2; exit 1; }
 grep -c 'emulate_launch' "$work/adamw_body.inc" | grep -qx 2 ||

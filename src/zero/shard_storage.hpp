@@ -94,9 +94,9 @@ class ShardStorage {
   // publish_params places them.
   uint16_t* host_bf16_params(size_t unit);
   // Where an update on the device may write the unit's new 16-bit working parameters in its own
-  // pass (Kernels::adamw_update_with_copy, the same bits as publish_params): the parameter shard
-  // when it lives on the device in the working type beside a device master that is not itself
-  // the parameters; else null.
+  // pass (Kernels::adamw_update_segments with a copy, the same bits as publish_params): the
+  // parameter shard when it lives on the device in the working type beside a device master that
+  // is not itself the parameters; else null.
   void* device_working_params(size_t unit);
 
  private:

@@ -90,8 +90,9 @@ TEST_P(AdamWTest, WithCopyIsTheUpdateThenTheConversion) {
       const kernels::AdamWParams p{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, step};
       kernels().adamw_update(p1->get(), m1->get(), v1->get(), d_grad->get(), n, p);
       kernels().convert_from_f32(c1->get(), type, p1->get(), n);
-      kernels().adamw_update_with_copy(p2->get(), m2->get(), v2->get(), d_grad->get(), c2->get(),
-                                       type, n, p);
+      const kernels::AdamWSegment whole{0, n, p.weight_decay};
+      kernels().adamw_update_segments(p2->get(), m2->get(), v2->get(), d_grad->get(), c2->get(),
+                                      type, &whole, 1, p);
     }
     const std::string what = std::string("adamw with a ") + dtype_name(type) + " copy";
     size_t differ = 0;
@@ -109,7 +110,8 @@ TEST_P(AdamWTest, WithCopyIsTheUpdateThenTheConversion) {
 
 // A whole unit's update in one call: 150 segments (133 not empty: three CUDA launches of 64) of
 // varying lengths, some empty, with gaps between them (a shard's padding) and alternating weight
-// decay, gives bit for bit the per-segment calls, with and without a copy; the gaps stay untouched.
+// decay, gives bit for bit the per-segment calls (each followed by the conversion, with a copy);
+// the gaps stay untouched.
 TEST_P(AdamWTest, SegmentsAreThePerSegmentCalls) {
   std::vector<kernels::AdamWSegment> segments;
   size_t at = 3;
@@ -138,12 +140,9 @@ TEST_P(AdamWTest, SegmentsAreThePerSegmentCalls) {
       kernels::AdamWParams ps = p;
       ps.weight_decay = seg.weight_decay;
       const size_t o = seg.offset;
-      if (with_copy)
-        kernels().adamw_update_with_copy(p2->get() + o, m2->get() + o, v2->get() + o,
-                                         d_grad->get() + o, c2->get() + o, type, seg.count, ps);
-      else
-        kernels().adamw_update(p2->get() + o, m2->get() + o, v2->get() + o, d_grad->get() + o,
-                               seg.count, ps);
+      kernels().adamw_update(p2->get() + o, m2->get() + o, v2->get() + o, d_grad->get() + o,
+                             seg.count, ps);
+      if (with_copy) kernels().convert_from_f32(c2->get() + o, type, p2->get() + o, seg.count);
     }
     size_t differ = 0, gaps_changed = 0;
     const std::vector<float> a[3] = {p1->download(), m1->download(), v1->download()};

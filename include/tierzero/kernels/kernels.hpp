@@ -343,20 +343,13 @@ class Kernels {
                             float* v,           // (n)
                             const float* grad,  // (n)
                             size_t n, const AdamWParams& p) = 0;
-  // adamw_update, and the updated parameters rounded into `copy` (copy_type bf16 or fp16; fp32
-  // copies them) in the same pass over memory: the 16-bit working parameters written by the
-  // update that produces them, not by a second pass. Bitwise adamw_update followed by
-  // convert_from_f32(copy, copy_type, param, n) on every backend.
-  virtual void adamw_update_with_copy(float* param,       // (n)
-                                      float* m,           // (n)
-                                      float* v,           // (n)
-                                      const float* grad,  // (n)
-                                      void* copy,         // (n) copy_type
-                                      DType copy_type, size_t n, const AdamWParams& p) = 0;
-  // adamw_update over every segment (adamw_update_with_copy where copy is not null), each with
-  // its own weight decay and p's other values: the update of a whole unit in one call (on CUDA one
-  // launch per 64 segments instead of one per tensor). Bitwise the per-segment calls on every
-  // backend; elements in no segment (a shard's padding) are left as they are.
+  // adamw_update over every segment, each with its own weight decay and p's other values: the
+  // update of a whole unit in one call (on CUDA one launch per 64 segments instead of one per
+  // tensor). With a copy, the updated parameters are also rounded into it (copy_type bf16 or fp16;
+  // fp32 copies them) in the same pass over memory: the 16-bit working parameters written by the
+  // update that produces them. Bitwise the per-segment adamw_update calls, each followed by
+  // convert_from_f32 into the copy, on every backend; elements in no segment (a shard's padding)
+  // are left as they are.
   virtual void adamw_update_segments(float* param,                  // (extent)
                                      float* m,                      // (extent)
                                      float* v,                      // (extent)

@@ -3,12 +3,13 @@
 // emulate_launch) run on the CPU under cuda_host_emulation.hpp. On 150 segments (133 not empty:
 // three launches of 64) of varying lengths, some empty, with gaps between them, alternating weight
 // decay, random states and gradients with zeros and tiny values, for each copy type (none, bf16,
-// fp16, fp32): launch_adamw_segments against launch_adamw per segment (bit for bit: the same
-// element function), against a double reference of torch.optim.AdamW's update (within 1e-6 of each
-// parameter's magnitude plus lr), the copy against the parameters' rounding (dtype_bits, bit for
-// bit), the gaps untouched, and the same bits with every launch's blocks in a shuffled order. The
-// grid is capped at 3 blocks (any grid gives the same result; a small one keeps the emulation fast
-// and makes the grid-stride loops go round). Exits 1 on any failure.
+// fp16, fp32): launch_adamw_segments against launch_adamw per segment followed by the conversion
+// (bit for bit: the same element function), against a double reference of torch.optim.AdamW's
+// update (within 1e-6 of each parameter's magnitude plus lr), the copy against the parameters'
+// rounding (dtype_bits, bit for bit), the gaps untouched, and the same bits with every launch's
+// blocks in a shuffled order. The grid is capped at 3 blocks (any grid gives the same result; a
+// small one keeps the emulation fast and makes the grid-stride loops go round). Exits 1 on any
+// failure.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -159,12 +160,17 @@ int main() {
       if (s.count == 0) continue;
       AdamWParams ps = p;
       ps.weight_decay = s.weight_decay;
-      const size_t o = s.offset, eb = k.type == DType::f32 ? 4 : 2;
-      launch_adamw(
-          nullptr, per.param.data() + o, per.m.data() + o, per.v.data() + o, grad.data() + o,
-          s.count, ps,
-          k.copy ? static_cast<void*>(reinterpret_cast<char*>(per.copy.data()) + o * eb) : nullptr,
-          k.type);
+      const size_t o = s.offset;
+      launch_adamw(nullptr, per.param.data() + o, per.m.data() + o, per.v.data() + o,
+                   grad.data() + o, s.count, ps);
+      // The copy as the conversion after the update writes it (dtype_bits).
+      for (size_t i = o; k.copy && i < o + s.count; ++i) {
+        if (k.type == DType::f32)
+          std::memcpy(reinterpret_cast<char*>(per.copy.data()) + 4 * i, &per.param[i], 4);
+        else
+          per.copy[i] = k.type == DType::bf16 ? dtype_bits::float_to_bf16(per.param[i])
+                                              : dtype_bits::float_to_f16(per.param[i]);
+      }
     }
     double worst = 0.0;
     size_t gaps = 0, copies = 0;
