@@ -221,6 +221,7 @@ class NcclCommunicator final : public Communicator {
 
   const char* backend() const override { return "nccl"; }
   Stream& stream() { return *stream_; }
+  Stream* device_stream() override { return stream_.get(); }
 
   void group_start() override {
     TZ_NCCL_CHECK(ncclGroupStart(), "opening a group on " + describe(), handle_->comm);

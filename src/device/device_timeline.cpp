@@ -48,6 +48,8 @@ size_t DeviceTimeline::flush() {
   size_t n = 0;
   for (const Span& s : spans_) {
     if (s.end == nullptr) continue;
+    // A copy or a collective issued late in the step may still run on its own stream.
+    if (!s.end->query()) s.end->synchronize();
     const double start = anchor_host_s_ + s.start->elapsed_ms_since(*anchor_) * 1e-3;
     const double end = anchor_host_s_ + s.end->elapsed_ms_since(*anchor_) * 1e-3;
     ActivityLog::global().record(s.track, s.name, start, end, s.bytes, s.unit);

@@ -38,17 +38,21 @@ namespace tierzero::train {
 
 namespace {
 
-// Gives the models and the optimizer a device timeline for one run_loop, and takes it back
-// however the loop ends (the timeline dies with it).
+// Gives the models, the parameter state and the activation checkpoints' tier (may be null) a
+// device timeline for one run_loop, and takes it back however the loop ends (the timeline dies
+// with it).
 struct TimelineBinding {
-  TimelineBinding(std::vector<nn::GPT*> models, ParamState& params, DeviceTimeline* timeline)
-      : models_(std::move(models)), params_(params) {
+  TimelineBinding(std::vector<nn::GPT*> models, ParamState& params,
+                  zero::CheckpointTier* checkpoints, DeviceTimeline* timeline)
+      : models_(std::move(models)), params_(params), checkpoints_(checkpoints) {
     for (nn::GPT* m : models_) m->set_device_timeline(timeline);
     params_.set_device_timeline(timeline);
+    if (checkpoints_) checkpoints_->set_device_timeline(timeline);
   }
   ~TimelineBinding() {
     for (nn::GPT* m : models_) m->set_device_timeline(nullptr);
     params_.set_device_timeline(nullptr);
+    if (checkpoints_) checkpoints_->set_device_timeline(nullptr);
   }
   TimelineBinding(const TimelineBinding&) = delete;
   TimelineBinding& operator=(const TimelineBinding&) = delete;
@@ -56,6 +60,7 @@ struct TimelineBinding {
  private:
   std::vector<nn::GPT*> models_;
   ParamState& params_;
+  zero::CheckpointTier* checkpoints_;
 };
 
 // The schedule a resumed run follows: the checkpoint's length (a different --steps only moves
@@ -221,7 +226,9 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
   std::unique_ptr<DeviceTimeline> timeline;
   if (recorder && config_.pipeline_parallel == 1)
     timeline = std::make_unique<DeviceTimeline>(*s.device);
-  const TimelineBinding timeline_binding(s.chunks.all(), *s.params, timeline.get());
+  const TimelineBinding timeline_binding(s.chunks.all(), *s.params,
+                                         s.checkpoints ? s.checkpoints->tier.get() : nullptr,
+                                         timeline.get());
   nn::ParamProvider& step_params =
       profiled ? static_cast<nn::ParamProvider&>(*profiled) : s.params->provider();
   comm::Communicator* pp_mpi = s.groups.mesh ? &s.groups.mesh->group(comm::MeshDim::pp) : nullptr;
@@ -285,9 +292,10 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
     scaler.update(taken.skipped);
     const double loss = mean_over_ranks(local_loss);
     s.device->default_stream().synchronize();  // the step's end for its timer, not counted
-    if (timeline) timeline->flush();
+    const size_t host_waits = host_waits_on_this_thread() - waits_at_start - 1;
+    if (timeline) timeline->flush();  // may wait for its spans on other streams: not counted
     StepRecord r = step_record(step + 1, loss, lr, taken.grad_norm, timer, cpu_at_start);
-    r.host_waits = host_waits_on_this_thread() - waits_at_start - 1;
+    r.host_waits = host_waits;
     result.steps.push_back(r);
     for (const auto& o : observers) stopped = !o->after_step(r) || stopped;
     steps_done = step + 1;

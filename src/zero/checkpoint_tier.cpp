@@ -6,7 +6,10 @@
 #include <algorithm>
 #include <string>
 
+#include "device_spans.hpp"
+#include "tierzero/core/activity_log.hpp"
 #include "tierzero/core/error.hpp"
+#include "tierzero/core/timer.hpp"
 
 namespace tierzero::zero {
 
@@ -213,8 +216,11 @@ void CheckpointTier::write_out(const Key& key, Entry& e) {
   const bool host = config_.tier == Tier::host;
   e.host = pool_->allocate(e.bytes, host ? Category::activation_checkpoint : Category::io,
                            host ? "activation checkpoint" : "activation checkpoint staging");
+  const double t0 = monotonic_seconds();
+  DeviceSpan span(timeline_, *copy_stream_);
   device_.copy(e.host.data(), slots_[static_cast<size_t>(e.slot)].data(), e.bytes,
                CopyKind::device_to_host, *copy_stream_);
+  span.close_copy(device_, Track::device_to_host, "activation checkpoint to host", -1, e.bytes, t0);
   e.copied->record(*copy_stream_);
   e.d2h_pending = true;
   // Its NVMe extent is reserved now, not when the copy is seen done: every checkpoint handed to
@@ -235,7 +241,11 @@ void CheckpointTier::advance() {
     if (e.d2h_pending && e.copied->query()) {
       e.d2h_pending = false;
       if (config_.tier == Tier::nvme) {  // its extent was reserved by write_out
-        e.io = swap_->write(e.extent, e.host.data());
+        const double t0 = monotonic_seconds();
+        e.io = swap_->write(e.extent, e.host.data(), [t0](const offload::IoResult& r) {
+          ActivityLog::global().record(Track::nvme_write, "activation checkpoint nvme write", t0,
+                                       monotonic_seconds(), r.bytes);
+        });
         e.writing_nvme = true;
       }
     }
@@ -283,7 +293,11 @@ void CheckpointTier::start_read(const Key& key, Entry& e) {
     e.host.reset();
   }
   e.host = pool_->allocate(e.bytes, Category::io, "activation checkpoint staging");
-  e.io = swap_->read(e.extent, e.host.data());
+  const double t0 = monotonic_seconds();
+  e.io = swap_->read(e.extent, e.host.data(), [t0](const offload::IoResult& r) {
+    ActivityLog::global().record(Track::nvme_read, "activation checkpoint nvme read", t0,
+                                 monotonic_seconds(), r.bytes);
+  });
   e.reading_nvme = true;
   ++stats_.reads;
 }
@@ -297,7 +311,11 @@ void CheckpointTier::finish_read(const Key& key, Entry& e) {
   }
   const size_t s = static_cast<size_t>(e.slot);
   slot_free_[s]->make_wait(*copy_stream_);  // the slot's last reader is done
+  const double t0 = monotonic_seconds();
+  DeviceSpan span(timeline_, *copy_stream_);
   device_.copy(slots_[s].data(), e.host.data(), e.bytes, CopyKind::host_to_device, *copy_stream_);
+  span.close_copy(device_, Track::host_to_device, "activation checkpoint to device", -1, e.bytes,
+                  t0);
   e.copied->record(*copy_stream_);
   e.h2d_pending = true;
 }

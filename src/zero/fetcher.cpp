@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "device_spans.hpp"
 #include "tierzero/core/activity_log.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/timer.hpp"
@@ -232,19 +233,23 @@ void Fetcher::issue_gather(size_t unit) {
     Stream& copies = storage_.copy_stream();
     s.ready->make_wait(copies);
     const double t0 = monotonic_seconds();
+    DeviceSpan span(timeline_, copies);
     device_.copy(slot, src, bytes, CopyKind::host_to_device, copies);
-    device_.host_task(copies, [t0, bytes, u] {
-      ActivityLog::global().record(Track::host_to_device, "param shard to device", t0,
-                                   monotonic_seconds(), bytes, u);
-    });
+    span.close_copy(device_, Track::host_to_device, "param shard to device", u, bytes, t0);
     s.ready->record(copies);
   }
   s.gather_issued_s = monotonic_seconds();
+  s.gather_timed = false;
   if (group_.size() == 1) {
     if (send != slot) device_.copy(slot, send, bytes, CopyKind::device_to_device, st);
   } else if (p.padded_numel > 0) {
-    s.gather =
-        group_.all_gather_async(send, s.gathered.data(), p.shard_numel, working, s.ready.get());
+    IssuedCollective gather = issue_collective(
+        timeline_, group_, s.ready.get(), "all_gather", u, p.padded_numel * eb, [&] {
+          return group_.all_gather_async(send, s.gathered.data(), p.shard_numel, working,
+                                         s.ready.get());
+        });
+    s.gather = std::move(gather.request);
+    s.gather_timed = gather.timed;
     ++counters_.gathers;
   }
   s.fetch = Fetch::gathering;
@@ -286,9 +291,10 @@ void Fetcher::finish_fetch(size_t unit, bool stall) {
       counters_.stall_s += t1 - t0;
       if (t1 > t0) ActivityLog::global().record(Track::stall, "wait gather", t0, t1, 0, u);
     }
-    ActivityLog::global().record(
-        Track::collective, "all_gather", s.gather_issued_s, t1,
-        plan_.partition(unit).padded_numel * dtype_size(storage_.working()), u);
+    if (!s.gather_timed)  // from its issue until the host saw it done
+      ActivityLog::global().record(
+          Track::collective, "all_gather", s.gather_issued_s, t1,
+          plan_.partition(unit).padded_numel * dtype_size(storage_.working()), u);
   }
   if (storage_.working() != DType::f32 && s.gathered) {
     // The kernels compute in fp32 from 16-bit storage: widened on the device, in stream order

@@ -23,6 +23,7 @@
 #include "background_update.hpp"
 #include "shard_storage.hpp"
 #include "tierzero/comm/communicator.hpp"
+#include "tierzero/device/device_timeline.hpp"
 #include "tierzero/zero/store_config.hpp"
 
 namespace tierzero::zero {
@@ -54,6 +55,10 @@ class Fetcher {
   // reducing another unit than the others fails with an Error instead of mismatched collectives.
   void check_reduction(size_t unit);
 
+  // While profiling: the copies to the device and the gathers on a device stream are timed on
+  // `timeline` where they run (device_spans.hpp); null: on the host's clock.
+  void set_device_timeline(DeviceTimeline* timeline) { timeline_ = timeline; }
+
   size_t references(size_t unit) const { return units_[unit].refs; }
   bool persistent(size_t unit) const;
   const std::vector<size_t>& trace() const { return trace_; }
@@ -76,6 +81,7 @@ class Fetcher {
     // copy stream, or after the default stream's work that wrote it. The gather starts after it.
     std::unique_ptr<Event> ready;
     double gather_issued_s = 0.0;
+    bool gather_timed = false;  // on the device timeline: no host record of it
     comm::CommRequest gather;
   };
 
@@ -115,6 +121,7 @@ class Fetcher {
   FetchCounters& counters_;
   const PartitionPlan& plan_;
   Device& device_;
+  DeviceTimeline* timeline_ = nullptr;  // set_device_timeline
   std::vector<UnitFetch> units_;
 
   PassKind pass_ = PassKind::train;

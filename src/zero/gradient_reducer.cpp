@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "device_spans.hpp"
 #include "tierzero/core/activity_log.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/timer.hpp"
@@ -175,11 +176,17 @@ void GradientReducer::issue_bucket() {
     // engine reads and writes.
     r.ready->record(st);
     r.issued_s = monotonic_seconds();
-    r.request = wire == DType::f32
-                    ? group_.reduce_scatter_async(r.input.data(), r.shard_mean.data(), shard_elems,
-                                                  DType::f32, comm::ReduceOp::avg, r.ready.get())
-                    : group_.reduce_scatter_async(r.wire_in.data(), r.wire_out.data(), shard_elems,
-                                                  wire, comm::ReduceOp::avg, r.ready.get());
+    IssuedCollective rs = issue_collective(
+        timeline_, group_, r.ready.get(), "reduce_scatter", static_cast<int64_t>(r.units[0]),
+        wire_bytes(r), [&] {
+          return wire == DType::f32
+                     ? group_.reduce_scatter_async(r.input.data(), r.shard_mean.data(), shard_elems,
+                                                   DType::f32, comm::ReduceOp::avg, r.ready.get())
+                     : group_.reduce_scatter_async(r.wire_in.data(), r.wire_out.data(), shard_elems,
+                                                   wire, comm::ReduceOp::avg, r.ready.get());
+        });
+    r.request = std::move(rs.request);
+    r.timed = rs.timed;
   } else {
     // Every rank ends with the mean gradient. Under accumulation this is still right: the part
     // already averaged is equal on every rank, so the mean of (it + local) is it + mean(local).
@@ -192,7 +199,13 @@ void GradientReducer::issue_bucket() {
     r.ready->record(st);  // backward's writes (and the conversion) land before the engine reads
     void* g = wire == DType::f32 ? static_cast<void*>(r.arena) : r.wire_in.data();
     r.issued_s = monotonic_seconds();
-    r.request = group_.all_reduce_async(g, g, r.elems, wire, comm::ReduceOp::avg, r.ready.get());
+    IssuedCollective ar = issue_collective(
+        timeline_, group_, r.ready.get(), "all_reduce", static_cast<int64_t>(r.units[0]),
+        wire_bytes(r), [&] {
+          return group_.all_reduce_async(g, g, r.elems, wire, comm::ReduceOp::avg, r.ready.get());
+        });
+    r.request = std::move(ar.request);
+    r.timed = ar.timed;
   }
   for (size_t u : bucket_) units_[u].in_bucket = false;
   bucket_.clear();
@@ -293,6 +306,13 @@ void GradientReducer::accumulate_on_nvme(size_t unit, float* mean) {
   }
 }
 
+size_t GradientReducer::wire_bytes(const Pending& r) const {
+  size_t bytes = 0;
+  for (size_t u : r.units)
+    bytes += plan_.partition(u).padded_numel * dtype_size(config_.reduce_dtype);
+  return bytes;
+}
+
 void GradientReducer::finish_oldest() {
   Pending& r = pending_.front();
   // Without overlap_comm the training thread did nothing between issuing and this wait.
@@ -303,12 +323,10 @@ void GradientReducer::finish_oldest() {
   counters_.reduction_exposed_s += std::max(0.0, completed - wait_from);
   // The background update must have read the shards this adds into.
   for (size_t u : r.units) counters_.stall_s += background_.wait(u, false);
-  size_t bytes = 0;
-  for (size_t u : r.units)
-    bytes += plan_.partition(u).padded_numel * dtype_size(config_.reduce_dtype);
-  ActivityLog::global().record(Track::collective,
-                               config_.stage >= 2 ? "reduce_scatter" : "all_reduce", r.issued_s,
-                               monotonic_seconds(), bytes, static_cast<int64_t>(r.units[0]));
+  if (!r.timed)  // from its issue until the host saw it done
+    ActivityLog::global().record(
+        Track::collective, config_.stage >= 2 ? "reduce_scatter" : "all_reduce", r.issued_s,
+        monotonic_seconds(), wire_bytes(r), static_cast<int64_t>(r.units[0]));
   if (config_.reduce_dtype != DType::f32 && !r.widen_for_host) {
     // The mean back in fp32: into the shard buffer (stages 2-3) or the arena (stages 0-1).
     if (config_.stage >= 2)
@@ -421,14 +439,17 @@ void GradientReducer::copy_to_host(const std::vector<HostCopy>& copies, size_t u
                                      config_.reduce_dtype, widen_first->shard_elems);
   }
   size_t bytes = 0;
+  DeviceSpan span(timeline_, *d2h_stream_);  // the copies only, not the widening before them
   for (const HostCopy& c : copies) {
     device_.copy(c.dst, c.src, c.bytes, CopyKind::device_to_host, *d2h_stream_);
     bytes += c.bytes;
   }
+  span.close(Track::device_to_host, "grad shard to host", static_cast<int64_t>(unit), bytes);
   copied_->record(*d2h_stream_);
   copied_->synchronize();
-  ActivityLog::global().record(Track::device_to_host, "grad shard to host", t0, monotonic_seconds(),
-                               bytes, static_cast<int64_t>(unit));
+  if (!span.timed())  // from their issue until the host saw them land
+    ActivityLog::global().record(Track::device_to_host, "grad shard to host", t0,
+                                 monotonic_seconds(), bytes, static_cast<int64_t>(unit));
 }
 
 size_t bucket_capacity(const PartitionPlan& plan, size_t reduce_bucket_elems, bool overlap_comm) {

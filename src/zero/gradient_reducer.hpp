@@ -36,6 +36,7 @@
 #include "background_update.hpp"
 #include "shard_storage.hpp"
 #include "tierzero/comm/communicator.hpp"
+#include "tierzero/device/device_timeline.hpp"
 #include "tierzero/zero/store_config.hpp"
 
 namespace tierzero::zero {
@@ -62,6 +63,9 @@ class GradientReducer {
   void discard(size_t unit);  // closes an open unit without reducing its gradient
   void set_sync(bool sync) { sync_ = sync; }
   bool sync() const { return sync_; }
+  // While profiling: reductions on a device stream and the copies of their results to the host
+  // are timed on `timeline` where they run (device_spans.hpp); null: on the host's clock.
+  void set_device_timeline(DeviceTimeline* timeline) { timeline_ = timeline; }
   // Reduces everything still local or in the open bucket and waits for every reduction: the
   // owned gradients are complete.
   void finish_all();
@@ -101,6 +105,7 @@ class GradientReducer {
     size_t elems = 0;        // padded elements of its units
     size_t shard_elems = 0;  // stages 2-3: elements of the reduced shards
     double issued_s = 0.0;   // monotonic_seconds() when handed to the communicator
+    bool timed = false;      // on the device timeline: no host record of it
     comm::CommRequest request;
   };
 
@@ -110,8 +115,9 @@ class GradientReducer {
   bool adjacent_to_bucket(size_t unit) const;  // stages 0-1: extends the bucket's span
   void issue_bucket();
   void finish_oldest();
-  void finish_through(size_t unit);   // until no reduction of `unit` is pending
-  void accumulate(const Pending& r);  // stages 2-3: each unit's mean into its shard
+  size_t wire_bytes(const Pending& r) const;  // what the reduction's collective moves per rank
+  void finish_through(size_t unit);           // until no reduction of `unit` is pending
+  void accumulate(const Pending& r);          // stages 2-3: each unit's mean into its shard
   // A unit's mean (shard_numel fp32, host) added into its gradient shard on NVMe.
   void accumulate_on_nvme(size_t unit, float* mean);
   // Landed reductions' results (device) into host memory, on d2h_stream_; returns once they are
@@ -137,6 +143,7 @@ class GradientReducer {
   std::function<void(size_t)> on_reduced_;
   const PartitionPlan& plan_;
   Device& device_;
+  DeviceTimeline* timeline_ = nullptr;  // set_device_timeline
   std::vector<UnitGrad> units_;
   // (units) per unit: its host gradient shard is zeros from zero() and nothing has landed in it
   // since, so the first mean is copied straight in (accumulate).

@@ -13,6 +13,7 @@
 #include "adamw_in_memory.hpp"
 #include "background_update.hpp"
 #include "backward_update.hpp"
+#include "device_spans.hpp"
 #include "fetcher.hpp"
 #include "gradient_norm.hpp"
 #include "gradient_reducer.hpp"
@@ -201,6 +202,12 @@ bool PartitionStore::gradient_sync() const {
   return reducer_->sync();
 }
 
+void PartitionStore::set_device_timeline(DeviceTimeline* timeline) {
+  timeline_ = timeline;
+  fetcher_->set_device_timeline(timeline);
+  reducer_->set_device_timeline(timeline);
+}
+
 void PartitionStore::zero_grads() {
   for (size_t u = 0; u < plan_.num_units(); ++u)
     TZ_CHECK(
@@ -323,6 +330,7 @@ StoreStepStats PartitionStore::step(double lr, double clip, double loss_scale) {
     const double g0 = monotonic_seconds();
     size_t bytes = 0;
     std::vector<comm::CommRequest> gathers;
+    bool timed = false;    // on the device timeline, each gather where it ran
     size_t in_flight = 0;  // padded elements of `gathers`
     const size_t bucket = std::max<size_t>(1, config_.allgather_bucket_elems);
     const DType working = config_.placement.working;
@@ -334,15 +342,22 @@ StoreStepStats PartitionStore::step(double lr, double clip, double loss_scale) {
         gathers.clear();
         in_flight = 0;
       }
-      gathers.push_back(group_.all_gather_async(storage_->param_shard_raw(u),
-                                                storage_->full_params_raw(u), p.shard_numel,
-                                                working, updated_on_device.get()));
+      IssuedCollective gather =
+          issue_collective(timeline_, group_, updated_on_device.get(), "all_gather params",
+                           static_cast<int64_t>(u), p.padded_numel * dtype_size(working), [&] {
+                             return group_.all_gather_async(
+                                 storage_->param_shard_raw(u), storage_->full_params_raw(u),
+                                 p.shard_numel, working, updated_on_device.get());
+                           });
+      gathers.push_back(std::move(gather.request));
+      timed = gather.timed;
       in_flight += p.padded_numel;
       bytes += p.padded_numel * dtype_size(working);
     }
     comm::wait_all(gathers);
-    ActivityLog::global().record(Track::collective, "all_gather params", g0, monotonic_seconds(),
-                                 bytes);
+    if (!timed)
+      ActivityLog::global().record(Track::collective, "all_gather params", g0, monotonic_seconds(),
+                                   bytes);
   }
   return stats;
 }

@@ -16,7 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "tierzero/core/activity_log.hpp"
 #include "tierzero/core/memory_tracker.hpp"
+#include "tierzero/core/timer.hpp"
+#include "tierzero/device/device_timeline.hpp"
 #include "tierzero/nn/checkpoint_store.hpp"
 #include "tierzero/nn/gpt.hpp"
 #include "tierzero/nn/gpt_modules.hpp"
@@ -197,6 +200,81 @@ TEST(ActivationTier, DevicePeakFallsByThePrediction) {
       "device activation peak: %zu B with checkpoints on the device, %zu on the host, "
       "%zu on NVMe (predicted fall %zu)\n",
       on_device, on_host, on_nvme, predicted_fall);
+}
+
+// The profile's links carry the checkpoints' traffic: each copy to the host and back once with
+// its bytes, each NVMe write and read. While profiling the copies are timed on the device
+// timeline where the copy stream ran them (their records come with the step's flush, not while
+// the host issues them); without a timeline the host records them from issue to landing.
+TEST(ActivationTier, ItsCopiesAndNvmeTransfersAreInTheProfile) {
+  TempDir dir;
+  const nn::GPTConfig cfg = tiny_config(50, 64, 16, 6, 2, 32);
+  constexpr size_t kCheckpointBytes = 3 * 16 * 32 * sizeof(float);  // (B, T, C) fp32
+  struct Seen {
+    size_t count = 0, bytes = 0;
+  };
+  for (Tier tier : {Tier::host, Tier::nvme}) {
+    for (bool profiled : {false, true}) {
+      Placed p(cfg, tier, dir.path);
+      TinyGpt& g = p.gpt;
+      DeviceTimeline timeline(*g.device);
+      if (profiled) p.tier->set_device_timeline(&timeline);
+      ActivityLog::global().reset();
+      ActivityLog::global().set_recording(true);
+      std::vector<Activity> issued, flushed;
+      for (int step = 0; step < 2; ++step) {
+        timeline.begin_step(g.device->default_stream());
+        const double began = monotonic_seconds();
+        g.params.zero_grads();
+        (void)g.model.forward_backward(g.params, g.x.data(), g.y.data(), g.B, g.T, 1.0f);
+        p.tier->wait_idle();
+        for (Activity& a : ActivityLog::global().take_activities()) issued.push_back(a);
+        timeline.flush();
+        for (Activity& a : ActivityLog::global().take_activities()) {
+          EXPECT_GE(a.start_s, began - 1e-3) << a.name;
+          EXPECT_GE(a.end_s, a.start_s) << a.name;
+          flushed.push_back(a);
+        }
+      }
+      ActivityLog::global().set_recording(false);
+      auto seen = [](const std::vector<Activity>& log, const std::string& name) {
+        Seen s;
+        for (const Activity& a : log)
+          if (name == a.name) ++s.count, s.bytes += a.bytes;
+        return s;
+      };
+      std::vector<Activity> all = issued;
+      all.insert(all.end(), flushed.begin(), flushed.end());
+      const zero::CheckpointTierStats st = p.tier->stats();
+      const Seen down = seen(all, "activation checkpoint to host");
+      const Seen up = seen(all, "activation checkpoint to device");
+      const Seen written = seen(all, "activation checkpoint nvme write");
+      const Seen read = seen(all, "activation checkpoint nvme read");
+      std::printf(
+          "%s%s: %zu copies to the host (%zu bytes), %zu back (%zu bytes), %zu NVMe "
+          "writes (%zu bytes), %zu reads (%zu bytes); tier: %zu writes, %zu reads\n",
+          tier_name(tier), profiled ? ", profiled" : "", down.count, down.bytes, up.count, up.bytes,
+          written.count, written.bytes, read.count, read.bytes, st.writes, st.reads);
+      EXPECT_EQ(down.count, st.writes);
+      EXPECT_EQ(down.bytes, st.writes * kCheckpointBytes);
+      EXPECT_EQ(up.count, st.reads);
+      EXPECT_EQ(up.bytes, st.reads * kCheckpointBytes);
+      if (tier == Tier::nvme) {
+        EXPECT_EQ(read.count, st.reads);
+        EXPECT_EQ(read.bytes, st.reads * kCheckpointBytes);
+        EXPECT_GE(written.count, st.reads);  // what is read back was written first
+        EXPECT_EQ(written.bytes, written.count * kCheckpointBytes);
+      } else {
+        EXPECT_EQ(written.count + read.count, 0u);
+      }
+      EXPECT_GT(st.reads, 0u);
+      // Profiled, the copies are the timeline's; otherwise the host's.
+      const Seen timed_down = seen(flushed, "activation checkpoint to host");
+      const Seen timed_up = seen(flushed, "activation checkpoint to device");
+      EXPECT_EQ(timed_down.count, profiled ? down.count : 0u);
+      EXPECT_EQ(timed_up.count, profiled ? up.count : 0u);
+    }
+  }
 }
 
 TEST(ActivationTier, DamagedSwapFileNamesFileAndBlock) {

@@ -104,6 +104,27 @@ TEST_P(DeviceTimelineTest, WorkOutsideAStepIsNotTimed) {
   EXPECT_EQ(ActivityLog::global().take_activities().size(), 100u);
 }
 
+// A span on another stream than the step's (a copy, a collective) may still run when the step's
+// stream has synchronized: flush waits for it and records it whole.
+TEST_P(DeviceTimelineTest, FlushWaitsForSpansStillRunningElsewhere) {
+  Device& device = *device_;
+  std::unique_ptr<Stream> copies = device.create_stream();
+  DeviceTimeline timeline(device);
+  timeline.begin_step(device.default_stream());
+  const size_t span = timeline.open(*copies);
+  device.host_task(*copies, [] { sleep_ms(40); });
+  timeline.close(span, *copies, Track::host_to_device, "late copy", 3, 64);
+  device.default_stream().synchronize();  // the step's stream only
+  EXPECT_EQ(timeline.flush(), 1u);
+  const std::vector<Activity> got = ActivityLog::global().take_activities();
+  ASSERT_EQ(got.size(), 1u);
+  const double ms = (got[0].end_s - got[0].start_s) * 1e3;
+  std::printf("%s: the late copy's span %.1f ms (its work 40 ms)\n", GetParam(), ms);
+  EXPECT_EQ(got[0].track, Track::host_to_device);
+  EXPECT_GE(ms, 39.0);
+  EXPECT_LT(ms, 1000.0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, DeviceTimelineTest, ::testing::Values("cpu", "cuda"));
 
 }  // namespace

@@ -14,6 +14,8 @@
 
 #include "store_fixture.hpp"
 #include "tierzero/core/activity_log.hpp"
+#include "tierzero/core/timer.hpp"
+#include "tierzero/device/device_timeline.hpp"
 
 using namespace tierzero;
 using namespace tierzero::zero_test;
@@ -312,6 +314,92 @@ TEST_P(ZeroReducerTest, AllgatherBucketsGatherTheSameParameters) {
                                                    "losses and parameters",
                                             rank, true),
             0u);
+}
+
+// While profiling, the store's copies between host and device (the parameter shards to the
+// device, the reduced gradients to the host) are timed on the device timeline, on the copy
+// streams that ran them: their records appear when the step's timeline is flushed, not while the
+// host issues and waits for them, each copy once with its bytes, as many and as large as without
+// a timeline; a collective on the host (MPI) keeps its host record. Profiling changes nothing
+// of the training (bitwise). Collectives on a device stream (NCCL) take the same path, which
+// needs two GPUs.
+TEST_P(ZeroReducerTest, ProfiledCopiesAreTimedOnTheStreamsThatRanThem) {
+  const int stage = GetParam();
+  if (stage == 0) GTEST_SKIP() << "stage 0 keeps every state on the device";
+  const int rank = session().world().rank();
+  const std::vector<std::string> copy_names = {"param shard to device", "grad shard to host"};
+  auto is_copy = [&](const Activity& a) {
+    return std::find(copy_names.begin(), copy_names.end(), std::string(a.name)) != copy_names.end();
+  };
+  for (const char* placement : {"opt_host", "all_host"}) {
+    const std::string name = placement;
+    if (name == "all_host" && stage < 3) continue;
+    const std::string what = "stage " + std::to_string(stage) + " " + name;
+    constexpr int kSteps = 3;
+    ActivityLog::global().reset();
+    ActivityLog::global().set_recording(true);
+    std::vector<float> plain_run;
+    std::vector<Activity> plain;  // of the steps, not of reading the parameters back
+    {
+      Fixture f(stage, placement);
+      for (int step = 0; step < kSteps; ++step) plain_run.push_back(store_step(f));
+      plain = ActivityLog::global().take_activities();
+      const std::vector<float> params = read_all_units(f);
+      plain_run.insert(plain_run.end(), params.begin(), params.end());
+    }
+    (void)ActivityLog::global().take_activities();  // reading back, after the steps
+    std::vector<float> timed_run;
+    std::vector<Activity> issued, flushed;  // recorded while stepping; by the timeline's flush
+    {
+      Fixture f(stage, placement);
+      DeviceTimeline timeline(*f.device);
+      f.store.set_device_timeline(&timeline);
+      for (int step = 0; step < kSteps; ++step) {
+        timeline.begin_step(f.device->default_stream());
+        const double began = monotonic_seconds();
+        timed_run.push_back(store_step(f));
+        f.device->default_stream().synchronize();
+        for (Activity& a : ActivityLog::global().take_activities()) issued.push_back(a);
+        timeline.flush();
+        const double flushed_at = monotonic_seconds();
+        for (Activity& a : ActivityLog::global().take_activities()) {
+          if (is_copy(a)) {
+            EXPECT_GE(a.start_s, began - 1e-3) << what << ": " << a.name;
+            EXPECT_GE(a.end_s, a.start_s) << what << ": " << a.name;
+            EXPECT_LE(a.end_s, flushed_at + 1e-3) << what << ": " << a.name;
+          }
+          flushed.push_back(a);
+        }
+      }
+      f.store.set_device_timeline(nullptr);
+      const std::vector<float> params = read_all_units(f);
+      timed_run.insert(timed_run.end(), params.begin(), params.end());
+    }
+    ActivityLog::global().set_recording(false);
+    for (const std::string& copy : copy_names) {
+      size_t plain_count = 0, plain_bytes = 0, timed_count = 0, timed_bytes = 0, untimed = 0;
+      for (const Activity& a : plain)
+        if (copy == a.name) ++plain_count, plain_bytes += a.bytes;
+      for (const Activity& a : flushed)
+        if (copy == a.name) ++timed_count, timed_bytes += a.bytes;
+      for (const Activity& a : issued) untimed += copy == a.name;
+      std::printf(
+          "[rank %d] %s, %s: %zu copies (%zu bytes) timed on their stream, %zu on the "
+          "host; %zu (%zu bytes) without a timeline\n",
+          rank, what.c_str(), copy.c_str(), timed_count, timed_bytes, untimed, plain_count,
+          plain_bytes);
+      EXPECT_EQ(untimed, 0u) << what << ": " << copy;
+      EXPECT_EQ(timed_count, plain_count) << what << ": " << copy;
+      EXPECT_EQ(timed_bytes, plain_bytes) << what << ": " << copy;
+    }
+    // The reduced gradients go to the host here at every stage, the shards come down at stage 3.
+    EXPECT_TRUE(std::any_of(flushed.begin(), flushed.end(), is_copy)) << what;
+    for (const Activity& a : flushed)
+      EXPECT_NE(a.track, Track::collective) << what << ": " << a.name << " (MPI runs on the host)";
+    EXPECT_EQ(compare_runs(timed_run, plain_run, 0.0, what + " profiled vs not",
+                           session().world().size(), rank),
+              0u);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, ZeroReducerTest, ::testing::Values(0, 1, 2, 3),

@@ -17,8 +17,9 @@
 #include "tierzero/core/dtype.hpp"
 
 namespace tierzero {
-class Event;  // tierzero/device/device.hpp
-}
+class Event;   // tierzero/device/device.hpp
+class Stream;  // tierzero/device/device.hpp
+}  // namespace tierzero
 
 namespace tierzero::comm {
 
@@ -138,6 +139,11 @@ class Communicator {
   // recv block j (count) = send block rank() of rank j; send and recv are (count * size()).
   virtual CommRequest all_to_all_async(const void* send, void* recv, size_t count, DType dtype) = 0;
   virtual CommRequest barrier_async() = 0;
+
+  // The device stream the operations run on (NCCL), so that a profile can time them there with
+  // events recorded around them (outside a group, an operation is on the stream once its call
+  // returns); null where they run on the host (MPI's engine thread).
+  virtual Stream* device_stream() { return nullptr; }
 
   // Batches: operations issued between group_start() and group_end() may be fused into one
   // launch (NCCL group calls, e.g. all of a unit's tensors). MPI issues them one by one.

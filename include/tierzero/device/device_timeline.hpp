@@ -33,8 +33,9 @@ class DeviceTimeline {
   size_t open(Stream& stream);
   void close(size_t span, Stream& stream, Track track, const char* name, int64_t unit = -1,
              size_t bytes = 0);
-  // After the step's streams have synchronized: records every closed span (in the order opened)
-  // and forgets them; returns how many. Spans left open are dropped.
+  // After the step's stream has synchronized: records every closed span (in the order opened)
+  // and forgets them; returns how many. Spans left open are dropped. A span on another stream
+  // (a copy, a collective) still running is waited for first.
   size_t flush();
 
  private:

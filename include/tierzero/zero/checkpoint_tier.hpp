@@ -19,6 +19,7 @@
 
 #include "tierzero/core/memory_tracker.hpp"
 #include "tierzero/device/device_allocator.hpp"
+#include "tierzero/device/device_timeline.hpp"
 #include "tierzero/offload/host_pool.hpp"
 #include "tierzero/offload/nvme_engine.hpp"
 #include "tierzero/offload/swap_space.hpp"
@@ -56,6 +57,11 @@ class CheckpointTier {
   void drop(uint64_t micro_batch);
   void wait_idle();  // every copy and I/O issued so far has finished (tests, shutdown)
 
+  // Every copy and NVMe transfer is in the ActivityLog (the profile's links): the copies timed on
+  // `timeline` where the copy stream ran them while profiling (null: issue to landing on the
+  // host's clock), the NVMe reads and writes from submission to completion.
+  void set_device_timeline(DeviceTimeline* timeline) { timeline_ = timeline; }
+
   Tier tier() const { return config_.tier; }
   size_t device_slots() const { return config_.device_slots; }  // at least 2
   CheckpointTierStats stats() const { return stats_; }
@@ -91,7 +97,8 @@ class CheckpointTier {
   std::unique_ptr<offload::NvmeEngine> nvme_;
   std::unique_ptr<offload::SwapSpace> swap_;
   std::unique_ptr<Stream> copy_stream_;
-  std::vector<DeviceBuffer> slots_;  // (slots, bytes_ / 4) each one checkpoint
+  DeviceTimeline* timeline_ = nullptr;  // set_device_timeline
+  std::vector<DeviceBuffer> slots_;     // (slots, bytes_ / 4) each one checkpoint
   std::vector<char> slot_used_;
   std::vector<std::unique_ptr<Event>> slot_free_;  // the default stream's last use of the slot
   size_t slot_bytes_ = 0;

@@ -104,11 +104,13 @@ class PartitionStore {
   // Every rank must switch alike. On by default.
   void set_gradient_sync(bool sync);
   bool gradient_sync() const;
-  // Times the optimizer's device update on `timeline` (device_timeline.hpp) while profiling, so
-  // the profile shows when the device ran it; nullptr (the default): the host's interval around
-  // the issue, which on the CPU backend's inline stream is the update itself. The step does not
-  // wait for the update either way. The caller begins and flushes the timeline's steps.
-  void set_device_timeline(DeviceTimeline* timeline) { timeline_ = timeline; }
+  // Times the store's device work on `timeline` (device_timeline.hpp) while profiling, so the
+  // profile shows when the device ran it: the optimizer's update, the copies between host and
+  // device, and the collectives on a device stream (NCCL; MPI's run on the host, which times
+  // them). nullptr (the default): the host's interval around the issue (and the wait), which on
+  // the CPU backend's inline stream is the update itself. No step waits for device work because
+  // of it. The caller begins and flushes the timeline's steps.
+  void set_device_timeline(DeviceTimeline* timeline);
 
   // Clips by the global gradient norm (PyTorch's rule: scale clip / (norm + 1e-6) when below 1;
   // clip <= 0 disables), runs AdamW where each shard's optimizer states live (decay per tensor),
