@@ -16,12 +16,14 @@
 #     state: the largest round shape 128 GiB holds) in host mode; in nvme mode the largest the
 #     64 GiB disk holds at 18 bytes per parameter, about 2.7B (e.g. "--model 40,32,2304"))
 #   scripts/device/gpu_check.sh peers [micro-batch]   (GPT-2 124M, T 1024: ours vs PyTorch eager,
-#     torch.compile and llm.c's train_gpt2cu from .devpeers/, see peers_prepare.sh)
+#     torch.compile and llm.c's train_gpt2cu from .devpeers/, see peers_prepare.sh; "max": the
+#     largest micro-batch our step fits, bench train --batch 0)
 #   scripts/device/gpu_check.sh lease [seconds]   (everything above that one short lease can hold,
 #     most telling first, each step only if its own limit still fits in `seconds` (default 500):
 #     issue 26's kernel tests, bench train bf16, the 300-step bf16 loss curve against fp32, the
-#     peers at B 16, bench train fp32, compute-sanitizer memcheck, host waits, racecheck, the
-#     other CUDA tests; carry .devbundle and .devpeers, timeout 600, seconds 540)
+#     peers at B 16, bench train bf16 at the largest micro-batch that fits, bench train fp32,
+#     compute-sanitizer memcheck, host waits, racecheck, the other CUDA tests; carry .devbundle
+#     and .devpeers, timeout 600, seconds 540)
 #   scripts/device/gpu_check.sh issue26   (issue 26's first parts, one call of under 10 minutes:
 #     the fused attention (its bitwise repeatability included), the deterministic gradient sums
 #     (GradientSumsTest: embedding, bias and norm gradients repeat bit for bit) and
@@ -220,13 +222,15 @@ step_sanitize26() {
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|hazard|PASSED|FAILED" "$out/sanitize_$tool.log" |
     head -12 | tee -a "$out/summary.txt"
 }
-# bench train, GPT-2 124M B 8 T 1024, products at one precision.
+# bench train, GPT-2 124M T 1024 at micro-batch B (default 8; 0: the largest that fits the GPU),
+# products at one precision.
 step_bench_precision() {
-  local p=$1
-  log "bench train --device cuda --model gpt2 --batch 8 --seq 1024 --steps 5 --matmul-precision $p"
-  timeout 40 $tz bench train --device cuda --model gpt2 --batch 8 --seq 1024 --steps 5 \
-    --matmul-precision "$p" >"$out/bench_$p.jsonl" 2>"$out/bench_$p.log"
-  log "exit $?"; tail -16 "$out/bench_$p.log" | tee -a "$out/summary.txt"; cat "$out/bench_$p.jsonl"
+  local p=$1 B=${2:-8} limit=${3:-40}
+  log "bench train --device cuda --model gpt2 --batch $B --seq 1024 --steps 5 --matmul-precision $p"
+  timeout "$limit" $tz bench train --device cuda --model gpt2 --batch "$B" --seq 1024 --steps 5 \
+    --matmul-precision "$p" >"$out/bench_${p}_B$B.jsonl" 2>"$out/bench_${p}_B$B.log"
+  log "exit $?"; tail -17 "$out/bench_${p}_B$B.log" | tee -a "$out/summary.txt"
+  cat "$out/bench_${p}_B$B.jsonl"
 }
 # The asynchronous step's counters on the GPU: host waits per step (--metrics host_waits) and the
 # device timeline's compute against the step (the profile's compute track); the logits in
@@ -267,13 +271,22 @@ step_curve() {
     tee -a "$out/summary.txt"
 }
 # Issue 26's comparison at micro-batch B: ours (bf16 products), PyTorch eager and torch.compile,
-# llm.c's train_gpt2cu; `limit` bounds the torch script (compile time included).
+# llm.c's train_gpt2cu; `limit` bounds the torch script (compile time included). B "max": the
+# largest micro-batch our step fits on the GPU (bench train --batch 0), the peers at the same.
 step_peers() {
   local B=$1 torch_limit=${2:-300}
+  local ours_batch=$B
+  [ "$B" = max ] && ours_batch=0
   log "peers: GPT-2 124M, B $B, T 1024 (ours, PyTorch eager / torch.compile, llm.c)"
-  timeout 120 $tz bench train --device cuda --model gpt2 --batch "$B" --seq 1024 --steps 10 \
-    --matmul-precision bf16 >"$out/peer_ours.jsonl" 2>"$out/peer_ours.log"; log "ours exit $?"
-  tail -12 "$out/peer_ours.log" | tee -a "$out/summary.txt"
+  timeout 120 $tz bench train --device cuda --model gpt2 --batch "$ours_batch" --seq 1024 \
+    --steps 10 --matmul-precision bf16 >"$out/peer_ours.jsonl" 2>"$out/peer_ours.log"
+  log "ours exit $?"
+  tail -13 "$out/peer_ours.log" | tee -a "$out/summary.txt"
+  if [ "$B" = max ]; then
+    B=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["batch"])' \
+      "$out/peer_ours.jsonl" 2>/dev/null) || { log "peers: no batch from bench train"; return; }
+    log "peers: the largest micro-batch that fits ours is $B"
+  fi
   timeout "$torch_limit" python3 scripts/device/peer_gpt2_torch.py --batch "$B" --seq 1024 \
     >"$out/peer_torch.jsonl" 2>"$out/peer_torch.log"; log "torch exit $?"
   grep "^peer torch" "$out/peer_torch.log" | tee -a "$out/summary.txt"
@@ -344,6 +357,7 @@ if [ "$what" = lease ]; then  # the most telling steps first, each only if its l
   fits 40 "bench bf16" && step_bench_precision bf16
   fits 120 "loss curve" && step_curve 300
   fits 330 "peers B 16" && step_peers 16 150
+  fits 90 "bench bf16, the largest micro-batch" && step_bench_precision bf16 0 90
   fits 40 "bench fp32" && step_bench_precision fp32
   fits 80 memcheck && step_sanitize26 memcheck
   fits 45 "waits stage 0" && step_waits 0

@@ -14,11 +14,14 @@
 
 #include "tierzero/bench/model_products.hpp"
 #include "tierzero/bench/results.hpp"
+#include "tierzero/core/error.hpp"
+#include "tierzero/core/memory_tracker.hpp"
 #include "tierzero/core/random.hpp"
 #include "tierzero/core/timer.hpp"
 #include "tierzero/device/device_allocator.hpp"
 #include "tierzero/nn/gpt.hpp"
 #include "tierzero/train/adamw_optimizer.hpp"
+#include "train_batch_fit.hpp"
 
 namespace tierzero::bench {
 
@@ -121,9 +124,70 @@ double model_flops_per_step(const nn::GPTConfig& cfg, size_t parameters, size_t 
          6.0 * static_cast<double>(cfg.num_layers * cfg.channels) * static_cast<double>(T) * tokens;
 }
 
+// A fresh model with its parameters and AdamW on `alloc`, stepped `steps` times at (B, T) after
+// one warm-up step that is not timed.
+struct SteppedModel {
+  std::vector<double> times;  // seconds of each timed step
+  size_t parameters = 0;
+  size_t activation_bytes = 0;
+  size_t peak_in_use = 0;  // alloc's tracked peak
+};
+
+SteppedModel step_model(Device& dev, DeviceAllocator& alloc, const nn::GPTConfig& cfg, size_t B,
+                        size_t T, int64_t steps) {
+  nn::GPT model(cfg, alloc);
+  nn::LocalParams params(model.layout(), alloc);
+  std::vector<float> host(model.layout().total_numel());         // (total_numel)
+  nn::init_gpt2_params(model.layout(), cfg, 1337, host.data());  // Llama's norms too (weights 1)
+  dev.copy(params.params(), host.data(), host.size() * sizeof(float), CopyKind::host_to_device,
+           dev.default_stream());
+  train::OptimizerConfig oc;
+  train::AdamWOptimizer opt(oc, model.layout(), alloc);
+  std::vector<int32_t> x(B * T), y(B * T);  // (B, T)
+  Rng rng(7);
+  for (size_t i = 0; i < B * T; ++i) {
+    x[i] = static_cast<int32_t>(rng.below(cfg.vocab_size));
+    y[i] = static_cast<int32_t>(rng.below(cfg.vocab_size));
+  }
+  SteppedModel out;
+  for (int64_t i = 0; i <= steps; ++i) {  // the first step warms caches and is not counted
+    Timer t;
+    params.zero_grads();
+    model.forward_backward(params, x.data(), y.data(), B, T, 1.0f);
+    opt.step(params, 1e-4, 1.0);
+    dev.default_stream().synchronize();
+    if (i > 0) out.times.push_back(t.seconds());
+  }
+  out.parameters = model.layout().parameter_count();
+  out.activation_bytes = model.activation_bytes();
+  out.peak_in_use = alloc.stats().peak_in_use;
+  return out;
+}
+
+// --batch 0: the largest micro-batch whose step fits the budget, from a step at one sequence.
+BatchFit fit_batch(Device& dev, size_t reserved_now, const nn::GPTConfig& cfg, size_t T,
+                   size_t device_mem) {
+  const size_t budget = step_budget(dev, device_mem, reserved_now);
+  size_t peak_at_one = 0;
+  try {
+    DeviceAllocator probe(dev, budget);
+    peak_at_one = step_model(dev, probe, cfg, 1, T, 0).peak_in_use;
+  } catch (const Error& e) {
+    TZ_THROW("bench train --batch 0: a step of one sequence of " + std::to_string(T) +
+                 " tokens does not fit " + format_bytes(budget) + " (" + e.what() + ")",
+             "give more --device-mem, a shorter --seq or a smaller --model");
+  }
+  return largest_fitting_batch(cfg, T, peak_at_one, budget);
+}
+
 }  // namespace
 
 BenchTrainStepResult bench_train_step(const BenchTrainStepOptions& f) {
+  TZ_CHECK(f.batch >= 0 && f.seq > 0 && f.device_mem >= 0,
+           "bench train: --batch " + std::to_string(f.batch) + ", --seq " + std::to_string(f.seq) +
+               ", --device-mem " + std::to_string(f.device_mem),
+           "give a positive --seq, and --batch and --device-mem of 0 or more (--batch 0: the "
+           "largest that fits)");
   std::unique_ptr<Device> dev = make_device(f.device, static_cast<int>(f.threads));
   // Before the baseline, so the GEMM rate and the step use the same arithmetic.
   dev->kernels().set_matmul_precision(kernels::matmul_precision_from_name(f.matmul_precision));
@@ -144,7 +208,11 @@ BenchTrainStepResult bench_train_step(const BenchTrainStepOptions& f) {
 
   nn::GPTConfig cfg = nn::GPTConfig::preset(f.model);
   cfg.classifier_chunk_tokens = static_cast<size_t>(f.classifier_chunk);
-  const auto B = static_cast<size_t>(f.batch), T = static_cast<size_t>(f.seq);
+  const auto T = static_cast<size_t>(f.seq);
+  BatchFit fit;
+  if (f.batch == 0)
+    fit = fit_batch(*dev, alloc.stats().reserved, cfg, T, static_cast<size_t>(f.device_mem));
+  size_t B = f.batch == 0 ? fit.batch : static_cast<size_t>(f.batch);
   // With 16-bit products, what 16-bit operands would buy this model's own products.
   std::vector<ModelProduct> products;
   if (native16) {
@@ -152,33 +220,28 @@ BenchTrainStepResult bench_train_step(const BenchTrainStepOptions& f) {
     time_model_products(*dev, alloc, precision == "bf16" ? DType::bf16 : DType::f16, products);
     alloc.release_cached();
   }
-  nn::GPT model(cfg, alloc);
-  nn::LocalParams params(model.layout(), alloc);
-  std::vector<float> host(model.layout().total_numel());         // (total_numel)
-  nn::init_gpt2_params(model.layout(), cfg, 1337, host.data());  // Llama's norms too (weights 1)
-  dev->copy(params.params(), host.data(), host.size() * sizeof(float), CopyKind::host_to_device,
-            dev->default_stream());
-  train::OptimizerConfig oc;
-  train::AdamWOptimizer opt(oc, model.layout(), alloc);
-  std::vector<int32_t> x(B * T), y(B * T);  // (B, T)
-  Rng rng(7);
-  for (size_t i = 0; i < B * T; ++i) {
-    x[i] = static_cast<int32_t>(rng.below(cfg.vocab_size));
-    y[i] = static_cast<int32_t>(rng.below(cfg.vocab_size));
+  // The step on an allocator of its own, so that its peak is the step's alone. On a GPU the
+  // driver may still refuse the predicted batch (its rounding is not tracked): a smaller one runs.
+  const size_t step_budget_bytes = f.batch == 0 ? fit.budget : static_cast<size_t>(f.device_mem);
+  SteppedModel run;
+  int retries = 0;
+  for (;;) {
+    try {
+      DeviceAllocator step_alloc(*dev, step_budget_bytes);
+      run = step_model(*dev, step_alloc, cfg, B, T, f.steps);
+      break;
+    } catch (const Error& e) {
+      if (f.batch != 0 || B == 1 || retries == 4) throw;
+      std::fprintf(stderr, "bench train: micro-batch %zu did not fit (%s); trying a smaller one\n",
+                   B, e.what());
+      B -= std::max<size_t>(1, B / 16);
+      ++retries;
+    }
   }
-  std::vector<double> times;
-  for (int64_t i = 0; i <= f.steps; ++i) {  // the first step warms caches and is not counted
-    Timer t;
-    params.zero_grads();
-    model.forward_backward(params, x.data(), y.data(), B, T, 1.0f);
-    opt.step(params, 1e-4, 1.0);
-    dev->default_stream().synchronize();
-    if (i > 0) times.push_back(t.seconds());
-  }
-  const double step_s = median(times);
+  const double step_s = median(run.times);
   const double tokens = static_cast<double>(B * T);
-  const double flops = model_flops_per_step(cfg, model.layout().parameter_count(), B, T);
-  const double N = static_cast<double>(model.layout().parameter_count());
+  const double flops = model_flops_per_step(cfg, run.parameters, B, T);
+  const double N = static_cast<double>(run.parameters);
   const double rate = flops / step_s / 1e9;
   std::fprintf(stderr,
                "bench train: %s (%.1fM params), batch %zu x %zu, fp32 parameters, %s products, "
@@ -207,6 +270,11 @@ BenchTrainStepResult bench_train_step(const BenchTrainStepOptions& f) {
   if (!products.empty())
     std::fprintf(stderr, "  %-32s %9.3f\n", "products, 16-bit operands speedup",
                  native_speedup(products));
+  if (f.batch == 0)
+    std::fprintf(stderr, "  %-32s %9zu (of %s: peak %s predicted, %s measured; %zu: %s)\n",
+                 "micro-batch, largest that fits", B, format_bytes(fit.budget).c_str(),
+                 format_bytes(fit.predicted_peak).c_str(), format_bytes(run.peak_in_use).c_str(),
+                 fit.batch + 1, fit.next_peak ? format_bytes(fit.next_peak).c_str() : "not tried");
   std::fprintf(stderr, "  %-32s %9.1f ms\n", "train step (median)", step_s * 1e3);
   std::fprintf(stderr, "  %-32s %9.1f GF/s\n", "train step rate", rate);
   std::fprintf(stderr, "  %-32s %9.1f tok/s\n", "throughput", tokens / step_s);
@@ -232,7 +300,14 @@ BenchTrainStepResult bench_train_step(const BenchTrainStepOptions& f) {
     j["products_native_speedup"] = round_to(native_speedup(products), 4);
   }
   j["logits_rows"] = nn::ActivationDims::of(cfg, B, T).logits_rows;
-  j["activation_bytes"] = model.activation_bytes();
+  j["activation_bytes"] = run.activation_bytes;
+  j["peak_bytes"] = run.peak_in_use;
+  if (f.batch == 0)
+    j["batch_fit"] = {{"budget_bytes", fit.budget},
+                      {"peak_at_one_bytes", fit.peak_at_one},
+                      {"predicted_peak_bytes", fit.predicted_peak},
+                      {"next_batch_peak_bytes", fit.next_peak},
+                      {"retries", retries}};
   j["step_ms"] = round_to(step_s * 1e3, 2);
   j["model"] = f.model;
   j["batch"] = B;
@@ -246,8 +321,14 @@ BenchTrainStepResult bench_train_step(const BenchTrainStepOptions& f) {
   r.step_s = step_s;
   r.gflops = rate;
   r.tokens_per_s = tokens / step_s;
-  r.parameters = model.layout().parameter_count();
+  r.parameters = run.parameters;
   r.device = dev->name();
+  r.batch = B;
+  r.peak_bytes = run.peak_in_use;
+  r.fit_budget = fit.budget;
+  r.fit_predicted_peak = fit.predicted_peak;
+  r.fit_next_peak = fit.next_peak;
+  r.fit_retries = retries;
   r.report.emit(j);
   return r;
 }

@@ -20,7 +20,15 @@ namespace {
 void add_bench_train_options(CLI::App& t, bench::BenchTrainStepOptions& o) {
   t.add_option("--device", o.device, "cpu, cuda or cuda:N")->capture_default_str();
   t.add_option("--threads", o.threads, "CPU threads")->capture_default_str();
-  t.add_option("--batch", o.batch, "micro-batch size")->capture_default_str();
+  t.add_option("--batch", o.batch,
+               "micro-batch size; 0: the largest whose step fits --device-mem (on a GPU by "
+               "default its memory, less what the CUDA context and libraries hold and a margin)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
+      ->capture_default_str();
+  t.add_option("--device-mem", o.device_mem,
+               "bytes the step may hold on the device, e.g. 20GiB (0: the device's memory)")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
   t.add_option("--seq", o.seq, "sequence length")->capture_default_str();
   t.add_option("--steps", o.steps, "timed steps")
       ->check(CLI::Range(1, 1000))

@@ -13,8 +13,10 @@
 #include "tierzero/bench/io.hpp"
 #include "tierzero/bench/model_products.hpp"
 #include "tierzero/bench/results.hpp"
+#include "tierzero/bench/train_step.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/device/device_allocator.hpp"
+#include "tierzero/nn/gpt.hpp"
 #include "tierzero/offload/crc32c.hpp"
 
 namespace tierzero::bench {
@@ -232,6 +234,47 @@ TEST(BenchLibrary, ModelProductsAreTheForwardShapesTimedBothWays) {
   std::printf("products, 16-bit operands speedup on the CPU (widened there): %.3f\n",
               native_speedup(p));
   EXPECT_THROW(time_model_products(*dev, alloc, DType::f32, p, 1), Error);
+}
+
+// bench train --batch 0 steps the largest micro-batch whose step fits the device budget: its
+// peak predicted from a step at one sequence and the model's exact activation count is the
+// tracked peak of the step that ran, within the budget, and one sequence more would not fit.
+TEST(BenchLibrary, TrainFindsTheLargestMicroBatchThatFits) {
+  BenchTrainStepOptions o;
+  o.model = "llama-tiny";
+  o.seq = 64;
+  o.steps = 1;
+  o.threads = 1;
+  o.batch = 1;
+  const BenchTrainStepResult one = bench_train_step(o);
+  ASSERT_GT(one.peak_bytes, 0u);
+  const nn::GPTConfig cfg = nn::GPTConfig::preset(o.model);
+  auto act = [&](size_t B) {
+    return nn::GPT::activation_bytes_for(cfg, B, 64, nn::Recompute::none);
+  };
+  // Room for 5 sequences and half of a sixth.
+  const size_t fixed = one.peak_bytes - act(1);
+  o.device_mem = static_cast<int64_t>(fixed + act(5) + (act(6) - act(5)) / 2);
+  o.batch = 0;
+  const BenchTrainStepResult fit = bench_train_step(o);
+  std::printf("budget %zu: micro-batch %zu, peak %zu predicted, %zu measured, %zu at one more\n",
+              fit.fit_budget, fit.batch, fit.fit_predicted_peak, fit.peak_bytes, fit.fit_next_peak);
+  EXPECT_EQ(fit.fit_budget, static_cast<size_t>(o.device_mem));
+  EXPECT_EQ(fit.batch, 5u);
+  EXPECT_EQ(fit.fit_retries, 0);
+  EXPECT_EQ(fit.peak_bytes, fit.fit_predicted_peak);
+  EXPECT_LE(fit.peak_bytes, fit.fit_budget);
+  EXPECT_GT(fit.fit_next_peak, fit.fit_budget);
+  EXPECT_EQ(fit.report.results.at(0)["batch_fit"]["predicted_peak_bytes"], fit.fit_predicted_peak);
+  // A budget that one sequence's step does not fit is a clear error.
+  o.device_mem = static_cast<int64_t>(one.peak_bytes / 2);
+  try {
+    (void)bench_train_step(o);
+    ADD_FAILURE() << "a budget below one sequence's step was accepted";
+  } catch (const Error& e) {
+    std::printf("%s\n", e.what());
+    EXPECT_NE(std::string(e.what()).find("does not fit"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -14,7 +14,10 @@ namespace tierzero::bench {
 struct BenchTrainStepOptions {
   std::string device = "cpu";  // cpu, cuda or cuda:N
   int64_t threads = 2;         // CPU threads
-  int64_t batch = 4;           // micro-batch
+  // micro-batch; 0: the largest whose step fits `device_mem` (train_batch_fit.hpp), on a GPU by
+  // default its memory less what the CUDA context and the libraries hold and a margin
+  int64_t batch = 4;
+  int64_t device_mem = 0;      // bytes the step's allocator may hold; 0: the device's memory
   int64_t seq = 64;            // sequence length
   int64_t steps = 3;           // timed steps, after one warm-up step
   std::string model = "gpt2";  // a preset (nn::GPTConfig::preset): gpt2 ... smollm-135m
@@ -36,7 +39,12 @@ struct BenchTrainStepResult {
   double tokens_per_s = 0.0;
   size_t parameters = 0;
   std::string device;
-  BenchReport report;  // the train.step line
+  size_t batch = 0;       // the micro-batch stepped (the one found with batch 0)
+  size_t peak_bytes = 0;  // the step's tracked device peak (its allocator's, rounded sizes)
+  // With batch 0: the budget searched within, and the predicted peaks at `batch` and one more.
+  size_t fit_budget = 0, fit_predicted_peak = 0, fit_next_peak = 0;
+  int fit_retries = 0;  // times the device refused the predicted batch and one ~6% smaller ran
+  BenchReport report;   // the train.step line
 };
 
 BenchTrainStepResult bench_train_step(const BenchTrainStepOptions& options);
