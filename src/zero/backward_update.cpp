@@ -76,6 +76,11 @@ void BackwardUpdate::run() {
   }
 }
 
+bool BackwardUpdate::failed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return error_ != nullptr;
+}
+
 double BackwardUpdate::finish() {
   double waited = 0.0;
   if (thread_.joinable()) {

@@ -32,6 +32,8 @@ class BackwardUpdate {
   // is not running. Rethrows the worker's error, if it failed.
   void push(size_t unit);
   bool running() const { return thread_.joinable(); }
+  // An update threw and the worker stopped; the next push() or finish() rethrows it.
+  bool failed() const;
   // Waits until every queued update is done and ends the worker; returns the seconds the caller
   // waited. Rethrows the worker's error (every later update was dropped).
   double finish();
@@ -50,7 +52,7 @@ class BackwardUpdate {
 
   std::function<void(size_t)> update_;
   std::thread thread_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<size_t> queue_;
   bool closed_ = false;

@@ -57,9 +57,11 @@ TEST(BackwardUpdate, AnErrorSurfacesAtTheNextPushOrAtFinish) {
 
   // At the next push: the worker fails while the caller is elsewhere.
   worker.push(2);
-  for (int i = 0; i < 2000 && ran.load() < 4; ++i)
+  // Until the worker has recorded its error (a fixed sleep lost that race on a loaded machine).
+  for (int i = 0; i < 10000 && !worker.failed(); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(worker.failed());
+  EXPECT_EQ(ran.load(), 4);
   EXPECT_THROW(worker.push(5), Error);
   EXPECT_FALSE(worker.running());
   EXPECT_NO_THROW(worker.finish());
