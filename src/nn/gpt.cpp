@@ -196,6 +196,12 @@ ActivationDims GPT::dims(size_t B, size_t T) const {
   return ActivationDims::of(config_, B, T, layout_.tp().size, sequence_parallel(), ulysses());
 }
 
+void GPT::set_device_timeline(DeviceTimeline* timeline) {
+  timeline_ = timeline;
+  if (tp_) tp_->set_device_timeline(timeline);
+  if (ulysses_) ulysses_->set_device_timeline(timeline);
+}
+
 TensorParallelTraffic GPT::tensor_parallel_traffic() const {
   return tp_ ? tp_->traffic() : TensorParallelTraffic{};
 }

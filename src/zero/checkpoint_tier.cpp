@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <string>
 
-#include "device_spans.hpp"
 #include "tierzero/core/activity_log.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/timer.hpp"
+#include "tierzero/device/device_span.hpp"
 
 namespace tierzero::zero {
 

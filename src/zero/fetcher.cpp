@@ -5,10 +5,11 @@
 
 #include <string>
 
-#include "device_spans.hpp"
+#include "tierzero/comm/timed_collective.hpp"
 #include "tierzero/core/activity_log.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/timer.hpp"
+#include "tierzero/device/device_span.hpp"
 
 namespace tierzero::zero {
 
@@ -243,7 +244,7 @@ void Fetcher::issue_gather(size_t unit) {
   if (group_.size() == 1) {
     if (send != slot) device_.copy(slot, send, bytes, CopyKind::device_to_device, st);
   } else if (p.padded_numel > 0) {
-    IssuedCollective gather = issue_collective(
+    comm::IssuedCollective gather = comm::issue_collective(
         timeline_, group_, s.ready.get(), "all_gather", u, p.padded_numel * eb, [&] {
           return group_.all_gather_async(send, s.gathered.data(), p.shard_numel, working,
                                          s.ready.get());

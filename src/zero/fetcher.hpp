@@ -56,7 +56,7 @@ class Fetcher {
   void check_reduction(size_t unit);
 
   // While profiling: the copies to the device and the gathers on a device stream are timed on
-  // `timeline` where they run (device_spans.hpp); null: on the host's clock.
+  // `timeline` where they run (device_span.hpp, timed_collective.hpp); null: on the host's clock.
   void set_device_timeline(DeviceTimeline* timeline) { timeline_ = timeline; }
 
   size_t references(size_t unit) const { return units_[unit].refs; }

@@ -6,10 +6,11 @@
 #include <cstring>
 #include <string>
 
-#include "device_spans.hpp"
+#include "tierzero/comm/timed_collective.hpp"
 #include "tierzero/core/activity_log.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/timer.hpp"
+#include "tierzero/device/device_span.hpp"
 #include "tierzero/zero/unit_groups.hpp"
 
 namespace tierzero::zero {
@@ -176,7 +177,7 @@ void GradientReducer::issue_bucket() {
     // engine reads and writes.
     r.ready->record(st);
     r.issued_s = monotonic_seconds();
-    IssuedCollective rs = issue_collective(
+    comm::IssuedCollective rs = comm::issue_collective(
         timeline_, group_, r.ready.get(), "reduce_scatter", static_cast<int64_t>(r.units[0]),
         wire_bytes(r), [&] {
           return wire == DType::f32
@@ -199,7 +200,7 @@ void GradientReducer::issue_bucket() {
     r.ready->record(st);  // backward's writes (and the conversion) land before the engine reads
     void* g = wire == DType::f32 ? static_cast<void*>(r.arena) : r.wire_in.data();
     r.issued_s = monotonic_seconds();
-    IssuedCollective ar = issue_collective(
+    comm::IssuedCollective ar = comm::issue_collective(
         timeline_, group_, r.ready.get(), "all_reduce", static_cast<int64_t>(r.units[0]),
         wire_bytes(r), [&] {
           return group_.all_reduce_async(g, g, r.elems, wire, comm::ReduceOp::avg, r.ready.get());

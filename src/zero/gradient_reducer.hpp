@@ -64,7 +64,8 @@ class GradientReducer {
   void set_sync(bool sync) { sync_ = sync; }
   bool sync() const { return sync_; }
   // While profiling: reductions on a device stream and the copies of their results to the host
-  // are timed on `timeline` where they run (device_spans.hpp); null: on the host's clock.
+  // are timed on `timeline` where they run (device_span.hpp, timed_collective.hpp); null: on the
+  // host's clock.
   void set_device_timeline(DeviceTimeline* timeline) { timeline_ = timeline; }
   // Reduces everything still local or in the open bucket and waits for every reduction: the
   // owned gradients are complete.

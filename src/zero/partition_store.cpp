@@ -13,13 +13,13 @@
 #include "adamw_in_memory.hpp"
 #include "background_update.hpp"
 #include "backward_update.hpp"
-#include "device_spans.hpp"
 #include "fetcher.hpp"
 #include "gradient_norm.hpp"
 #include "gradient_reducer.hpp"
 #include "nvme_adamw.hpp"
 #include "shard_storage.hpp"
 #include "speculative_backup.hpp"
+#include "tierzero/comm/timed_collective.hpp"
 #include "tierzero/core/activity_log.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/log.hpp"
@@ -342,13 +342,13 @@ StoreStepStats PartitionStore::step(double lr, double clip, double loss_scale) {
         gathers.clear();
         in_flight = 0;
       }
-      IssuedCollective gather =
-          issue_collective(timeline_, group_, updated_on_device.get(), "all_gather params",
-                           static_cast<int64_t>(u), p.padded_numel * dtype_size(working), [&] {
-                             return group_.all_gather_async(
-                                 storage_->param_shard_raw(u), storage_->full_params_raw(u),
-                                 p.shard_numel, working, updated_on_device.get());
-                           });
+      comm::IssuedCollective gather = comm::issue_collective(
+          timeline_, group_, updated_on_device.get(), "all_gather params", static_cast<int64_t>(u),
+          p.padded_numel * dtype_size(working), [&] {
+            return group_.all_gather_async(storage_->param_shard_raw(u),
+                                           storage_->full_params_raw(u), p.shard_numel, working,
+                                           updated_on_device.get());
+          });
       gathers.push_back(std::move(gather.request));
       timed = gather.timed;
       in_flight += p.padded_numel;

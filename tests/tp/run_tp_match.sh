@@ -18,7 +18,9 @@
 # that many tokens (model.classifier_chunk_tokens; the reference keeps whole logits)
 # per step (the reference accumulates as many), and every rank's activation peak must be exactly
 # its schedule's in-flight bound, and every rank's --profile must show its stage's forwards,
-# backwards and receive waits. TZ_LAYERS: the model's blocks (default 2; pp 4 needs 4).
+# backwards and receive waits. TZ_LAYERS: the model's blocks (default 2; pp 4 needs 4). With
+# tensor parallelism or Ulysses, rank 0's profile must carry their collectives' bytes as the
+# metrics count them.
 # usage: run_tp_match.sh <tierzero> <tp_match_check> <ranks> <tp> <sp> <stage> <variant> <tol>
 #                        <ratio> <mpiexec command...>
 tierzero=$1; check=$2; ranks=$3; tp=$4; sp=$5; stage=$6; variant=$7; tol=$8; ratio=$9
@@ -90,6 +92,8 @@ cat "$dir/ref.out"
 echo "parallel: $* -n $ranks, dp $dp x tp $tp x pp $pp ($schedule, $micro micro-batches) x ulysses $ulysses, sequence parallel $sp, stage $stage"
 profile_args=""
 [ "$pp" -gt 1 ] && profile_args="--profile $dir/tp.prof.json"
+# With its activities kept, rank 0's profile must carry the tp / Ulysses collectives' bytes.
+[ "$tp" -gt 1 ] || [ "$ulysses" -gt 1 ] && profile_args="--profile $dir/tp.prof.json --profile-timeline"
 timeout -k 5 300 "$@" -n "$ranks" "$tierzero" train --config "$dir/tp.json" \
   --metrics "$dir/tp.jsonl" --save "$dir/tp.bin" --memory-json "$dir/tp.mem.json" \
   $profile_args $device_args || exit 1
@@ -143,6 +147,9 @@ fi
 if [ "$ulysses" -gt 1 ]; then
   "$check" ulysses-activations "$dir/ref.mem.json" "$dir/tp.mem.json" "$ranks" \
     "${TZ_ULYSSES_ACTIVATION_RATIO:-1}" || fail=1
+fi
+if [ "$tp" -gt 1 ] || [ "$ulysses" -gt 1 ]; then
+  "$check" collective-bytes "$dir/tp.jsonl" "$dir/tp.prof.json" || fail=1
 fi
 if [ "$pp" -gt 1 ]; then
   "$check" pipeline-activations "$dir/tp.mem.json" "$ranks" || fail=1

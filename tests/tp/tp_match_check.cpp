@@ -8,6 +8,10 @@
 //     pipeline schedule's bound and its measured activation peak is exactly what they hold.
 //   pipeline-profile <memory json> <profile json> <ranks>: every rank's profile shows its
 //     stage's forwards, backwards and receive waits in every step.
+//   collective-bytes <metrics jsonl> <profile json>: rank 0's profile (kept with
+//     --profile-timeline) carries every tensor-parallel and Ulysses collective on its network
+//     link, the bytes of its "tp ..." and "ulysses all_to_all" activities those the metrics
+//     count over the run.
 //   ulysses-activations <reference memory json> <memory json> <ranks> <max ratio>: every Ulysses
 //     rank's measured activation peak is exactly the model's count for its slice, and at most
 //     max ratio of one rank's for the same micro-batch; with the reference at that micro-batch
@@ -244,6 +248,38 @@ int ulysses_activations(const char* ref_path, const char* path, int ranks, doubl
   return bad;
 }
 
+int collective_bytes(const char* metrics_path, const char* profile_path) {
+  std::ifstream metrics(metrics_path);
+  if (!metrics) throw std::runtime_error(std::string("cannot read ") + metrics_path);
+  double tp_counted = 0, ulysses_counted = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    if (line.empty()) continue;
+    const nlohmann::json j = nlohmann::json::parse(line);
+    for (const char* k : {"tp_all_reduce_bytes", "tp_all_gather_bytes", "tp_reduce_scatter_bytes"})
+      tp_counted += j.value(k, 0.0);
+    ulysses_counted += j.value("ulysses_all_to_all_bytes", 0.0);
+  }
+  const nlohmann::json prof = read_json(profile_path);
+  const nlohmann::json& timeline = prof.at("timeline");
+  double tp_recorded = 0, ulysses_recorded = 0;
+  size_t tp_records = 0, ulysses_records = 0;
+  for (const nlohmann::json& a :
+       timeline.at("activities")) {  // [start, end, track, name, unit, bytes]
+    const auto name = a.at(3).get<std::string>();
+    const auto bytes = a.at(5).get<double>();
+    if (name.rfind("tp ", 0) == 0) tp_recorded += bytes, ++tp_records;
+    if (name == "ulysses all_to_all") ulysses_recorded += bytes, ++ulysses_records;
+  }
+  const auto dropped = timeline.value("activities_dropped", 0.0);
+  const bool ok = tp_recorded == tp_counted && ulysses_recorded == ulysses_counted && dropped == 0;
+  std::printf(
+      "rank 0's profile: tensor-parallel collectives %zu records, %.0f bytes (the metrics: %.0f); "
+      "Ulysses all-to-alls %zu records, %.0f bytes (the metrics: %.0f); %.0f dropped: %s\n",
+      tp_records, tp_recorded, tp_counted, ulysses_records, ulysses_recorded, ulysses_counted,
+      dropped, ok ? "OK" : "FAIL");
+  return ok ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -255,6 +291,12 @@ int main(int argc, char** argv) {
     return pipeline_activations(argv[2], std::stoi(argv[3]));
   if (what == "pipeline-profile" && argc == 5)
     return pipeline_profile(argv[2], argv[3], std::stoi(argv[4]));
+  if (what == "collective-bytes" && argc == 4) try {
+      return collective_bytes(argv[2], argv[3]);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "collective-bytes: %s\n", e.what());
+      return 2;
+    }
   if (what == "ulysses-activations" && argc == 6) try {
       return ulysses_activations(argv[2], argv[3], std::stoi(argv[4]), std::stod(argv[5]));
     } catch (const std::exception& e) {
@@ -266,6 +308,7 @@ int main(int argc, char** argv) {
                "       tp_match_check param-ratio <ref.json> <candidate.json> <max ratio>\n"
                "       tp_match_check pipeline-activations <memory.json> <ranks>\n"
                "       tp_match_check pipeline-profile <memory.json> <profile.json> <ranks>\n"
+               "       tp_match_check collective-bytes <metrics.jsonl> <profile.json>\n"
                "       tp_match_check ulysses-activations <ref.json> <memory.json> <ranks> "
                "<max ratio>\n");
   return 2;

@@ -191,9 +191,11 @@ class GPT {
   void set_checkpoint_store(CheckpointStore* store);
   CheckpointStore* checkpoint_store() const { return store_; }
   // Where each module's forward and backward (recompute included) is timed on the device, as a
-  // span of Track::compute named "forward" / "backward" with the module's unit; null (the
-  // default): untimed. The caller begins and flushes the timeline's steps.
-  void set_device_timeline(DeviceTimeline* timeline) { timeline_ = timeline; }
+  // span of Track::compute named "forward" / "backward" with the module's unit, and the
+  // tensor-parallel and Ulysses collectives on their device stream (NCCL); null (the default):
+  // compute untimed, collectives on the host's clock. The caller begins and flushes the
+  // timeline's steps.
+  void set_device_timeline(DeviceTimeline* timeline);
   // Where a pipeline stage after the first receives mb's input before its forward: mb's
   // stage_input(), or with the checkpoints in a store the device buffer of its first checkpoint
   // (begun in the store here, so it moves to its tier behind the stage's first block like the

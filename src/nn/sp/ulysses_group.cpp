@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "tierzero/comm/timed_collective.hpp"
 #include "tierzero/core/error.hpp"
 
 namespace tierzero::nn {
@@ -39,8 +40,10 @@ void UlyssesGroup::exchange(Stream& stream, const float* send, float* recv, size
   // The packing kernel wrote `send` on the model's stream; the all-to-all takes no event, so the
   // stream is drained first. Its blocking form returns once recv holds every rank's block.
   stream.synchronize();
-  group_.all_to_all(send, recv, n, DType::f32);
-  traffic_.all_to_all_bytes += n * size() * sizeof(float);
+  const size_t bytes = n * size() * sizeof(float);
+  comm::run_collective(timeline_, group_, nullptr, "ulysses all_to_all", bytes,
+                       [&] { group_.all_to_all(send, recv, n, DType::f32); });
+  traffic_.all_to_all_bytes += bytes;
   ++traffic_.calls;
 }
 

@@ -2,6 +2,8 @@
 // their byte counts.
 #include "tierzero/nn/tp/tensor_parallel_group.hpp"
 
+#include "tierzero/comm/timed_collective.hpp"
+
 namespace tierzero::nn {
 
 TensorParallelTraffic expected_tensor_parallel_traffic(size_t num_layers, const ActivationDims& d,
@@ -48,19 +50,29 @@ Event& TensorParallelGroup::after(Stream& stream) {
 }
 
 void TensorParallelGroup::all_reduce(Stream& stream, float* x, size_t n) {
-  traffic_.all_reduce_bytes += n * sizeof(float);
-  group_.all_reduce(x, x, n, DType::f32, comm::ReduceOp::sum, &after(stream));
+  const size_t bytes = n * sizeof(float);
+  traffic_.all_reduce_bytes += bytes;
+  Event* ready = &after(stream);
+  comm::run_collective(timeline_, group_, ready, "tp all_reduce", bytes,
+                       [&] { group_.all_reduce(x, x, n, DType::f32, comm::ReduceOp::sum, ready); });
 }
 
 void TensorParallelGroup::all_gather(Stream& stream, const float* local, float* full, size_t n) {
-  traffic_.all_gather_bytes += n * size() * sizeof(float);
-  group_.all_gather(local, full, n, DType::f32, &after(stream));
+  const size_t bytes = n * size() * sizeof(float);
+  traffic_.all_gather_bytes += bytes;
+  Event* ready = &after(stream);
+  comm::run_collective(timeline_, group_, ready, "tp all_gather", bytes,
+                       [&] { group_.all_gather(local, full, n, DType::f32, ready); });
 }
 
 void TensorParallelGroup::reduce_scatter(Stream& stream, const float* full, float* local,
                                          size_t n) {
-  traffic_.reduce_scatter_bytes += n * size() * sizeof(float);
-  group_.reduce_scatter(full, local, n, DType::f32, comm::ReduceOp::sum, &after(stream));
+  const size_t bytes = n * size() * sizeof(float);
+  traffic_.reduce_scatter_bytes += bytes;
+  Event* ready = &after(stream);
+  comm::run_collective(timeline_, group_, ready, "tp reduce_scatter", bytes, [&] {
+    group_.reduce_scatter(full, local, n, DType::f32, comm::ReduceOp::sum, ready);
+  });
 }
 
 }  // namespace tierzero::nn

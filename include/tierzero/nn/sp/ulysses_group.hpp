@@ -14,6 +14,7 @@
 
 #include "tierzero/comm/communicator.hpp"
 #include "tierzero/device/device.hpp"
+#include "tierzero/device/device_timeline.hpp"
 #include "tierzero/kernels/kernels.hpp"
 #include "tierzero/nn/activation_dims.hpp"
 #include "tierzero/nn/recompute.hpp"
@@ -63,6 +64,10 @@ class UlyssesGroup {
 
   const UlyssesTraffic& traffic() const { return traffic_; }
   void reset_traffic() { traffic_ = {}; }
+  // Each all-to-all is in the ActivityLog (the profile's network link) as "ulysses all_to_all"
+  // with its traffic() bytes: on `timeline` where it ran while profiling on a device stream
+  // (NCCL), else on the host's clock (timed_collective.hpp).
+  void set_device_timeline(DeviceTimeline* timeline) { timeline_ = timeline; }
 
  private:
   // send (size() blocks of n) -> recv, after the stream's work so far.
@@ -71,6 +76,7 @@ class UlyssesGroup {
   comm::Communicator& group_;
   kernels::Kernels& k_;
   UlyssesTraffic traffic_;
+  DeviceTimeline* timeline_ = nullptr;  // set_device_timeline
 };
 
 }  // namespace tierzero::nn

@@ -13,6 +13,7 @@
 
 #include "tierzero/comm/communicator.hpp"
 #include "tierzero/device/device.hpp"
+#include "tierzero/device/device_timeline.hpp"
 #include "tierzero/nn/activation_dims.hpp"
 #include "tierzero/nn/tensor_meta.hpp"
 
@@ -55,6 +56,10 @@ class TensorParallelGroup {
 
   const TensorParallelTraffic& traffic() const { return traffic_; }
   void reset_traffic() { traffic_ = {}; }
+  // Each collective is in the ActivityLog (the profile's network link) as "tp all_reduce",
+  // "tp all_gather" or "tp reduce_scatter" with its traffic() bytes: on `timeline` where it ran
+  // while profiling on a device stream (NCCL), else on the host's clock (timed_collective.hpp).
+  void set_device_timeline(DeviceTimeline* timeline) { timeline_ = timeline; }
 
  private:
   Event& after(Stream& stream);  // an event recorded after the stream's work so far
@@ -64,6 +69,7 @@ class TensorParallelGroup {
   bool sequence_parallel_;
   std::unique_ptr<Event> ready_;
   TensorParallelTraffic traffic_;
+  DeviceTimeline* timeline_ = nullptr;  // set_device_timeline
 };
 
 }  // namespace tierzero::nn
