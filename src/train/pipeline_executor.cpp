@@ -10,21 +10,43 @@
 
 namespace tierzero::train {
 
+namespace {
+
+// A transfer of the pipeline on the profile's network link, from its issue (or post) until it
+// completed as the communicator saw it.
+void record_transfer(const char* name, double issued_s, const comm::CommRequest& done,
+                     size_t bytes) {
+  const double end = std::max(done.completed_s(), issued_s);
+  ActivityLog::global().record(Track::collective, name, issued_s, end, bytes);
+}
+
+}  // namespace
+
 struct PipelineExecutor::Slot {
+  struct Send {
+    comm::CommRequest request;
+    double issued_s = 0.0;
+    size_t bytes = 0;
+  };
   nn::MicroBatch mb;
-  size_t micro_batch = SIZE_MAX;           // the one it holds now
-  std::vector<comm::CommRequest> pending;  // sends from its buffers
-  bool backward_done = true;               // of the micro-batch it holds (or none)
+  size_t micro_batch = SIZE_MAX;  // the one it holds now
+  std::vector<Send> pending;      // sends from its buffers
+  bool backward_done = true;      // of the micro-batch it holds (or none)
   void wait_sends() {
-    for (comm::CommRequest& r : pending) r.wait();
+    for (Send& s : pending) {
+      s.request.wait();
+      record_transfer("pipeline send", s.issued_s, s.request, s.bytes);
+    }
     pending.clear();
   }
   // True when no send reads its buffers any more (finished ones are dropped), without blocking.
   bool sends_done() {
     bool all = true;
-    for (comm::CommRequest& r : pending) all = r.test() && all;
-    if (all) pending.clear();
-    return all;
+    for (Send& s : pending) all = s.request.test() && all;
+    if (!all) return false;
+    for (const Send& s : pending) record_transfer("pipeline send", s.issued_s, s.request, s.bytes);
+    pending.clear();
+    return true;
   }
 };
 
@@ -158,14 +180,18 @@ int PipelineExecutor::tag(size_t micro_batch, size_t to_virtual_stage, bool grad
 }
 
 void PipelineExecutor::receive(float* buffer, int peer, int tag, bool gradient,
-                               comm::CommRequest* posted) {
+                               comm::CommRequest* posted, double posted_at) {
   const double t0 = monotonic_seconds();
+  const size_t bytes = stream_elems_ * sizeof(float);
   ++timing_.receives;
   if (posted != nullptr && posted->pending()) {
     posted->wait();  // posted ahead into this buffer
     ++timing_.posted_ahead;
+    record_transfer("pipeline receive", posted_at, *posted, bytes);
   } else {
     pipeline_->recv(buffer, stream_elems_, DType::f32, peer, tag);
+    ActivityLog::global().record(Track::collective, "pipeline receive", t0, monotonic_seconds(),
+                                 bytes);
   }
   const double t1 = monotonic_seconds();
   timing_.wait_s += t1 - t0;
@@ -178,7 +204,9 @@ void PipelineExecutor::send(Slot& slot, const float* buffer, int peer, int tag) 
   // The model's work that produced the buffer is finished: the CPU kernels return done, and on
   // CUDA the stream is synchronized first (the send reads the buffer on the group's stream).
   chunks_[0]->sync();
-  slot.pending.push_back(pipeline_->send_async(buffer, stream_elems_, DType::f32, peer, tag));
+  const double issued = monotonic_seconds();
+  slot.pending.push_back({pipeline_->send_async(buffer, stream_elems_, DType::f32, peer, tag),
+                          issued, stream_elems_ * sizeof(float)});
 }
 
 std::vector<std::unique_ptr<nn::ParamProvider>> PipelineExecutor::views(
@@ -223,6 +251,7 @@ double PipelineExecutor::train(nn::ParamProvider& params,
   const bool post_ahead =
       receive_ahead_ && pipeline_ != nullptr && std::string(pipeline_->backend()) == "mpi";
   std::vector<comm::CommRequest> posted(actions.size());
+  std::vector<double> posted_at(actions.size(), 0.0);  // monotonic_seconds() of each post
   const auto needs_receive = [&](const nn::PipelineAction& a) {
     const size_t k = shape_.virtual_stage(a.chunk);
     return a.kind == nn::PipelineAction::Kind::forward ? k > 0 : k + 1 < V;
@@ -232,6 +261,7 @@ double PipelineExecutor::train(nn::ParamProvider& params,
     if (posted[j].pending() || !needs_receive(a)) return;
     Slot& slot = slot_of(a.chunk, a.micro_batch);
     const size_t k = shape_.virtual_stage(a.chunk);
+    posted_at[j] = monotonic_seconds();
     if (a.kind == nn::PipelineAction::Kind::forward) {
       // Its input buffer is free once the slot's previous micro-batch is through its backward
       // (with the checkpoints in a store it is a store's slot, taken here when one can be).
@@ -260,7 +290,8 @@ double PipelineExecutor::train(nn::ParamProvider& params,
       // Its buffers are about to be overwritten (a receive posted ahead found no send pending).
       slot.wait_sends();
       if (!first)
-        receive(model.input_buffer(mb), prev, tag(a.micro_batch, k, false), false, &posted[i]);
+        receive(model.input_buffer(mb), prev, tag(a.micro_batch, k, false), false, &posted[i],
+                posted_at[i]);
       slot.micro_batch = a.micro_batch;
       slot.backward_done = false;
     } else {
@@ -270,7 +301,7 @@ double PipelineExecutor::train(nn::ParamProvider& params,
                "internal error: the schedule keeps more micro-batches in flight than its bound");
       if (!last) {
         if (!posted[i].pending()) slot.wait_sends();  // the output went out first
-        receive(mb.dresidual(), next, tag(a.micro_batch, k, true), true, &posted[i]);
+        receive(mb.dresidual(), next, tag(a.micro_batch, k, true), true, &posted[i], posted_at[i]);
       }
     }
     // The next receive goes out before this action computes.

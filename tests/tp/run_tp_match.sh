@@ -91,9 +91,11 @@ fi
 cat "$dir/ref.out"
 echo "parallel: $* -n $ranks, dp $dp x tp $tp x pp $pp ($schedule, $micro micro-batches) x ulysses $ulysses, sequence parallel $sp, stage $stage"
 profile_args=""
-[ "$pp" -gt 1 ] && profile_args="--profile $dir/tp.prof.json"
-# With its activities kept, rank 0's profile must carry the tp / Ulysses collectives' bytes.
-[ "$tp" -gt 1 ] || [ "$ulysses" -gt 1 ] && profile_args="--profile $dir/tp.prof.json --profile-timeline"
+# With their activities kept, the profiles must carry the pipeline's transfers and rank 0's the
+# tp / Ulysses collectives' bytes.
+if [ "$pp" -gt 1 ] || [ "$tp" -gt 1 ] || [ "$ulysses" -gt 1 ]; then
+  profile_args="--profile $dir/tp.prof.json --profile-timeline"
+fi
 timeout -k 5 300 "$@" -n "$ranks" "$tierzero" train --config "$dir/tp.json" \
   --metrics "$dir/tp.jsonl" --save "$dir/tp.bin" --memory-json "$dir/tp.mem.json" \
   $profile_args $device_args || exit 1

@@ -207,6 +207,25 @@ int pipeline_profile(const char* memory_path, const char* profile_path, int rank
         "receive waits\n",
         r, named.c_str(), steps, step_bad, 2 * m * v, receives);
     if (step_bad != 0 || steps == 0 || !named_ok) bad = 1;
+    // With its activities kept: every transfer is on the network link with one stream's bytes;
+    // a training step sends as many as it receives (evaluations add some).
+    if (!prof.contains("timeline")) continue;
+    size_t sends = 0, recvs = 0, odd_bytes = 0;
+    double bytes = -1;
+    for (const nlohmann::json& a : prof.at("timeline").at("activities")) {
+      const auto name = a.at(3).get<std::string>();
+      if (name != "pipeline send" && name != "pipeline receive") continue;
+      (name == "pipeline send" ? sends : recvs) += 1;
+      if (a.at(2).get<int>() != 1) ++odd_bytes;  // the collective track
+      const auto b = a.at(5).get<double>();
+      if (bytes < 0) bytes = b;
+      if (b != bytes || b <= 0) ++odd_bytes;
+    }
+    std::printf(
+        "rank %d: %zu pipeline sends, %zu receives on the network link, %.0f bytes each "
+        "(at least %zu of each over %zu steps)%s\n",
+        r, sends, recvs, bytes, steps * receives, steps, odd_bytes ? ", some odd" : "");
+    if (sends < steps * receives || recvs < steps * receives || odd_bytes) bad = 1;
   }
   return bad;
 }

@@ -96,8 +96,9 @@ class PipelineExecutor {
   struct Slot;
   Slot& slot_of(size_t chunk, size_t micro_batch);
   // Into buffer from peer; waits for `posted` instead when a receive was posted ahead into it.
-  void receive(float* buffer, int peer, int tag, bool gradient,
-               comm::CommRequest* posted = nullptr);
+  // posted: a receive posted ahead into buffer at posted_at (monotonic_seconds()), if any.
+  void receive(float* buffer, int peer, int tag, bool gradient, comm::CommRequest* posted = nullptr,
+               double posted_at = 0.0);
   void send(Slot& slot, const float* buffer, int peer, int tag);
   // Activations and gradients between the same two ranks, told apart by micro-batch, the
   // virtual stage they go to, and kind.
