@@ -8,7 +8,6 @@
 #pragma once
 
 #include <cstddef>
-#include <functional>
 
 #include "tierzero/device/device.hpp"
 #include "tierzero/nn/gpt_config.hpp"

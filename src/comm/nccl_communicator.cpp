@@ -220,7 +220,6 @@ class NcclCommunicator final : public Communicator {
   }
 
   const char* backend() const override { return "nccl"; }
-  Stream& stream() { return *stream_; }
   Stream* device_stream() override { return stream_.get(); }
 
   void group_start() override {
@@ -381,12 +380,12 @@ std::unique_ptr<Communicator> make_nccl_communicator(MpiCommunicator& group, Dev
 }
 
 Stream& nccl_stream(Communicator& nccl_communicator) {
-  auto* nccl = dynamic_cast<NcclCommunicator*>(&nccl_communicator);
-  TZ_CHECK(nccl != nullptr,
+  Stream* stream = nccl_communicator.device_stream();
+  TZ_CHECK(stream != nullptr,
            nccl_communicator.describe() + " uses the " + nccl_communicator.backend() +
                " backend, not NCCL",
            "nccl_stream() takes a communicator from make_nccl_communicator()");
-  return nccl->stream();
+  return *stream;
 }
 
 }  // namespace tierzero::comm
