@@ -102,6 +102,11 @@ class CpuKernels final : public Kernels {
                        size_t C, float eps) override {
     cpu::rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
   }
+  void fused_residual_rmsnorm_forward(float* residual, float* out, float* rstd, const float* a,
+                                      const float* b, const float* weight, size_t N, size_t C,
+                                      float eps) override {
+    cpu::fused_residual_rmsnorm_forward(residual, out, rstd, a, b, weight, N, C, eps);
+  }
   void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                         const float* weight, const float* rstd, size_t N, size_t C) override {
     cpu::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);

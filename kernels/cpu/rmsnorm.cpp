@@ -9,25 +9,52 @@
 
 namespace tierzero::kernels::cpu {
 
+namespace {
+
+// One row: y (C) = weight * (x * rstd), *rstd = 1 / sqrt(mean(x^2) + eps). Both forwards call
+// this one function (never inlined, so vectorised once), so the fused residual + RMSNorm gives the
+// bits of the add followed by rmsnorm_forward.
+[[gnu::noinline]] void rmsnorm_row(float* y, float* rstd, const float* x, const float* weight,
+                                   size_t C, float eps) {
+  double sq = 0.0;
+#pragma omp simd reduction(+ : sq)
+  for (size_t c = 0; c < C; ++c) sq += static_cast<double>(x[c]) * static_cast<double>(x[c]);
+  const double inv_c = 1.0 / static_cast<double>(C);
+  const auto s = static_cast<float>(1.0 / std::sqrt(sq * inv_c + static_cast<double>(eps)));
+  // (x * s) * w, in Hugging Face's order: the normalised value, then the gain.
+#pragma omp simd
+  for (size_t c = 0; c < C; ++c) y[c] = weight[c] * (x[c] * s);
+  *rstd = s;
+}
+
+}  // namespace
+
 void rmsnorm_forward(float* out,           // (N, C)
                      float* rstd,          // (N)
                      const float* inp,     // (N, C)
                      const float* weight,  // (C)
                      size_t N, size_t C, float eps) {
   if (C == 0) return;
-  const double inv_c = 1.0 / static_cast<double>(C);
+#pragma omp parallel for schedule(static)
+  for (size_t n = 0; n < N; ++n) rmsnorm_row(out + n * C, rstd + n, inp + n * C, weight, C, eps);
+}
+
+void fused_residual_rmsnorm_forward(float* residual,      // (N, C)
+                                    float* out,           // (N, C)
+                                    float* rstd,          // (N)
+                                    const float* a,       // (N, C)
+                                    const float* b,       // (N, C)
+                                    const float* weight,  // (C)
+                                    size_t N, size_t C, float eps) {
+  if (C == 0) return;
 #pragma omp parallel for schedule(static)
   for (size_t n = 0; n < N; ++n) {
-    const float* x = inp + n * C;  // (C)
-    float* y = out + n * C;        // (C)
-    double sq = 0.0;
-#pragma omp simd reduction(+ : sq)
-    for (size_t c = 0; c < C; ++c) sq += static_cast<double>(x[c]) * static_cast<double>(x[c]);
-    const auto s = static_cast<float>(1.0 / std::sqrt(sq * inv_c + static_cast<double>(eps)));
-    // (x * s) * w, in Hugging Face's order: the normalised value, then the gain.
+    float* r = residual + n * C;  // (C)
+    const float* x = a + n * C;   // (C)
+    const float* y = b + n * C;   // (C)
 #pragma omp simd
-    for (size_t c = 0; c < C; ++c) y[c] = weight[c] * (x[c] * s);
-    rstd[n] = s;
+    for (size_t c = 0; c < C; ++c) r[c] = x[c] + y[c];
+    rmsnorm_row(out + n * C, rstd + n, r, weight, C, eps);
   }
 }
 

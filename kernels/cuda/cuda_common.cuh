@@ -231,6 +231,9 @@ void launch_flash_attention_tc_backward(cudaStream_t stream, float* dqkv, const 
 // llama.cu: the Llama family's operations (kernels.hpp).
 void launch_rmsnorm_forward(cudaStream_t stream, float* out, float* rstd, const float* inp,
                             const float* weight, size_t N, size_t C, float eps);
+void launch_fused_residual_rmsnorm_forward(cudaStream_t stream, float* residual, float* out,
+                                           float* rstd, const float* a, const float* b,
+                                           const float* weight, size_t N, size_t C, float eps);
 void launch_rmsnorm_backward(cudaStream_t stream, const DeterministicScratch& scratch, float* dinp,
                              float* dweight, const float* dout, const float* inp,
                              const float* weight, const float* rstd, size_t N, size_t C);

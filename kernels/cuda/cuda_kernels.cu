@@ -392,6 +392,13 @@ class CudaKernels final : public Kernels {
     CudaDeviceGuard guard(device_);
     cuda_impl::launch_rmsnorm_forward(stream_, out, rstd, inp, weight, N, C, eps);
   }
+  void fused_residual_rmsnorm_forward(float* residual, float* out, float* rstd, const float* a,
+                                      const float* b, const float* weight, size_t N, size_t C,
+                                      float eps) override {
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_fused_residual_rmsnorm_forward(stream_, residual, out, rstd, a, b, weight, N,
+                                                     C, eps);
+  }
   void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                         const float* weight, const float* rstd, size_t N, size_t C) override {
     CudaDeviceGuard guard(device_);

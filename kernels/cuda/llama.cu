@@ -15,6 +15,20 @@ __device__ __forceinline__ size_t warp_row() {
   return static_cast<size_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
 }
 
+// The rest of an RMSNorm of one row by one warp, after the sum of squares' pass: `sq` is this
+// lane's sum of x[c]^2 over c = lane, lane + 32, ..., in that order. y (C) = weight (x rstd); lane
+// 0 writes rstd. Both forward kernels end here, so the fused residual + RMSNorm gives the bits of
+// residual_forward then rmsnorm_forward.
+__device__ __forceinline__ void rmsnorm_row_finish(float* y,             // (C)
+                                                   float* rstd,          // (1)
+                                                   const float* x,       // (C)
+                                                   const float* weight,  // (C)
+                                                   size_t C, size_t lane, float sq, float eps) {
+  const float s = rsqrtf(warp_sum(sq) / static_cast<float>(C) + eps);
+  for (size_t c = lane; c < C; c += kWarpSize) y[c] = weight[c] * (x[c] * s);
+  if (lane == 0) *rstd = s;
+}
+
 __global__ void rmsnorm_forward_kernel(float* out,           // (N, C)
                                        float* rstd,          // (N)
                                        const float* inp,     // (N, C)
@@ -24,12 +38,33 @@ __global__ void rmsnorm_forward_kernel(float* out,           // (N, C)
   const size_t lane = threadIdx.x % kWarpSize;
   if (row >= N) return;  // warp-uniform
   const float* x = inp + row * C;
-  float* y = out + row * C;
   float sq = 0.0f;
   for (size_t c = lane; c < C; c += kWarpSize) sq += x[c] * x[c];
-  const float s = rsqrtf(warp_sum(sq) / static_cast<float>(C) + eps);
-  for (size_t c = lane; c < C; c += kWarpSize) y[c] = weight[c] * (x[c] * s);
-  if (lane == 0) rstd[row] = s;
+  rmsnorm_row_finish(out + row * C, rstd + row, x, weight, C, lane, sq, eps);
+}
+
+// residual = a + b and out = rmsnorm(residual), one warp per row: the sum of squares' pass is the
+// add itself (each lane squares the values it writes, in the order rmsnorm_forward_kernel reads
+// them), and the normalising pass re-reads the row this lane just wrote, from cache. Each lane
+// reads a[c], b[c] and writes residual[c] for the same c, so residual may alias a or b.
+__global__ void fused_residual_rmsnorm_forward_kernel(float* residual,      // (N, C)
+                                                      float* out,           // (N, C)
+                                                      float* rstd,          // (N)
+                                                      const float* a,       // (N, C)
+                                                      const float* b,       // (N, C)
+                                                      const float* weight,  // (C)
+                                                      size_t N, size_t C, float eps) {
+  const size_t row = warp_row();
+  const size_t lane = threadIdx.x % kWarpSize;
+  if (row >= N) return;  // warp-uniform
+  float* r = residual + row * C;
+  float sq = 0.0f;
+  for (size_t c = lane; c < C; c += kWarpSize) {
+    const float v = a[row * C + c] + b[row * C + c];  // residual_forward's one rounding
+    r[c] = v;
+    sq += v * v;
+  }
+  rmsnorm_row_finish(out + row * C, rstd + row, r, weight, C, lane, sq, eps);
 }
 
 // dinp += s (dnorm - x s^2 mean(dnorm x)), dnorm = dout weight; one warp per row.
@@ -264,6 +299,15 @@ void launch_rmsnorm_forward(cudaStream_t stream, float* out, float* rstd, const 
   if (N == 0 || C == 0) return;
   rmsnorm_forward_kernel<<<warp_per_row_blocks(N), kBlockSize, 0, stream>>>(out, rstd, inp, weight,
                                                                             N, C, eps);
+  TZ_CUDA_CHECK_LAUNCH();
+}
+
+void launch_fused_residual_rmsnorm_forward(cudaStream_t stream, float* residual, float* out,
+                                           float* rstd, const float* a, const float* b,
+                                           const float* weight, size_t N, size_t C, float eps) {
+  if (N == 0 || C == 0) return;
+  fused_residual_rmsnorm_forward_kernel<<<warp_per_row_blocks(N), kBlockSize, 0, stream>>>(
+      residual, out, rstd, a, b, weight, N, C, eps);
   TZ_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,6 +1,6 @@
 // Block: ln1 -> attention -> residual add -> ln2 -> MLP -> residual add, and its backward in
 // reverse with the residual stream's gradient updated in place (see block.hpp). The first residual
-// add and ln2 run as one fused kernel.
+// add and ln2 run as one fused kernel, and the second, left to the next module, with its norm.
 #include "block.hpp"
 
 #include <string>
@@ -50,18 +50,30 @@ BlockActs Block::acts(const ModuleContext& ctx) const {
 }
 
 void Block::run(const ModuleContext& ctx, const float* in, float* out, const BlockActs& a) const {
-  const size_t n = ctx.mb.dims().stream_tokens * channels_;
   float* proj = ctx.scratch.proj();
   float* gathered = ctx.scratch.gathered_in();
-  ln1_.forward(ctx, in, a.ln1, a.ln1_stats);
+  // in = the previous block's residual2 + its MLP's output, and ln1 of it, in one pass, when
+  // that block left its last add to this one.
+  if (ctx.in_sum)
+    ln1_.residual_forward(ctx, ctx.in_sum->a, ctx.in_sum->b, ctx.in_sum->into, a.ln1, a.ln1_stats);
+  else
+    ln1_.forward(ctx, in, a.ln1, a.ln1_stats);
   attn_.forward(ctx, ctx.gather_stream(a.ln1, gathered), proj, a.attn);  // (one collective each)
   // residual2 = in + the attention's output, and ln2 of it, in one pass (layer_norm.hpp).
   ln2_.residual_forward(ctx, in, ctx.reduce_stream(proj), a.residual2, a.ln2, a.ln2_stats);
   mlp_.forward(ctx, ctx.gather_stream(a.ln2, gathered), out ? proj : nullptr, a.mlp);
-  if (out) ctx.k.residual_forward(out, a.residual2, ctx.reduce_stream(proj), n);
+  if (!out) return;
+  const float* mlp_out = ctx.reduce_stream(proj);
+  // The next module adds them with its norm (ModuleContext::out_sum); else out = the sum here.
+  if (ctx.out_sum)
+    *ctx.out_sum = ResidualSum{out, a.residual2, mlp_out};
+  else
+    ctx.k.residual_forward(out, a.residual2, mlp_out, ctx.mb.dims().stream_tokens * channels_);
 }
 
 void Block::forward(ModuleContext& ctx, const float* in, float* out) {
+  TZ_CHECK(!ctx.in_sum || ctx.in_sum->into == in, name() + ": its input's sum goes elsewhere",
+           "internal error: a ResidualSum is written into the next module's input");
   ctx.mb.save_input(index(), in);
   run(ctx, in, out, acts(ctx));
 }

@@ -32,13 +32,15 @@ class Block final : public Module {
   void forward(ModuleContext& ctx, const float* in, float* out) override;
   void recompute(ModuleContext& ctx) override;
   void backward(ModuleContext& ctx, const float* dout, float* din) override;
+  bool takes_residual_sum() const override { return true; }  // into ln1
 
  private:
   // Where this block's internals live for ctx.mb: its slot in the micro-batch, or with full
   // recompute the scratch's single slot; with selective recompute the attention's core is the
   // scratch's.
   BlockActs acts(const ModuleContext& ctx) const;
-  // The forward into acts; the output (and the MLP projection it needs) only when out is set.
+  // The forward into acts; the output (and the MLP projection it needs) only when out is set,
+  // and then left to the next module as a ResidualSum when ctx.out_sum asks for one.
   void run(const ModuleContext& ctx, const float* in, float* out, const BlockActs& a) const;
 
   int layer_;

@@ -17,6 +17,7 @@ class FinalNorm final : public Module {
   void bind(const ParamLayout& layout) override;
   void forward(ModuleContext& ctx, const float* in, float* out) override;  // (B, T, C) each
   void backward(ModuleContext& ctx, const float* dout, float* din) override;
+  bool takes_residual_sum() const override { return true; }
 
  private:
   LayerNorm norm_;

@@ -383,10 +383,18 @@ void GPT::forward(MicroBatch& mb, ParamProvider& params, const int32_t* tokens,
            "receive a pipeline stage's input into GPT::input_buffer(mb) before its forward");
 
   Head* const chunked = chunked_head(mb);  // null: the head writes whole logits
+  ResidualSum left{};                      // the previous block's output, when left as a sum
   for (size_t i = 0; i < modules_.size(); ++i) {
     Module& m = *modules_[i];
     const size_t g = m.index();  // in the whole model: wires it to the residual stream
     ModuleContext ctx = context(mb);
+    // A block leaves its last residual add to the next module when that one fuses it into its
+    // norm; the stage's last block (a pipeline boundary) writes its output whole.
+    ResidualSum next{};
+    const bool fuse =
+        fuse_residual_ && i + 1 < modules_.size() && modules_[i + 1]->takes_residual_sum();
+    ctx.in_sum = left.into ? &left : nullptr;
+    ctx.out_sum = fuse ? &next : nullptr;
     // A module writes the checkpoint of the next block into the store's buffer (the embeddings
     // that of block 0), and a block hands its own input to the store once its forward is issued
     // (module g reads residual g - 1).
@@ -405,7 +413,11 @@ void GPT::forward(MicroBatch& mb, ParamProvider& params, const int32_t* tokens,
       timeline_->close(span, s, Track::compute, "forward", static_cast<int64_t>(m.unit()));
     params.release_params(m.unit());
     if (g > 0 && mb.is_external(g - 1)) end_checkpoint(mb, g - 1, false, !for_backward);
+    left = next;
   }
+  TZ_CHECK(left.into == nullptr,
+           "the last module of " + stage_.str() + " left its output unwritten",
+           "internal error: only a module followed by one that takes a ResidualSum leaves one");
   mb.forwarded_ = true;
 }
 

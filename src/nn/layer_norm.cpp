@@ -45,8 +45,8 @@ void LayerNorm::residual_forward(const ModuleContext& ctx, const float* a, const
                                  float* residual, float* out, const LayerNormStats& stats) const {
   const size_t N = ctx.mb.dims().stream_tokens;
   if (kind_ == NormKind::rmsnorm) {
-    ctx.k.residual_forward(residual, a, b, N * channels_);
-    forward(ctx, residual, out, stats);
+    ctx.k.fused_residual_rmsnorm_forward(residual, out, stats.rstd, a, b, weight_.in(ctx.params), N,
+                                         channels_, eps_);
     return;
   }
   ctx.k.fused_residual_layernorm_forward(residual, out, stats.mean, stats.rstd, a, b,

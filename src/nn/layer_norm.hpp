@@ -25,8 +25,8 @@ class LayerNorm {
   void forward(const ModuleContext& ctx, const float* in, float* out,
                const LayerNormStats& stats) const;
   // residual (S, C) = a + b, then out = layernorm(residual) keeping stats, bitwise as
-  // residual_forward then forward(): for LayerNorm one fused kernel, which does not read the sum
-  // back from memory; for RMSNorm the two calls (no fused kernel for it yet).
+  // residual_forward then forward(), in one fused kernel for either norm, which does not read
+  // the sum back from memory.
   void residual_forward(const ModuleContext& ctx, const float* a, const float* b, float* residual,
                         float* out, const LayerNormStats& stats) const;
   // din (S, C) += d(in) for dout (S, C); `in` and `stats` are the forward's. Under sequence

@@ -6,6 +6,8 @@
 // against Hugging Face transformers).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -173,6 +175,67 @@ TEST_P(LlamaKernelTest, MatchesTheCpuKernels) {
   cpu->rope_forward(r.data(), 2, 300, 1, 3, 2, 64, 100, p);
   kernels().rope_forward(d_r->get(), 2, 300, 1, 3, 2, 64, 100, p);
   expect_close("rope", d_r->download(), widen(r), 1e-4);
+}
+
+// fused_residual_rmsnorm_forward against residual_forward then rmsnorm_forward, bit for bit
+// (fusing must not change the block's results), in fresh buffers and in place (residual aliasing
+// a), and against a double reference of rmsnorm(a + b). C covers sizes that are not a multiple of
+// a warp (1, 13, 100) and the Llama family's (576, 2048).
+TEST_P(LlamaKernelTest, FusedResidualRmsNormIsTheUnfusedPair) {
+  struct Shape {
+    size_t N, C;
+  };
+  uint32_t seed = 3300;
+  const float eps = 1e-5f;
+  for (const Shape sh :
+       {Shape{7, 48}, Shape{33, 576}, Shape{5, 13}, Shape{6, 2048}, Shape{1, 1}, Shape{9, 100}}) {
+    const size_t N = sh.N, C = sh.C, n = N * C;
+    const std::vector<float> a = random_normal(n, seed++, 2.0f, 0.5f);
+    const std::vector<float> b = random_normal(n, seed++, 0.5f, -0.25f);
+    const std::vector<float> w = random_normal(C, seed++, 0.1f, 1.0f);
+    auto d_a = to_device(a), d_b = to_device(b), d_w = to_device(w);
+    auto u_res = empty<float>(n), u_out = empty<float>(n), u_rstd = empty<float>(N);
+    kernels().residual_forward(u_res->get(), d_a->get(), d_b->get(), n);
+    kernels().rmsnorm_forward(u_out->get(), u_rstd->get(), u_res->get(), d_w->get(), N, C, eps);
+    auto f_res = empty<float>(n), f_out = empty<float>(n), f_rstd = empty<float>(N);
+    kernels().fused_residual_rmsnorm_forward(f_res->get(), f_out->get(), f_rstd->get(), d_a->get(),
+                                             d_b->get(), d_w->get(), N, C, eps);
+    auto i_res = to_device(a), i_out = empty<float>(n), i_rstd = empty<float>(N);
+    kernels().fused_residual_rmsnorm_forward(i_res->get(), i_out->get(), i_rstd->get(),
+                                             i_res->get(), d_b->get(), d_w->get(), N, C, eps);
+    const std::vector<float> unfused[] = {u_res->download(), u_out->download(), u_rstd->download()};
+    const std::vector<float> fused[] = {f_res->download(), f_out->download(), f_rstd->download()};
+    const std::vector<float> in_place[] = {i_res->download(), i_out->download(),
+                                           i_rstd->download()};
+    const char* what[] = {"residual", "out", "rstd"};
+    for (int t = 0; t < 3; ++t) {
+      size_t differ = 0, differ_in_place = 0;
+      for (size_t i = 0; i < unfused[t].size(); ++i) {
+        differ += std::memcmp(&fused[t][i], &unfused[t][i], sizeof(float)) != 0;
+        differ_in_place += std::memcmp(&in_place[t][i], &unfused[t][i], sizeof(float)) != 0;
+      }
+      std::printf(
+          "fused_residual_rmsnorm %s N %zu C %zu: %zu of %zu differ in bits from the "
+          "unfused pair, in place %zu\n",
+          what[t], N, C, differ, unfused[t].size(), differ_in_place);
+      EXPECT_EQ(differ, 0u) << what[t] << " N " << N << " C " << C;
+      EXPECT_EQ(differ_in_place, 0u) << what[t] << " N " << N << " C " << C << " in place";
+    }
+    std::vector<double> want(n);  // rmsnorm of the exact sum
+    for (size_t r = 0; r < N; ++r) {
+      double sq = 0.0;
+      for (size_t c = 0; c < C; ++c) {
+        const double v = double{a[r * C + c]} + double{b[r * C + c]};
+        sq += v * v;
+      }
+      const double s = 1.0 / std::sqrt(sq / static_cast<double>(C) + double{eps});
+      for (size_t c = 0; c < C; ++c)
+        want[r * C + c] = double{w[c]} * ((double{a[r * C + c]} + double{b[r * C + c]}) * s);
+    }
+    expect_close(
+        "fused_residual_rmsnorm out vs double N " + std::to_string(N) + " C " + std::to_string(C),
+        fused[1], want, 1e-5);
+  }
 }
 
 }  // namespace

@@ -61,6 +61,9 @@ void flash_attention_backward(float* dqkv, const float* dout, const float* out, 
 // out (N,C), rstd (N) from inp (N,C), weight (C)
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, size_t N,
                      size_t C, float eps);
+void fused_residual_rmsnorm_forward(float* residual, float* out, float* rstd, const float* a,
+                                    const float* b, const float* weight, size_t N, size_t C,
+                                    float eps);
 // dinp (N,C) +=, dweight (C) += from dout, inp (N,C), weight (C), rstd (N)
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                       const float* weight, const float* rstd, size_t N, size_t C);

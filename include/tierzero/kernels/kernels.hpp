@@ -222,6 +222,16 @@ class Kernels {
                                const float* inp,     // (N, C)
                                const float* weight,  // (C)
                                size_t N, size_t C, float eps) = 0;
+  // residual = a + b, then rmsnorm_forward(out, rstd, residual, weight, eps) in one pass: the
+  // Llama block's residual adds with the norm after them. Bitwise residual_forward followed by
+  // rmsnorm_forward on every backend; residual may alias a or b, out none of the others.
+  virtual void fused_residual_rmsnorm_forward(float* residual,      // (N, C)
+                                              float* out,           // (N, C)
+                                              float* rstd,          // (N)
+                                              const float* a,       // (N, C)
+                                              const float* b,       // (N, C)
+                                              const float* weight,  // (C)
+                                              size_t N, size_t C, float eps) = 0;
   virtual void rmsnorm_backward(float* dinp,          // (N, C) +=
                                 float* dweight,       // (C) +=
                                 const float* dout,    // (N, C)

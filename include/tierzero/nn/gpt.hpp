@@ -196,6 +196,10 @@ class GPT {
   // compute untimed, collectives on the host's clock. The caller begins and flushes the
   // timeline's steps.
   void set_device_timeline(DeviceTimeline* timeline);
+  // Whether a block leaves its last residual add to the next block's ln1 (or the final norm),
+  // which writes the sum in its own pass (ResidualSum): on by default; off, the reference path,
+  // adds it in a pass of its own. The results are bitwise the same on every backend.
+  void set_residual_fusion(bool on) { fuse_residual_ = on; }
   // Where a pipeline stage after the first receives mb's input before its forward: mb's
   // stage_input(), or with the checkpoints in a store the device buffer of its first checkpoint
   // (begun in the store here, so it moves to its tier behind the stage's first block like the
@@ -272,6 +276,7 @@ class GPT {
   Recompute recompute_;
   CheckpointStore* store_ = nullptr;  // null: checkpoints stay in the MicroBatch
   DeviceTimeline* timeline_ = nullptr;
+  bool fuse_residual_ = true;  // set_residual_fusion
 };
 
 }  // namespace tierzero::nn

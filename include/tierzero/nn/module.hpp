@@ -21,6 +21,15 @@ namespace tierzero::nn {
 class MicroBatch;
 class ModelScratch;
 
+// A block's output left as its last residual add, into = a + b, for the next module to write
+// together with its norm (Kernels::fused_residual_layernorm_forward): the sum is then written
+// once and never read back. a and b stay valid until that module's forward begins.
+struct ResidualSum {
+  float* into = nullptr;     // (S, C) where the sum belongs: the next module's `in`
+  const float* a = nullptr;  // (S, C)
+  const float* b = nullptr;  // (S, C)
+};
+
 // One module call: the kernels and stream it issues on, the micro-batch it runs for, the model's
 // scratch, the tensor-parallel or Ulysses group, and its unit's parameters (and, in the backward,
 // gradients) as the ParamProvider handed them out. Sub-modules of a unit get the same context.
@@ -34,6 +43,11 @@ struct ModuleContext {
   const float* params = nullptr;      // (units[unit].numel) the unit as acquired
   float* grads = nullptr;             // (units[unit].numel) its gradients; backward only
   UlyssesGroup* ulysses = nullptr;    // null on one Ulysses rank
+  // Forward only. in_sum: this module's input is in_sum->a + in_sum->b, not yet written to `in`
+  // (== in_sum->into), which the module writes first. out_sum: the next module takes a
+  // ResidualSum (Module::takes_residual_sum), so this one may fill it instead of writing `out`.
+  const ResidualSum* in_sum = nullptr;
+  ResidualSum* out_sum = nullptr;
 
   void zero(float* p, size_t n) const;  // p (n): what a backward accumulates into starts at 0
   bool sequence_parallel() const { return tp != nullptr && tp->sequence_parallel(); }
@@ -90,6 +104,9 @@ class Module {
   // False when the backward needs only gradients (the embedding lookup's), so the caller does
   // not gather the parameters for it.
   virtual bool backward_reads_params() const { return true; }
+  // Whether its forward accepts its input as a ResidualSum (ModuleContext::in_sum): it begins
+  // with a norm of the residual stream, which the add is fused into.
+  virtual bool takes_residual_sum() const { return false; }
 
   // out = f(in) for ctx.mb, keeping in ctx.mb what the backward needs.
   virtual void forward(ModuleContext& ctx, const float* in, float* out) = 0;
