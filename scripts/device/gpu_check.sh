@@ -199,12 +199,16 @@ fi
 # ---- the steps of the peers, issue26 and lease modes ----
 
 kt=build/gpu/tests/kernels/test_kernels
+lkt=build/gpu/tests/test_llama_kernels
 # Issue 26's kernels on cuda against the CPU reference, with the errors each test prints.
 step_kernels26() {
   log "issue 26: kernel tests on cuda (fused attention, gradient sums, matmul precisions, matmul + GELU epilogues, layernorm, attention, llama, matmul, AdamW with its copy and segments)"
-  timeout 90 $kt --gtest_filter='*FlashAttentionTest*/cuda:*GradientSumsTest*/cuda:*ElementwiseTest.SumSquares*/cuda:*MatmulPrecisionTest*/cuda:*MatmulGeluTest*/cuda:*LayerNormTest*/cuda:*AttentionTest*/cuda:*LlamaKernelTest*/cuda:*MatmulTest*/cuda:*AdamWTest*/cuda' \
+  timeout 90 $kt --gtest_filter='*FlashAttentionTest*/cuda:*GradientSumsTest*/cuda:*ElementwiseTest.SumSquares*/cuda:*MatmulPrecisionTest*/cuda:*MatmulGeluTest*/cuda:*LayerNormTest*/cuda:*AttentionTest*/cuda:*MatmulTest*/cuda:*AdamWTest*/cuda' \
     >"$out/kernels26.log" 2>&1
   log "exit $?"
+  # The Llama family's kernels (the fused residual + RMSNorm among them) have their own binary.
+  timeout 30 $lkt --gtest_filter='*LlamaKernelTest*/cuda' >>"$out/kernels26.log" 2>&1
+  log "llama kernels: exit $?"
   grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]|flash_attention (out|dqkv).*(T1024|T257)|flash_attention \(16-bit\).*(T1024|T257)|flash_attention repeat|GradientSumsTest|repeat: [1-9]|CPU backend: |matmul_forward out (tf32|bf16|fp16|fp32) N77|matmul_(gelu_forward out|backward_gelu dpre) N64|adamw (with a|over 150)" \
     "$out/kernels26.log" | head -56 | tee -a "$out/summary.txt"
 }
@@ -212,7 +216,8 @@ step_kernels26() {
 step_sanitize26() {
   # Issue 26's kernels at small shapes: the fused attention, the GELU epilogues, AdamW over
   # segments, the fused residual + LayerNorm, the classifier's softmax-xent, the sorted embedding
-  # gradient and the column sums (through the encoder and LayerNorm backwards), the norm's sums.
+  # gradient and the column sums (through the encoder and LayerNorm backwards), the norm's sums,
+  # and the fused residual + RMSNorm.
   local tool=$1 limit=120
   local san='*FlashAttentionTest.SmallForSanitizers*/cuda:*MatmulGeluTest*/cuda'
   san="$san:*AdamWTest.SegmentsAreThePerSegmentCalls*/cuda:*LayerNormTest*/cuda"
@@ -225,6 +230,10 @@ step_sanitize26() {
   timeout $limit "$cs" --tool "$tool" --error-exitcode 3 $kt --gtest_filter="$san" \
     >"$out/sanitize_$tool.log" 2>&1
   log "exit $?"
+  # The fused residual + RMSNorm (the Llama family's), in its own binary.
+  timeout 40 "$cs" --tool "$tool" --error-exitcode 3 $lkt \
+    --gtest_filter='*LlamaKernelTest.FusedResidualRmsNorm*/cuda' >>"$out/sanitize_$tool.log" 2>&1
+  log "llama: exit $?"
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|hazard|PASSED|FAILED" "$out/sanitize_$tool.log" |
     head -12 | tee -a "$out/summary.txt"
 }
@@ -359,16 +368,16 @@ if [ "$what" = lease ]; then  # the most telling steps first, each only if its l
     if [ $(( $(date +%s) + $1 )) -le "$deadline" ]; then return 0; fi
     log "skipped ${2:-a step} ($1 s): past the lease's deadline"; return 1
   }
-  fits 90 kernels && step_kernels26
+  fits 120 kernels && step_kernels26
   fits 40 "bench bf16" && step_bench_precision bf16
   fits 120 "loss curve" && step_curve 300
   fits 330 "peers B 16" && step_peers 16 150
   fits 90 "bench bf16, the largest micro-batch" && step_bench_precision bf16 0 90
   fits 40 "bench fp32" && step_bench_precision fp32
-  fits 120 memcheck && step_sanitize26 memcheck
+  fits 160 memcheck && step_sanitize26 memcheck
   fits 45 "waits stage 0" && step_waits 0
   fits 45 "waits stage 3" && step_waits 3
-  fits 150 racecheck && step_sanitize26 racecheck
+  fits 190 racecheck && step_sanitize26 racecheck
   left=$(( deadline - $(date +%s) ))
   [ "$left" -gt 30 ] && step_ctest_rest $(( left - 10 ))
 fi
