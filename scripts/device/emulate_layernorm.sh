@@ -4,8 +4,8 @@
 # kernel, which emulate_gradient_sums.sh checks), compiles it as C++ under the host emulation of
 # CUDA's threads and shuffles (emulate/cuda_host_emulation.hpp) and checks the fused residual +
 # layernorm against the unfused pair (bit for bit) and a double reference
-# (emulate/layernorm_check.cpp); then the same for llama.cu's fused residual + RMSNorm
-# (emulate/rmsnorm_check.cpp). A few seconds. Usage:
+# (emulate/layernorm_check.cpp), and the same for llama.cu's fused residual + RMSNorm. A few
+# seconds. Usage:
 #   scripts/device/emulate_layernorm.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -13,12 +13,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 awk '/^namespace \{/{on=1; next} /^__global__ void layernorm_backward_params_kernel/{exit} on' \
   kernels/cuda/layernorm.cu >"$work/layernorm_body.inc"
-g++ -std=c++20 -O2 -Wall -Wextra -Wno-unknown-pragmas -pthread -I scripts/device/emulate \
-  -I "$work" scripts/device/emulate/layernorm_check.cpp -o "$work/check"
-"$work/check"
 # The RMSNorm forwards of llama.cu: its anonymous namespace up to the backward's input kernel.
 awk '/^namespace \{/{on=1; next} /^\/\/ dinp \+= s \(dnorm/{exit} on' \
   kernels/cuda/llama.cu >"$work/rmsnorm_body.inc"
 g++ -std=c++20 -O2 -Wall -Wextra -Wno-unknown-pragmas -pthread -I scripts/device/emulate \
-  -I "$work" scripts/device/emulate/rmsnorm_check.cpp -o "$work/check_rmsnorm"
-"$work/check_rmsnorm"
+  -I "$work" scripts/device/emulate/layernorm_check.cpp -o "$work/check"
+"$work/check"

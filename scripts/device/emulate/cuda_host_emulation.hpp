@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -84,6 +85,13 @@ T warp_sum(T v) {
 }
 inline size_t ceil_div(size_t a, size_t b) {
   return (a + b - 1) / b;
+}
+// Elements of a and b whose bits differ (NaN payloads included): what the checks compare kernels
+// that must agree bit for bit with.
+inline size_t bit_differences(const std::vector<float>& a, const std::vector<float>& b) {
+  size_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  return n;
 }
 struct AttentionShape {
   size_t B = 0, T = 0, n_head = 0, n_kv_head = 0, head_dim = 0;

@@ -115,13 +115,6 @@ Run run_case(const Case& c, const std::vector<float>& qkv, const std::vector<flo
   return r;
 }
 
-// Elements of a and b whose bits differ (NaN payloads included).
-size_t bit_differences(const std::vector<float>& a, const std::vector<float>& b) {
-  size_t n = 0;
-  for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
-  return n;
-}
-
 int main() {
   std::vector<Case> cases = {{2, 7, 4, 4, 12, false},    {1, 1, 2, 2, 4, false},
                              {1, 65, 3, 3, 64, false},   {2, 64, 4, 2, 64, true},

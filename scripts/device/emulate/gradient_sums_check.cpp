@@ -31,12 +31,6 @@ constexpr unsigned kBlockThreads = 256;  // cuda_common.cuh's kBlockSize
 const float kNan = std::numeric_limits<float>::quiet_NaN();
 const Dim3 kColumnBlock{kColumnTile, kRowLanes, 1};
 
-size_t bit_differences(const std::vector<float>& a, const std::vector<float>& b) {
-  size_t n = 0;
-  for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
-  return n;
-}
-
 // Max over elements of |got - ref| / magnitude (NaN counts as a huge error).
 double max_error(const std::vector<float>& got, const std::vector<double>& ref,
                  const std::vector<double>& magnitude) {

@@ -1,10 +1,12 @@
-// The forward kernels of kernels/cuda/layernorm.cu run on the CPU under cuda_host_emulation.hpp:
-// fused_residual_layernorm_forward_kernel must give the bits of the residual add followed by
-// layernorm_forward_kernel (into fresh buffers, and in place with residual aliasing a), and both
-// must match a double layernorm of a + b. C covers sizes below, at and past a warp and not
-// multiples of it; N rows past a block's 8. Prints the bit differences and the max error relative
-// to each tensor's largest value; exits 1 on any bit difference or an error past 1e-5. Built and
-// run by emulate_layernorm.sh, which extracts the kernels into layernorm_body.inc.
+// The norms' forward kernels of kernels/cuda/layernorm.cu and llama.cu run on the CPU under
+// cuda_host_emulation.hpp: fused_residual_layernorm_forward_kernel and
+// fused_residual_rmsnorm_forward_kernel must give the bits of the residual add followed by
+// layernorm_forward_kernel / rmsnorm_forward_kernel (into fresh buffers, and in place with
+// residual aliasing a), and match a double layernorm / RMSNorm of a + b. C covers sizes below, at
+// and past a warp and not multiples of it; N rows past a block's 8. Prints the bit differences
+// and the max error relative to each tensor's largest value; exits 1 on any bit difference or an
+// error past 1e-5. Built and run by emulate_layernorm.sh, which extracts the kernels into
+// layernorm_body.inc and rmsnorm_body.inc.
 #include <algorithm>
 #include <cstring>
 #include <random>
@@ -18,95 +20,165 @@ inline float rsqrtf(
   return 1.0f / std::sqrt(x);
 }
 #include "layernorm_body.inc"
+#include "rmsnorm_body.inc"
 
+namespace {
+
+struct Shape {
+  size_t N, C;
+};
+struct Inputs {
+  std::vector<float> a, b, w, bias;  // (N, C), (N, C), (C), (C)
+};
+// One kernel's outputs: the sum, the normalised rows and the per-row statistics (RMSNorm has no
+// mean: left empty).
 struct Out {
   std::vector<float> residual, out, mean, rstd;
 };
 
-size_t bit_differences(const std::vector<float>& a, const std::vector<float>& b) {
-  size_t n = 0;
-  for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
-  return n;
+const float kNan = std::nanf("");
+
+Out fresh(const Shape& s, bool with_mean) {
+  const size_t n = s.N * s.C;
+  return Out{std::vector<float>(n, kNan), std::vector<float>(n, kNan),
+             std::vector<float>(with_mean ? s.N : 0, kNan), std::vector<float>(s.N, kNan)};
 }
 
+unsigned blocks_of(const Shape& s) {
+  return static_cast<unsigned>(ceil_div(s.N, kWarpsPerBlock));
+}
+
+// The unfused run (residual_forward_kernel's out[i] = a[i] + b[i], then `norm`), the fused one into
+// fresh buffers and in place; returns the elements whose bits differ from the unfused run, and
+// the fused outputs in *fused.
+template <typename Norm, typename Fused>
+size_t fused_vs_unfused(const Shape& s, const Inputs& in, bool with_mean, Norm norm, Fused fused,
+                        Out* fused_out) {
+  const size_t n = s.N * s.C;
+  Out u = fresh(s, with_mean);
+  for (size_t i = 0; i < n; ++i) u.residual[i] = in.a[i] + in.b[i];
+  emulate(blocks_of(s), kBlockSize, 0, [&] { norm(u); });
+  Out f = fresh(s, with_mean);
+  emulate(blocks_of(s), kBlockSize, 0, [&] { fused(f, in.a.data()); });
+  Out p = fresh(s, with_mean);
+  p.residual = in.a;  // in place: residual aliases a
+  emulate(blocks_of(s), kBlockSize, 0, [&] { fused(p, p.residual.data()); });
+  size_t differ = 0;
+  for (const Out* o : {&f, &p})
+    differ += bit_differences(o->residual, u.residual) + bit_differences(o->out, u.out) +
+              bit_differences(o->mean, u.mean) + bit_differences(o->rstd, u.rstd);
+  *fused_out = std::move(f);
+  return differ;
+}
+
+double sum_at(const Inputs& in, size_t i) {
+  return static_cast<double>(in.a[i]) + in.b[i];
+}
+
+bool check_layernorm(const Shape& s, const Inputs& in) {
+  const float *w = in.w.data(), *bias = in.bias.data();
+  Out f;
+  const size_t differ = fused_vs_unfused(
+      s, in, true,
+      [&](Out& o) {
+        layernorm_forward_kernel(o.out.data(), o.mean.data(), o.rstd.data(), o.residual.data(), w,
+                                 bias, s.N, s.C);
+      },
+      [&](Out& o, const float* a) {
+        fused_residual_layernorm_forward_kernel(o.residual.data(), o.out.data(), o.mean.data(),
+                                                o.rstd.data(), a, in.b.data(), w, bias, s.N, s.C);
+      },
+      &f);
+  // Double reference: layernorm of the exact sum, biased variance, eps 1e-5.
+  double err_out = 0, scale_out = 0, err_stats = 0;
+  for (size_t r = 0; r < s.N; ++r) {
+    double m = 0, v = 0;
+    for (size_t c = 0; c < s.C; ++c) m += sum_at(in, r * s.C + c);
+    m /= s.C;
+    for (size_t c = 0; c < s.C; ++c)
+      v += (sum_at(in, r * s.C + c) - m) * (sum_at(in, r * s.C + c) - m);
+    const double rs = 1.0 / std::sqrt(v / s.C + 1e-5);
+    for (size_t c = 0; c < s.C; ++c) {
+      const double y = (sum_at(in, r * s.C + c) - m) * rs * w[c] + bias[c];
+      double e = std::fabs(f.out[r * s.C + c] - y);
+      if (!(e == e)) e = 1e30;
+      err_out = std::max(err_out, e);
+      scale_out = std::max(scale_out, std::fabs(y));
+    }
+    double em = std::fabs(f.mean[r] - m) / std::max(std::fabs(m), 1e-30);
+    double er = std::fabs(f.rstd[r] - rs) / rs;
+    if (!(em == em) || !(er == er)) em = 1e30;
+    err_stats = std::max({err_stats, em, er});
+  }
+  err_out /= scale_out;
+  const size_t n = s.N * s.C;
+  std::printf(
+      "layernorm N%zu C%zu: fused vs unfused %zu of %zu elements differ in bits (fresh and in "
+      "place); vs double: out %.2e, mean/rstd %.2e\n",
+      s.N, s.C, differ, 2 * (2 * n + 2 * s.N), err_out, err_stats);
+  return differ == 0 && err_out <= 1e-5 && err_stats <= 1e-5;
+}
+
+bool check_rmsnorm(const Shape& s, const Inputs& in) {
+  const float eps = 1e-5f;
+  const float* w = in.w.data();
+  Out f;
+  const size_t differ = fused_vs_unfused(
+      s, in, false,
+      [&](Out& o) {
+        rmsnorm_forward_kernel(o.out.data(), o.rstd.data(), o.residual.data(), w, s.N, s.C, eps);
+      },
+      [&](Out& o, const float* a) {
+        fused_residual_rmsnorm_forward_kernel(o.residual.data(), o.out.data(), o.rstd.data(), a,
+                                              in.b.data(), w, s.N, s.C, eps);
+      },
+      &f);
+  // Double reference: RMSNorm of the exact sum.
+  double err_out = 0, scale_out = 0, err_rstd = 0;
+  for (size_t r = 0; r < s.N; ++r) {
+    double sq = 0;
+    for (size_t c = 0; c < s.C; ++c) sq += sum_at(in, r * s.C + c) * sum_at(in, r * s.C + c);
+    const double rs = 1.0 / std::sqrt(sq / s.C + eps);
+    for (size_t c = 0; c < s.C; ++c) {
+      const double y = w[c] * (sum_at(in, r * s.C + c) * rs);
+      double e = std::fabs(f.out[r * s.C + c] - y);
+      if (!(e == e)) e = 1e30;
+      err_out = std::max(err_out, e);
+      scale_out = std::max(scale_out, std::fabs(y));
+    }
+    double er = std::fabs(f.rstd[r] - rs) / rs;
+    if (!(er == er)) er = 1e30;
+    err_rstd = std::max(err_rstd, er);
+  }
+  err_out /= scale_out;
+  const size_t n = s.N * s.C;
+  std::printf(
+      "rmsnorm N%zu C%zu: fused vs unfused %zu of %zu elements differ in bits (fresh and in "
+      "place); vs double: out %.2e, rstd %.2e\n",
+      s.N, s.C, differ, 2 * (2 * n + s.N), err_out, err_rstd);
+  return differ == 0 && err_out <= 1e-5 && err_rstd <= 1e-5;
+}
+
+}  // namespace
+
 int main() {
-  struct Shape {
-    size_t N, C;
-  };
-  const Shape shapes[] = {{7, 48}, {33, 768}, {5, 13}, {16, 1600}, {1, 1}, {9, 100}, {17, 32}};
-  int fail = 0;
+  const Shape shapes[] = {{7, 48},  {33, 768}, {5, 13},   {16, 1600}, {1, 1},
+                          {9, 100}, {17, 32},  {6, 2048}, {33, 576}};
+  bool ok = true;
   uint32_t seed = 1;
   for (const Shape& s : shapes) {
-    const size_t n = s.N * s.C;
     std::mt19937 g(seed++);
     std::normal_distribution<float> na(3.0f, 2.0f), nb(-0.25f, 0.5f), nw(1.0f, 0.1f),
         nbias(0.0f, 0.1f);
-    std::vector<float> a(n), b(n), w(s.C), bias(s.C);
-    for (auto& x : a) x = na(g);
-    for (auto& x : b) x = nb(g);
-    for (auto& x : w) x = nw(g);
-    for (auto& x : bias) x = nbias(g);
-    const float nan = std::nanf("");
-    auto fresh = [&] {
-      return Out{std::vector<float>(n, nan), std::vector<float>(n, nan),
-                 std::vector<float>(s.N, nan), std::vector<float>(s.N, nan)};
-    };
-    const unsigned blocks = static_cast<unsigned>(ceil_div(s.N, kWarpsPerBlock));
-    // Unfused: residual_forward_kernel's out[i] = a[i] + b[i], then the layernorm kernel.
-    Out u = fresh();
-    for (size_t i = 0; i < n; ++i) u.residual[i] = a[i] + b[i];
-    emulate(blocks, kBlockSize, 0, [&] {
-      layernorm_forward_kernel(u.out.data(), u.mean.data(), u.rstd.data(), u.residual.data(),
-                               w.data(), bias.data(), s.N, s.C);
-    });
-    Out f = fresh();
-    emulate(blocks, kBlockSize, 0, [&] {
-      fused_residual_layernorm_forward_kernel(f.residual.data(), f.out.data(), f.mean.data(),
-                                              f.rstd.data(), a.data(), b.data(), w.data(),
-                                              bias.data(), s.N, s.C);
-    });
-    Out p = fresh();
-    p.residual = a;  // in place: residual aliases a
-    emulate(blocks, kBlockSize, 0, [&] {
-      fused_residual_layernorm_forward_kernel(p.residual.data(), p.out.data(), p.mean.data(),
-                                              p.rstd.data(), p.residual.data(), b.data(), w.data(),
-                                              bias.data(), s.N, s.C);
-    });
-    size_t differ = 0;
-    for (const Out* o : {&f, &p})
-      differ += bit_differences(o->residual, u.residual) + bit_differences(o->out, u.out) +
-                bit_differences(o->mean, u.mean) + bit_differences(o->rstd, u.rstd);
-    // Double reference: layernorm of the exact sum, biased variance, eps 1e-5.
-    double err_out = 0, scale_out = 0, err_stats = 0;
-    for (size_t r = 0; r < s.N; ++r) {
-      double m = 0, v = 0;
-      for (size_t c = 0; c < s.C; ++c) m += (double)a[r * s.C + c] + b[r * s.C + c];
-      m /= s.C;
-      for (size_t c = 0; c < s.C; ++c) {
-        const double d = (double)a[r * s.C + c] + b[r * s.C + c] - m;
-        v += d * d;
-      }
-      const double rs = 1.0 / std::sqrt(v / s.C + 1e-5);
-      for (size_t c = 0; c < s.C; ++c) {
-        const double x = (double)a[r * s.C + c] + b[r * s.C + c];
-        const double y = (x - m) * rs * w[c] + bias[c];
-        double e = std::fabs(f.out[r * s.C + c] - y);
-        if (!(e == e)) e = 1e30;
-        err_out = std::max(err_out, e);
-        scale_out = std::max(scale_out, std::fabs(y));
-      }
-      double em = std::fabs(f.mean[r] - m) / std::max(std::fabs(m), 1e-30);
-      double er = std::fabs(f.rstd[r] - rs) / rs;
-      if (!(em == em) || !(er == er)) em = 1e30;
-      err_stats = std::max({err_stats, em, er});
-    }
-    err_out /= scale_out;
-    std::printf(
-        "N%zu C%zu: fused vs unfused %zu of %zu elements differ in bits (fresh and in "
-        "place); vs double: out %.2e, mean/rstd %.2e\n",
-        s.N, s.C, differ, 2 * (2 * n + 2 * s.N), err_out, err_stats);
-    if (differ != 0 || err_out > 1e-5 || err_stats > 1e-5) fail = 1;
+    Inputs in{std::vector<float>(s.N * s.C), std::vector<float>(s.N * s.C), std::vector<float>(s.C),
+              std::vector<float>(s.C)};
+    for (auto& x : in.a) x = na(g);
+    for (auto& x : in.b) x = nb(g);
+    for (auto& x : in.w) x = nw(g);
+    for (auto& x : in.bias) x = nbias(g);
+    ok &= check_layernorm(s, in);
+    ok &= check_rmsnorm(s, in);
   }
-  std::printf(fail ? "FAIL\n" : "PASS\n");
-  return fail;
+  std::printf(ok ? "PASS\n" : "FAIL\n");
+  return ok ? 0 : 1;
 }
