@@ -57,9 +57,9 @@ class CpuKernels final : public Kernels {
     cpu::matmul_forward(out, inp, weight, bias, N, IC, OC);
   }
   void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                       const float* inp, const float* weight, size_t N, size_t IC,
-                       size_t OC) override {
-    cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+                       const float* inp, const float* weight, size_t N, size_t IC, size_t OC,
+                       GradWrite dinp_write) override {
+    cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC, dinp_write);
   }
 
   void gemm_16bit(float* c, const void* a, const void* b, DType type, size_t m, size_t n,
@@ -81,7 +81,7 @@ class CpuKernels final : public Kernels {
                             const float* inp, const float* pre, const float* weight, size_t N,
                             size_t IC, size_t OC) override {
     std::memset(dpre, 0, N * IC * sizeof(float));
-    matmul_backward(dpre, dweight, dbias, dout, inp, weight, N, IC, OC);
+    matmul_backward(dpre, dweight, dbias, dout, inp, weight, N, IC, OC, GradWrite::accumulate);
     cpu::gelu_backward_in_place(dpre, pre, N * IC);
   }
 

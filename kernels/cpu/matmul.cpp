@@ -12,6 +12,7 @@
 #include <omp.h>
 
 #include <climits>
+#include <cstring>
 #include <string>
 
 #include "tierzero/core/error.hpp"
@@ -118,19 +119,24 @@ void matmul_forward(float* out,           // (N, OC)
   gemm(N, OC, IC, {inp, false, IC}, {weight, true, IC}, beta, out, OC);
 }
 
-void matmul_backward(float* dinp,          // (N, IC) +=
+void matmul_backward(float* dinp,          // (N, IC) += or =
                      float* dweight,       // (OC, IC) +=
                      float* dbias,         // (OC) += nullable
                      const float* dout,    // (N, OC)
                      const float* inp,     // (N, IC)
                      const float* weight,  // (OC, IC)
-                     size_t N, size_t IC, size_t OC) {
-  if (N == 0 || OC == 0) return;
+                     size_t N, size_t IC, size_t OC, GradWrite dinp_write) {
+  const bool overwrite = dinp_write == GradWrite::overwrite;
+  if (N == 0 || IC == 0 || OC == 0) {  // an empty product: an overwritten dinp is zero
+    if (overwrite && dinp != nullptr && N * IC > 0) std::memset(dinp, 0, N * IC * sizeof(float));
+    if (N == 0 || OC == 0) return;
+  }
   if (IC > 0) {
-    // dinp (N, IC) += dout (N, OC) @ weight (OC, IC)
-    gemm(N, IC, OC, {dout, false, OC}, {weight, false, IC}, 1.0f, dinp, IC);
+    // dinp (N, IC) += dout (N, OC) @ weight (OC, IC); beta 0 (overwrite): BLAS does not read it
+    if (dinp != nullptr)
+      gemm(N, IC, OC, {dout, false, OC}, {weight, false, IC}, overwrite ? 0.0f : 1.0f, dinp, IC);
     // dweight (OC, IC) += dout^T (OC, N) @ inp (N, IC)
-    gemm(OC, IC, N, {dout, true, OC}, {inp, false, IC}, 1.0f, dweight, IC);
+    if (dweight != nullptr) gemm(OC, IC, N, {dout, true, OC}, {inp, false, IC}, 1.0f, dweight, IC);
   }
   if (!dbias) return;
   // Column sums in slices of columns, so that each thread reads its slice of every row of dout

@@ -279,20 +279,28 @@ class CudaKernels final : public Kernels {
     }
   }
 
-  void matmul_backward(float* dinp,          // (N, IC) +=
+  void matmul_backward(float* dinp,          // (N, IC) += or =
                        float* dweight,       // (OC, IC) +=
                        float* dbias,         // (OC) += nullable
                        const float* dout,    // (N, OC)
                        const float* inp,     // (N, IC)
                        const float* weight,  // (OC, IC)
-                       size_t N, size_t IC, size_t OC) override {
-    if (N == 0 || OC == 0) return;
+                       size_t N, size_t IC, size_t OC, GradWrite dinp_write) override {
+    const bool overwrite = dinp_write == GradWrite::overwrite;
+    if (N == 0) return;
     CudaDeviceGuard guard(device_);
+    if (OC == 0) {  // an empty product: an overwritten dinp is zero
+      if (overwrite && dinp != nullptr && IC > 0)
+        TZ_CUDA_CHECK(cudaMemsetAsync(dinp, 0, N * IC * sizeof(float), stream_));
+      return;
+    }
     if (IC > 0) {
       // dinp (N, IC) += dout (N, OC) · W (OC, IC):
       // dinp^T (IC, N) += W^T (IC, OC) · dout^T (OC, N), W^T being W's storage as column-major.
+      // Overwritten: beta 0, so cuBLASLt does not read it.
       if (dinp != nullptr) {
-        lt_matmul(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight, IC, dout, OC, dinp, IC, 1.0f);
+        lt_matmul(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight, IC, dout, OC, dinp, IC,
+                  overwrite ? 0.0f : 1.0f);
       }
       // dW (OC, IC) += dout^T (OC, N) · inp (N, IC):
       // dW^T (IC, OC) += inp^T (IC, N) · dout (N, OC), dout being the transpose of its storage.
@@ -349,7 +357,8 @@ class CudaKernels final : public Kernels {
     CudaDeviceGuard guard(device_);
     if (OC == 0 || IC == 0) {  // dout @ W is empty: zero, and so is gelu' times it
       if (IC > 0) TZ_CUDA_CHECK(cudaMemsetAsync(dpre, 0, N * IC * sizeof(float), stream_));
-      matmul_backward(nullptr, dweight, dbias, dout, inp, weight, N, IC, OC);  // dbias still +=
+      matmul_backward(nullptr, dweight, dbias, dout, inp, weight, N, IC, OC,
+                      GradWrite::accumulate);  // dbias still +=
       return;
     }
     const LtEpilogue dgelu{CUBLASLT_EPILOGUE_DGELU, nullptr, pre, static_cast<int64_t>(IC)};
@@ -359,7 +368,7 @@ class CudaKernels final : public Kernels {
       lt_matmul(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight, IC, dout, OC, dpre, IC, 0.0f);
       cuda_impl::launch_gelu_backward_in_place(stream_, dpre, pre, N * IC);
     }
-    matmul_backward(nullptr, dweight, dbias, dout, inp, weight, N, IC, OC);
+    matmul_backward(nullptr, dweight, dbias, dout, inp, weight, N, IC, OC, GradWrite::accumulate);
   }
 
   // The fused kernels keep one logsumexp per query row and recompute the rest in the backward:

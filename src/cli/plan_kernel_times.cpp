@@ -38,7 +38,8 @@ double block_gemm_rate(Device& device, const nn::GPTConfig& model, size_t seq,
     DeviceBuffer dw = buffer(oc * ic, "plan gemm dw");     // (OC, IC)
     seconds += profile::compute_seconds(3, threads, [&] {
       k.matmul_forward(out.f32(), inp.f32(), w.f32(), nullptr, N, ic, oc);
-      k.matmul_backward(dinp.f32(), dw.f32(), nullptr, out.f32(), inp.f32(), w.f32(), N, ic, oc);
+      k.matmul_backward(dinp.f32(), dw.f32(), nullptr, out.f32(), inp.f32(), w.f32(), N, ic, oc,
+                        kernels::GradWrite::overwrite);  // as the blocks' linears write theirs
       s.synchronize();
     });
     flops += 6.0 * static_cast<double>(N) * static_cast<double>(ic) * static_cast<double>(oc);

@@ -102,8 +102,7 @@ void Attention::backward(const ModuleContext& ctx, const float* in, const Attent
   if (grouped_) return backward_grouped(ctx, in, a, dout, din);
   if (ctx.ulysses) return backward_ulysses(ctx, in, a, dout, din);
   const size_t B = ctx.mb.B(), T = ctx.mb.T();
-  ctx.zero(ctx.scratch.datty(), B * T * channels_);
-  proj_.backward(ctx, a.atty, dout, ctx.scratch.datty());
+  proj_.backward(ctx, a.atty, dout, ctx.scratch.datty());  // written whole
   ctx.zero(ctx.scratch.dqkv(), B * T * 3 * channels_);
   ctx.k.attention_backward(ctx.scratch.dqkv(), ctx.scratch.attention(), ctx.scratch.datty(), a.atty,
                            a.qkv, a.lse, shape(B, T, 1));
@@ -129,8 +128,7 @@ void Attention::backward_ulysses(const ModuleContext& ctx, const float* in, cons
   const ActivationDims& d = ctx.mb.dims();
   const UlyssesBuffers buf = ctx.scratch.ulysses();
   UlyssesGroup& u = *ctx.ulysses;
-  float* datty = ctx.scratch.datty();  // (B, T, C), then in place (B, Ts, Cl)
-  ctx.zero(datty, d.tokens * channels_);
+  float* datty = ctx.scratch.datty();  // (B, T, C) written whole, then in place (B, Ts, Cl)
   proj_.backward(ctx, a.atty, dout, datty);
   u.to_heads(ctx.stream, datty, datty, buf, d.B, d.T, 1, channels_);
   // The kernel's output in the heads' layout, which the backward reads: re-sharded again from
@@ -191,8 +189,7 @@ void Attention::backward_grouped(const ModuleContext& ctx, const float* in, cons
   const size_t p = ctx.ulysses ? ctx.ulysses->size() : 1;
   const size_t groups = heads_ / p / group_heads_;
   const UlyssesBuffers buf = ctx.ulysses ? ctx.scratch.ulysses() : UlyssesBuffers{};
-  float* datty = ctx.scratch.datty();  // (B, T, channels_), under Ulysses then (B, Ts, ./p)
-  ctx.zero(datty, d.tokens * channels_);
+  float* datty = ctx.scratch.datty();  // (B, T, channels_) written whole; Ulysses: (B, Ts, ./p)
   proj_.backward(ctx, a.atty, dout, datty);
   const float* heads_out = a.atty;  // the kernel's output, which its backward reads
   if (ctx.ulysses) {

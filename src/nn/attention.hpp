@@ -31,7 +31,8 @@ class Attention {
   // out (B, T, C) = attproj(attention(qkv(in))); in (B, T, C) is the layernormed stream.
   void forward(const ModuleContext& ctx, const float* in, float* out,
                const AttentionActs& acts) const;
-  // din (B, T, C) += d(in) for dout (B, T, C); `in` and `acts` are the forward's.
+  // din (B, T, C) = d(in) for dout (B, T, C), overwritten (Linear::backward); `in` and `acts` are
+  // the forward's.
   void backward(const ModuleContext& ctx, const float* in, const AttentionActs& acts,
                 const float* dout, float* din) const;
   // The attention's core again (selective recompute): acts.atty and acts.lse from acts.qkv, as

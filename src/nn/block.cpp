@@ -96,20 +96,17 @@ void Block::backward(ModuleContext& ctx, const float* dout, float* din) {
            "a block updates the residual stream's running gradient in place");
   const float* in = ctx.mb.saved_input(index());
   const BlockActs a = acts(ctx);
-  const size_t n = ctx.mb.dims().tokens * channels_;
-  float* dln = ctx.scratch.dln();
+  float* dln = ctx.scratch.dln();  // (B*T, C), each branch's input gradient, written whole
   float* gathered = ctx.scratch.gathered_in();
   float* gathered_grad = ctx.scratch.gathered_grad();
   // MLP branch: its dout is the stream's gradient; ln2 adds the branch's part into the stream,
   // which then is the gradient of residual2, the attention branch's dout. Under tensor
   // parallelism dln holds this rank's partial sums until reduce_stream adds them up.
   // (The collectives are issued one statement each: every rank must issue them in one order.)
-  ctx.zero(dln, n);
   const float* ln2_out = ctx.gather_stream(a.ln2, gathered);
   const float* mlp_dout = ctx.gather_stream(dout, gathered_grad);
   mlp_.backward(ctx, ln2_out, a.mlp, mlp_dout, dln);
   ln2_.backward(ctx, a.residual2, a.ln2_stats, ctx.reduce_stream(dln), din);
-  ctx.zero(dln, n);
   const float* ln1_out = ctx.gather_stream(a.ln1, gathered);
   const float* attn_dout = ctx.gather_stream(din, gathered_grad);
   attn_.backward(ctx, ln1_out, a.attn, attn_dout, dln);

@@ -40,15 +40,14 @@ void Head::backward(ModuleContext& ctx, const float* dout, float* din) {
   const float* in = ctx.gather_stream(ctx.mb.saved_input(index()), ctx.scratch.gathered_in());
   if (ctx.tp == nullptr) {
     ctx.k.matmul_backward(din, wte_.in(ctx.grads), nullptr, dout, in, wte_.in(ctx.params), d.tokens,
-                          channels_, vocab_padded_);
+                          channels_, vocab_padded_, kernels::GradWrite::accumulate);
     return;
   }
   // The input gradient from this rank's columns is a partial sum: summed over the group apart
   // from din, so that din keeps accumulating (+=) like every backward's.
-  float* partial = ctx.scratch.proj();  // (B*T, C)
-  ctx.zero(partial, d.tokens * channels_);
+  float* partial = ctx.scratch.proj();  // (B*T, C), written whole
   ctx.k.matmul_backward(partial, wte_.in(ctx.grads), nullptr, dout, in, wte_.in(ctx.params),
-                        d.tokens, channels_, vocab_padded_);
+                        d.tokens, channels_, vocab_padded_, kernels::GradWrite::overwrite);
   ctx.k.residual_forward(din, din, ctx.reduce_stream(partial), d.stream_tokens * channels_);
 }
 
@@ -60,13 +59,10 @@ void Head::classify(ModuleContext& ctx, const float* dloss, float* din) {
   // The input gradient: straight into din on one rank; under tensor parallelism a partial sum
   // over this rank's columns, summed over the group once every chunk has added its rows.
   float* dx = nullptr;  // (B*T, C)
-  if (dloss) {
-    dx = din;
-    if (ctx.tp != nullptr) {
-      dx = ctx.scratch.proj();
-      ctx.zero(dx, d.tokens * channels_);
-    }
-  }
+  if (dloss) dx = ctx.tp != nullptr ? ctx.scratch.proj() : din;
+  // The chunks' rows are disjoint: each chunk writes its rows of the partial sum whole.
+  const kernels::GradWrite dx_write =
+      ctx.tp != nullptr ? kernels::GradWrite::overwrite : kernels::GradWrite::accumulate;
   for (size_t row = 0; row < d.tokens; row += d.logits_rows) {
     const size_t n = std::min(d.logits_rows, d.tokens - row);
     const float* x = in + row * channels_;  // (n, C)
@@ -74,7 +70,7 @@ void Head::classify(ModuleContext& ctx, const float* dloss, float* din) {
     cross_entropy_rows(ctx, logits, row, n, vocab_, dloss);
     if (dloss)
       ctx.k.matmul_backward(dx + row * channels_, wte_.in(ctx.grads), nullptr, logits, x, w, n,
-                            channels_, vocab_padded_);
+                            channels_, vocab_padded_, dx_write);
   }
   if (dloss && ctx.tp != nullptr)
     ctx.k.residual_forward(din, din, ctx.reduce_stream(dx), d.stream_tokens * channels_);

@@ -60,7 +60,7 @@ void Linear::backward(const ModuleContext& ctx, const float* in, const float* do
   // gradient, and the replicas stay equal.
   const size_t N = ctx.mb.dims().tokens;
   ctx.k.matmul_backward(din, weight_.in(ctx.grads), has_bias_ ? bias_.in(ctx.grads) : nullptr, dout,
-                        in, weight_.in(ctx.params), N, in_, out_);
+                        in, weight_.in(ctx.params), N, in_, out_, kernels::GradWrite::overwrite);
 }
 
 void Linear::forward_gelu(const ModuleContext& ctx, const float* in, float* pre, float* act) const {

@@ -30,7 +30,9 @@ class Linear {
   // out (B*T, out) = in (B*T, in) @ W^T + b, over all of ctx.mb's tokens (row-parallel: a
   // partial sum, with b on tp rank 0 only).
   void forward(const ModuleContext& ctx, const float* in, float* out) const;
-  // din (B*T, in) += dout @ W; dW += dout^T in; db += colsum(dout). `in` is the forward's input.
+  // din (B*T, in) = dout @ W, OVERWRITTEN (every caller's din has no other term, so it is not
+  // zero-filled first, and the product does not read it); dW += dout^T in; db += colsum(dout).
+  // `in` is the forward's input.
   void backward(const ModuleContext& ctx, const float* in, const float* dout, float* din) const;
   // forward with GELU after it: pre (B*T, out) as forward's out, act (B*T, out) = gelu(pre), in
   // one kernel call (Kernels::matmul_gelu_forward). Not for a row-parallel linear, whose partial

@@ -50,8 +50,7 @@ void MLP::backward(const ModuleContext& ctx, const float* in, const MlpActs& a, 
   const size_t N = ctx.mb.B() * ctx.mb.T();
   const size_t n = N * hidden_;
   if (swiglu_) {
-    ctx.zero(ctx.scratch.dfch_gelu(), n);
-    proj_.backward(ctx, a.fch_gelu, dout, ctx.scratch.dfch_gelu());
+    proj_.backward(ctx, a.fch_gelu, dout, ctx.scratch.dfch_gelu());  // written whole
     ctx.zero(ctx.scratch.dfch(), 2 * n);
     ctx.k.swiglu_backward(ctx.scratch.dfch(), a.fch, ctx.scratch.dfch_gelu(), N, hidden_);
   } else {

@@ -23,7 +23,8 @@ class MLP {
   // out (B, T, C) = fcproj(gelu(fc(in))) (or fcproj(swiglu(fc(in)))). out may be null: a checkpoint
   // recompute needs only acts rebuilt, not the output the forward already delivered.
   void forward(const ModuleContext& ctx, const float* in, float* out, const MlpActs& acts) const;
-  // din (B, T, C) += d(in) for dout (B, T, C); `in` and `acts` are the forward's.
+  // din (B, T, C) = d(in) for dout (B, T, C), overwritten (Linear::backward); `in` and `acts` are
+  // the forward's.
   void backward(const ModuleContext& ctx, const float* in, const MlpActs& acts, const float* dout,
                 float* din) const;
 

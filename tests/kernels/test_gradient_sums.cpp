@@ -168,7 +168,7 @@ TEST_P(GradientSumsTest, ColumnSumsRepeatBitForBit) {
     for (int run = 0; run < 2; ++run) {
       auto d_db = to_device(db0);
       kernels().matmul_backward(nullptr, nullptr, d_db->get(), d_dout->get(), nullptr, nullptr, s.N,
-                                0, s.C);
+                                0, s.C, kernels::GradWrite::accumulate);
       bias[run] = d_db->download();
 
       auto d_dw = to_device(dw0);

@@ -4,7 +4,12 @@
 // covered too.
 #include <omp.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "kernel_test_support.hpp"
 #include "reference_kernels.hpp"
@@ -76,7 +81,8 @@ TEST_P(MatmulTest, BackwardAccumulates) {
     auto d_dweight = to_device(dweight0);
     auto d_dbias = to_device(dbias0);
     kernels().matmul_backward(d_dinp->get(), d_dweight->get(), s.bias ? d_dbias->get() : nullptr,
-                              d_dout->get(), d_inp->get(), d_weight->get(), s.N, s.IC, s.OC);
+                              d_dout->get(), d_inp->get(), d_weight->get(), s.N, s.IC, s.OC,
+                              kernels::GradWrite::accumulate);
 
     std::vector<double> dinp(s.N * s.IC, 0.0), dweight(s.OC * s.IC, 0.0), dbias(s.OC, 0.0);
     ref::matmul_backward(dinp.data(), dweight.data(), dbias.data(), widen(dout).data(),
@@ -87,6 +93,51 @@ TEST_P(MatmulTest, BackwardAccumulates) {
     if (s.bias) {
       expect_close(name("matmul_backward dbias", s), d_dbias->download(), plus(dbias0, dbias),
                    1e-5);
+    }
+  }
+}
+
+// GradWrite::overwrite: dinp is written whole and never read (it starts as NaN here), with the
+// values the accumulating form gives from zeros (equal as floats: a zero's sign may differ), while
+// dweight and dbias still accumulate into their priors. An empty product (OC 0) zeroes dinp.
+TEST_P(MatmulTest, BackwardOverwritesTheInputGradientWhenAsked) {
+  uint32_t seed = 650;
+  std::vector<MatmulShape> shapes(std::begin(kShapes), std::end(kShapes));
+  shapes.push_back({9, 17, 0, false});
+  for (const MatmulShape& s : shapes) {
+    const std::vector<float> inp = random_normal(s.N * s.IC, seed++);        // (N, IC)
+    const std::vector<float> weight = random_normal(s.OC * s.IC, seed++);    // (OC, IC)
+    const std::vector<float> dout = random_normal(s.N * s.OC, seed++);       // (N, OC)
+    const std::vector<float> dweight0 = random_normal(s.OC * s.IC, seed++);  // (OC, IC) prior
+    const std::vector<float> dbias0 = random_normal(s.OC, seed++);           // (OC) prior
+    auto d_inp = to_device(inp);
+    auto d_weight = to_device(weight);
+    auto d_dout = to_device(dout);
+    // Overwritten into NaN; accumulated into zeros, the reference form.
+    auto d_over = to_device(std::vector<float>(s.N * s.IC, std::nanf("")));  // (N, IC)
+    auto d_acc = to_device(std::vector<float>(s.N * s.IC, 0.0f));            // (N, IC)
+    auto d_dweight_over = to_device(dweight0), d_dweight_acc = to_device(dweight0);
+    auto d_dbias_over = to_device(dbias0), d_dbias_acc = to_device(dbias0);
+    kernels().matmul_backward(d_over->get(), d_dweight_over->get(),
+                              s.bias ? d_dbias_over->get() : nullptr, d_dout->get(), d_inp->get(),
+                              d_weight->get(), s.N, s.IC, s.OC, kernels::GradWrite::overwrite);
+    kernels().matmul_backward(d_acc->get(), d_dweight_acc->get(),
+                              s.bias ? d_dbias_acc->get() : nullptr, d_dout->get(), d_inp->get(),
+                              d_weight->get(), s.N, s.IC, s.OC, kernels::GradWrite::accumulate);
+    const std::vector<float> over = d_over->download(), acc = d_acc->download();
+    size_t unequal = 0;
+    double max_abs = 0.0;
+    for (size_t i = 0; i < over.size(); ++i) {
+      unequal += !(over[i] == acc[i]);  // NaN (a read of the old value) is unequal too
+      max_abs = std::max(max_abs, std::fabs(double{over[i]} - double{acc[i]}));
+    }
+    std::printf("%s: overwritten vs accumulated into zeros: %zu of %zu unequal, max abs %.3g\n",
+                name("matmul_backward dinp", s).c_str(), unequal, over.size(), max_abs);
+    EXPECT_EQ(unequal, 0u) << name("dinp", s);
+    EXPECT_EQ(d_dweight_over->download(), d_dweight_acc->download()) << name("dweight", s);
+    EXPECT_EQ(d_dbias_over->download(), d_dbias_acc->download()) << name("dbias", s);
+    if (s.OC == 0) {
+      for (float v : over) ASSERT_EQ(v, 0.0f) << name("empty product's dinp", s);
     }
   }
 }
@@ -122,7 +173,7 @@ TEST(MatmulCpuThreads, ResultDoesNotDependOnThreadCount) {
     kernels::Kernels& k = device->kernels();
     k.matmul_forward(d_out.get(), d_inp.get(), d_weight.get(), d_bias.get(), s.N, s.IC, s.OC);
     k.matmul_backward(d_dinp.get(), d_dweight.get(), d_dbias.get(), d_dout.get(), d_inp.get(),
-                      d_weight.get(), s.N, s.IC, s.OC);
+                      d_weight.get(), s.N, s.IC, s.OC, kernels::GradWrite::accumulate);
     const std::string suffix = " " + std::to_string(threads) + " threads";
     expect_close(name("matmul_forward out", s) + suffix, d_out.download(), out, 1e-5);
     expect_close(name("matmul_backward dinp", s) + suffix, d_dinp.download(), dinp, 1e-5);

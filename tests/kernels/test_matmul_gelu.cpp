@@ -166,7 +166,8 @@ TEST_P(MatmulGeluTest, BackwardMatchesReference) {
       auto d_dpre2 = to_device(std::vector<float>(s.N * s.IC, 0.0f));
       auto d_dweight2 = to_device(dweight0);
       kernels().matmul_backward(d_dact2->get(), d_dweight2->get(), nullptr, d_dout->get(),
-                                d_act->get(), d_weight->get(), s.N, s.IC, s.OC);
+                                d_act->get(), d_weight->get(), s.N, s.IC, s.OC,
+                                kernels::GradWrite::accumulate);
       kernels().gelu_backward(d_dpre2->get(), d_pre->get(), d_dact2->get(), s.N * s.IC);
       EXPECT_TRUE(same_bits(got_dpre, d_dpre2->download())) << name("dpre bits", s);
       EXPECT_TRUE(same_bits(got_dweight, d_dweight2->download())) << name("dweight bits", s);

@@ -104,7 +104,8 @@ TEST_P(MatmulPrecisionTest, EachPrecisionMatchesReference) {
       auto d_dweight = to_device(dweight0);
       auto d_dbias = to_device(dbias0);
       kernels().matmul_backward(d_dinp->get(), d_dweight->get(), s.bias ? d_dbias->get() : nullptr,
-                                d_dout->get(), d_inp->get(), d_weight->get(), s.N, s.IC, s.OC);
+                                d_dout->get(), d_inp->get(), d_weight->get(), s.N, s.IC, s.OC,
+                                kernels::GradWrite::accumulate);
 
       std::vector<double> out(s.N * s.OC);
       const std::vector<double> bias_d = widen(bias);

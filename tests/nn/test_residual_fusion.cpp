@@ -1,7 +1,7 @@
 // The block's last residual add left to the next module's norm (GPT::set_residual_fusion, on by
 // default) against the reference, which adds it in a pass of its own: the same losses, gradients,
-// logits and evaluation loss, bit for bit, for GPT-2 (LayerNorm, fused kernel) and the Llama
-// family (RMSNorm, add then norm), in every recompute mode, with micro-batches accumulated and
+// logits and evaluation loss, bit for bit, for GPT-2 (LayerNorm) and the Llama family (RMSNorm),
+// each with its fused kernel, in every recompute mode, with micro-batches accumulated and
 // with a model of one block (whose sum the final norm writes).
 #include <gtest/gtest.h>
 

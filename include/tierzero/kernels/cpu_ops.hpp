@@ -36,10 +36,10 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 // out (N,OC) = inp (N,IC) @ weight (OC,IC)^T + bias (OC, nullable)
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, size_t N,
                     size_t IC, size_t OC);
-// dinp (N,IC) += dout (N,OC) @ weight (OC,IC); dweight (OC,IC) += dout^T @ inp (N,IC);
-// dbias (OC, nullable) += column sums of dout
+// dinp (N,IC) += (or =, GradWrite) dout (N,OC) @ weight (OC,IC); dweight (OC,IC) += dout^T @
+// inp (N,IC); dbias (OC, nullable) += column sums of dout. dinp and dweight nullable.
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, size_t N, size_t IC, size_t OC);
+                     const float* weight, size_t N, size_t IC, size_t OC, GradWrite dinp_write);
 
 // The naive attention (llm.c's), kept as the reference the tiled one is tested against:
 // out (B,T,C), att (B,NH,T,T) probabilities from qkv (B,T,3C); causal, scale 1/sqrt(C/NH)

@@ -32,6 +32,11 @@ struct AdamWParams {
   int64_t step;        // 1-based step count used for bias correction
 };
 
+// How a backward kernel writes an input gradient: added into it (the convention above), or
+// overwritten, for a gradient that has no other term: its caller then skips the zero fill, and
+// the product does not read it (cuBLASLt's beta 0).
+enum class GradWrite { accumulate, overwrite };
+
 // One piece of a shard for adamw_update_segments, with its own weight decay (a unit's matrices
 // decay, its biases and norms do not).
 struct AdamWSegment {
@@ -147,13 +152,15 @@ class Kernels {
                               const float* weight,  // (OC, IC)
                               const float* bias,    // (OC) nullable
                               size_t N, size_t IC, size_t OC) = 0;
-  virtual void matmul_backward(float* dinp,          // (N, IC) +=
+  // dinp (+)= dout @ weight as dinp_write says (overwrite: the same values as accumulating into
+  // zeros, a zero's sign aside); dweight and dbias always accumulate. dinp and dweight nullable.
+  virtual void matmul_backward(float* dinp,          // (N, IC) += or =
                                float* dweight,       // (OC, IC) +=
                                float* dbias,         // (OC) += nullable
                                const float* dout,    // (N, OC)
                                const float* inp,     // (N, IC)
                                const float* weight,  // (OC, IC)
-                               size_t N, size_t IC, size_t OC) = 0;
+                               size_t N, size_t IC, size_t OC, GradWrite dinp_write) = 0;
 
   // A product with 16-bit operands, the tensor cores' native form: c (m, n) = a (m, k) b^T, a and
   // b (n, k) both of `type` (bf16 or fp16), accumulated and written in fp32. Not a training op

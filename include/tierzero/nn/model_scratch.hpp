@@ -1,5 +1,7 @@
 // ModelScratch: activation memory one model shares across micro-batches, because nothing in it
-// outlives one module call: the projection output a block adds into the stream, the gradients
+// outlives one module call but into the next module's first kernel (a block's last residual add,
+// left as a ResidualSum: the MLP's output in proj() or reduced(), and with full recompute the
+// slot's residual2): the projection output a block adds into the stream, the gradients
 // inside one block's (or the head-to-final-norm) backward, and with full recompute (activation
 // checkpointing) the one block's internals that each forward and recompute rebuilds, with
 // selective recompute the one attention core. Under tensor parallelism it

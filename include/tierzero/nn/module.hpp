@@ -22,8 +22,9 @@ class MicroBatch;
 class ModelScratch;
 
 // A block's output left as its last residual add, into = a + b, for the next module to write
-// together with its norm (Kernels::fused_residual_layernorm_forward): the sum is then written
-// once and never read back. a and b stay valid until that module's forward begins.
+// together with its norm (Kernels::fused_residual_layernorm_forward / _rmsnorm_forward): the
+// sum is written once and not read back for the norm. a and b stay valid until that module's
+// first kernel has run.
 struct ResidualSum {
   float* into = nullptr;     // (S, C) where the sum belongs: the next module's `in`
   const float* a = nullptr;  // (S, C)
