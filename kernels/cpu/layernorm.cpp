@@ -17,14 +17,15 @@ namespace {
 constexpr double kEps = 1e-5;
 
 // One row: y (C) = layernorm(x (C)), its mean and rstd. Both forward kernels call this one
-// function (never inlined), so the fused residual + layernorm gives the bits of the unfused pair.
-[[gnu::noinline]] void layernorm_row(float* y,             // (C)
-                                     float* mean,          // (1)
-                                     float* rstd,          // (1)
-                                     const float* x,       // (C)
-                                     const float* weight,  // (C)
-                                     const float* bias,    // (C)
-                                     size_t C) {
+// function (never inlined nor cloned), so the fused residual + layernorm gives the bits of the
+// unfused pair.
+[[gnu::noipa]] void layernorm_row(float* y,             // (C)
+                                  float* mean,          // (1)
+                                  float* rstd,          // (1)
+                                  const float* x,       // (C)
+                                  const float* weight,  // (C)
+                                  const float* bias,    // (C)
+                                  size_t C) {
   const double inv_c = 1.0 / static_cast<double>(C);
   double sum = 0.0;
 #pragma omp simd reduction(+ : sum)

@@ -12,10 +12,10 @@ namespace tierzero::kernels::cpu {
 namespace {
 
 // One row: y (C) = weight * (x * rstd), *rstd = 1 / sqrt(mean(x^2) + eps). Both forwards call
-// this one function (never inlined, so vectorised once), so the fused residual + RMSNorm gives the
-// bits of the add followed by rmsnorm_forward.
-[[gnu::noinline]] void rmsnorm_row(float* y, float* rstd, const float* x, const float* weight,
-                                   size_t C, float eps) {
+// this one function (never inlined nor cloned, so vectorised once), so the fused residual + RMSNorm
+// gives the bits of the add followed by rmsnorm_forward.
+[[gnu::noipa]] void rmsnorm_row(float* y, float* rstd, const float* x, const float* weight,
+                                size_t C, float eps) {
   double sq = 0.0;
 #pragma omp simd reduction(+ : sq)
   for (size_t c = 0; c < C; ++c) sq += static_cast<double>(x[c]) * static_cast<double>(x[c]);

@@ -16,6 +16,7 @@
 #include "tierzero/bench/results.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/memory_tracker.hpp"
+#include "tierzero/core/out_of_memory.hpp"
 #include "tierzero/core/random.hpp"
 #include "tierzero/core/timer.hpp"
 #include "tierzero/device/device_allocator.hpp"
@@ -168,16 +169,30 @@ SteppedModel step_model(Device& dev, DeviceAllocator& alloc, const nn::GPTConfig
 BatchFit fit_batch(Device& dev, size_t reserved_now, const nn::GPTConfig& cfg, size_t T,
                    size_t device_mem) {
   const size_t budget = step_budget(dev, device_mem, reserved_now);
+  // (0 only on a GPU whose memory the driver already holds, less our margin: an allocator of
+  // budget 0 would take the whole device instead.)
+  TZ_CHECK(budget > 0,
+           "bench train --batch 0: no room for a step on " + dev.name() + ": the driver reports " +
+               format_bytes(static_cast<size_t>(std::max<int64_t>(dev.driver_used_bytes(), 0))) +
+               " of its " + format_bytes(dev.total_memory()) +
+               " in use outside our allocators, and 512 MiB or 3% are kept free",
+           "free the GPU (another process holds it), or give --device-mem explicitly");
   size_t peak_at_one = 0;
   try {
     DeviceAllocator probe(dev, budget);
     peak_at_one = step_model(dev, probe, cfg, 1, T, 0).peak_in_use;
-  } catch (const Error& e) {
+  } catch (const OutOfMemory& e) {
     TZ_THROW("bench train --batch 0: a step of one sequence of " + std::to_string(T) +
                  " tokens does not fit " + format_bytes(budget) + " (" + e.what() + ")",
              "give more --device-mem, a shorter --seq or a smaller --model");
   }
-  return largest_fitting_batch(cfg, T, peak_at_one, budget);
+  const BatchFit fit = largest_fitting_batch(cfg, T, peak_at_one, budget);
+  TZ_CHECK(fit.batch > 0,
+           "bench train --batch 0: a step of one sequence of " + std::to_string(T) +
+               " tokens is predicted to take " + format_bytes(fit.next_peak) + ", over " +
+               format_bytes(budget),
+           "give more --device-mem, a shorter --seq or a smaller --model");
+  return fit;
 }
 
 }  // namespace
@@ -230,8 +245,8 @@ BenchTrainStepResult bench_train_step(const BenchTrainStepOptions& f) {
       DeviceAllocator step_alloc(*dev, step_budget_bytes);
       run = step_model(*dev, step_alloc, cfg, B, T, f.steps);
       break;
-    } catch (const Error& e) {
-      if (f.batch != 0 || B == 1 || retries == 4) throw;
+    } catch (const OutOfMemory& e) {  // any other Error is not the batch's size: it stands
+      if (f.batch != 0 || B <= 1 || retries == 4) throw;
       std::fprintf(stderr, "bench train: micro-batch %zu did not fit (%s); trying a smaller one\n",
                    B, e.what());
       B -= std::max<size_t>(1, B / 16);
@@ -270,10 +285,12 @@ BenchTrainStepResult bench_train_step(const BenchTrainStepOptions& f) {
   if (!products.empty())
     std::fprintf(stderr, "  %-32s %9.3f\n", "products, 16-bit operands speedup",
                  native_speedup(products));
-  if (f.batch == 0)
-    std::fprintf(stderr, "  %-32s %9zu (of %s: peak %s predicted, %s measured; %zu: %s)\n",
-                 "micro-batch, largest that fits", B, format_bytes(fit.budget).c_str(),
-                 format_bytes(fit.predicted_peak).c_str(), format_bytes(run.peak_in_use).c_str(),
+  if (f.batch == 0)  // after a retry the predicted peaks are those of the batch predicted
+    std::fprintf(stderr,
+                 "  %-32s %9zu (of %s: B %zu predicted at peak %s, %s measured at B %zu; %zu: "
+                 "%s)\n",
+                 "micro-batch, largest that fits", B, format_bytes(fit.budget).c_str(), fit.batch,
+                 format_bytes(fit.predicted_peak).c_str(), format_bytes(run.peak_in_use).c_str(), B,
                  fit.batch + 1, fit.next_peak ? format_bytes(fit.next_peak).c_str() : "not tried");
   std::fprintf(stderr, "  %-32s %9.1f ms\n", "train step (median)", step_s * 1e3);
   std::fprintf(stderr, "  %-32s %9.1f GF/s\n", "train step rate", rate);
@@ -304,6 +321,7 @@ BenchTrainStepResult bench_train_step(const BenchTrainStepOptions& f) {
   j["peak_bytes"] = run.peak_in_use;
   if (f.batch == 0)
     j["batch_fit"] = {{"budget_bytes", fit.budget},
+                      {"predicted_batch", fit.batch},
                       {"peak_at_one_bytes", fit.peak_at_one},
                       {"predicted_peak_bytes", fit.predicted_peak},
                       {"next_batch_peak_bytes", fit.next_peak},

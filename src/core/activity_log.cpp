@@ -1,6 +1,9 @@
 // ActivityLog: per-track time and byte totals, and a bounded list of activities while recording.
 #include "tierzero/core/activity_log.hpp"
 
+#include <algorithm>
+#include <iterator>
+
 #include "tierzero/core/timer.hpp"
 
 namespace tierzero {
@@ -27,6 +30,34 @@ const char* track_name(Track t) {
   return "?";
 }
 
+namespace {
+
+// Adds [start, end) to `merged` (disjoint intervals, start -> end) and returns the part of it no
+// interval there covered: what it adds to the union, whatever order the intervals come in.
+double add_to_union(std::map<double, double>& merged, double start, double end) {
+  if (!(end > start)) return 0.0;
+  auto it = merged.upper_bound(start);
+  if (it != merged.begin() && std::prev(it)->second >= start) --it;  // one reaching into it
+  double added = end - start, lo = start, hi = end;
+  while (it != merged.end() && it->first <= end) {  // every interval touching [start, end)
+    added -= std::min(it->second, end) - std::max(it->first, start);
+    lo = std::min(lo, it->first);
+    hi = std::max(hi, it->second);
+    it = merged.erase(it);
+  }
+  merged.emplace(lo, hi);
+  return added > 0.0 ? added : 0.0;
+}
+
+// Forgets the intervals that ended long before the latest, and the oldest past the cap.
+void forget_old(std::map<double, double>& merged, double latest_end) {
+  while (!merged.empty() && (merged.size() > ActivityLog::kMaxBusyIntervals ||
+                             merged.begin()->second < latest_end - ActivityLog::kBusyHorizonS))
+    merged.erase(merged.begin());
+}
+
+}  // namespace
+
 ActivityLog& ActivityLog::global() {
   static ActivityLog log;
   return log;
@@ -37,12 +68,10 @@ void ActivityLog::record(Track track, const char* name, double start_s, double e
   std::lock_guard<std::mutex> lock(mutex_);
   TrackTotals& t = totals_[static_cast<size_t>(track)];
   t.seconds += end_s > start_s ? end_s - start_s : 0.0;
-  double& until = busy_until_[static_cast<size_t>(track)];
-  const double from = start_s > until ? start_s : until;  // the part not already counted
-  if (end_s > from) {
-    t.busy_s += end_s - from;
-    until = end_s;
-  }
+  const auto i = static_cast<size_t>(track);
+  t.busy_s += add_to_union(busy_[i], start_s, end_s);
+  latest_end_[i] = std::max(latest_end_[i], end_s);
+  forget_old(busy_[i], latest_end_[i]);
   t.bytes += bytes;
   ++t.count;
   if (!recording_) return;
@@ -95,7 +124,8 @@ size_t ActivityLog::dropped() const {
 void ActivityLog::reset() {
   std::lock_guard<std::mutex> lock(mutex_);
   totals_ = {};
-  busy_until_ = {};
+  busy_ = {};
+  latest_end_ = {};
   kept_.clear();
   dropped_ = 0;
 }

@@ -25,6 +25,7 @@
 
 #include "task_failure.hpp"
 #include "tierzero/core/error.hpp"
+#include "tierzero/core/out_of_memory.hpp"
 #include "tierzero/device/device.hpp"
 #include "tierzero/device/host_waits.hpp"
 
@@ -319,8 +320,8 @@ class CpuDevice final : public Device {
     size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
     void* p = std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded);
     if (!p)
-      TZ_THROW("cpu device: allocation of " + std::to_string(bytes) + " bytes failed",
-               "the machine is out of memory; lower the batch size or offload more");
+      TZ_THROW_OUT_OF_MEMORY("cpu device: allocation of " + std::to_string(bytes) + " bytes failed",
+                             "the machine is out of memory; lower the batch size or offload more");
     return p;
   }
   void raw_free(void* ptr) override { std::free(ptr); }

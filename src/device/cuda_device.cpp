@@ -20,6 +20,7 @@
 #include "tierzero/core/cuda_check.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/log.hpp"
+#include "tierzero/core/out_of_memory.hpp"
 #include "tierzero/device/device.hpp"
 #include "tierzero/device/host_waits.hpp"
 #include "tierzero/kernels/cuda_kernels.hpp"
@@ -261,8 +262,10 @@ class CudaDevice final : public Device {
         what +=
             "; the device has " + human_bytes(free_bytes) + " free of " + human_bytes(total_bytes);
       }
-      throw Error(what, error_location(__FILE__, __LINE__, "device"),
-                  cuda_detail::cuda_error_hint(status));
+      const std::string where = error_location(__FILE__, __LINE__, "device");
+      if (status == cudaErrorMemoryAllocation)
+        throw OutOfMemory(what, where, cuda_detail::cuda_error_hint(status));
+      throw Error(what, where, cuda_detail::cuda_error_hint(status));
     }
     return ptr;
   }

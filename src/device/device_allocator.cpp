@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "tierzero/core/error.hpp"
+#include "tierzero/core/out_of_memory.hpp"
 
 namespace tierzero {
 
@@ -143,12 +144,13 @@ DeviceBuffer DeviceAllocator::allocate(size_t bytes, Category category, const ch
     size_t cached = 0;
     for (const auto& entry : free_) cached += entry.first;
     if (pending.empty() || stats_.reserved - cached + want > stats_.budget) {
-      TZ_THROW("device memory budget exceeded on " + device_.name() + ": request of " +
-                   format_bytes(bytes) + " for " + category_name(category) +
-                   (label ? std::string(" (") + label + ")" : std::string()) + " with " +
-                   format_bytes(stats_.in_use) + " in use; budget " + format_bytes(stats_.budget) +
-                   ", peak " + format_bytes(stats_.peak_reserved),
-               "raise the device budget, lower the micro-batch size, or offload more state");
+      TZ_THROW_OUT_OF_MEMORY(
+          "device memory budget exceeded on " + device_.name() + ": request of " +
+              format_bytes(bytes) + " for " + category_name(category) +
+              (label ? std::string(" (") + label + ")" : std::string()) + " with " +
+              format_bytes(stats_.in_use) + " in use; budget " + format_bytes(stats_.budget) +
+              ", peak " + format_bytes(stats_.peak_reserved),
+          "raise the device budget, lower the micro-batch size, or offload more state");
     }
     // Only blocks still in use by queued work stand in the way: wait for that work, without the
     // lock (the work may free blocks into this allocator), then look again.

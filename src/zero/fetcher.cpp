@@ -292,7 +292,8 @@ void Fetcher::finish_fetch(size_t unit, bool stall) {
       counters_.stall_s += t1 - t0;
       if (t1 > t0) ActivityLog::global().record(Track::stall, "wait gather", t0, t1, 0, u);
     }
-    if (!s.gather_timed)  // from its issue until the host saw it done
+    // From its issue until the host saw it done; one rank moves nothing over a network.
+    if (!s.gather_timed && group_.size() > 1)
       ActivityLog::global().record(
           Track::collective, "all_gather", s.gather_issued_s, t1,
           plan_.partition(unit).padded_numel * dtype_size(storage_.working()), u);

@@ -266,6 +266,7 @@ TEST(BenchLibrary, TrainFindsTheLargestMicroBatchThatFits) {
   EXPECT_LE(fit.peak_bytes, fit.fit_budget);
   EXPECT_GT(fit.fit_next_peak, fit.fit_budget);
   EXPECT_EQ(fit.report.results.at(0)["batch_fit"]["predicted_peak_bytes"], fit.fit_predicted_peak);
+  EXPECT_EQ(fit.report.results.at(0)["batch_fit"]["predicted_batch"], 5u);
   // A budget that one sequence's step does not fit is a clear error.
   o.device_mem = static_cast<int64_t>(one.peak_bytes / 2);
   try {

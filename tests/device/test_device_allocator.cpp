@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tierzero/core/error.hpp"
+#include "tierzero/core/out_of_memory.hpp"
 #include "tierzero/device/device_allocator.hpp"
 
 using namespace tierzero;
@@ -56,7 +57,7 @@ TEST(DeviceAllocator, BudgetExceededIsAClearError) {
   try {
     DeviceBuffer b = alloc.allocate(4 << 20, Category::activation, "acts");
     FAIL() << "expected a budget error";
-  } catch (const Error& e) {
+  } catch (const OutOfMemory& e) {  // the kind a caller that can ask for less catches
     std::string m = e.what();
     std::printf("error: %s\n", m.c_str());
     EXPECT_NE(m.find("request of 4.0 MiB"), std::string::npos) << m;

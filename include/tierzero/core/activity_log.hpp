@@ -10,6 +10,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <vector>
 
@@ -41,8 +42,9 @@ struct TrackTotals {
   double seconds = 0.0;  // summed over activities (several threads or streams add up)
   size_t bytes = 0;
   size_t count = 0;
-  // Time the track was busy: the union of its intervals, overlaps counted once (exact when the
-  // activities are recorded in order of their start; never more than the union).
+  // Time the track was busy: the union of its intervals, overlaps counted once, whatever order
+  // they are recorded in (a device timeline records a step's spans at its end, a pipeline its
+  // sends when it sees them done), for records at most ActivityLog::kBusyHorizonS late.
   double busy_s = 0.0;
 };
 
@@ -66,10 +68,17 @@ class ActivityLog {
   size_t dropped() const;                    // kept ones dropped because of the capacity
   void reset();                              // totals and activities
 
+  static constexpr double kBusyHorizonS = 600.0;
+  static constexpr size_t kMaxBusyIntervals = 8192;
+
  private:
   mutable std::mutex mutex_;
   std::array<TrackTotals, kNumTracks> totals_{};
-  std::array<double, kNumTracks> busy_until_{};  // the latest end recorded per track
+  // Per track, the union of its recent intervals: disjoint, by start (start -> end). Intervals
+  // ending kBusyHorizonS before the track's latest end, or past the oldest kMaxBusyIntervals,
+  // are forgotten: a record later than that may count twice where it overlaps them.
+  std::array<std::map<double, double>, kNumTracks> busy_{};
+  std::array<double, kNumTracks> latest_end_{};
   std::vector<Activity> kept_;
   bool recording_ = false;
   size_t capacity_ = 1000000;
