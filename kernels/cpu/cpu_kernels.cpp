@@ -2,7 +2,6 @@
 // It only forwards to the free functions of cpu_ops.hpp, so that the CPU optimizer offload path
 // and the layers share one implementation. The CPU has no streams and no workspace: calls finish
 // before they return.
-#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -80,8 +79,7 @@ class CpuKernels final : public Kernels {
   void matmul_backward_gelu(float* dpre, float* dweight, float* dbias, const float* dout,
                             const float* inp, const float* pre, const float* weight, size_t N,
                             size_t IC, size_t OC) override {
-    std::memset(dpre, 0, N * IC * sizeof(float));
-    matmul_backward(dpre, dweight, dbias, dout, inp, weight, N, IC, OC, GradWrite::accumulate);
+    matmul_backward(dpre, dweight, dbias, dout, inp, weight, N, IC, OC, GradWrite::overwrite);
     cpu::gelu_backward_in_place(dpre, pre, N * IC);
   }
 

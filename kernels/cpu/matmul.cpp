@@ -127,9 +127,10 @@ void matmul_backward(float* dinp,          // (N, IC) += or =
                      const float* weight,  // (OC, IC)
                      size_t N, size_t IC, size_t OC, GradWrite dinp_write) {
   const bool overwrite = dinp_write == GradWrite::overwrite;
-  if (N == 0 || IC == 0 || OC == 0) {  // an empty product: an overwritten dinp is zero
-    if (overwrite && dinp != nullptr && N * IC > 0) std::memset(dinp, 0, N * IC * sizeof(float));
-    if (N == 0 || OC == 0) return;
+  if (N == 0) return;
+  if (OC == 0) {  // an empty product: an overwritten dinp is zero
+    if (overwrite && dinp != nullptr && IC > 0) std::memset(dinp, 0, N * IC * sizeof(float));
+    return;
   }
   if (IC > 0) {
     // dinp (N, IC) += dout (N, OC) @ weight (OC, IC); beta 0 (overwrite): BLAS does not read it

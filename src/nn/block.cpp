@@ -52,12 +52,8 @@ BlockActs Block::acts(const ModuleContext& ctx) const {
 void Block::run(const ModuleContext& ctx, const float* in, float* out, const BlockActs& a) const {
   float* proj = ctx.scratch.proj();
   float* gathered = ctx.scratch.gathered_in();
-  // in = the previous block's residual2 + its MLP's output, and ln1 of it, in one pass, when
-  // that block left its last add to this one.
-  if (ctx.in_sum)
-    ln1_.residual_forward(ctx, ctx.in_sum->a, ctx.in_sum->b, ctx.in_sum->into, a.ln1, a.ln1_stats);
-  else
-    ln1_.forward(ctx, in, a.ln1, a.ln1_stats);
+  // (With the previous block's last add pending, in is written here with ln1, in one pass.)
+  ln1_.forward_input(ctx, in, a.ln1, a.ln1_stats);
   attn_.forward(ctx, ctx.gather_stream(a.ln1, gathered), proj, a.attn);  // (one collective each)
   // residual2 = in + the attention's output, and ln2 of it, in one pass (layer_norm.hpp).
   ln2_.residual_forward(ctx, in, ctx.reduce_stream(proj), a.residual2, a.ln2, a.ln2_stats);
@@ -72,8 +68,6 @@ void Block::run(const ModuleContext& ctx, const float* in, float* out, const Blo
 }
 
 void Block::forward(ModuleContext& ctx, const float* in, float* out) {
-  TZ_CHECK(!ctx.in_sum || ctx.in_sum->into == in, name() + ": its input's sum goes elsewhere",
-           "internal error: a ResidualSum is written into the next module's input");
   ctx.mb.save_input(index(), in);
   run(ctx, in, out, acts(ctx));
 }

@@ -1,7 +1,6 @@
 // FinalNorm: a LayerNorm whose statistics live in the micro-batch.
 #include "final_norm.hpp"
 
-#include "tierzero/core/error.hpp"
 #include "tierzero/nn/micro_batch.hpp"
 
 namespace tierzero::nn {
@@ -17,14 +16,8 @@ void FinalNorm::bind(const ParamLayout& layout) {
 }
 
 void FinalNorm::forward(ModuleContext& ctx, const float* in, float* out) {
-  TZ_CHECK(!ctx.in_sum || ctx.in_sum->into == in, name() + ": its input's sum goes elsewhere",
-           "internal error: a ResidualSum is written into the next module's input");
   ctx.mb.save_input(index(), in);
-  if (ctx.in_sum)  // the last block's residual add, in the norm's pass
-    norm_.residual_forward(ctx, ctx.in_sum->a, ctx.in_sum->b, ctx.in_sum->into, out,
-                           ctx.mb.final_norm_stats());
-  else
-    norm_.forward(ctx, in, out, ctx.mb.final_norm_stats());
+  norm_.forward_input(ctx, in, out, ctx.mb.final_norm_stats());  // the last block's add too
 }
 
 void FinalNorm::backward(ModuleContext& ctx, const float* dout, float* din) {

@@ -3,6 +3,7 @@
 // all-reduced).
 #include "layer_norm.hpp"
 
+#include "tierzero/core/error.hpp"
 #include "tierzero/nn/micro_batch.hpp"
 #include "tierzero/nn/model_scratch.hpp"
 
@@ -52,6 +53,16 @@ void LayerNorm::residual_forward(const ModuleContext& ctx, const float* a, const
   ctx.k.fused_residual_layernorm_forward(residual, out, stats.mean, stats.rstd, a, b,
                                          weight_.in(ctx.params), bias_.in(ctx.params), N,
                                          channels_);
+}
+
+void LayerNorm::forward_input(const ModuleContext& ctx, const float* in, float* out,
+                              const LayerNormStats& stats) const {
+  const ResidualSum* sum = ctx.in_sum;
+  if (sum == nullptr) return forward(ctx, in, out, stats);
+  TZ_CHECK(sum->into == in,
+           "a block's pending residual sum belongs elsewhere than its reader's input",
+           "internal error: a ResidualSum is written into the next module's input");
+  residual_forward(ctx, sum->a, sum->b, sum->into, out, stats);
 }
 
 void LayerNorm::backward(const ModuleContext& ctx, const float* in, const LayerNormStats& stats,

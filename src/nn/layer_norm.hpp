@@ -29,6 +29,10 @@ class LayerNorm {
   // the sum back from memory.
   void residual_forward(const ModuleContext& ctx, const float* a, const float* b, float* residual,
                         float* out, const LayerNormStats& stats) const;
+  // The norm a module begins with, of its input `in`: forward(), or with ctx.in_sum (the previous
+  // block left its last add pending, ResidualSum) residual_forward, which writes `in` first.
+  void forward_input(const ModuleContext& ctx, const float* in, float* out,
+                     const LayerNormStats& stats) const;
   // din (S, C) += d(in) for dout (S, C); `in` and `stats` are the forward's. Under sequence
   // parallelism the gain and bias gradients are summed over the tensor-parallel group.
   void backward(const ModuleContext& ctx, const float* in, const LayerNormStats& stats,
