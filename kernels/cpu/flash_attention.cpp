@@ -9,7 +9,8 @@
 // are T rows apart by the qkv row width). Work is split over OpenMP threads by (b, head, query
 // block) in the forward and by (b, kv head) in the backward, where a task owns its kv head's dk
 // and dv and the dq of its query heads, so no two threads write one element, and each element's
-// sums run in one fixed order: the result does not depend on the thread count.
+// sums run in one fixed order: the result does not depend on the thread count. The backward writes
+// dqkv whole (its first product into each element has beta 0), so the caller fills nothing.
 #include <cblas.h>
 
 #include <algorithm>
@@ -146,8 +147,12 @@ struct BackwardTiles {
 
 // The gradients from one query block of one (b, h): dq of its rows, dk and dv of every key
 // before them. dout and out point at the block's first row (ld q_width), dq/dk/dv like r's.
+// Nothing is added into a fill: a product whose tile is the first to reach its rows writes them
+// (beta 0). That is key tile 0 for dq, and for dk and dv the diagonal tile of the kv group's
+// first head (`first_head`): query blocks run in order, and the first to reach a key block is
+// the query block at the same rows.
 void backward_block(float* dq, float* dk, float* dv, const float* dout, const float* out,
-                    const float* lse, const HeadRows& r, size_t q0, size_t nq,
+                    const float* lse, const HeadRows& r, size_t q0, size_t nq, bool first_head,
                     const AttentionShape& s, BackwardTiles& t) {
   const size_t hd = s.head_dim, ldo = s.q_width(), ld = r.ld;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -161,6 +166,8 @@ void backward_block(float* dq, float* dk, float* dv, const float* dout, const fl
   }
   for (size_t k0 = 0; k0 < q0 + nq; k0 += kBlock) {
     const size_t nk = std::min(kBlock, q0 + nq - k0);
+    const float dq_beta = k0 == 0 ? 0.0f : 1.0f;
+    const float dkv_beta = first_head && k0 == q0 ? 0.0f : 1.0f;
     score_tile(P, r, q0, nq, k0, nk, hd, scale);
     for (size_t i = 0; i < nq; ++i) {
       float* row = P + i * kBlock;
@@ -168,9 +175,9 @@ void backward_block(float* dq, float* dk, float* dv, const float* dout, const fl
 #pragma omp simd
       for (size_t j = 0; j < nk; ++j) row[j] = exp_approx(row[j] - l);
     }
-    // dv (nk, hd) += P^T dout; dP (nq, nk) = dout v^T
+    // dv (nk, hd) (+)= P^T dout; dP (nq, nk) = dout v^T
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, blas(nk), blas(hd), blas(nq), 1.0f, P,
-                blas(kBlock), dout, blas(ldo), 1.0f, dv + k0 * ld, blas(ld));
+                blas(kBlock), dout, blas(ldo), dkv_beta, dv + k0 * ld, blas(ld));
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blas(nq), blas(nk), blas(hd), 1.0f, dout,
                 blas(ldo), r.v + k0 * ld, blas(ld), 0.0f, G, blas(kBlock));
     // dS = P (dP - D), with the scores' scale folded in
@@ -181,11 +188,11 @@ void backward_block(float* dq, float* dk, float* dv, const float* dout, const fl
 #pragma omp simd
       for (size_t j = 0; j < nk; ++j) g[j] = p[j] * (g[j] - delta) * scale;
     }
-    // dq (nq, hd) += dS k; dk (nk, hd) += dS^T q
+    // dq (nq, hd) (+)= dS k; dk (nk, hd) (+)= dS^T q
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blas(nq), blas(hd), blas(nk), 1.0f, G,
-                blas(kBlock), r.k + k0 * ld, blas(ld), 1.0f, dq + q0 * ld, blas(ld));
+                blas(kBlock), r.k + k0 * ld, blas(ld), dq_beta, dq + q0 * ld, blas(ld));
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, blas(nk), blas(hd), blas(nq), 1.0f, G,
-                blas(kBlock), r.q + q0 * ld, blas(ld), 1.0f, dk + k0 * ld, blas(ld));
+                blas(kBlock), r.q + q0 * ld, blas(ld), dkv_beta, dk + k0 * ld, blas(ld));
   }
 }
 
@@ -218,7 +225,7 @@ void flash_attention_forward(float* out,        // (B, T, NH hd)
   }
 }
 
-void flash_attention_backward(float* dqkv,        // (B, T, (NH + 2 NKV) hd) +=
+void flash_attention_backward(float* dqkv,        // (B, T, (NH + 2 NKV) hd) written whole
                               const float* dout,  // (B, T, NH hd)
                               const float* out,   // (B, T, NH hd)
                               const float* qkv,   // (B, T, (NH + 2 NKV) hd)
@@ -245,7 +252,7 @@ void flash_attention_backward(float* dqkv,        // (B, T, (NH + 2 NKV) hd) +=
           const size_t q0 = block * kBlock, nq = std::min(kBlock, s.T - q0);
           const size_t first = (b * s.T + q0) * ldo + h * s.head_dim;
           backward_block(dq, dk, dv, dout + first, out + first, lse + (b * s.n_head + h) * s.T + q0,
-                         r, q0, nq, s, tiles);
+                         r, q0, nq, h == kvh * group, s, tiles);
         }
       }
     }

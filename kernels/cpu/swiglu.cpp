@@ -1,5 +1,6 @@
 // SwiGLU (Llama's MLP activation), forward and backward, on the CPU: each row of the input holds
-// the gate's H features, then the up projection's H.
+// the gate's H features, then the up projection's H. The backward writes its gradient whole: the
+// MLP's input-gradient buffer has this one term, so nothing fills it first.
 #include "cpu/vec_math.hpp"
 #include "tierzero/kernels/cpu_ops.hpp"
 
@@ -21,7 +22,7 @@ void swiglu_forward(float* out,        // (N, H)
   }
 }
 
-void swiglu_backward(float* dinp,        // (N, 2H) +=
+void swiglu_backward(float* dinp,        // (N, 2H) written whole
                      const float* inp,   // (N, 2H)
                      const float* dout,  // (N, H)
                      size_t N, size_t H) {
@@ -38,8 +39,8 @@ void swiglu_backward(float* dinp,        // (N, 2H) +=
       const float sig = 1.0f / (1.0f + exp_approx(-g));
       const float silu = g * sig;
       // silu'(g) = sig (1 + g (1 - sig))
-      dgate[i] += dy[i] * up[i] * sig * (1.0f + g * (1.0f - sig));
-      dup[i] += dy[i] * silu;
+      dgate[i] = dy[i] * up[i] * sig * (1.0f + g * (1.0f - sig));
+      dup[i] = dy[i] * silu;
     }
   }
 }

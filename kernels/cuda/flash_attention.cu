@@ -9,12 +9,12 @@
 //
 // Backward: two kernels, each recomputing the probabilities from lse and D = rowsum(dout * out)
 // (computed per query tile, so no scratch buffer). The dk/dv kernel runs one block per (key tile
-// of 64 rows, b, kv head): it owns dk and dv of its keys (kept in registers, added into dqkv once
+// of 64 rows, b, kv head): it owns dk and dv of its keys (kept in registers, stored into dqkv once
 // at the end) and walks every query head of its kv group and every query tile at or after its
 // keys. The dq kernel runs one block per (query tile, b, query head): it owns dq of its rows and
 // walks the key tiles up to the diagonal in order (FlashAttention-2's deterministic mode). Every
 // element of dqkv thus has one writer and sums in one fixed order: the backward, like the
-// forward, repeats bit for bit from run to run.
+// forward, repeats bit for bit from run to run, and dqkv is written whole: it needs no fill.
 //
 // fp32 throughout on the CUDA cores, written for correctness first: 256 threads as a 16 x 16
 // grid; thread (ty, tx) computes the score rows ty + 16 ii and columns tx + 16 jj (ii, jj < 4) of
@@ -229,7 +229,7 @@ __device__ __forceinline__ void probs_and_score_grads(float (&p)[kPer][kPer],   
 // dk and dv: one block per (key tile, b, kv head), the only writer of its keys' dk and dv.
 template <int kMaxDim>
 __global__ void __launch_bounds__(kThreads)
-    flash_backward_dkdv_kernel(float* dqkv,        // (B, T, W) += (the k and v columns)
+    flash_backward_dkdv_kernel(float* dqkv,        // (B, T, W) = (the k and v columns)
                                const float* dout,  // (B, T, NH D)
                                const float* out,   // (B, T, NH D)
                                const float* qkv,   // (B, T, W)
@@ -328,8 +328,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int c = 0; c < kCols; ++c) {
       const size_t d = tx + kGrid * c;
       if (d < s.D) {
-        dk_row[d] += dk[jj][c];
-        dv_row[d] += dv[jj][c];
+        dk_row[d] = dk[jj][c];
+        dv_row[d] = dv[jj][c];
       }
     }
   }
@@ -342,7 +342,7 @@ __global__ void __launch_bounds__(kThreads)
 // adding dq from the dk/dv blocks with atomics would have summed in whatever order they ran.
 template <int kMaxDim>
 __global__ void __launch_bounds__(kThreads)
-    flash_backward_dq_kernel(float* dqkv,        // (B, T, W) += (the q columns)
+    flash_backward_dq_kernel(float* dqkv,        // (B, T, W) = (the q columns)
                              const float* dout,  // (B, T, NH D)
                              const float* out,   // (B, T, NH D)
                              const float* qkv,   // (B, T, W)
@@ -418,7 +418,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int c = 0; c < kCols; ++c) {
       const size_t d = tx + kGrid * c;
-      if (d < s.D) dq_row[d] += dq[ii][c];
+      if (d < s.D) dq_row[d] = dq[ii][c];
     }
   }
 }
@@ -447,7 +447,8 @@ template <int kMaxDim>
 void backward(cudaStream_t stream, float* dqkv, const float* dout, const float* out,
               const float* qkv, const float* lse, const FlashDims& s) {
   // Both kernels hold four (kTile, kMaxDim + 1) tiles, P or dS and two rows of kTile floats. They
-  // write disjoint columns of dqkv (k and v; q), each element by one block.
+  // write disjoint columns of dqkv (k and v; q), each element by one block, and together every
+  // element of it.
   constexpr size_t bytes = backward_smem_bytes(kMaxDim);
   allow_shared_memory(flash_backward_dkdv_kernel<kMaxDim>, bytes, s);
   allow_shared_memory(flash_backward_dq_kernel<kMaxDim>, bytes, s);

@@ -1,7 +1,8 @@
 // Causal self-attention on the tensor cores, for 16-bit compute (matmul precision bf16 or fp16):
 // the algorithm of flash_attention.cu (FlashAttention-2's online softmax, nothing of size T^2,
 // the natural-log logsumexp (B, NH, T) kept for the backward, a dk/dv pass and a dq pass in which
-// every element of dqkv has one writer and sums in a fixed order, so runs repeat bit for bit),
+// every element of dqkv has one writer and sums in a fixed order, so runs repeat bit for bit, and
+// dqkv is written whole, with no fill),
 // with every tile product on the tensor cores through WMMA's 16 x 16 x 16 fragments: bf16
 // operands, fp32 accumulation. q, k, v and dout are rounded to bf16 as their tiles are loaded,
 // the probabilities and score gradients as they enter a product; softmax, its statistics, the
@@ -121,12 +122,12 @@ __device__ __forceinline__ void warp_product_nn(FragC (&acc)[kMaxDim / kFrag],
   }
 }
 
-// dst (B, T, W) += acc, the warp's 16 rows from row0 (rows past T and columns past D skipped) at
+// dst (B, T, W) = acc, the warp's 16 rows from row0 (rows past T and columns past D skipped) at
 // channel offset `offset`; scratch (16, kScoreLd) fp32 is the warp's own.
 template <int kMaxDim>
-__device__ __forceinline__ void add_fragments(float* dst, const FragC (&acc)[kMaxDim / kFrag],
-                                              float* scratch, const FlashDims& s, size_t b,
-                                              size_t row0, size_t offset) {
+__device__ __forceinline__ void store_fragments(float* dst, const FragC (&acc)[kMaxDim / kFrag],
+                                                float* scratch, const FlashDims& s, size_t b,
+                                                size_t row0, size_t offset) {
   const int lane = threadIdx.x % kWarpSize;
 #pragma unroll
   for (int n = 0; n < kMaxDim / kFrag; ++n) {
@@ -136,7 +137,7 @@ __device__ __forceinline__ void add_fragments(float* dst, const FragC (&acc)[kMa
     for (int e = lane; e < kFrag * kFrag; e += kWarpSize) {
       const int r = e / kFrag, c = e % kFrag;
       const size_t t = row0 + static_cast<size_t>(r), d = static_cast<size_t>(n * kFrag + c);
-      if (t < s.T && d < s.D) dst[(b * s.T + t) * s.W + offset + d] += scratch[r * kScoreLd + c];
+      if (t < s.T && d < s.D) dst[(b * s.T + t) * s.W + offset + d] = scratch[r * kScoreLd + c];
     }
   }
 }
@@ -281,7 +282,7 @@ struct BackwardSmem {
 // forms S^T = k q^T and dP^T = v dout^T, then P^T and dS^T, and adds P^T dout and dS^T q.
 template <int kMaxDim>
 __global__ void __launch_bounds__(kTcThreads)
-    flash_tc_backward_dkdv_kernel(float* dqkv,        // (B, T, W) += (the k and v columns)
+    flash_tc_backward_dkdv_kernel(float* dqkv,        // (B, T, W) = (the k and v columns)
                                   const float* dout,  // (B, T, NH D)
                                   const float* out,   // (B, T, NH D)
                                   const float* qkv,   // (B, T, W)
@@ -339,8 +340,8 @@ __global__ void __launch_bounds__(kTcThreads)
     }
   }
   // This block is the only writer of its keys' dk and dv.
-  add_fragments<kMaxDim>(dqkv, dk, sm.scores + w0 * kScoreLd, s, b, k0 + w0, k_offset(s, kvh));
-  add_fragments<kMaxDim>(dqkv, dv, sm.scores + w0 * kScoreLd, s, b, k0 + w0, v_offset(s, kvh));
+  store_fragments<kMaxDim>(dqkv, dk, sm.scores + w0 * kScoreLd, s, b, k0 + w0, k_offset(s, kvh));
+  store_fragments<kMaxDim>(dqkv, dv, sm.scores + w0 * kScoreLd, s, b, k0 + w0, v_offset(s, kvh));
 #endif
 }
 
@@ -348,7 +349,7 @@ __global__ void __launch_bounds__(kTcThreads)
 // tiles 0..qt in that order (FlashAttention-2's deterministic mode).
 template <int kMaxDim>
 __global__ void __launch_bounds__(kTcThreads)
-    flash_tc_backward_dq_kernel(float* dqkv,        // (B, T, W) += (the q columns)
+    flash_tc_backward_dq_kernel(float* dqkv,        // (B, T, W) = (the q columns)
                                 const float* dout,  // (B, T, NH D)
                                 const float* out,   // (B, T, NH D)
                                 const float* qkv,   // (B, T, W)
@@ -400,7 +401,7 @@ __global__ void __launch_bounds__(kTcThreads)
     warp_product_nn<kMaxDim>(dq, sm.dscores + w0 * kProbLd, sm.walk_a);  // += dS k
   }
   // This block is the only writer of its rows' dq.
-  add_fragments<kMaxDim>(dqkv, dq, sm.scores + w0 * kScoreLd, s, b, q0 + w0, q_offset(s, h));
+  store_fragments<kMaxDim>(dqkv, dq, sm.scores + w0 * kScoreLd, s, b, q0 + w0, q_offset(s, h));
 #endif
 }
 
@@ -418,7 +419,8 @@ void forward_tc(cudaStream_t stream, float* out, float* lse, const float* qkv, c
 template <int kMaxDim>
 void backward_tc(cudaStream_t stream, float* dqkv, const float* dout, const float* out,
                  const float* qkv, const float* lse, const FlashDims& s) {
-  // The two kernels write disjoint columns of dqkv (k and v; q), each element by one block.
+  // The two kernels write disjoint columns of dqkv (k and v; q), each element by one block, and
+  // together every element of it.
   constexpr size_t bytes = BackwardSmem<kMaxDim>::bytes();
   allow_shared_memory(flash_tc_backward_dkdv_kernel<kMaxDim>, bytes, s);
   allow_shared_memory(flash_tc_backward_dq_kernel<kMaxDim>, bytes, s);

@@ -164,8 +164,8 @@ __global__ void swiglu_backward_kernel(float* dinp, const float* inp, const floa
     const size_t n = idx / H, i = idx % H;
     const float g = inp[n * 2 * H + i], u = inp[n * 2 * H + H + i];
     const float sig = 1.0f / (1.0f + expf(-g));
-    dinp[n * 2 * H + i] += dout[idx] * u * sig * (1.0f + g * (1.0f - sig));
-    dinp[n * 2 * H + H + i] += dout[idx] * g * sig;
+    dinp[n * 2 * H + i] = dout[idx] * u * sig * (1.0f + g * (1.0f - sig));  // written whole
+    dinp[n * 2 * H + H + i] = dout[idx] * g * sig;
   }
 }
 

@@ -103,7 +103,6 @@ void Attention::backward(const ModuleContext& ctx, const float* in, const Attent
   if (ctx.ulysses) return backward_ulysses(ctx, in, a, dout, din);
   const size_t B = ctx.mb.B(), T = ctx.mb.T();
   proj_.backward(ctx, a.atty, dout, ctx.scratch.datty());  // written whole
-  ctx.zero(ctx.scratch.dqkv(), B * T * 3 * channels_);
   ctx.k.attention_backward(ctx.scratch.dqkv(), ctx.scratch.attention(), ctx.scratch.datty(), a.atty,
                            a.qkv, a.lse, shape(B, T, 1));
   qkv_.backward(ctx, in, ctx.scratch.dqkv(), din);
@@ -135,8 +134,7 @@ void Attention::backward_ulysses(const ModuleContext& ctx, const float* in, cons
   // atty into the projection's output buffer, free here.
   float* heads_out = ctx.scratch.proj();  // (B, Ts, Cl)
   u.to_heads(ctx.stream, a.atty, heads_out, buf, d.B, d.T, 1, channels_);
-  float* dqkv = ctx.scratch.dqkv();  // (B, Ts, 3Cl), then in place (B, T, 3C)
-  ctx.zero(dqkv, d.tokens * 3 * channels_);
+  float* dqkv = ctx.scratch.dqkv();  // (B, Ts, 3Cl) written whole, then in place (B, T, 3C)
   ctx.k.attention_backward(dqkv, ctx.scratch.attention(), datty, heads_out, a.qkv, a.lse,
                            shape(d.B, d.seq_len, u.size()));
   u.to_sequence(ctx.stream, dqkv, dqkv, buf, d.B, d.T, 3, channels_);
@@ -200,8 +198,8 @@ void Attention::backward_grouped(const ModuleContext& ctx, const float* in, cons
     ctx.ulysses->to_heads(ctx.stream, a.atty, resharded, buf, d.B, d.T, 1, channels_);
     heads_out = resharded;
   }
-  float* dqkv = ctx.scratch.dqkv();  // (B, Ts, qkv_width_ / p), under Ulysses then (B, T, .)
-  ctx.zero(dqkv, d.tokens * qkv_width_);
+  // (B, Ts, qkv_width_ / p) written whole, under Ulysses then (B, T, .)
+  float* dqkv = ctx.scratch.dqkv();
   ctx.k.attention_backward(dqkv, ctx.scratch.attention(), datty, heads_out, a.qkv, a.lse,
                            shape(d.B, d.seq_len, p));
   rotate(ctx, dqkv, d.B, d.seq_len, groups, true);

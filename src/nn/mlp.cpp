@@ -48,10 +48,10 @@ void MLP::forward(const ModuleContext& ctx, const float* in, float* out, const M
 void MLP::backward(const ModuleContext& ctx, const float* in, const MlpActs& a, const float* dout,
                    float* din) const {
   const size_t N = ctx.mb.B() * ctx.mb.T();
-  const size_t n = N * hidden_;
   if (swiglu_) {
-    proj_.backward(ctx, a.fch_gelu, dout, ctx.scratch.dfch_gelu());  // written whole
-    ctx.zero(ctx.scratch.dfch(), 2 * n);
+    // Both gradients are written whole (the product's beta 0, then SwiGLU's one term per
+    // element): neither buffer is zeroed first.
+    proj_.backward(ctx, a.fch_gelu, dout, ctx.scratch.dfch_gelu());
     ctx.k.swiglu_backward(ctx.scratch.dfch(), a.fch, ctx.scratch.dfch_gelu(), N, hidden_);
   } else {
     // GELU's gradient is taken in the projection's input-gradient product: dfch is written

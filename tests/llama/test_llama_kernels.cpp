@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -88,9 +89,11 @@ TEST_P(LlamaKernelTest, GroupedQueryAttentionIsMultiHeadWithSharedKv) {
 
     const std::vector<float> dout = random_normal(rows * C, seed++);
     auto d_dout = to_device(dout);
-    auto dqkv = to_device(std::vector<float>(rows * W, 0.0f));
+    // The fused kernel writes dqkv whole (NaN before); the naive reference adds into zeros.
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    auto dqkv = to_device(std::vector<float>(rows * W, nan));
     auto dqkv_ref = to_device(std::vector<float>(rows * W, 0.0f));
-    auto dmha = to_device(std::vector<float>(rows * 3 * C, 0.0f));
+    auto dmha = to_device(std::vector<float>(rows * 3 * C, nan));
     auto scratch = floats(kernels().attention_scratch_floats(g)),
          scratch_mha = floats(kernels().attention_scratch_floats(m));
     auto datt_ref = empty<float>(B * NH * T * T);
@@ -175,6 +178,32 @@ TEST_P(LlamaKernelTest, MatchesTheCpuKernels) {
   cpu->rope_forward(r.data(), 2, 300, 1, 3, 2, 64, 100, p);
   kernels().rope_forward(d_r->get(), 2, 300, 1, 3, 2, 64, 100, p);
   expect_close("rope", d_r->download(), widen(r), 1e-4);
+}
+
+// SwiGLU's backward writes dinp whole (it starts as NaN, which an element left unwritten or read
+// would keep) and equals the double derivative of silu(gate) * up: d gate = dy up sig (1 + g (1 -
+// sig)), d up = dy silu(g). Rows of H = 1, 7 and 80 features, and none.
+TEST_P(LlamaKernelTest, SwigluBackwardWritesTheGradientWhole) {
+  uint32_t seed = 3300;
+  for (const size_t N : {size_t{1}, size_t{37}, size_t{0}})
+    for (const size_t H : {size_t{1}, size_t{7}, size_t{80}}) {
+      const std::vector<float> gu = random_normal(N * 2 * H, seed++, 2.0f);  // (N, 2H)
+      const std::vector<float> dy = random_normal(N * H, seed++);            // (N, H)
+      std::vector<double> want(N * 2 * H);                                   // (N, 2H)
+      for (size_t n = 0; n < N; ++n)
+        for (size_t i = 0; i < H; ++i) {
+          const double g = gu[n * 2 * H + i], u = gu[n * 2 * H + H + i], d = dy[n * H + i];
+          const double sig = 1.0 / (1.0 + std::exp(-g));
+          want[n * 2 * H + i] = d * u * sig * (1.0 + g * (1.0 - sig));
+          want[n * 2 * H + H + i] = d * g * sig;
+        }
+      auto d_gu = to_device(gu), d_dy = to_device(dy);
+      auto d_dgu =
+          to_device(std::vector<float>(N * 2 * H, std::numeric_limits<float>::quiet_NaN()));
+      kernels().swiglu_backward(d_dgu->get(), d_gu->get(), d_dy->get(), N, H);
+      expect_close("swiglu backward N" + std::to_string(N) + " H" + std::to_string(H),
+                   d_dgu->download(), want, 1e-5);
+    }
 }
 
 // fused_residual_rmsnorm_forward against residual_forward then rmsnorm_forward, bit for bit

@@ -53,8 +53,8 @@ void attention_backward(float* dqkv, float* datt, const float* dout, const float
 // buffer) with grouped kv heads; shapes as in Kernels::attention_forward. lse (B,NH,T) receives
 // the logsumexp of each query row's scaled scores, which is all the backward needs besides out.
 void flash_attention_forward(float* out, float* lse, const float* qkv, const AttentionShape& s);
-// dqkv (B,T,(NH+2NKV)hd) += from dout, out (B,T,NH hd), qkv and lse (B,NH,T): the probabilities
-// are recomputed tile by tile.
+// dqkv (B,T,(NH+2NKV)hd) = from dout, out (B,T,NH hd), qkv and lse (B,NH,T), written whole: the
+// probabilities are recomputed tile by tile.
 void flash_attention_backward(float* dqkv, const float* dout, const float* out, const float* qkv,
                               const float* lse, const AttentionShape& s);
 // Llama's operations (kernels.hpp has their exact definitions).
@@ -72,7 +72,7 @@ void rope_apply(float* x, size_t B, size_t T, size_t blocks, size_t block_heads,
                 size_t rotated_heads, size_t hs, size_t pos0, const RopeParams& p, bool inverse);
 // out (N,H) = silu(inp[:, :H]) * inp[:, H:] with inp (N,2H)
 void swiglu_forward(float* out, const float* inp, size_t N, size_t H);
-// dinp (N,2H) += from inp (N,2H), dout (N,H)
+// dinp (N,2H) = from inp (N,2H), dout (N,H), written whole
 void swiglu_backward(float* dinp, const float* inp, const float* dout, size_t N, size_t H);
 // out (B,T,NH hs), att (B,NH,T,T) from qkv (B,T,KVH (NH/KVH + 2) hs), grouped layout
 void gqa_attention_forward(float* out, float* att, const float* qkv, size_t B, size_t T, size_t NH,

@@ -212,8 +212,9 @@ class Kernels {
                                  float* saved,      // (attention_saved_floats)
                                  const float* qkv,  // (B, T, (NH + 2 NKV) hd)
                                  const AttentionShape& s) = 0;
-  // dqkv += d(qkv) for dout; out and saved are the forward's.
-  virtual void attention_backward(float* dqkv,         // (B, T, (NH + 2 NKV) hd) +=
+  // dqkv = d(qkv) for dout, written whole (never read, so it needs no fill); out and saved are
+  // the forward's.
+  virtual void attention_backward(float* dqkv,         // (B, T, (NH + 2 NKV) hd) written whole
                                   float* scratch,      // (attention_scratch_floats), nullable if 0
                                   const float* dout,   // (B, T, NH*hd)
                                   const float* out,    // (B, T, NH*hd)
@@ -264,7 +265,7 @@ class Kernels {
   virtual void swiglu_forward(float* out,        // (N, H)
                               const float* inp,  // (N, 2H)
                               size_t N, size_t H) = 0;
-  virtual void swiglu_backward(float* dinp,        // (N, 2H) +=
+  virtual void swiglu_backward(float* dinp,        // (N, 2H) written whole, never read
                                const float* inp,   // (N, 2H)
                                const float* dout,  // (N, H)
                                size_t N, size_t H) = 0;
