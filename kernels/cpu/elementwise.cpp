@@ -1,7 +1,10 @@
 // Element-wise CPU kernels: GELU, residual add, scale, the sum of squares (gradient norm), and
 // the block transpose Ulysses packs its all-to-all with.
 // Each is one OpenMP-parallel, vectorised pass; they are memory-bound, so none makes a second pass
-// over its data.
+// over its data. This file is built without multiply-add contraction (kernels/CMakeLists.txt):
+// with it, GCC rounded a vector body and its scalar tail differently, so an element's bits
+// depended on the thread split, and gelu_backward_in_place (the fused GELU product's epilogue)
+// stopped giving gelu_backward's bits into zeros (ElementwiseCpu.GeluBackwardBitsDoNotDepend...).
 #include <cstring>
 
 #include "cpu/vec_math.hpp"

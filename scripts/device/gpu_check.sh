@@ -230,9 +230,10 @@ step_sanitize26() {
   timeout $limit "$cs" --tool "$tool" --error-exitcode 3 $kt --gtest_filter="$san" \
     >"$out/sanitize_$tool.log" 2>&1
   log "exit $?"
-  # The fused residual + RMSNorm (the Llama family's), in its own binary.
+  # The fused residual + RMSNorm and SwiGLU's backward (the Llama family's), in their binary.
   timeout 40 "$cs" --tool "$tool" --error-exitcode 3 $lkt \
-    --gtest_filter='*LlamaKernelTest.FusedResidualRmsNorm*/cuda' >>"$out/sanitize_$tool.log" 2>&1
+    --gtest_filter='*LlamaKernelTest.FusedResidualRmsNorm*/cuda:*LlamaKernelTest.Swiglu*/cuda' \
+    >>"$out/sanitize_$tool.log" 2>&1
   log "llama: exit $?"
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|hazard|PASSED|FAILED" "$out/sanitize_$tool.log" |
     head -12 | tee -a "$out/summary.txt"

@@ -3,11 +3,13 @@
 // fp32.
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 
 #include "kernel_test_support.hpp"
 #include "reference_kernels.hpp"
+#include "tierzero/kernels/cpu_ops.hpp"
 
 namespace tierzero::test {
 namespace {
@@ -54,6 +56,37 @@ TEST_P(ElementwiseTest, GeluBackwardAccumulates) {
     expect_close("gelu_backward dinp n" + std::to_string(n), d_dinp->download(), plus(dinp0, dinp),
                  1e-6);
   }
+}
+
+// The CPU's GELU backward into zeros and its in-place form (the fused GELU product's epilogue,
+// matmul_backward_gelu) give the same bits, at any thread count: which elements fall in a
+// loop's vector body or its scalar tail moves with the thread split, and with multiply-add
+// contraction GCC rounded the two differently (1 to 3 elements of 1003 differed at 2 to 4
+// threads). n is not a multiple of any vector width.
+TEST(ElementwiseCpu, GeluBackwardBitsDoNotDependOnThreadsOrForm) {
+  const size_t n = 1003;
+  const std::vector<float> inp = gelu_inputs(n, 1100);     // (n)
+  const std::vector<float> dout = random_normal(n, 1101);  // (n)
+  const int before = kernels::cpu::threads();
+  std::vector<float> first;
+  for (const int threads : {1, 2, 3, 4}) {
+    kernels::cpu::set_threads(threads);
+    std::vector<float> into_zeros(n, 0.0f), in_place = dout;  // (n) each
+    kernels::cpu::gelu_backward(into_zeros.data(), inp.data(), dout.data(), n);
+    kernels::cpu::gelu_backward_in_place(in_place.data(), inp.data(), n);
+    size_t forms = 0, threads_differ = 0;
+    for (size_t i = 0; i < n; ++i) {
+      forms += std::memcmp(&into_zeros[i], &in_place[i], sizeof(float)) != 0;
+      if (!first.empty())
+        threads_differ += std::memcmp(&into_zeros[i], &first[i], sizeof(float)) != 0;
+    }
+    std::printf("%d threads: %zu of %zu elements differ between the forms, %zu from 1 thread\n",
+                threads, forms, n, threads_differ);
+    EXPECT_EQ(forms, 0u) << threads << " threads";
+    EXPECT_EQ(threads_differ, 0u) << threads << " threads";
+    if (first.empty()) first = into_zeros;
+  }
+  kernels::cpu::set_threads(before);
 }
 
 TEST_P(ElementwiseTest, ResidualForwardAndBackward) {

@@ -1,10 +1,11 @@
 // The CPU kernels as free functions (OpenMP + OpenBLAS), one per operation of
 // tierzero::kernels::Kernels and with the same conventions (row-major fp32, forward overwrites,
-// backward accumulates). CpuKernels forwards to these; the CPU optimizer offload path calls them
-// directly on host memory, without a Device. Every call has finished when it returns and uses
-// the OpenMP thread count current at the call. The matmuls split each product among the OpenMP
-// threads and run OpenBLAS single-threaded inside them, so they set OpenBLAS's (process-wide)
-// thread count to 1: two spinning thread pools on the same cores halved the speed of a step.
+// backward accumulates unless its gradient is marked written whole). CpuKernels forwards to these;
+// the CPU optimizer offload path calls them directly on host memory, without a Device. Every call
+// has finished when it returns and uses the OpenMP thread count current at the call. The matmuls
+// split each product among the OpenMP threads and run OpenBLAS single-threaded inside them, so they
+// set OpenBLAS's (process-wide) thread count to 1: two spinning thread pools on the same cores
+// halved the speed of a step.
 #pragma once
 
 #include <cstddef>

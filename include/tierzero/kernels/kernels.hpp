@@ -5,9 +5,12 @@
 // Conventions, identical on every backend:
 //  - Row-major, fp32. Shapes are given in the comment next to each pointer.
 //  - Forward kernels overwrite their outputs.
-//  - Backward kernels ACCUMULATE (+=) into every gradient they produce, both parameter gradients
-//    and input (activation) gradients; callers zero what must start at zero. This is what makes
-//    gradient accumulation across micro-batches free.
+//  - Backward kernels ACCUMULATE (+=) into every parameter gradient, which is what makes gradient
+//    accumulation across micro-batches free, and into input (activation) gradients unless marked
+//    otherwise: an input gradient with one term only is WRITTEN WHOLE (never read, so it needs no
+//    fill): matmul_backward's with GradWrite::overwrite, matmul_backward_gelu's dpre,
+//    attention_backward's dqkv, swiglu_backward's dinp, and rope_backward's in place. Callers zero
+//    what accumulates and must start at zero.
 //  - Pointers marked "nullable" may be null and are then skipped.
 //  - On CUDA every call is asynchronous on the stream given to set_stream(); on the CPU every call
 //    has finished when it returns.
@@ -186,7 +189,7 @@ class Kernels {
                                    size_t N, size_t IC, size_t OC) = 0;
   // matmul_backward of a linear whose input was gelu(pre) (the MLP's projection), with
   // gelu_backward folded into its input gradient: dpre = gelu'(pre) * (dout @ weight),
-  // OVERWRITTEN (not +=, unlike every other backward: the gradient of pre has no other term);
+  // OVERWRITTEN (not +=: the gradient of pre has no other term);
   // dweight and dbias accumulate as in matmul_backward. On the CPU bitwise the unfused sequence
   // (zeroed gradients, matmul_backward, gelu_backward); on CUDA cuBLASLt's DGELU epilogue.
   virtual void matmul_backward_gelu(float* dpre,          // (N, IC) overwritten
