@@ -32,9 +32,10 @@ namespace {
 struct ExportFlags {
   std::string checkpoint;
   std::string output;
-  bool hf_dir = false;                 // write a Hugging Face model directory
-  std::string dtype = "bf16";          // of the directory's tensors
-  std::string max_shard_size = "5GB";  // of each of its shards
+  bool hf_dir = false;                   // write a Hugging Face model directory
+  std::string dtype = "bf16";            // of the directory's tensors
+  std::string max_shard_size = "5GB";    // of each of its shards
+  bool directory_options_given = false;  // --dtype or --max-shard-size on the command line
 };
 
 // "5GB", "100MB", "64KiB", "4096": bytes, in decimal (KB, MB, GB, as transformers reads them) or
@@ -98,7 +99,7 @@ int export_directory(const ExportFlags& f, const std::string& dir, const nn::GPT
 int run_export(const ExportFlags& f) {
   const std::string dir = train::resolve_checkpoint_dir(f.checkpoint);
   const bool to_directory = directory_output(f);
-  TZ_CHECK(to_directory || (f.dtype == "bf16" && f.max_shard_size == "5GB"),
+  TZ_CHECK(to_directory || !f.directory_options_given,
            "--dtype and --max-shard-size apply to a Hugging Face directory output",
            "add --hf-dir (the single safetensors file is always fp32)");
   // Export writes a temporary file beside the output and renames it: an output among the files
@@ -153,10 +154,16 @@ Command add_export_command(CLI::App& app) {
   sub->add_flag("--hf-dir", f->hf_dir,
                 "write a Hugging Face model directory (config.json, sharded safetensors, "
                 "model.safetensors.index.json) that transformers loads");
-  sub->add_option("--dtype", f->dtype, "the directory's tensor type: bf16 (default), fp16, fp32");
-  sub->add_option("--max-shard-size", f->max_shard_size,
-                  "the directory's largest shard, e.g. 5GB (default), 200MB, 64KiB");
-  return {sub, [f] { return run_export(*f); }};
+  // Given, not merely different from their defaults: --dtype bf16 on a single file is refused too.
+  CLI::Option* dtype = sub->add_option("--dtype", f->dtype,
+                                       "the directory's tensor type: bf16 (default), fp16, fp32");
+  CLI::Option* shard =
+      sub->add_option("--max-shard-size", f->max_shard_size,
+                      "the directory's largest shard, e.g. 5GB (default), 200MB, 64KiB");
+  return {sub, [f, dtype, shard] {
+            f->directory_options_given = dtype->count() > 0 || shard->count() > 0;
+            return run_export(*f);
+          }};
 }
 
 }  // namespace tierzero::cli

@@ -186,7 +186,7 @@ Command add_plan_command(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
       ->capture_default_str();
   sub->add_option("--margin", f->margin, "fraction of each budget kept free")
-      ->check(CLI::Range(0.0, 0.9))
+      ->check(finite_in(0.0, 0.9))
       ->capture_default_str();
   sub->add_option("--calibration", f->calibration,
                   "rates file: `tierzero bench` JSON lines or an object of rates "

@@ -15,6 +15,7 @@
 
 #include "commands.hpp"
 #include "tierzero/core/error.hpp"
+#include "tierzero/core/input_file.hpp"
 #include "tierzero/core/output_files.hpp"
 #include "tierzero/train/bpe_tokenizer.hpp"
 #include "tierzero/train/byte_tokenizer.hpp"
@@ -163,6 +164,8 @@ void write_shard(const std::string& path, const Tokenized& t, size_t begin, size
 }
 
 int run_prepare(const PrepareFlags& f) {
+  // A FIFO or a directory is refused before the open, which would block or read nothing.
+  require_regular_file(f.input, "input text", "give prepare-data a text file");
   std::ifstream in(f.input, std::ios::binary);
   if (!in)
     TZ_THROW("cannot read input text '" + f.input + "': " + errno_string(), "check the path");
@@ -218,7 +221,7 @@ Command add_prepare_data_command(CLI::App& app) {
   sub->add_option("--doc-token", flags->doc_token,
                   "added token put before the text (default: <|endoftext|> or <|begin_of_text|>)");
   sub->add_option("--val-fraction", flags->val_fraction, "share of tokens for validation")
-      ->check(CLI::Range(0.0, 0.9))
+      ->check(finite_in(0.0, 0.9))
       ->capture_default_str();
   sub->add_option("--shard-tokens", flags->shard_tokens, "tokens per training shard")
       ->check(CLI::Range(int64_t{1024}, int64_t{2000000000}))

@@ -132,7 +132,7 @@ void add_common(CLI::App* sub, TrainFlags& f) {
 // What only training uses: the optimizer's settings and placement, and checkpoints.
 void add_training_only(CLI::App* sub, TrainFlags& f) {
   sub->add_option("--lr", f.lr, "peak learning rate (optimizer.params.lr)")
-      ->check(CLI::Range(0.0, 10.0));
+      ->check(finite_in(0.0, 10.0));
   sub->add_option("--offload-optimizer", f.offload_optimizer,
                   "where optimizer states live: none (device), host (cpu) or nvme "
                   "(zero_optimization.offload_optimizer.device; stages 1-3)")
@@ -156,16 +156,20 @@ void add_training_only(CLI::App* sub, TrainFlags& f) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   sub->add_option("--keep-last", f.keep_last, "checkpoints kept in --save-dir (0: all)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
-  sub->add_option("--resume", f.resume,
-                  "resume from a checkpoint: a step directory, or a --save-dir (its latest); its "
-                  "learning-rate schedule is kept unless --reset-lr-schedule");
+  // A resumed run's weights are the checkpoint's: a --load beside it would be ignored.
+  CLI::Option* resume =
+      sub->add_option("--resume", f.resume,
+                      "resume from a checkpoint: a step directory, or a --save-dir (its latest); "
+                      "its learning-rate schedule is kept unless --reset-lr-schedule")
+          ->excludes(sub->get_option("--load"));
   sub->add_option("--recompute", f.recompute,
                   "what a block's backward recomputes: none, selective (the attention's core) or "
                   "full (activation checkpointing); default: the config's tierzero.recompute")
       ->check(CLI::IsMember({"none", "selective", "full"}));
   sub->add_flag("--reset-lr-schedule", f.reset_lr_schedule,
                 "with --resume: follow the schedule of this run's --steps (and config) instead "
-                "of the checkpoint's");
+                "of the checkpoint's")
+      ->needs(resume);
 }
 
 train::TrainConfig resolve(const TrainFlags& f) {

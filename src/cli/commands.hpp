@@ -2,7 +2,10 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdio>
 #include <functional>
+#include <string>
 
 namespace tierzero::cli {
 
@@ -10,6 +13,23 @@ struct Command {
   CLI::App* app;             // the subcommand; parsed() tells whether it was chosen
   std::function<int()> run;  // exit code
 };
+
+// A real number in [lo, hi]. CLI::Range lets NaN through (every comparison with it is false),
+// and a NaN flag was then ignored or poisoned the run; this refuses it, and infinities, by name.
+inline CLI::Validator finite_in(double lo, double hi) {
+  char range[64];
+  std::snprintf(range, sizeof range, "[%g - %g]", lo, hi);
+  const std::string bounds = range;
+  return CLI::Validator(
+      [lo, hi, bounds](std::string& text) -> std::string {
+        double v = 0.0;
+        if (!CLI::detail::lexical_cast(text, v) || !std::isfinite(v))
+          return "'" + text + "' is not a finite number";
+        if (!(v >= lo && v <= hi)) return "Value " + text + " not in range " + bounds;
+        return {};
+      },
+      "FLOAT in " + bounds);
+}
 
 Command add_train_command(CLI::App& app);
 Command add_eval_command(CLI::App& app);

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "commands.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/train/config_bridges.hpp"
 #include "tierzero/train/estimate_inputs.hpp"
@@ -104,12 +105,12 @@ void add_run_options(CLI::App& app, RunFlags& f) {
       ->check(CLI::IsMember({"none", "cpu", "nvme"}));
   app.add_option("--offload-param-ratio", f.offload_param_ratio,
                  "fraction of units whose parameters are offloaded")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(finite_in(0.0, 1.0));
   app.add_option("--offload-optimizer", f.offload_optimizer, "none, cpu or nvme (stage >= 1)")
       ->check(CLI::IsMember({"none", "cpu", "nvme"}));
   app.add_option("--offload-optimizer-ratio", f.offload_optimizer_ratio,
                  "fraction of units whose optimizer states are offloaded")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(finite_in(0.0, 1.0));
   app.add_option("--micro-batch", f.micro_batch, "sequences per rank per micro-step")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   app.add_option("--seq", f.seq, "tokens per sequence")

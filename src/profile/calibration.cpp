@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tierzero/core/error.hpp"
+#include "tierzero/core/input_file.hpp"
 #include "tierzero/core/timer.hpp"
 #include "tierzero/device/device.hpp"
 #include "tierzero/device/device_allocator.hpp"
@@ -113,13 +114,14 @@ Rates parse_calibration(const std::string& text, const std::string& source) {
 }
 
 Rates load_calibration(const std::string& path) {
-  std::ifstream f(path);
-  TZ_CHECK(f.good(), "cannot read calibration file '" + path + "'",
-           "write one with `tierzero bench train > cal.json` (and io, comm), or omit --calibration "
-           "to measure quickly");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse_calibration(ss.str(), path);
+  // Never blocks on a FIFO; a calibration is a few kilobytes of JSON lines.
+  constexpr size_t kMaxBytes = size_t{16} << 20;
+  return parse_calibration(
+      read_input_file(path, "calibration file",
+                      "write one with `tierzero bench train > cal.json` (and io, comm), or omit "
+                      "--calibration to measure quickly",
+                      kMaxBytes),
+      path);
 }
 
 Rates measure_rates(Device& device, const std::string& nvme_dir) {

@@ -126,6 +126,27 @@ size_t metadata_count(const std::string& path, const nlohmann::json& meta, const
   return v;
 }
 
+// Blocks the header names: one more than the largest N of any "h.N." tensor, so that a block
+// missing a tensor is an error naming it (config_of checks every tensor of every block) rather
+// than the end of the model. Unknown tensors of a block (HF's attention-mask buffers) count.
+size_t layer_count(const std::string& path, const Header& h) {
+  constexpr size_t kMaxLayers = 4096;  // tierzero.model.n_layer's limit
+  size_t layers = 0;
+  for (const auto& [name, entry] : h.entries) {
+    if (name.rfind("h.", 0) != 0) continue;
+    const size_t dot = name.find('.', 2);
+    const std::string index = name.substr(2, dot == std::string::npos ? dot : dot - 2);
+    const bool digits = !index.empty() && index.size() <= 6 &&
+                        index.find_first_not_of("0123456789") == std::string::npos;
+    TZ_CHECK(digits && std::stoul(index) < kMaxLayers,
+             "safetensors file '" + path + "': tensor '" + cut(name) + "' names no block in [0, " +
+                 std::to_string(kMaxLayers) + ")",
+             "GPT-2 block tensors are named h.<block>.<tensor>, as tierzero export writes them");
+    layers = std::max<size_t>(layers, std::stoul(index) + 1);
+  }
+  return layers;
+}
+
 // The model shape the header describes, every tensor of it present with its shape: only then
 // is the shape, bounded by the file's bytes, used to build anything.
 nn::GPTConfig config_of(const std::string& path, const Header& h) {
@@ -142,9 +163,7 @@ nn::GPTConfig config_of(const std::string& path, const Header& h) {
   c.vocab_size = wte[0];
   c.channels = wte[1];
   c.max_seq_len = wpe[0];
-  size_t layers = 0;
-  while (h.entries.count("h." + std::to_string(layers) + ".ln_1.weight")) ++layers;
-  c.num_layers = layers;
+  c.num_layers = layer_count(path, h);
   static const nlohmann::json kNone = nlohmann::json::object();
   const nlohmann::json& meta = h.json.contains("__metadata__") ? h.json["__metadata__"] : kNone;
   const size_t C = c.channels, V = c.vocab_size;

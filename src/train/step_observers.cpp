@@ -113,6 +113,17 @@ bool ListenerObserver::after_step(const StepRecord& r) {
   return stop == 0.0f;
 }
 
+bool StopObserver::after_step(const StepRecord& r) {
+  // Every rank stops after the same step: a signal on any rank stops all.
+  float stop = StopSignals::requested() ? 1.0f : 0.0f;
+  if (group_) group_sum(*group_, &stop, 1);
+  if (stop == 0.0f) return true;
+  if (out_)
+    std::fprintf(out_, "stopping after step %lld on a stop signal; the model is written (--save)\n",
+                 static_cast<long long>(r.step));
+  return false;
+}
+
 CheckpointObserver::CheckpointObserver(std::FILE* out, int64_t every, comm::Communicator* group,
                                        std::function<std::string(int64_t)> save, int64_t resumed_at)
     : out_(out), every_(every), group_(group), save_(std::move(save)), saved_at_(resumed_at) {}

@@ -120,6 +120,20 @@ class ListenerObserver final : public StepObserver {
   comm::Communicator* group_;
 };
 
+// Without training checkpoints but with a model to write at the end (--save): SIGTERM / SIGINT
+// finish the step and end the run there, so that the model is written instead of lost with the
+// process. (A second signal ends the process at once, as without it.)
+class StopObserver final : public StepObserver {
+ public:
+  StopObserver(std::FILE* out, comm::Communicator* group) : out_(out), group_(group) {}
+  bool after_step(const StepRecord& r) override;
+
+ private:
+  std::FILE* out_;
+  comm::Communicator* group_;
+  StopSignals signals_{true};
+};
+
 // Training checkpoints every save_every steps and on SIGTERM / SIGINT (finish the step, save,
 // stop); finish() writes the last one at the end unless it was just written.
 class CheckpointObserver final : public StepObserver {

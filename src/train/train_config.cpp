@@ -379,15 +379,20 @@ void read_arch(ConfigReader& r, ModelShape& m) {
   a.tie_embeddings = r.get_bool("tie_word_embeddings", a.tie_embeddings);
 }
 
+// The largest model shape a config or --model may give.
+constexpr int64_t kMaxLayers = 4096;
+constexpr int64_t kMaxHeads = 4096;
+constexpr int64_t kMaxChannels = int64_t{1} << 20;
+
 void read_model(ConfigReader r, ModelShape& m) {
   m.vocab_size = r.get_int("vocab_size", m.vocab_size, 2, 1 << 24);
   m.padded_vocab_size = r.get_int("padded_vocab_size", m.padded_vocab_size, 0, 1 << 24);
   m.classifier_chunk_tokens =
       r.get_int("classifier_chunk_tokens", m.classifier_chunk_tokens, 0, int64_t{1} << 40);
   m.context_length = r.get_int("context_length", m.context_length, 1, 1 << 20);
-  m.n_layer = r.get_int("n_layer", m.n_layer, 1, 4096);
-  m.n_head = r.get_int("n_head", m.n_head, 1, 4096);
-  m.n_embd = r.get_int("n_embd", m.n_embd, 1, 1 << 20);
+  m.n_layer = r.get_int("n_layer", m.n_layer, 1, kMaxLayers);
+  m.n_head = r.get_int("n_head", m.n_head, 1, kMaxHeads);
+  m.n_embd = r.get_int("n_embd", m.n_embd, 1, kMaxChannels);
   read_arch(r, m);
   if (m.arch.head_dim == 0 && m.n_embd % m.n_head != 0)
     r.fail("n_embd", "= " + std::to_string(m.n_embd) +
@@ -494,6 +499,8 @@ TrainConfig TrainConfig::parse(const std::string& text, const std::string& sourc
   c.gradient_accumulation_steps =
       r.get_int("gradient_accumulation_steps", c.gradient_accumulation_steps, 1, 1 << 20);
   c.train_batch_size = r.get_int("train_batch_size", c.train_batch_size, 0, kMaxInt);
+  c.micro_batch_given = j.contains("train_micro_batch_size_per_gpu");
+  c.accumulation_given = j.contains("gradient_accumulation_steps");
   c.gradient_clipping = r.get_number("gradient_clipping", c.gradient_clipping, 0.0, 1.0e9);
   // TierZero prints every step (and writes each to --metrics).
   r.get_int("steps_per_print", 10, 1, kMaxInt);
@@ -511,13 +518,7 @@ TrainConfig TrainConfig::parse(const std::string& text, const std::string& sourc
   read_data_types(r.child("data_types"));
   read_ds_checkpoint(r.child("checkpoint"));
   read_tierzero(r.child("tierzero"), c);
-  if (c.train_batch_size != 0 &&
-      c.train_batch_size % (c.micro_batch_size * c.gradient_accumulation_steps) != 0)
-    r.fail("train_batch_size",
-           "= " + std::to_string(c.train_batch_size) +
-               " is not a multiple of train_micro_batch_size_per_gpu x "
-               "gradient_accumulation_steps = " +
-               std::to_string(c.micro_batch_size * c.gradient_accumulation_steps));
+  // (train_batch_size against the other two: resolve_global_batch, once the ranks are known.)
   only_number(r, "gradient_predivide_factor", 1.0,
               "gradients are averaged by the reduction itself (its mean over the ranks)");
   only_bool(r, "prescale_gradients", false,
@@ -562,6 +563,12 @@ void apply_model_name(const std::string& text, ModelShape& m) {
                  ": layers, heads and channels must be positive and heads must "
                  "divide channels",
              "e.g. --model 48,25,1600 (GPT-2 XL's shape)");
+    // The config's ranges (read_model), so a shape given here is held to the same limits.
+    TZ_CHECK(layers <= kMaxLayers && heads <= kMaxHeads && channels <= kMaxChannels,
+             "--model " + text + ": layers, heads or channels out of range (at most " +
+                 std::to_string(kMaxLayers) + ", " + std::to_string(kMaxHeads) + " and " +
+                 std::to_string(kMaxChannels) + ")",
+             "the same limits as tierzero.model.n_layer, n_head and n_embd");
     m.n_layer = layers, m.n_head = heads, m.n_embd = channels;
     return;
   }

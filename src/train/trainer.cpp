@@ -27,6 +27,7 @@
 #include "tierzero/profile/rank_profiles.hpp"
 #include "tierzero/train/checkpoint_save_dir.hpp"
 #include "tierzero/train/config_bridges.hpp"
+#include "tierzero/train/global_batch.hpp"
 #include "tierzero/train/lr_schedule.hpp"
 #include "tierzero/train/profiling_provider.hpp"
 #include "tierzero/train/rank_agreement.hpp"
@@ -95,6 +96,14 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)), state_(new St
   }
   State& s = *state_;
   s.run = open_session(config_);
+  try {  // the batch's parts from train_batch_size, as DeepSpeed derives them
+    const int64_t model_parallel =
+        config_.tensor_parallel * config_.pipeline_parallel * config_.ulysses_parallel;
+    if (model_parallel > 0 && s.run.world_size % model_parallel == 0)  // (else check_parallel)
+      resolve_global_batch(config_, s.run.world_size / model_parallel);
+  } catch (const Error& e) {
+    throw SameOnEveryRankError(e);  // the config and the rank count: alike on every rank
+  }
   // Before any collective that depends on them; thrown on every rank, so none waits on another.
   if (s.run.world_size > 1) require_ranks_agree(run_settings(config_), s.run.session->world());
   if (s.run.rank == 0 && !config_.ignored_keys.empty()) log::warn(config_.ignored_keys_warning());
@@ -240,6 +249,13 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
   // One run saves into a directory at a time: a second one is refused here, before any step.
   const SaveDirLock save_dir_lock(config_.checkpoint.save_dir, s.run.rank, world);
   const int64_t first_step = config_.checkpoint.resume.empty() ? 0 : resume_training(scaler);
+  // A --steps at or below the checkpoint's takes no step (--steps 0 exports its model): said, so
+  // that a mistyped count is not mistaken for a finished run.
+  if (out && first_step > 0 && first_step >= config_.steps)
+    std::fprintf(out,
+                 "no step to take: the checkpoint was saved after step %lld and this run stops "
+                 "after step %lld (--steps, tierzero.steps)\n",
+                 static_cast<long long>(first_step), static_cast<long long>(config_.steps));
   if (s.run.rank == 0 && !config_.checkpoint.save_dir.empty())
     warn_abandoned_checkpoints(config_.checkpoint.save_dir, first_step,
                                static_cast<size_t>(config_.checkpoint.keep_last));
@@ -260,6 +276,8 @@ TrainResult Trainer::run_loop(std::FILE* all_ranks_out, const std::string& metri
         config_.checkpoint.resume.empty() ? -1 : first_step);
     checkpoints = saver.get();
     observers.push_back(std::move(saver));
+  } else if (!config_.save_checkpoint.empty()) {
+    observers.push_back(std::make_unique<StopObserver>(out, world));
   }
 
   LrSchedule lr_schedule(config_.scheduler, config_.optimizer.lr, config_.steps);

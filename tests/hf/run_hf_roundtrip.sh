@@ -68,6 +68,11 @@ python3 "$dir/compare.py" "$dir/imported_bf16.bin" "$dir/z3.bin" 0 ||
 "$tierzero" export "$dir/ck" -o "$dir/hf_bf16" --hf-dir > "$dir/again.out" 2>&1
 grep "error" "$dir/again.out"
 grep -q "not empty" "$dir/again.out" || { echo "FAIL: export into a non-empty directory"; fail=1; }
+# --dtype is the directory's: on the single (fp32) file it is refused even at its default value.
+"$tierzero" export "$dir/ck" -o "$dir/single.safetensors" --dtype bf16 > "$dir/dtype.out" 2>&1
+grep "error" "$dir/dtype.out"
+grep -q "apply to a Hugging Face directory output" "$dir/dtype.out" && [ ! -e "$dir/single.safetensors" ] ||
+  { echo "FAIL: --dtype bf16 on a single file was accepted"; fail=1; }
 mkdir "$dir/empty"
 "$tierzero" train --config "$dir/run.json" --load "$dir/empty" --steps 0 > "$dir/empty.out" 2>&1
 grep "error" "$dir/empty.out"

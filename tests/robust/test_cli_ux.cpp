@@ -4,6 +4,7 @@
 // naming its device and leaving no directory behind, estimate saying total and per-rank
 // parameters apart, and a resumed run keeping its checkpoint's learning-rate schedule.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -228,4 +229,45 @@ TEST(CliUx, ResumeWithNoStepsSavesTheCheckpointsModel) {
     EXPECT_FALSE(x.empty());
     EXPECT_TRUE(x == y) << "stage " << stage << ": the saved model differs from the checkpoint's";
   }
+}
+
+// Flags that cannot mean anything are refused by name before a run starts: a NaN where a number
+// is asked (CLI11's ranges let NaN through; --lr nan was silently the config's rate), --resume
+// with --load (the checkpoint's weights win), --reset-lr-schedule without --resume, a --model
+// shape past the config's limits (it was OOM-killed), and a FIFO given to prepare-data (a hang).
+TEST(CliUx, MeaninglessFlagsAreRefusedByName) {
+  const std::string cfg = write_file("flags.json", kTinyConfig);
+  const auto refused = [](const std::string& args, const std::vector<std::string>& words) {
+    const RunResult r = tierzero_cli(args);
+    EXPECT_NE(r.exit_code, 0) << args;
+    for (const std::string& w : words) EXPECT_TRUE(has(r.output, w)) << w << " in " << r.output;
+    EXPECT_FALSE(has(r.output, "tok/s")) << "a step ran: " << r.output;
+  };
+  refused("train --config " + cfg + " --lr nan", {"--lr", "not a finite number"});
+  refused("estimate --model gpt2 --stage 3 --offload-param cpu --offload-param-ratio nan",
+          {"--offload-param-ratio", "not a finite number"});
+  refused(
+      "plan --layers 2 --heads 2 --channels 32 --vocab 257 --context 16 --device-mem 10MiB "
+      "--margin -nan",
+      {"--margin", "not a finite number"});
+  refused("train --config " + cfg + " --resume " + dir() + "/none --load " + dir() + "/none.bin",
+          {"--resume", "--load"});
+  refused("train --config " + cfg + " --reset-lr-schedule", {"--reset-lr-schedule", "--resume"});
+  refused("train --config " + cfg + " --model 99999999999,2,32", {"out of range", "4096"});
+  const std::string fifo = dir() + "/input.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  refused("prepare-data " + fifo + " -o " + dir() + "/fifo_out", {"FIFO"});
+  refused("prepare-data " + dir() + " -o " + dir() + "/dir_out", {"is a directory"});
+}
+
+// DeepSpeed's train_batch_size sets the global batch: with the micro-batch given, the
+// accumulation follows (it was ignored, and the run trained batches a quarter the size).
+TEST(CliUx, TrainBatchSizeSetsTheAccumulation) {
+  const std::string cfg = write_file("global_batch.json", R"({"train_batch_size": 8,
+    "train_micro_batch_size_per_gpu": 2,
+    "tierzero": {"steps": 1, "seq_len": 16, "val_batches": 1, "threads": 1,
+                 "model": {"n_layer": 1, "n_head": 2, "n_embd": 32, "context_length": 16}}})");
+  const RunResult r = tierzero_cli("train --config " + cfg);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "4 accumulation")) << r.output;
 }

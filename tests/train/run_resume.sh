@@ -218,5 +218,28 @@ if [ "$mode" = ref ] || [ "$mode" = zero3_nvme ]; then
     fi
   fi
 fi
+if [ "$mode" = ref ]; then
+  echo "== SIGINT with --save and no --save-dir"
+  # No training checkpoint to save: the run still ends after its step and writes --save, where
+  # the signal used to end the process with nothing written and nothing said.
+  write_config "$dir/long.json" 2000 64
+  rm -f "$dir/int.bin"
+  "$tierzero" train --config "$dir/long.json" $args --save "$dir/int.bin" \
+    --metrics "$dir/int.jsonl" > "$dir/int.out" 2>&1 &
+  pid=$!
+  i=0
+  while [ "$(cat "$dir/int.jsonl" 2>/dev/null | wc -l)" -lt 3 ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+  kill -INT $pid
+  wait $pid
+  rc=$?
+  grep "stopping after step" "$dir/int.out"
+  if [ $rc -ne 0 ] || ! grep -q "stopping after step" "$dir/int.out" || [ ! -s "$dir/int.bin" ]; then
+    echo "FAIL: SIGINT with --save: exit $rc"; tail -5 "$dir/int.out"; ls -l "$dir/int.bin"; fail=1
+  elif ! "$tierzero" eval --config "$dir/long.json" --load "$dir/int.bin" --batches 1 > "$dir/int_eval.out" 2>&1; then
+    echo "FAIL: the model --save wrote on SIGINT does not load"; tail -3 "$dir/int_eval.out"; fail=1
+  else
+    echo "SIGINT: stopped after a step (exit 0), the --save model written and loadable"
+  fi
+fi
 [ $fail -eq 0 ] && echo "run_resume: OK"
 exit $fail

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tierzero/core/error.hpp"
+#include "tierzero/train/global_batch.hpp"
 #include "tierzero/train/train_config.hpp"
 
 using namespace tierzero;
@@ -276,9 +277,6 @@ TEST(TrainConfig, CrossFieldRules) {
   EXPECT_NE(parse_error(R"({"tierzero": {"seq_len": 128, "model": {"context_length": 64}}})")
                 .find("exceeds model.context_length"),
             std::string::npos);
-  EXPECT_NE(parse_error(R"({"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4})")
-                .find("not a multiple"),
-            std::string::npos);
   EXPECT_NE(
       parse_error(R"({"bf16": {"enabled": true}, "fp16": {"enabled": true}})").find("both enabled"),
       std::string::npos);
@@ -349,4 +347,47 @@ TEST(TrainConfig, ActivationCheckpointingKeys) {
       << e;
   e = parse_error(R"({"activation_checkpointing": true})");
   EXPECT_NE(e.find("'activation_checkpointing' must be an object"), std::string::npos) << e;
+}
+
+// train_batch_size = micro x accumulation x data-parallel ranks, as DeepSpeed: given with one of
+// the other two it derives the third, alone it means accumulation 1, and three that disagree
+// (or a product with no whole solution) are refused, naming all of them. It was ignored: a
+// config with train_batch_size 8 and micro 2 trained batches of 2.
+TEST(TrainConfig, TrainBatchSizeDerivesTheMissingPartAsDeepSpeedDoes) {
+  const auto resolved = [](const std::string& json, int64_t dp) {
+    TrainConfig c = TrainConfig::parse(json, "batch.json");
+    resolve_global_batch(c, dp);
+    return std::make_pair(c.micro_batch_size, c.gradient_accumulation_steps);
+  };
+  const auto refusal = [](const std::string& json, int64_t dp) {
+    try {
+      TrainConfig c = TrainConfig::parse(json, "batch.json");
+      resolve_global_batch(c, dp);
+    } catch (const Error& e) {
+      std::printf("dp %lld: %s\n", static_cast<long long>(dp), e.what());
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const std::string with_micro = R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2})";
+  EXPECT_EQ(resolved(with_micro, 1), std::make_pair(int64_t{2}, int64_t{4}));
+  EXPECT_EQ(resolved(with_micro, 2), std::make_pair(int64_t{2}, int64_t{2}));
+  EXPECT_NE(refusal(with_micro, 3).find("no whole solution"), std::string::npos);
+  EXPECT_EQ(resolved(R"({"train_batch_size": 12, "gradient_accumulation_steps": 3})", 2),
+            std::make_pair(int64_t{2}, int64_t{3}));
+  EXPECT_EQ(resolved(R"({"train_batch_size": 16})", 2), std::make_pair(int64_t{8}, int64_t{1}));
+  const std::string all_three =
+      R"({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4,
+          "gradient_accumulation_steps": 2})";
+  EXPECT_EQ(resolved(all_three, 8), std::make_pair(int64_t{4}, int64_t{2}));
+  const std::string e = refusal(all_three, 1);
+  EXPECT_NE(e.find("does not hold"), std::string::npos) << e;
+  EXPECT_NE(e.find("train_micro_batch_size_per_gpu 4"), std::string::npos) << e;
+  EXPECT_NE(e.find("1 data-parallel"), std::string::npos) << e;
+  EXPECT_NE(refusal(R"({"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4})", 1)
+                .find("no whole solution"),
+            std::string::npos);
+  // Without train_batch_size nothing changes.
+  EXPECT_EQ(resolved(R"({"train_micro_batch_size_per_gpu": 3})", 4),
+            std::make_pair(int64_t{3}, int64_t{1}));
 }

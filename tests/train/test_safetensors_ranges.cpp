@@ -231,6 +231,24 @@ TEST(SafetensorsRanges, DamagedFilesAreClearErrors) {
   expect_error("json.safetensors", edited("\"wte.weight\":{", "\"wte.weight\":["),
                {"not valid JSON", "line 1, column"});
 
+  // The model read from the file itself (eval --load): a block missing one tensor is an error
+  // naming it, not the model's end (it loaded as a 1-block model), and a block index past the
+  // limit is refused before anything is sized by it.
+  const auto config_error = [&](const std::string& name, const std::string& content,
+                                const std::vector<std::string>& words) {
+    const std::string path = temp_path(name);
+    write_bytes(path, content);
+    const std::string msg = error_of([&] { (void)train::read_gpt2_safetensors_config(path); });
+    std::printf("%s (its own model): %s\n", name.c_str(), msg.c_str());
+    for (const std::string& w : words)
+      EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' missing from: " << msg;
+  };
+  EXPECT_EQ(train::read_gpt2_safetensors_config(good).num_layers, 3u);
+  config_error("block1.safetensors", edited("\"h.1.ln_1.weight\"", "\"h.1.ln_1.weigh_\""),
+               {"h.1.ln_1.weight", "has no tensor"});
+  config_error("block_index.safetensors", edited("\"h.2.ln_1.weight\"", "\"h.9999.ln_1.wei\""),
+               {"h.9999.ln_1.wei", "names no block"});
+
   // Truncated after opening: the read that reaches the missing bytes fails, naming the tensor.
   const std::string later = temp_path("later.safetensors");
   write_bytes(later, bytes);

@@ -130,7 +130,11 @@ struct TrainConfig {
   // DeepSpeed keys
   int64_t micro_batch_size = 8;  // train_micro_batch_size_per_gpu
   int64_t gradient_accumulation_steps = 1;
-  int64_t train_batch_size = 0;    // 0: micro * accumulation * data-parallel ranks
+  int64_t train_batch_size = 0;  // 0: micro * accumulation * data-parallel ranks
+  // Whether the config (or the CLI) gave these two: a train_batch_size derives the one not given
+  // as DeepSpeed does, once the data-parallel size is known (global_batch.hpp).
+  bool micro_batch_given = false;
+  bool accumulation_given = false;
   double gradient_clipping = 1.0;  // 0 disables
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;
