@@ -8,6 +8,7 @@
 #include "tierzero/core/error.hpp"
 #include "tierzero/train/config_bridges.hpp"
 #include "tierzero/train/estimate_inputs.hpp"
+#include "tierzero/train/global_batch.hpp"
 #include "tierzero/train/hf_directory.hpp"
 
 namespace tierzero::cli {
@@ -150,6 +151,10 @@ EstimateSettings resolve_settings(const ModelFlags& model, const WorldFlags& wor
   if (run.offload_param_ratio >= 0) z.offload_param.ratio = run.offload_param_ratio;
   if (run.offload_optimizer_ratio >= 0) z.offload_optimizer.ratio = run.offload_optimizer_ratio;
   s.model = resolve_model(model, have_config ? &c : nullptr);
+  const profile::WorldLayout w = resolve_world(world, have_config ? &c : nullptr);
+  // A config's train_batch_size sets its micro-batch and accumulation as in training; a
+  // --micro-batch given here replaces the config's batch.
+  if (run.micro_batch <= 0) train::resolve_global_batch(c, w.dp);
   s.micro_batch = static_cast<size_t>(run.micro_batch > 0 ? run.micro_batch : c.micro_batch_size);
   s.seq_len = static_cast<size_t>(run.seq > 0   ? run.seq
                                   : have_config ? c.seq_len
@@ -166,7 +171,6 @@ EstimateSettings resolve_settings(const ModelFlags& model, const WorldFlags& wor
                                        : nn::Recompute::parse(c.recompute, "tierzero.recompute");
   s.checkpointing = s.recompute.is_full();
 
-  const profile::WorldLayout w = resolve_world(world, have_config ? &c : nullptr);
   s.sequence_parallel = world.sequence_parallel || (have_config && c.sequence_parallel);
   if (!run.activation_offload.empty()) {
     c.activation_checkpoints.device =

@@ -72,9 +72,28 @@ void read_optimizer(ConfigReader r, OptimizerConfig& o) {
   r.finish();
 }
 
+// A DeepSpeed scheduler's parameters belong to its type: WarmupLR and WarmupDecayLR go from
+// warmup_min_lr to warmup_max_lr, WarmupCosineLR scales the optimizer's lr by ratios. A key of
+// the other kind would be read and never used, so it is refused by name.
+void check_scheduler_keys(const ConfigReader& p, const std::string& type) {
+  const bool cosine = type == "WarmupCosineLR";
+  const std::vector<std::string> foreign =
+      cosine ? std::vector<std::string>{"warmup_min_lr", "warmup_max_lr"}
+             : std::vector<std::string>{"warmup_min_ratio", "cos_min_ratio"};
+  for (const std::string& key : foreign)
+    if (p.has(key))
+      p.fail(key, "is not a parameter of scheduler " + type + " (it belongs to " +
+                      (cosine ? "WarmupLR and WarmupDecayLR" : "WarmupCosineLR") + ")");
+  if (type == "WarmupLR" && p.has("total_num_steps"))
+    p.fail("total_num_steps",
+           "is not a parameter of WarmupLR, which holds its peak once warm "
+           "(WarmupDecayLR and WarmupCosineLR decay over it)");
+}
+
 void read_scheduler(ConfigReader r, SchedulerConfig& s) {
   s.type = r.get_string("type", s.type, {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "none"});
   ConfigReader p = r.child("params");
+  check_scheduler_keys(p, s.type);
   s.warmup_num_steps = p.get_int("warmup_num_steps", s.warmup_num_steps, 0, kMaxInt);
   s.total_num_steps = p.get_int("total_num_steps", s.total_num_steps, 0, kMaxInt);
   s.warmup_type = p.get_string("warmup_type", s.warmup_type, {"linear", "log"});
@@ -82,6 +101,14 @@ void read_scheduler(ConfigReader r, SchedulerConfig& s) {
   s.cos_min_ratio = p.get_number("cos_min_ratio", s.cos_min_ratio, 0.0, 1.0);
   s.warmup_min_lr = p.get_number("warmup_min_lr", s.warmup_min_lr, 0.0, 10.0);
   s.warmup_max_lr = p.get_number("warmup_max_lr", s.warmup_max_lr, 0.0, 10.0);
+  if (s.warmup_max_lr >= 0.0 && s.warmup_min_lr > s.warmup_max_lr)
+    p.fail("warmup_min_lr", "= " + std::to_string(s.warmup_min_lr) +
+                                " is above warmup_max_lr = " + std::to_string(s.warmup_max_lr) +
+                                ": the warmup would lower the lr");
+  if (s.type == "WarmupDecayLR" && s.total_num_steps != 0 && s.total_num_steps < s.warmup_num_steps)
+    p.fail("total_num_steps", "= " + std::to_string(s.total_num_steps) +
+                                  " is below warmup_num_steps = " +
+                                  std::to_string(s.warmup_num_steps) + ": the decay never starts");
   if (!p.is_null("last_batch_iteration"))
     only_number(p, "last_batch_iteration", -1.0,
                 "the schedule starts at step 0, or where a resumed training checkpoint left it "

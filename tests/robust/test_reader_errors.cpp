@@ -236,6 +236,22 @@ TEST(JsonInputs, NumberOverflowNamesFileLineAndColumn) {
              {profile.c_str(), "line 2", "1e400"});
 }
 
+// A key given twice in one object was kept last-wins without a word ("seq_len": 16 then 8
+// trained at 8): every JSON input refuses it, naming the key and the object holding it.
+TEST(JsonInputs, DuplicateKeysAreAnError) {
+  const std::string path = path_of("duplicate.json");
+  write_bytes(path, R"({"tierzero": {"seq_len": 16, "model": {"n_layer": 1}, "seq_len": 8}})");
+  expect_has(error_of([&] { train::TrainConfig::load(path); }),
+             {path.c_str(), "'seq_len' twice", "'tierzero'"});
+  write_bytes(path, R"({"steps_per_print": 1, "tierzero": {}, "steps_per_print": 2})");
+  expect_has(error_of([&] { train::TrainConfig::load(path); }),
+             {"'steps_per_print' twice", "top-level object"});
+  // The same key in sibling objects is no duplicate.
+  write_bytes(path, R"({"zero_optimization": {"offload_param": {"device": "none"},
+                        "offload_optimizer": {"device": "none"}}})");
+  EXPECT_NO_THROW(train::TrainConfig::load(path));
+}
+
 // A document nested a million deep would overflow the stack when nlohmann destroys it: the parse
 // stops at the depth limit instead, for every JSON input alike (config, profile, checkpoint).
 TEST(JsonInputs, DeepNestingIsAnErrorNotAStackOverflow) {

@@ -391,3 +391,28 @@ TEST(TrainConfig, TrainBatchSizeDerivesTheMissingPartAsDeepSpeedDoes) {
   EXPECT_EQ(resolved(R"({"train_micro_batch_size_per_gpu": 3})", 4),
             std::make_pair(int64_t{3}, int64_t{1}));
 }
+
+// A scheduler's parameters belong to its type: WarmupCosineLR's warmup_max_lr was read and never
+// used (the lr followed the optimizer's), so it is refused by name, as are WarmupLR's
+// total_num_steps, a warmup that would lower the lr, and a decay that never starts.
+TEST(TrainConfig, SchedulerParametersOfAnotherTypeAreRefused) {
+  const auto error_of = [](const std::string& type, const std::string& params) {
+    return parse_error(R"({"scheduler": {"type": ")" + type + R"(", "params": )" + params + "}}");
+  };
+  std::string e = error_of("WarmupCosineLR", R"({"warmup_max_lr": 0.1})");
+  std::printf("%s\n", e.c_str());
+  EXPECT_NE(e.find("scheduler.params.warmup_max_lr"), std::string::npos) << e;
+  EXPECT_NE(e.find("not a parameter of scheduler WarmupCosineLR"), std::string::npos) << e;
+  e = error_of("WarmupDecayLR", R"({"cos_min_ratio": 0.1})");
+  EXPECT_NE(e.find("cos_min_ratio"), std::string::npos) << e;
+  e = error_of("WarmupLR", R"({"total_num_steps": 100})");
+  EXPECT_NE(e.find("total_num_steps"), std::string::npos) << e;
+  e = error_of("WarmupLR", R"({"warmup_min_lr": 0.5, "warmup_max_lr": 0.1})");
+  EXPECT_NE(e.find("above warmup_max_lr"), std::string::npos) << e;
+  e = error_of("WarmupDecayLR", R"({"total_num_steps": 1, "warmup_num_steps": 10})");
+  EXPECT_NE(e.find("below warmup_num_steps"), std::string::npos) << e;
+  // Each type's own keys still read.
+  EXPECT_EQ(error_of("WarmupLR", R"({"warmup_min_lr": 0.0, "warmup_max_lr": 0.1})"), "");
+  EXPECT_EQ(error_of("WarmupDecayLR", R"({"warmup_max_lr": 0.1, "total_num_steps": 100})"), "");
+  EXPECT_EQ(error_of("WarmupCosineLR", R"({"warmup_min_ratio": 0.1, "cos_min_ratio": 0.1})"), "");
+}
