@@ -47,7 +47,7 @@ void add_bench_train_options(CLI::App& t, bench::BenchTrainStepOptions& o) {
   t.add_option("--classifier-chunk", o.classifier_chunk,
                "tokens of logits the classifier holds at once (model.classifier_chunk_tokens); "
                "0: automatic, 128 MiB of fp32 logits; batch x seq or more: whole")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->check(whole_in(0, int64_t{1} << 40))
       ->capture_default_str();
 }
 

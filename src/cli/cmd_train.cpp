@@ -269,12 +269,11 @@ Command add_train_command(CLI::App& app) {
       app.add_subcommand("train", "train a GPT (defaults: a small GPT on the built-in corpus)");
   add_common(sub, *flags);
   add_training_only(sub, *flags);
-  // Integer ranges, not CLI::NonNegativeNumber: that one parses as a double, so "abc" was "not in
-  // range 0 to 1.79e308" (printed in full) rather than not an integer.
+  // whole_in, not CLI::NonNegativeNumber: that one parses as a double, so "abc" was "not in range
+  // 0 to 1.79e308" (printed in full) rather than not a whole number.
   constexpr int64_t kMost = std::numeric_limits<int64_t>::max();  // the config's limits
-  sub->add_option("--steps", flags->steps, "optimizer steps")->check(CLI::Range(int64_t{0}, kMost));
-  sub->add_option("--seed", flags->seed, "seed of the initial weights")
-      ->check(CLI::Range(int64_t{0}, kMost));
+  sub->add_option("--steps", flags->steps, "optimizer steps")->check(whole_in(0, kMost));
+  sub->add_option("--seed", flags->seed, "seed of the initial weights")->check(whole_in(0, kMost));
   sub->add_option("--save", flags->save, "write an llm.c checkpoint at the end");
   sub->add_option(
       "--metrics", flags->metrics,

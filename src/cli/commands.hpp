@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -29,6 +30,19 @@ inline CLI::Validator finite_in(double lo, double hi) {
         return {};
       },
       "FLOAT in " + bounds);
+}
+
+// A whole number in [lo, hi]: CLI11's ranges call "abc" out of range rather than not a number.
+inline CLI::Validator whole_in(int64_t lo, int64_t hi) {
+  const std::string bounds = "[" + std::to_string(lo) + " - " + std::to_string(hi) + "]";
+  return CLI::Validator(
+      [lo, hi, bounds](std::string& text) -> std::string {
+        int64_t v = 0;
+        if (!CLI::detail::lexical_cast(text, v)) return "'" + text + "' is not a whole number";
+        if (v < lo || v > hi) return "Value " + text + " not in range " + bounds;
+        return {};
+      },
+      "INT in " + bounds);
 }
 
 Command add_train_command(CLI::App& app);

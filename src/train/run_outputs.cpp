@@ -4,6 +4,7 @@
 #include <glob.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <ctime>
 #include <filesystem>
 
@@ -26,6 +27,22 @@ void add_glob(const std::string& pattern, std::vector<std::string>& out) {
   ::globfree(&g);
 }
 
+// The save directory is the run's own (its checkpoints, `latest`, its lock, rescue files): an
+// output inside it could replace one of them (--save into `latest` made the directory
+// unresumable) or be replaced by them (--metrics as the lock file ended empty).
+void check_outside_save_dir(const std::string& flag, const std::string& path,
+                            const std::string& save_dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path dir = fs::weakly_canonical(save_dir, ec);
+  const fs::path file = fs::weakly_canonical(path, ec);
+  const auto [d, f] = std::mismatch(dir.begin(), dir.end(), file.begin(), file.end());
+  TZ_CHECK(d != dir.end(),
+           flag + " '" + path + "' lies in --save-dir '" + save_dir +
+               "', which holds the run's checkpoints (and its latest, lock and rescue files)",
+           "write it outside the save directory");
+}
+
 // The message of this rank's first output that cannot be written; empty when all can.
 std::string first_output_problem(const RunOutputs& o, const std::vector<std::string>& inputs,
                                  int rank) {
@@ -41,6 +58,8 @@ std::string first_output_problem(const RunOutputs& o, const std::vector<std::str
     if (!o.save_dir.empty()) check_output_dir("--save-dir", o.save_dir);
     check_distinct_outputs(files);
     for (const auto& [flag, path] : files) check_output_file(flag, path, inputs);
+    if (!o.save_dir.empty())
+      for (const auto& [flag, path] : files) check_outside_save_dir(flag, path, o.save_dir);
   } catch (const Error& e) {
     return error_message(e, false);
   }
@@ -108,7 +127,7 @@ TolerantModelWriter::TolerantModelWriter(const std::string& path, const nn::GPTC
   try {
     writer_ = std::make_unique<ModelFileWriter>(path, config, layout);
   } catch (const Error& e) {
-    failure_ = e.what();
+    failure_ = error_message(e, false);  // what and hint, not the source line
   }
 }
 
@@ -117,7 +136,7 @@ void TolerantModelWriter::write(size_t begin, size_t count, const float* values)
   try {
     writer_->write(begin, count, values);
   } catch (const Error& e) {
-    failure_ = e.what();
+    failure_ = error_message(e, false);  // what and hint, not the source line
     writer_.reset();  // removes its temporary: a full disk gets its space back for the rescue
   }
 }
@@ -127,7 +146,7 @@ void TolerantModelWriter::commit() {
   try {
     writer_->commit();
   } catch (const Error& e) {
-    failure_ = e.what();
+    failure_ = error_message(e, false);  // what and hint, not the source line
   }
   writer_.reset();
 }

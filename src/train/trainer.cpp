@@ -405,9 +405,9 @@ void Trainer::end_run(std::FILE* all_ranks_out, StepSchedule& schedule,
     save_failure_ = save_or_rescue(
         config_.save_checkpoint, config_.checkpoint.save_dir, s.run.rank, s.run.world(),
         [&](const std::string& path) { return save_model_streamed(path); });
+    // A failure is reported once, as the run's error when it ends (run()).
     if (out && save_failure_.empty())
       std::fprintf(out, "saved checkpoint '%s'\n", config_.save_checkpoint.c_str());
-    if (out && !save_failure_.empty()) std::fprintf(out, "error: %s\n", save_failure_.c_str());
   }
   if (!memory_json_path.empty())
     write_memory_json(memory_json_path, config_, schedule, s.chunks, s.run.rank, s.run.world_size);

@@ -8,6 +8,7 @@
 #include <csignal>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -181,9 +182,12 @@ std::string resolve_checkpoint_dir(const std::string& path) {
   std::fclose(f);
   std::string name(buf, n);
   while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.pop_back();
+  // What it holds, printable: a binary file's bytes would garble the terminal.
+  std::string shown;
+  for (const char ch : name.substr(0, 40))
+    shown += std::isprint(static_cast<unsigned char>(ch)) ? std::string(1, ch) : std::string("?");
   TZ_CHECK(checkpoint_step_of(name) >= 0,
-           "'" + latest + "' holds \"" + name.substr(0, 40) +
-               "\", not the name of a step directory (step-<N>)",
+           "'" + latest + "' holds \"" + shown + "\", not the name of a step directory (step-<N>)",
            "give a step directory (DIR/step-<N>) to resume from");
   TZ_CHECK(fs::is_directory(path + "/" + name),
            "'" + latest + "' names '" + name + "', which is not in '" + path + "'",

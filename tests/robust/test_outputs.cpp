@@ -221,6 +221,15 @@ TEST(OutputsCli, OutputsInsideACheckpointAreRefused) {
       step + "/model.bin");
   expect_refused_before_step_1(
       tierzero_cli("train --config " + tiny_config() + " --save-dir " + step), "--save-dir", step);
+  // Inside this run's own --save-dir, new or not: --save into its `latest` made it unresumable,
+  // --metrics onto its lock file ended empty.
+  const std::string fresh = dir() + "/fresh_save_dir";
+  expect_refused_before_step_1(tierzero_cli("train --config " + tiny_config() + " --save-dir " +
+                                            fresh + " --save " + fresh + "/latest"),
+                               "--save", fresh + "/latest");
+  expect_refused_before_step_1(tierzero_cli("train --config " + tiny_config() + " --save-dir " +
+                                            fresh + " --metrics " + fresh + "/tierzero.lock"),
+                               "--metrics", fresh + "/tierzero.lock");
 }
 
 TEST(OutputsCli, UnwritableOutputsAreRefusedBeforeTheFirstStep) {
@@ -302,6 +311,13 @@ TEST(OutputsCli, SaveThatFailsAtTheEndIsRescued) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << output;
   const size_t at = output.find("the trained model was saved to '");
   ASSERT_NE(at, std::string::npos) << output;
+  // Said once (it was printed as the run ended and again as its error), without source lines.
+  size_t times = 0;
+  for (size_t p = output.find("could not be written"); p != std::string::npos;
+       p = output.find("could not be written", p + 1))
+    ++times;
+  EXPECT_EQ(times, 1u) << output;
+  EXPECT_EQ(output.find("[at "), std::string::npos) << output;
   const size_t begin = at + std::string("the trained model was saved to '").size();
   const std::string rescued = output.substr(begin, output.find('\'', begin) - begin);
   EXPECT_EQ(fs::path(rescued).parent_path(), fs::path(save_dir));
