@@ -254,10 +254,14 @@ int evaluate(const TrainFlags& f) {
   train::TrainResult r = trainer.run(nullptr);
   if (r.rank != 0) return std::isfinite(r.val_loss) ? 0 : 1;  // rank 0 reports
   // nlohmann::json writes a non-finite loss as null, so the line stays valid JSON.
-  const nlohmann::ordered_json line = {{"eval_loss", r.val_loss}, {"batches", c.val_batches}};
+  const nlohmann::ordered_json line = {{"eval_loss", r.val_loss}, {"batches", r.val_batches}};
   std::printf("%s\n", line.dump().c_str());
-  std::fprintf(stderr, "eval loss %.4f over %lld batches\n", r.val_loss,
-               static_cast<long long>(c.val_batches));
+  std::fprintf(stderr, "eval loss %.4f over %zu batches\n", r.val_loss, r.val_batches);
+  // Past its end the data would repeat: the batches it holds are all there is to average.
+  if (r.val_batches < static_cast<size_t>(c.val_batches))
+    std::fprintf(stderr, "(the data holds %zu batches of %lld x %lld tokens; %lld were asked)\n",
+                 r.val_batches, static_cast<long long>(c.micro_batch_size),
+                 static_cast<long long>(c.seq_len), static_cast<long long>(c.val_batches));
   return std::isfinite(r.val_loss) ? 0 : 1;
 }
 

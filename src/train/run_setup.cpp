@@ -198,9 +198,12 @@ RunData open_data(const TrainConfig& c, const RunShape& shape) {
   // What validation will read, checked now: a token out of the vocabulary found only at the
   // first validation would end the run after training (with nothing run before it, as in eval,
   // validation reads it first anyway).
+  // (At most the batches the data holds: validation never reads past them, validate().)
   if (d.val && c.val_batches > 0 && c.steps > 0)
-    d.val->check_batches((static_cast<size_t>(c.val_batches) + static_cast<size_t>(dp_size) - 1) /
-                         static_cast<size_t>(dp_size));
+    d.val->check_batches(
+        std::min((static_cast<size_t>(c.val_batches) + static_cast<size_t>(dp_size) - 1) /
+                     static_cast<size_t>(dp_size),
+                 d.val->batches_per_epoch()));
   return d;
 }
 

@@ -1,6 +1,7 @@
 // The step observers (step_observers.hpp) and validation.
 #include "step_observers.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -19,11 +20,14 @@ void group_sum(comm::Communicator& group, float* values, size_t count) {
 }
 
 double validate(StepSchedule& schedule, ParamState& params, DataLoader& loader, size_t batches,
-                size_t B, size_t T, int rank, int world_size, comm::Communicator* group) {
+                size_t B, size_t T, int rank, int world_size, comm::Communicator* group,
+                size_t* evaluated) {
   params.begin_eval();                      // not in the training trace
   std::vector<int32_t> x(B * T), y(B * T);  // (B, T) each
   loader.reset();
   const auto w = static_cast<size_t>(world_size);
+  batches = std::min(batches, loader.batches_per_epoch() * w);  // alike on every rank
+  if (evaluated) *evaluated = batches;
   const size_t rounds = (batches + w - 1) / w;
   // Under pipeline parallelism only the last stage has a loss; the others count nothing.
   const bool has_loss = schedule.holds_loss();

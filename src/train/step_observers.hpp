@@ -39,8 +39,11 @@ void group_sum(comm::Communicator& group, float* values, size_t count);
 // whole world (a tensor-parallel group's ranks count their common batches alike, which the mean
 // divides out); every rank runs the same number of evaluations (surplus ones are not counted)
 // because each one gathers parameters at stage 3 and runs the tensor-parallel collectives.
+// At most the batches the data holds are evaluated (past them the loader wraps, and the mean
+// would count batches twice): *evaluated, if given, receives how many were.
 double validate(StepSchedule& schedule, ParamState& params, DataLoader& loader, size_t batches,
-                size_t B, size_t T, int rank, int world_size, comm::Communicator* group);
+                size_t B, size_t T, int rank, int world_size, comm::Communicator* group,
+                size_t* evaluated = nullptr);
 
 // The profile's step bounds and the optimizer phase; every rank records its own.
 class ProfileObserver final : public StepObserver {

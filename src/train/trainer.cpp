@@ -346,12 +346,12 @@ std::vector<std::unique_ptr<StepObserver>> Trainer::make_observers(
   return observers;
 }
 
-double Trainer::validate_now(StepSchedule& schedule) {
+double Trainer::validate_now(StepSchedule& schedule, size_t* evaluated) {
   State& s = *state_;
   return validate(schedule, *s.params, *s.data.val, static_cast<size_t>(config_.val_batches),
                   static_cast<size_t>(config_.micro_batch_size),
                   static_cast<size_t>(config_.seq_len), s.shape.dp_rank, s.shape.dp_size,
-                  s.run.world());
+                  s.run.world(), evaluated);
 }
 
 double Trainer::mean_over_ranks(double loss) const {
@@ -391,7 +391,7 @@ void Trainer::end_run(std::FILE* all_ranks_out, StepSchedule& schedule,
   State& s = *state_;
   std::FILE* out = s.run.rank == 0 ? all_ranks_out : nullptr;
   if (s.data.val && config_.val_batches > 0 && !stopped) {
-    result.val_loss = validate_now(schedule);
+    result.val_loss = validate_now(schedule, &result.val_batches);
     // One write for the whole line: other ranks' output may share the terminal.
     char line[160];
     if (std::isfinite(s.data.unigram_entropy))

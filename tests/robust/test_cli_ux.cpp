@@ -271,3 +271,13 @@ TEST(CliUx, TrainBatchSizeSetsTheAccumulation) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(has(r.output, "4 accumulation")) << r.output;
 }
+
+// eval --batches past what the data holds averages the batches it holds and says so: the loader
+// used to wrap and count batches twice, and a billion batches ran on for minutes.
+TEST(CliUx, EvalAveragesAtMostTheDataAndSaysSo) {
+  const std::string cfg = write_file("eval_batches.json", kTinyConfig);
+  const RunResult r = tierzero_cli("eval --config " + cfg + " --batches 1073741824");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "1073741824 were asked")) << r.output;
+  EXPECT_FALSE(has(r.output, "over 1073741824 batches")) << r.output;
+}

@@ -57,6 +57,7 @@ struct StepRecord {
 struct TrainResult {
   std::vector<StepRecord> steps;
   double val_loss = 0.0;         // mean validation loss at the end (NaN if no validation ran)
+  size_t val_batches = 0;        // the batches it averaged: val_batches, or what the data holds
   double unigram_entropy = 0.0;  // of the training data's tokens (built-in corpus), nats; or NaN
   size_t parameter_count = 0;
   std::string device_name;

@@ -71,7 +71,8 @@ class Trainer {
                                                             const std::string& metrics_path,
                                                             StepSchedule& schedule,
                                                             profile::ProfileRecorder* recorder);
-  double validate_now(StepSchedule& schedule);  // collective: the mean validation loss
+  // Collective: the mean validation loss; *evaluated (if given) the batches it averaged.
+  double validate_now(StepSchedule& schedule, size_t* evaluated = nullptr);
   // The global loss from this rank's (collective with an MPI session).
   double mean_over_ranks(double loss) const;
   StepRecord step_record(int64_t step, double loss, double lr, double grad_norm, const Timer& timer,
