@@ -70,6 +70,14 @@ void print_report(const nlohmann::json& j) {
   const nlohmann::json& c = j["chosen"];
   const nlohmann::json& t = c["time"];
   std::printf("\nchosen   %s\n", c["describe"].get<std::string>().c_str());
+  // dp x micro-batch x accumulation cannot always be the asked batch (dp may not divide it).
+  const long long chosen_batch = w["dp"].get<long long>() * c["micro_batch"].get<long long>() *
+                                 c["accumulation"].get<long long>();
+  if (chosen_batch != j["global_batch"].get<long long>())
+    std::printf(
+        "batch    %lld sequences per step (dp %d x micro-batch x accumulation), the "
+        "nearest at or above the %lld asked\n",
+        chosen_batch, w["dp"].get<int>(), j["global_batch"].get<long long>());
   std::printf(
       "why      fastest per token of those that fit: predicted step %.1f ms for %.0f "
       "tokens (%.0f tokens/s)\n",

@@ -54,6 +54,30 @@ std::set<std::string> read_manifest(const fs::path& dir) {
   }
 }
 
+// A shard's name while it is written: hidden, and not shard-like, so no glob takes it.
+std::string staged_name(const std::string& name) {
+  return ".staging-" + name;
+}
+bool is_staged(const std::string& name) {
+  return name.rfind(".staging-", 0) == 0;
+}
+
+// The manifest as it is (empty when there is none), to put back after a failed run.
+std::string read_manifest_text(const fs::path& dir) {
+  std::ifstream in(dir / kManifestName, std::ios::binary);
+  if (!in) return "";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+void restore_manifest(const fs::path& dir, const std::string& text) {
+  std::error_code ec;
+  if (text.empty())
+    fs::remove(dir / kManifestName, ec);
+  else
+    write_file_atomic((dir / kManifestName).string(), text);
+}
+
 void write_manifest(const fs::path& dir, const std::string& input,
                     const std::set<std::string>& files) {
   const nlohmann::json j = {
@@ -189,18 +213,37 @@ int run_prepare(const PrepareFlags& f) {
              "write the shards into another -o directory");
     now.insert(p.name);
   }
-  // The manifest names the old and the new shards while they are written, so a run cut short
-  // leaves only files the next run knows as its own.
+  // The new shards are written under staging names first and renamed over the old ones only once
+  // every one is whole: a run that fails part way (a full disk) leaves the earlier dataset as it
+  // was, never new shards beside old ones. The manifest names the old, the new and the staged
+  // files meanwhile, so a run killed outright leaves only files the next run knows as its own.
+  const std::string manifest_before = read_manifest_text(dir);
   std::set<std::string> both = before;
-  both.insert(now.begin(), now.end());
+  for (const std::string& name : now) both.insert({name, staged_name(name)});
   write_manifest(dir, f.input, both);
-  for (const ShardPlan& p : plan) {
-    const std::string path = (dir / p.name).string();
-    write_shard(path, tokenized, p.begin, p.count);
-    std::fprintf(stderr, "wrote %s (%zu tokens)\n", path.c_str(), p.count);
+  std::vector<std::string> staged;
+  try {
+    for (const ShardPlan& p : plan) {
+      staged.push_back((dir / staged_name(p.name)).string());
+      write_shard(staged.back(), tokenized, p.begin, p.count);
+    }
+  } catch (...) {
+    std::error_code ec;
+    for (const std::string& path : staged) fs::remove(path, ec);
+    try {  // (with the staged files gone there is room again; if not, the error below stands)
+      restore_manifest(dir, manifest_before);
+    } catch (const Error&) {
+    }
+    std::fprintf(stderr, "the earlier contents of '%s' are unchanged\n", dir.string().c_str());
+    throw;
+  }
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const std::string path = (dir / plan[i].name).string();
+    fs::rename(staged[i], path);
+    std::fprintf(stderr, "wrote %s (%zu tokens)\n", path.c_str(), plan[i].count);
   }
   for (const std::string& stale : before)
-    if (now.count(stale) == 0 && shard_like(stale) && fs::remove(dir / stale))
+    if (now.count(stale) == 0 && (shard_like(stale) || is_staged(stale)) && fs::remove(dir / stale))
       std::fprintf(stderr, "removed %s (from an earlier prepare-data)\n",
                    (dir / stale).string().c_str());
   write_manifest(dir, f.input, now);

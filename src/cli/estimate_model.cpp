@@ -138,6 +138,30 @@ std::string offload_desc(const std::string& device, double ratio) {
 
 }  // namespace
 
+namespace {
+
+// The estimator counts bytes in 64 bits. A model whose state (parameters, gradients, AdamW's
+// two moments and a working copy: 20 bytes a parameter) or one micro-batch's activations (a
+// generous 64 bytes per token and channel per block, and the fp32 logits) pass 2^62 bytes
+// (4 EiB) is refused here rather than summed into a wrapped total.
+void check_countable(const nn::GPTConfig& m, size_t micro_batch, size_t seq_len) {
+  using Real = long double;
+  const Real L = static_cast<Real>(m.num_layers), C = static_cast<Real>(m.channels);
+  const Real V = static_cast<Real>(m.padded_vocab_size), T = static_cast<Real>(m.max_seq_len);
+  const Real tokens = static_cast<Real>(micro_batch) * static_cast<Real>(seq_len);
+  const Real state = 20 * (L * 13 * C * C + (V + T) * C);
+  const Real activations = tokens * (64 * C * L + 4 * V);
+  const Real most = static_cast<Real>(uint64_t{1} << 62);
+  TZ_CHECK(state <= most && activations <= most,
+           "the model and batch are beyond what the estimate counts: about " +
+               std::to_string(static_cast<double>(state)) + " bytes of model state and " +
+               std::to_string(static_cast<double>(activations)) +
+               " of activations, past 2^62 (4 EiB)",
+           "give a smaller model, --micro-batch or --seq");
+}
+
+}  // namespace
+
 EstimateSettings resolve_settings(const ModelFlags& model, const WorldFlags& world,
                                   const RunFlags& run) {
   EstimateSettings s;
@@ -163,6 +187,7 @@ EstimateSettings resolve_settings(const ModelFlags& model, const WorldFlags& wor
            "sequence length " + std::to_string(s.seq_len) + " exceeds the model's context " +
                std::to_string(s.model.max_seq_len),
            "lower --seq or raise --context");
+  check_countable(s.model, s.micro_batch, s.seq_len);
   TZ_CHECK(!(run.checkpointing && !run.recompute.empty() && run.recompute != "full"),
            "--checkpointing (full recompute) with --recompute " + run.recompute,
            "give one of them");

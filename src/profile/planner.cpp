@@ -161,7 +161,9 @@ PlanResult plan(const PlanRequest& req, size_t keep_rejected) {
            "ask for at least one sequence per step");
   TZ_CHECK(req.budget[0] > 0, "plan: the device memory budget is 0", "give --device-mem");
   const auto dp = static_cast<size_t>(req.base.world.dp);
-  const size_t per_rank_batch = std::max<size_t>(1, req.target_global_batch / dp);
+  // Sequences per rank per step, rounded up: dp x micro x accumulation is at least the target
+  // (exactly it when dp and the micro-batch divide it; the report says the batch it chose).
+  const size_t per_rank_batch = (req.target_global_batch + dp - 1) / dp;
 
   std::vector<zero::OffloadTarget> param_options = {
       {Tier::device, 1.0}, {Tier::host, 1.0}, {Tier::nvme, 1.0}};
@@ -226,7 +228,7 @@ PlanResult plan(const PlanRequest& req, size_t keep_rejected) {
                   c.placement.nvme_chunk_elems = chunk;
                   c.recompute = mode;
                   c.micro_batch = b;
-                  c.accumulation = (per_rank_batch + b - 1) / b;
+                  c.accumulation = (req.target_global_batch + dp * b - 1) / (dp * b);
                   c.max_live_parameters = max_live;
                   in.max_live_parameters = max_live;
                   in.stage = stage;

@@ -259,19 +259,48 @@ json timeline_to_json(const Timeline& t) {
   return j;
 }
 
-Timeline timeline_from_json(const json& j) {
+// `field` follows the parse down to the element read ("timeline.events[12]"), so an error names
+// it; each row must be an array of its fields.
+const json& rows_at(const json& j, const char* key) {
+  const json& rows = j.at(key);
+  if (!rows.is_array()) throw std::invalid_argument(std::string("'") + key + "' must be an array");
+  return rows;
+}
+const json& row_of(const json& rows, size_t i, size_t fields) {
+  const json& row = rows[i];
+  if (!row.is_array() || row.size() != fields)
+    throw std::invalid_argument("must be an array of " + std::to_string(fields) + " fields");
+  return row;
+}
+
+Timeline timeline_from_json(const json& j, std::string& field) {
+  if (!j.is_object()) throw std::invalid_argument("must be an object");
   Timeline t;
+  field = "timeline.initial";
   t.initial = bytes_from_json(j.at("initial"));
-  for (const json& e : j.at("events"))
+  const json& events = rows_at(j, "events");
+  for (size_t i = 0; i < events.size(); ++i) {
+    field = "timeline.events[" + std::to_string(i) + "]";
+    const json& e = row_of(events, i, 6);
     t.events.push_back({real_at(e, 0), enum_at<Tier>(e.at(1), kNumTiers, "tier"),
                         enum_at<Category>(e.at(2), kNumCategories, "category"), int_at(e, 3),
                         size_at(e, 4), string_at(e, 5)});
-  for (const json& a : j.at("activities"))
+  }
+  const json& activities = rows_at(j, "activities");
+  for (size_t i = 0; i < activities.size(); ++i) {
+    field = "timeline.activities[" + std::to_string(i) + "]";
+    const json& a = row_of(activities, i, 6);
     t.activities.push_back({real_at(a, 0), real_at(a, 1),
                             enum_at<Track>(a.at(2), kNumTracks, "track"), string_at(a, 3),
                             int_at(a, 4), size_at(a, 5)});
-  for (const json& p : j.at("positions"))
+  }
+  const json& positions = rows_at(j, "positions");
+  for (size_t i = 0; i < positions.size(); ++i) {
+    field = "timeline.positions[" + std::to_string(i) + "]";
+    const json& p = row_of(positions, i, 3);
     t.positions.push_back({real_at(p, 0), phase_from_name(string_at(p, 1)), int_at(p, 2)});
+  }
+  field = "timeline";
   t.events_dropped = size_at(j, "events_dropped");
   t.activities_dropped = size_at(j, "activities_dropped");
   return t;
@@ -369,7 +398,7 @@ Profile profile_from_json(const json& j, const std::string& source) {
     if (j.contains("timeline")) {
       field = "timeline";
       p.has_timeline = true;
-      p.timeline = timeline_from_json(j["timeline"]);
+      p.timeline = timeline_from_json(j["timeline"], field);
     }
   } catch (const Error& e) {
     TZ_THROW(where + ": bad field '" + field + "': " + e.what_failed(), e.hint());

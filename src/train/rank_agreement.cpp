@@ -90,4 +90,21 @@ void require_ranks_agree(const RunSettings& mine, comm::Communicator& world) {
       world.rank() == 0);
 }
 
+void throw_if_any_rank_failed(const std::string& my_problem, int rank, comm::Communicator* group) {
+  const size_t ranks = group ? static_cast<size_t>(group->size()) : 1;
+  std::vector<float> mine(ranks, 0.0f), all(ranks, 0.0f);  // (ranks) 1 where a rank failed
+  mine[static_cast<size_t>(rank)] = my_problem.empty() ? 0.0f : 1.0f;
+  if (group)
+    group->all_reduce(mine.data(), all.data(), ranks, DType::f32, comm::ReduceOp::sum);
+  else
+    all = mine;
+  for (size_t r = 0; r < ranks; ++r) {
+    if (all[r] == 0.0f) continue;
+    const bool reports = r == static_cast<size_t>(rank);
+    throw SameOnEveryRankError(
+        Error(reports ? my_problem : "rank " + std::to_string(r) + " reports an error", ""),
+        reports);
+  }
+}
+
 }  // namespace tierzero::train

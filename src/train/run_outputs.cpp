@@ -14,6 +14,7 @@
 #include "tierzero/core/output_files.hpp"
 #include "tierzero/profile/rank_profiles.hpp"
 #include "tierzero/train/output_paths.hpp"
+#include "tierzero/train/rank_agreement.hpp"
 
 namespace tierzero::train {
 
@@ -99,14 +100,7 @@ std::vector<std::string> run_inputs(const TrainConfig& c) {
 
 void check_run_outputs(const RunOutputs& outputs, const std::vector<std::string>& inputs, int rank,
                        comm::Communicator* group) {
-  const std::string problem = first_output_problem(outputs, inputs, rank);
-  const std::vector<float> failed = failures(!problem.empty(), rank, group);
-  for (size_t r = 0; r < failed.size(); ++r) {
-    if (failed[r] == 0.0f) continue;
-    const bool mine = r == static_cast<size_t>(rank);
-    throw SameOnEveryRankError(
-        Error(mine ? problem : "rank " + std::to_string(r) + " reports an output error", ""), mine);
-  }
+  throw_if_any_rank_failed(first_output_problem(outputs, inputs, rank), rank, group);
 }
 
 std::vector<std::string> rescue_paths(const std::string& save_dir) {

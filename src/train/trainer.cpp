@@ -183,6 +183,8 @@ TrainResult Trainer::run(std::FILE* out, const std::string& metrics_path,
   } else {
     try {
       result = run_loop(out, metrics_path, memory_json_path);
+    } catch (const SameOnEveryRankError&) {
+      throw;  // every rank throws it together (none is left in a collective): said once
     } catch (const Error& e) {
       comm::abort_job(user_message(e));
     }

@@ -9,11 +9,13 @@
 
 #include "run_report.hpp"
 #include "tierzero/core/error.hpp"
+#include "tierzero/core/error_report.hpp"
 #include "tierzero/core/log.hpp"
 #include "tierzero/nn/gpt_modules.hpp"
 #include "tierzero/nn/tp/tensor_parallel_params.hpp"
 #include "tierzero/train/checkpoint.hpp"
 #include "tierzero/train/config_bridges.hpp"
+#include "tierzero/train/rank_agreement.hpp"
 #include "tierzero/train/run_outputs.hpp"
 #include "tierzero/train/store_provider.hpp"
 #include "tierzero/train/training_checkpoint.hpp"
@@ -252,8 +254,18 @@ std::string Trainer::save_training_checkpoint(int64_t steps_done, const LossScal
 
 int64_t Trainer::resume_training(LossScaler& scaler) {
   State& s = *state_;
-  CheckpointReader reader(config_.checkpoint.resume, s.run.rank, checkpoint_identity(),
-                          kCheckpointLayoutKeys);
+  // Every rank opens the same checkpoint and checks it against the same run: a mismatch or a
+  // damaged file is met alike and said once (a rank that alone cannot read it ends all).
+  std::unique_ptr<CheckpointReader> opened;
+  std::string problem;
+  try {
+    opened = std::make_unique<CheckpointReader>(config_.checkpoint.resume, s.run.rank,
+                                                checkpoint_identity(), kCheckpointLayoutKeys);
+  } catch (const Error& e) {
+    problem = user_message(e);
+  }
+  throw_if_any_rank_failed(problem, s.run.rank, s.run.world());
+  CheckpointReader& reader = *opened;
   s.resumed_lr_schedule_steps = reader.point().lr_schedule_steps;
   std::unique_ptr<CheckpointRanges> ranges;
   if (!reader.same_layout()) {

@@ -243,3 +243,16 @@ TEST(PlanCli, NothingFitsIsOneClearError) {
 }
 
 }  // namespace
+
+// Shapes whose bytes pass 64 bits are refused, not summed into a wrapped total (a model-state
+// total of 686701.9 TiB beside device rows of millions of TiB each).
+TEST(EstimateCli, BeyondSixtyFourBitsIsAnError) {
+  const RunResult r = tierzero_cli(
+      "estimate --layers 100000 --heads 100000 --channels 1000000 --vocab 100000000 --context "
+      "10000000 --micro-batch 1073741824 --seq 10000000");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("beyond what the estimate counts"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("TiB"), std::string::npos) << r.output;
+  // GPT-2 XL is nowhere near it.
+  EXPECT_EQ(tierzero_cli("estimate --model gpt2-xl --micro-batch 8 --seq 1024").exit_code, 0);
+}

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <utility>
 
 #include "tierzero/core/error.hpp"
 #include "tierzero/nn/gpt.hpp"
@@ -85,6 +86,24 @@ TEST(Planner, SmallHostPutsTheGradientsOnNvme) {
   const PlanResult roomy = plan(gpt2_request(4 * GiB, 64 * GiB, 32 * GiB, 1, "gpt2-medium"));
   ASSERT_TRUE(roomy.found);
   EXPECT_FALSE(roomy.best.grads_on_nvme()) << roomy.best.describe();
+}
+
+// The chosen batch is at least the one asked, the nearest dp x micro x accumulation above it:
+// with dp 2 a target of 3 took accumulation 1 at micro 1, 2 sequences a step.
+TEST(Planner, GlobalBatchIsAtLeastTheTarget) {
+  for (const auto& [target, dp] : {std::pair<size_t, int>{3, 2}, {32, 3}, {8, 1}, {7, 4}}) {
+    PlanRequest req = gpt2_request(80 * GiB, 64 * GiB, 0, dp);
+    req.target_global_batch = target;
+    const PlanResult p = plan(req, 100);
+    ASSERT_TRUE(p.found);
+    const size_t got = static_cast<size_t>(dp) * p.best.micro_batch * p.best.accumulation;
+    std::printf("target %zu on dp %d: %s, %zu sequences per step\n", target, dp,
+                p.best.describe().c_str(), got);
+    EXPECT_GE(got, target);
+    EXPECT_LT(got, target + static_cast<size_t>(dp) * p.best.micro_batch);  // the nearest above
+    for (const Candidate& c : p.rejected)
+      EXPECT_GE(static_cast<size_t>(dp) * c.micro_batch * c.accumulation, target);
+  }
 }
 
 TEST(Planner, NothingFits) {

@@ -350,4 +350,26 @@ TEST(OutputsCli, PrepareDataReplacesItsOwnShardsAndRefusesOthers) {
   EXPECT_NE(r.output.find("train_000042.bin"), std::string::npos) << r.output;
   EXPECT_TRUE(fs::exists(data + "/train_000000.bin"));
   EXPECT_EQ(read_text(data + "/train_000042.bin"), "someone else's");
+  fs::remove(data + "/train_000042.bin");
+
+  // A run that fails part way (as on a full disk: here its second shard cannot be created)
+  // leaves the earlier dataset and manifest exactly as they were: it wrote the new val shard
+  // over the old one and left new and old shards side by side, the manifest naming both.
+  const std::string manifest = read_text(data + "/tierzero-prepare-data.json");
+  const std::string old_train = read_text(data + "/train_000000.bin");
+  const std::string old_val = read_text(data + "/val_000000.bin");
+  fs::create_directories(data + "/.staging-train_000001.bin");  // blocks the second shard
+  const RunResult failed =
+      tierzero_cli("prepare-data " + input + " -o " + data + " --shard-tokens 8192");
+  EXPECT_EQ(failed.exit_code, 1) << failed.output;
+  EXPECT_NE(failed.output.find("unchanged"), std::string::npos) << failed.output;
+  fs::remove(data + "/.staging-train_000001.bin");
+  std::vector<std::string> after;
+  for (const auto& e : fs::directory_iterator(data)) after.push_back(e.path().filename().string());
+  std::sort(after.begin(), after.end());
+  EXPECT_EQ(after, (std::vector<std::string>{"tierzero-prepare-data.json", "train_000000.bin",
+                                             "val_000000.bin"}));
+  EXPECT_EQ(read_text(data + "/tierzero-prepare-data.json"), manifest);
+  EXPECT_TRUE(read_text(data + "/train_000000.bin") == old_train);
+  EXPECT_TRUE(read_text(data + "/val_000000.bin") == old_val);
 }

@@ -265,6 +265,28 @@ TEST(JsonInputs, DeepNestingIsAnErrorNotAStackOverflow) {
              {profile.c_str(), "nests deeper than"});
 }
 
+// A damaged timeline names the element it could not read, not nlohmann's "cannot use at() with
+// object" or "array index 2 is out of range".
+TEST(JsonInputs, ProfileTimelineErrorsNameTheElement) {
+  const std::string path = path_of("bad_timeline.json");
+  const std::string seed = write_seed_profile(path);
+  nlohmann::json j = nlohmann::json::parse(seed);
+  ASSERT_TRUE(j.contains("timeline"));
+  ASSERT_GE(j["timeline"]["events"].size(), 2u);
+  j["timeline"]["events"][1] = nlohmann::json::array({0.5, 0});
+  write_bytes(path, j.dump());
+  expect_has(error_of([&] { profile::read_profile(path); }),
+             {path.c_str(), "'timeline.events[1]'", "array of 6 fields"});
+  j = nlohmann::json::parse(seed);
+  j["timeline"]["activities"][0][3] = 7;
+  write_bytes(path, j.dump());
+  expect_has(error_of([&] { profile::read_profile(path); }), {"'timeline.activities[0]'"});
+  j = nlohmann::json::parse(seed);
+  j["timeline"] = nlohmann::json::array();
+  write_bytes(path, j.dump());
+  expect_has(error_of([&] { profile::read_profile(path); }), {"'timeline'", "must be an object"});
+}
+
 TEST(JsonInputs, ProfileFieldsAreTypedAndRanged) {
   const std::string path = path_of("bad_fields.json");
   const std::string seed = write_seed_profile(path);

@@ -14,7 +14,8 @@
 #     fails half way (a corrupt block) leaves no file behind.
 # mpi (2 ranks):
 #  5. A 2-rank checkpoint without rank 1's files: resume (2 ranks, and 1 rank resharding) and
-#     export fail naming rank 1's file; no output is written.
+#     export fail naming rank 1's file, said once; no output is written. A checkpoint of another
+#     batch is refused, said once.
 #  6. Two 2-rank runs on one --save-dir: every rank of the second stops at once (no hang).
 # usage: run_ckpt_robust.sh <tierzero> one|mpi <mpiexec command...>
 tierzero=$1; mode=$2; shift 2
@@ -141,6 +142,15 @@ if [ "$mode" = mpi ]; then
   rm "$dir/part/rank-00001.json" "$dir/part/rank-00001.bin"
   run "$dir/r2.out" $MPI -n 2 "$tierzero" train --config "$dir/z3.json" --resume "$dir/part"
   expect_fail resume_2_ranks "lacks rank 1's files: '.*rank-00001.json' is missing" "$dir/r2.out" $?
+  # Every rank meets it alike: said once, not once per rank.
+  [ "$(grep -c "lacks rank 1's files" "$dir/r2.out")" -eq 1 ] ||
+    { echo "FAIL: the error was said $(grep -c "lacks rank 1's files" "$dir/r2.out") times"; fail=1; }
+  # A checkpoint of another batch: refused once too.
+  sed 's/"train_micro_batch_size_per_gpu": 2/"train_micro_batch_size_per_gpu": 3/' "$dir/z3.json" > "$dir/b3.json"
+  run "$dir/rb.out" $MPI -n 2 "$tierzero" train --config "$dir/b3.json" --resume "$dir/two"
+  expect_fail resume_other_batch "this run has" "$dir/rb.out" $?
+  [ "$(grep -c "this run has" "$dir/rb.out")" -eq 1 ] ||
+    { echo "FAIL: the mismatch was said $(grep -c "this run has" "$dir/rb.out") times"; fail=1; }
   sed 's/"train_micro_batch_size_per_gpu": 2/"train_micro_batch_size_per_gpu": 4/' "$dir/z3.json" > "$dir/one.json"
   run "$dir/r1.out" "$tierzero" train --config "$dir/one.json" --resume "$dir/part"
   expect_fail resume_1_rank "lacks rank 1's files" "$dir/r1.out" $?

@@ -20,4 +20,11 @@ namespace tierzero::train {
 // but 4 on rank 1".
 void require_ranks_agree(const RunSettings& mine, comm::Communicator& world);
 
+// Collective over `group` (null: one rank): returns when no rank has a problem (an empty
+// `my_problem` on every rank); else throws SameOnEveryRankError on every rank, reported by the
+// lowest failing rank with its own message, so that a failure every rank meets alike (a
+// checkpoint that does not match the run, an output that cannot be written) is said once, and
+// one only some ranks meet still ends them all, none left in a collective.
+void throw_if_any_rank_failed(const std::string& my_problem, int rank, comm::Communicator* group);
+
 }  // namespace tierzero::train
