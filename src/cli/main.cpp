@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -54,7 +55,9 @@ int reject_unknown_command(const CLI::App& app, int argc, char** argv) {
   std::string line = "tierzero: error: unknown command '" + word + "'";
   if (!nearest.empty() && best <= std::max<size_t>(2, word.size() / 3))
     line += "; did you mean '" + nearest + "'?";
-  std::fprintf(stderr, "%s (run `tierzero --help` for the list)\n", line.c_str());
+  // Under mpiexec every rank reads the same line: one of them says what is wrong.
+  if (tierzero::process_rank() == 0)
+    std::fprintf(stderr, "%s (run `tierzero --help` for the list)\n", line.c_str());
   return 2;
 }
 
@@ -107,7 +110,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (tierzero::process_rank() == 0) return app.exit(e);
+    std::ostream silent(nullptr);  // the other ranks of an mpiexec job: rank 0 says it
+    return app.exit(e, silent, silent);
   }
   try {
     for (auto& c : commands)

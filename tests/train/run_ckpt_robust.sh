@@ -160,6 +160,11 @@ if [ "$mode" = mpi ]; then
   run "$dir/ok.out" "$tierzero" export "$dir/two" -o "$dir/two.safetensors" ||
     { echo "FAIL: export of the whole checkpoint"; cat "$dir/ok.out"; fail=1; }
 
+  # A mistyped flag under mpiexec: every rank parses it, rank 0 says it.
+  run "$dir/flag.out" $MPI -n 2 "$tierzero" train --config "$dir/z3.json" --bogus-flag
+  [ "$(grep -c "bogus-flag" "$dir/flag.out")" -eq 1 ] ||
+    { echo "FAIL: the flag error was said $(grep -c "bogus-flag" "$dir/flag.out") times"; fail=1; }
+
   echo "== 6. two 2-rank runs on one save directory"
   $MPI -n 2 "$tierzero" train --config "$dir/z3.json" --steps 100000 --save-dir "$dir/busy" > "$dir/first.out" 2>&1 &
   bg=$!
