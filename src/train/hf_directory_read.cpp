@@ -134,8 +134,15 @@ class Scanner {
 
   Scan run() {
     const std::string config_path = dir_ + "/config.json";
+    // A training checkpoint (a step directory, or a save directory with its `latest`) is the
+    // likeliest other directory to be given here: say what to do with one.
+    const bool checkpoint = file_exists(dir_ + "/manifest.json") || file_exists(dir_ + "/latest");
     TZ_CHECK(file_exists(config_path), "'" + dir_ + "' has no config.json",
-             "give --load a Hugging Face model directory (config.json and model.safetensors)");
+             checkpoint ? "it is a training checkpoint: give it to --resume, or write its model "
+                          "with `tierzero export " +
+                              dir_ + " -o model.safetensors` and --load that"
+                        : "give --load a Hugging Face model directory (config.json and "
+                          "model.safetensors)");
     const nlohmann::json cfg = read_json_file(config_path, "model config");
     const HfArchitecture& arch = architecture_of(cfg, config_path);
     Scan s;

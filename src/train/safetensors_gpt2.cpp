@@ -3,6 +3,7 @@
 #include "tierzero/train/safetensors_gpt2.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -407,7 +408,22 @@ void Gpt2SafetensorsRanges::read_transposed(size_t i, size_t first, size_t n, fl
 
 bool is_safetensors_path(const std::string& path) {
   const std::string ext = ".safetensors";
-  return path.size() > ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
+  if (path.size() > ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0)
+    return true;
+  // Any other name (export -o model.st): a safetensors file begins with its header's length (8
+  // bytes, little-endian) and the header's '{'. An llm.c checkpoint begins with its magic and
+  // version, 3 x 2^32 and more as that length. Only a regular file is opened (never a FIFO).
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 10) return false;
+  unsigned char head[9] = {};
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return false;
+  const bool read = std::fread(head, 1, sizeof head, f) == sizeof head;
+  std::fclose(f);
+  uint64_t header_bytes = 0;
+  for (int i = 7; i >= 0; --i) header_bytes = (header_bytes << 8) | head[i];
+  return read && head[8] == '{' && header_bytes >= 2 &&
+         header_bytes <= static_cast<uint64_t>(st.st_size) - 8;
 }
 
 }  // namespace tierzero::train

@@ -73,6 +73,15 @@ grep -q "not empty" "$dir/again.out" || { echo "FAIL: export into a non-empty di
 grep "error" "$dir/dtype.out"
 grep -q "apply to a Hugging Face directory output" "$dir/dtype.out" && [ ! -e "$dir/single.safetensors" ] ||
   { echo "FAIL: --dtype bf16 on a single file was accepted"; fail=1; }
+# A safetensors file by any name loads (it is known by its first bytes), and a training
+# checkpoint given to --load says to resume or export it.
+"$tierzero" export "$dir/ck" -o "$dir/model.st" > "$dir/st.out" 2>&1 || { cat "$dir/st.out"; fail=1; }
+"$tierzero" train --config "$dir/run.json" --load "$dir/model.st" --steps 0 > "$dir/st_load.out" 2>&1 ||
+  { echo "FAIL: a safetensors file named .st does not load"; tail -3 "$dir/st_load.out"; fail=1; }
+"$tierzero" train --config "$dir/run.json" --load "$dir/ck" --steps 0 > "$dir/ck_load.out" 2>&1
+grep "error" "$dir/ck_load.out"
+grep -q "it is a training checkpoint" "$dir/ck_load.out" ||
+  { echo "FAIL: --load of a training checkpoint does not say to resume or export it"; fail=1; }
 mkdir "$dir/empty"
 "$tierzero" train --config "$dir/run.json" --load "$dir/empty" --steps 0 > "$dir/empty.out" 2>&1
 grep "error" "$dir/empty.out"

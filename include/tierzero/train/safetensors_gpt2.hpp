@@ -92,7 +92,7 @@ class Gpt2SafetensorsRanges final : public ModelRanges {
   mutable std::vector<float> block_;   // (<= block_floats) file rows of a transposed tensor
   int fd_ = -1;
 };
-// Whether `path` looks like a safetensors file (by its name's extension).
+// Whether `path` is a safetensors file: by its name's extension, or else by its first bytes.
 bool is_safetensors_path(const std::string& path);
 
 }  // namespace tierzero::train
