@@ -75,9 +75,9 @@ void print_report(const nlohmann::json& j) {
                                  c["accumulation"].get<long long>();
   if (chosen_batch != j["global_batch"].get<long long>())
     std::printf(
-        "batch    %lld sequences per step (dp %d x micro-batch x accumulation), the "
-        "nearest at or above the %lld asked\n",
-        chosen_batch, w["dp"].get<int>(), j["global_batch"].get<long long>());
+        "batch    %lld sequences per step: the %lld asked, rounded up to dp %d x micro-batch x "
+        "accumulation\n",
+        chosen_batch, j["global_batch"].get<long long>(), w["dp"].get<int>());
   std::printf(
       "why      fastest per token of those that fit: predicted step %.1f ms for %.0f "
       "tokens (%.0f tokens/s)\n",

@@ -232,14 +232,24 @@ int run_prepare(const PrepareFlags& f) {
     for (const std::string& path : staged) fs::remove(path, ec);
     try {  // (with the staged files gone there is room again; if not, the error below stands)
       restore_manifest(dir, manifest_before);
+      std::fprintf(stderr, "the earlier contents of '%s' are unchanged\n", dir.string().c_str());
     } catch (const Error&) {
+      std::fprintf(stderr,
+                   "the earlier shards of '%s' are unchanged; its manifest could not be "
+                   "put back\n",
+                   dir.string().c_str());
     }
-    std::fprintf(stderr, "the earlier contents of '%s' are unchanged\n", dir.string().c_str());
     throw;
   }
   for (size_t i = 0; i < plan.size(); ++i) {
     const std::string path = (dir / plan[i].name).string();
-    fs::rename(staged[i], path);
+    std::error_code ec;
+    fs::rename(staged[i], path, ec);  // (a rename within a directory needs no space)
+    TZ_CHECK(!ec,
+             "cannot rename the staged shard '" + staged[i] + "' to '" + path + "': " +
+                 ec.message() + " (" + std::to_string(i) + " of " + std::to_string(plan.size()) +
+                 " new shards are in place; the manifest names the old and the new)",
+             "run prepare-data again into this directory, or into a new one");
     std::fprintf(stderr, "wrote %s (%zu tokens)\n", path.c_str(), plan[i].count);
   }
   for (const std::string& stale : before)

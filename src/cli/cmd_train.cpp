@@ -157,20 +157,18 @@ void add_training_only(CLI::App* sub, TrainFlags& f) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   sub->add_option("--keep-last", f.keep_last, "checkpoints kept in --save-dir (0: all)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
-  // A resumed run's weights are the checkpoint's: a --load beside it would be ignored.
-  CLI::Option* resume =
-      sub->add_option("--resume", f.resume,
-                      "resume from a checkpoint: a step directory, or a --save-dir (its latest); "
-                      "its learning-rate schedule is kept unless --reset-lr-schedule")
-          ->excludes(sub->get_option("--load"));
+  // (--load beside it, or --reset-lr-schedule without it: check_supported, which sees the config
+  // too.)
+  sub->add_option("--resume", f.resume,
+                  "resume from a checkpoint: a step directory, or a --save-dir (its latest); its "
+                  "learning-rate schedule is kept unless --reset-lr-schedule");
   sub->add_option("--recompute", f.recompute,
                   "what a block's backward recomputes: none, selective (the attention's core) or "
                   "full (activation checkpointing); default: the config's tierzero.recompute")
       ->check(CLI::IsMember({"none", "selective", "full"}));
   sub->add_flag("--reset-lr-schedule", f.reset_lr_schedule,
                 "with --resume: follow the schedule of this run's --steps (and config) instead "
-                "of the checkpoint's")
-      ->needs(resume);
+                "of the checkpoint's");
 }
 
 train::TrainConfig resolve(const TrainFlags& f) {
@@ -249,6 +247,9 @@ train::TrainConfig resolve(const TrainFlags& f) {
 int evaluate(const TrainFlags& f) {
   train::TrainConfig c = resolve(f);
   c.steps = 0;
+  // Eval takes no step, so a config's train_batch_size (written for its training world) matters
+  // only where it sets the micro-batch.
+  if (c.micro_batch_given) c.train_batch_size = 0;
   if (c.val_data.empty()) c.val_data = c.train_data;
   train::Trainer trainer(c);
   train::TrainResult r = trainer.run(nullptr);

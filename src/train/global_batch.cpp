@@ -23,8 +23,8 @@ std::string equation(int64_t global, const std::string& micro, const std::string
 int64_t quotient(int64_t global, int64_t a, int64_t dp_size, const std::string& equation_text) {
   const int64_t d = a * dp_size;
   TZ_CHECK(d > 0 && global % d == 0 && global / d >= 1, equation_text + " has no whole solution",
-           "give a train_batch_size that is a multiple of the other factors, or leave it out "
-           "(it is derived)");
+           "give a train_batch_size that is a multiple of the other factors and the ranks "
+           "(mpiexec -n; estimate and plan: --ranks), or leave it out (it is derived)");
   return global / d;
 }
 
@@ -39,7 +39,8 @@ void resolve_global_batch(TrainConfig& c, int64_t dp_size) {
     TZ_CHECK(global == c.micro_batch_size * c.gradient_accumulation_steps * dp_size,
              equation(global, micro, accumulation, dp_size) + " does not hold (the product is " +
                  std::to_string(c.micro_batch_size * c.gradient_accumulation_steps * dp_size) + ")",
-             "leave one of the three out of the config (it is derived), or make them agree");
+             "launch the rank count the config was written for (mpiexec -n; estimate and plan: "
+             "--ranks), or leave one of the three out of the config (it is derived)");
   } else if (c.micro_batch_given) {
     c.gradient_accumulation_steps =
         quotient(global, c.micro_batch_size, dp_size, equation(global, micro, "?", dp_size));

@@ -28,20 +28,26 @@ void add_glob(const std::string& pattern, std::vector<std::string>& out) {
   ::globfree(&g);
 }
 
-// The save directory is the run's own (its checkpoints, `latest`, its lock, rescue files): an
-// output inside it could replace one of them (--save into `latest` made the directory
-// unresumable) or be replaced by them (--metrics as the lock file ended empty).
+// The save directory holds the run's own files: `latest`, its lock, its step-N directories (and
+// their .tmp / .removing forms while written or removed) and rescue-*.bin. An output at one of
+// those names (or inside a step directory) would replace one of them (--save onto `latest`
+// made the directory unresumable) or be replaced (--metrics as the lock ended empty); any
+// other name in the directory is the user's.
 void check_outside_save_dir(const std::string& flag, const std::string& path,
                             const std::string& save_dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  const fs::path dir = fs::weakly_canonical(save_dir, ec);
-  const fs::path file = fs::weakly_canonical(path, ec);
+  const fs::path dir = fs::weakly_canonical(fs::absolute(save_dir, ec), ec);
+  const fs::path file = fs::weakly_canonical(fs::absolute(path, ec), ec);
   const auto [d, f] = std::mismatch(dir.begin(), dir.end(), file.begin(), file.end());
-  TZ_CHECK(d != dir.end(),
-           flag + " '" + path + "' lies in --save-dir '" + save_dir +
-               "', which holds the run's checkpoints (and its latest, lock and rescue files)",
-           "write it outside the save directory");
+  if (d != dir.end() || f == file.end()) return;  // outside the directory
+  const std::string name = f->string();           // its entry in the save directory
+  const bool ours = name == "latest" || name == "tierzero.lock" || name.rfind("step-", 0) == 0 ||
+                    name.rfind("rescue-", 0) == 0;
+  TZ_CHECK(!ours,
+           flag + " '" + path + "' would be '" + name + "' in --save-dir '" + save_dir +
+               "', a name the run's checkpoints use (latest, tierzero.lock, step-N, rescue-*)",
+           "give it another name, or write it outside the save directory");
 }
 
 // The message of this rank's first output that cannot be written; empty when all can.

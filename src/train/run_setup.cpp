@@ -108,6 +108,16 @@ std::vector<nn::PipelineStage> check_parallel(const TrainConfig& c, const nn::GP
 }  // namespace
 
 void check_supported(const TrainConfig& c) {
+  // From the config or the command line alike: a resumed run's weights are the checkpoint's.
+  TZ_CHECK(c.load_checkpoint.empty() || c.checkpoint.resume.empty(),
+           "a model to start from ('" + c.load_checkpoint +
+               "', --load) and a checkpoint to resume ('" + c.checkpoint.resume +
+               "', --resume / tierzero.checkpoint.resume) are both given",
+           "give one: a resumed run continues the checkpoint's weights");
+  TZ_CHECK(!c.checkpoint.reset_lr_schedule || !c.checkpoint.resume.empty(),
+           "--reset-lr-schedule (tierzero.checkpoint.reset_lr_schedule) without a checkpoint to "
+           "resume",
+           "it only applies with --resume (tierzero.checkpoint.resume)");
   TZ_CHECK(c.zero.stage >= 0 && c.zero.stage <= 3,
            "zero_optimization.stage " + std::to_string(c.zero.stage) + " does not exist",
            "use a stage from 0 to 3");

@@ -96,6 +96,9 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)), state_(new St
   }
   State& s = *state_;
   s.run = open_session(config_);
+  // Before any collective that depends on them; thrown on every rank, so none waits on another.
+  if (s.run.world_size > 1) require_ranks_agree(run_settings(config_), s.run.session->world());
+  // After the agreement: the same config and rank count on every rank, so all throw alike.
   try {  // the batch's parts from train_batch_size, as DeepSpeed derives them
     const int64_t model_parallel =
         config_.tensor_parallel * config_.pipeline_parallel * config_.ulysses_parallel;
@@ -104,8 +107,6 @@ Trainer::Trainer(TrainConfig config) : config_(std::move(config)), state_(new St
   } catch (const Error& e) {
     throw SameOnEveryRankError(e);  // the config and the rank count: alike on every rank
   }
-  // Before any collective that depends on them; thrown on every rank, so none waits on another.
-  if (s.run.world_size > 1) require_ranks_agree(run_settings(config_), s.run.session->world());
   if (s.run.rank == 0 && !config_.ignored_keys.empty()) log::warn(config_.ignored_keys_warning());
   // The configured model against the parallel layout, before anything collective: the same
   // values on every rank, so every rank fails alike (the CLI says it once, no abort). A model
@@ -178,15 +179,26 @@ TrainResult Trainer::run(std::FILE* out, const std::string& metrics_path,
   // Under mpiexec a rank that throws must not leave the others waiting in a collective until
   // their timeout: end the whole job with the message.
   TrainResult result;
+  // A --save that failed (its model rescued elsewhere, or lost) is said with any error of the
+  // outputs written after it, rather than replaced by it.
+  const auto after_save = [this](const Error& e) {
+    return save_failure_.empty() ? user_message(e)
+                                 : save_failure_ + "; after that: " + user_message(e);
+  };
   if (!state_->run.session || state_->run.world_size == 1) {
-    result = run_loop(out, metrics_path, memory_json_path);
+    try {
+      result = run_loop(out, metrics_path, memory_json_path);
+    } catch (const Error& e) {
+      if (save_failure_.empty()) throw;
+      throw Error(after_save(e), "");
+    }
   } else {
     try {
       result = run_loop(out, metrics_path, memory_json_path);
     } catch (const SameOnEveryRankError&) {
       throw;  // every rank throws it together (none is left in a collective): said once
     } catch (const Error& e) {
-      comm::abort_job(user_message(e));
+      comm::abort_job(after_save(e));
     }
   }
   // --save failed at the end and the model went elsewhere (or nowhere): after every other output.

@@ -221,8 +221,8 @@ TEST(OutputsCli, OutputsInsideACheckpointAreRefused) {
       step + "/model.bin");
   expect_refused_before_step_1(
       tierzero_cli("train --config " + tiny_config() + " --save-dir " + step), "--save-dir", step);
-  // Inside this run's own --save-dir, new or not: --save into its `latest` made it unresumable,
-  // --metrics onto its lock file ended empty.
+  // At the names this run's own --save-dir uses, new or not, and however the path is written:
+  // --save onto its `latest` made it unresumable, --metrics onto its lock file ended empty.
   const std::string fresh = dir() + "/fresh_save_dir";
   expect_refused_before_step_1(tierzero_cli("train --config " + tiny_config() + " --save-dir " +
                                             fresh + " --save " + fresh + "/latest"),
@@ -230,6 +230,18 @@ TEST(OutputsCli, OutputsInsideACheckpointAreRefused) {
   expect_refused_before_step_1(tierzero_cli("train --config " + tiny_config() + " --save-dir " +
                                             fresh + " --metrics " + fresh + "/tierzero.lock"),
                                "--metrics", fresh + "/tierzero.lock");
+  fs::create_directories(fresh);
+  const RunResult relative = tierzero::test::run_tierzero(
+      "train --config " + tiny_config() + " --save-dir . --save latest",
+      "cd " + fresh + " && env ASAN_OPTIONS=detect_leaks=0 ");
+  EXPECT_EQ(relative.exit_code, 1) << relative.output;
+  EXPECT_NE(relative.output.find("'latest'"), std::string::npos) << relative.output;
+  // Any other name there is the user's.
+  const RunResult other =
+      tierzero_cli("train --config " + tiny_config() + " --steps 1 --save-dir " + fresh +
+                   " --save " + fresh + "/final.bin");
+  EXPECT_EQ(other.exit_code, 0) << other.output;
+  EXPECT_TRUE(fs::exists(fresh + "/final.bin"));
 }
 
 TEST(OutputsCli, UnwritableOutputsAreRefusedBeforeTheFirstStep) {

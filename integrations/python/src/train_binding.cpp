@@ -87,7 +87,9 @@ py::dict train(const std::string& json_text, const std::string& source, py::obje
                bool quiet, const std::string& metrics, const std::string& memory_json,
                const std::string& profile, bool timeline) {
   train::TrainConfig config = train::TrainConfig::parse(json_text, source);
-  const bool signals_saved = !config.checkpoint.save_dir.empty();
+  // The trainer takes SIGINT and SIGTERM itself (ending the run after its step) when it has
+  // something to write on them: training checkpoints, or the --save model (save_checkpoint).
+  const bool signals_saved = !config.checkpoint.save_dir.empty() || !config.save_checkpoint.empty();
   module_mpi_session();  // MPI outlives this run: a later run or optimizer may need it again
   train::Trainer trainer(config);
   if (!profile.empty()) trainer.set_profile(profile, timeline);

@@ -138,6 +138,24 @@ def test_sigint_without_checkpoints_stops_after_the_step(tiny_config):
     assert seen == [1, 2]
 
 
+def test_sigint_with_only_a_model_to_save_writes_it_and_raises(tiny_config, tmp_path):
+    # No training checkpoints, but save_checkpoint: the trainer takes the signal, ends after the
+    # step, writes the model, and KeyboardInterrupt is still raised.
+    tiny_config["tierzero"]["steps"] = 50
+    tiny_config["tierzero"]["save_checkpoint"] = str(tmp_path / "model.bin")
+    seen = []
+
+    def interrupt_at_two(m):
+        seen.append(m["step"])
+        if m["step"] == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.raises(KeyboardInterrupt):
+        tierzero.train(tiny_config, interrupt_at_two, quiet=True)
+    assert seen == [1, 2]
+    assert (tmp_path / "model.bin").stat().st_size > 0
+
+
 def test_checkpoint_tensors_match_the_model_file(tiny_config, tmp_path):
     tiny_config["tierzero"]["checkpoint"] = {"save_dir": str(tmp_path / "ckpt")}
     tiny_config["tierzero"]["save_checkpoint"] = str(tmp_path / "model.bin")
