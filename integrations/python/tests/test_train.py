@@ -124,17 +124,22 @@ def test_sigterm_stops_cleanly_with_the_checkpoint_saved(tiny_config, tmp_path):
     assert tierzero.open_checkpoint(tmp_path / "ckpt").step == 2
 
 
+def _signal_at(step, sig, seen):
+    # A step callback that records each step and sends `sig` to this process (as Ctrl-C would
+    # SIGINT) at `step`.
+    def callback(m):
+        seen.append(m["step"])
+        if m["step"] == step:
+            os.kill(os.getpid(), sig)
+
+    return callback
+
+
 def test_sigint_without_checkpoints_stops_after_the_step(tiny_config):
     tiny_config["tierzero"]["steps"] = 50
     seen = []
-
-    def interrupt_at_two(m):
-        seen.append(m["step"])
-        if m["step"] == 2:
-            os.kill(os.getpid(), signal.SIGINT)
-
     with pytest.raises(KeyboardInterrupt):
-        tierzero.train(tiny_config, interrupt_at_two, quiet=True)
+        tierzero.train(tiny_config, _signal_at(2, signal.SIGINT, seen), quiet=True)
     assert seen == [1, 2]
 
 
@@ -144,14 +149,8 @@ def test_sigint_with_only_a_model_to_save_writes_it_and_raises(tiny_config, tmp_
     tiny_config["tierzero"]["steps"] = 50
     tiny_config["tierzero"]["save_checkpoint"] = str(tmp_path / "model.bin")
     seen = []
-
-    def interrupt_at_two(m):
-        seen.append(m["step"])
-        if m["step"] == 2:
-            os.kill(os.getpid(), signal.SIGINT)
-
     with pytest.raises(KeyboardInterrupt):
-        tierzero.train(tiny_config, interrupt_at_two, quiet=True)
+        tierzero.train(tiny_config, _signal_at(2, signal.SIGINT, seen), quiet=True)
     assert seen == [1, 2]
     assert (tmp_path / "model.bin").stat().st_size > 0
 
