@@ -36,9 +36,12 @@ void resolve_global_batch(TrainConfig& c, int64_t dp_size) {
   const std::string micro = std::to_string(c.micro_batch_size);
   const std::string accumulation = std::to_string(c.gradient_accumulation_steps);
   if (c.micro_batch_given && c.accumulation_given) {
-    TZ_CHECK(global == c.micro_batch_size * c.gradient_accumulation_steps * dp_size,
-             equation(global, micro, accumulation, dp_size) + " does not hold (the product is " +
-                 std::to_string(c.micro_batch_size * c.gradient_accumulation_steps * dp_size) + ")",
+    // (Compared per rank: micro x accumulation is at most 2^40, the whole product could pass 2^63.)
+    const int64_t per_rank = c.micro_batch_size * c.gradient_accumulation_steps;
+    TZ_CHECK(global % dp_size == 0 && global / dp_size == per_rank,
+             equation(global, micro, accumulation, dp_size) + " does not hold (" +
+                 std::to_string(per_rank) + " sequences per rank x " + std::to_string(dp_size) +
+                 " ranks)",
              "launch the rank count the config was written for (mpiexec -n; estimate and plan: "
              "--ranks), or leave one of the three out of the config (it is derived)");
   } else if (c.micro_batch_given) {
