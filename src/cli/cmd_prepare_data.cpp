@@ -41,15 +41,23 @@ struct PrepareFlags {
 // new run replaces exactly those and never mixes stale shards into a glob.
 constexpr const char* kManifestName = "tierzero-prepare-data.json";
 
-std::set<std::string> read_manifest(const fs::path& dir) {
-  const fs::path path = dir / kManifestName;
-  std::ifstream in(path);
-  if (!in) return {};
+// The manifest's text as it is (empty when there is none): parsed for its files, and put back
+// as it was after a failed run.
+std::string read_manifest_text(const fs::path& dir) {
+  std::ifstream in(dir / kManifestName, std::ios::binary);
+  if (!in) return "";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::set<std::string> manifest_files(const fs::path& dir, const std::string& text) {
+  if (text.empty()) return {};
   try {
-    const nlohmann::json j = nlohmann::json::parse(in);
-    return j.at("files").get<std::set<std::string>>();
+    return nlohmann::json::parse(text).at("files").get<std::set<std::string>>();
   } catch (const nlohmann::json::exception& e) {
-    TZ_THROW("the prepare-data manifest '" + path.string() + "' is damaged: " + e.what(),
+    TZ_THROW("the prepare-data manifest '" + (dir / kManifestName).string() +
+                 "' is damaged: " + e.what(),
              "remove the directory's shards and the manifest, or write into a new directory");
   }
 }
@@ -62,14 +70,6 @@ bool is_staged(const std::string& name) {
   return name.rfind(".staging-", 0) == 0;
 }
 
-// The manifest as it is (empty when there is none), to put back after a failed run.
-std::string read_manifest_text(const fs::path& dir) {
-  std::ifstream in(dir / kManifestName, std::ios::binary);
-  if (!in) return "";
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 void restore_manifest(const fs::path& dir, const std::string& text) {
   std::error_code ec;
   if (text.empty())
@@ -188,18 +188,16 @@ void write_shard(const std::string& path, const Tokenized& t, size_t begin, size
 }
 
 int run_prepare(const PrepareFlags& f) {
-  // A FIFO or a directory is refused before the open, which would block or read nothing.
-  require_regular_file(f.input, "input text", "give prepare-data a text file");
-  std::ifstream in(f.input, std::ios::binary);
-  if (!in)
-    TZ_THROW("cannot read input text '" + f.input + "': " + errno_string(), "check the path");
   train::check_output_dir("-o", f.output);
   const fs::path dir(f.output);
-  const std::set<std::string> before = read_manifest(dir);
+  const std::string manifest_before = read_manifest_text(dir);
+  const std::set<std::string> before = manifest_files(dir, manifest_before);
   check_no_foreign_shards(dir, before);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const Tokenized tokenized = tokenize(f, ss.str());
+  // A FIFO or a directory is refused, never waited on. The text is tokenized in memory: a bound
+  // far above any corpus one machine tokenizes, so only a mistake meets it.
+  constexpr size_t kMaxTextBytes = size_t{1} << 40;
+  const Tokenized tokenized = tokenize(
+      f, read_input_file(f.input, "input text", "give prepare-data a text file", kMaxTextBytes));
   const std::vector<uint32_t>& tokens = tokenized.tokens;
   TZ_CHECK(tokens.size() >= 2, "input text '" + f.input + "' is empty", "give a non-empty file");
 
@@ -217,7 +215,6 @@ int run_prepare(const PrepareFlags& f) {
   // every one is whole: a run that fails part way (a full disk) leaves the earlier dataset as it
   // was, never new shards beside old ones. The manifest names the old, the new and the staged
   // files meanwhile, so a run killed outright leaves only files the next run knows as its own.
-  const std::string manifest_before = read_manifest_text(dir);
   std::set<std::string> both = before;
   for (const std::string& name : now) both.insert({name, staged_name(name)});
   write_manifest(dir, f.input, both);

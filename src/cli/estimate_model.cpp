@@ -136,10 +136,6 @@ std::string offload_desc(const std::string& device, double ratio) {
   return buf;
 }
 
-}  // namespace
-
-namespace {
-
 // The estimator counts bytes in 64 bits. A model whose state (parameters, gradients, AdamW's
 // two moments and a working copy: 20 bytes a parameter) or one micro-batch's activations (a
 // generous 64 bytes per token and channel per block, and the fp32 logits) pass 2^62 bytes

@@ -90,15 +90,18 @@ void require_ranks_agree(const RunSettings& mine, comm::Communicator& world) {
       world.rank() == 0);
 }
 
-void throw_if_any_rank_failed(const std::string& my_problem, int rank, comm::Communicator* group) {
+std::vector<float> rank_failures(bool failed, int rank, comm::Communicator* group) {
   const size_t ranks = group ? static_cast<size_t>(group->size()) : 1;
-  std::vector<float> mine(ranks, 0.0f), all(ranks, 0.0f);  // (ranks) 1 where a rank failed
-  mine[static_cast<size_t>(rank)] = my_problem.empty() ? 0.0f : 1.0f;
-  if (group)
-    group->all_reduce(mine.data(), all.data(), ranks, DType::f32, comm::ReduceOp::sum);
-  else
-    all = mine;
-  for (size_t r = 0; r < ranks; ++r) {
+  std::vector<float> mine(ranks, 0.0f), all(ranks, 0.0f);  // (ranks)
+  mine[static_cast<size_t>(rank)] = failed ? 1.0f : 0.0f;
+  if (!group) return mine;
+  group->all_reduce(mine.data(), all.data(), ranks, DType::f32, comm::ReduceOp::sum);
+  return all;
+}
+
+void throw_if_any_rank_failed(const std::string& my_problem, int rank, comm::Communicator* group) {
+  const std::vector<float> all = rank_failures(!my_problem.empty(), rank, group);
+  for (size_t r = 0; r < all.size(); ++r) {
     if (all[r] == 0.0f) continue;
     const bool reports = r == static_cast<size_t>(rank);
     throw SameOnEveryRankError(

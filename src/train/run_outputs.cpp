@@ -73,16 +73,6 @@ std::string first_output_problem(const RunOutputs& o, const std::vector<std::str
   return "";
 }
 
-// Over the group, whether each rank failed: (ranks) 1 where it did.
-std::vector<float> failures(bool failed, int rank, comm::Communicator* group) {
-  const size_t ranks = group ? static_cast<size_t>(group->size()) : 1;
-  std::vector<float> mine(ranks, 0.0f), all(ranks, 0.0f);  // (ranks)
-  mine[static_cast<size_t>(rank)] = failed ? 1.0f : 0.0f;
-  if (!group) return mine;
-  group->all_reduce(mine.data(), all.data(), ranks, DType::f32, comm::ReduceOp::sum);
-  return all;
-}
-
 std::string time_stamp() {
   const std::time_t now = std::time(nullptr);
   std::tm tm{};
@@ -157,11 +147,11 @@ std::string save_or_rescue(const std::string& path, const std::string& save_dir,
   // The rescue names are rank 0's; the other ranks only need as many tries.
   const std::vector<std::string> rescues = rescue_paths(save_dir);
   std::string first_failure = save(path);
-  if (failures(!first_failure.empty(), rank, group)[0] == 0.0f) return "";
+  if (rank_failures(!first_failure.empty(), rank, group)[0] == 0.0f) return "";
   std::string tried;
   for (const std::string& rescue : rescues) {
     const std::string failed = save(rescue);
-    if (failures(!failed.empty(), rank, group)[0] == 0.0f)
+    if (rank_failures(!failed.empty(), rank, group)[0] == 0.0f)
       return "--save '" + path + "' could not be written (" + first_failure +
              "); the trained model was saved to '" + rescue + "' instead";
     tried += "; '" + rescue + "': " + failed;

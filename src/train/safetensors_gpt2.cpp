@@ -21,6 +21,7 @@
 #include "tierzero/core/input_file.hpp"
 #include "tierzero/core/json_text.hpp"
 #include "tierzero/nn/gpt_modules.hpp"
+#include "tierzero/train/train_config.hpp"
 
 namespace tierzero::train {
 
@@ -131,7 +132,6 @@ size_t metadata_count(const std::string& path, const nlohmann::json& meta, const
 // missing a tensor is an error naming it (config_of checks every tensor of every block) rather
 // than the end of the model. Unknown tensors of a block (HF's attention-mask buffers) count.
 size_t layer_count(const std::string& path, const Header& h) {
-  constexpr size_t kMaxLayers = 4096;  // tierzero.model.n_layer's limit
   size_t layers = 0;
   for (const auto& [name, entry] : h.entries) {
     if (name.rfind("h.", 0) != 0) continue;
@@ -139,7 +139,7 @@ size_t layer_count(const std::string& path, const Header& h) {
     const std::string index = name.substr(2, dot == std::string::npos ? dot : dot - 2);
     const bool digits = !index.empty() && index.size() <= 6 &&
                         index.find_first_not_of("0123456789") == std::string::npos;
-    TZ_CHECK(digits && std::stoul(index) < kMaxLayers,
+    TZ_CHECK(digits && std::stoul(index) < static_cast<size_t>(kMaxLayers),
              "safetensors file '" + path + "': tensor '" + cut(name) + "' names no block in [0, " +
                  std::to_string(kMaxLayers) + ")",
              "GPT-2 block tensors are named h.<block>.<tensor>, as tierzero export writes them");

@@ -117,11 +117,20 @@ bool ListenerObserver::after_step(const StepRecord& r) {
   return stop == 0.0f;
 }
 
-bool StopObserver::after_step(const StepRecord& r) {
-  // Every rank stops after the same step: a signal on any rank stops all.
+namespace {
+
+// Collective: whether a stop signal reached any rank, so that every rank stops after the same
+// step.
+bool stop_requested_on_any_rank(comm::Communicator* group) {
   float stop = StopSignals::requested() ? 1.0f : 0.0f;
-  if (group_) group_sum(*group_, &stop, 1);
-  if (stop == 0.0f) return true;
+  if (group) group_sum(*group, &stop, 1);
+  return stop > 0.0f;
+}
+
+}  // namespace
+
+bool StopObserver::after_step(const StepRecord& r) {
+  if (!stop_requested_on_any_rank(group_)) return true;
   if (out_)
     std::fprintf(out_, "stopping after step %lld on a stop signal; the model is written (--save)\n",
                  static_cast<long long>(r.step));
@@ -134,15 +143,13 @@ CheckpointObserver::CheckpointObserver(std::FILE* out, int64_t every, comm::Comm
 
 bool CheckpointObserver::after_step(const StepRecord& r) {
   const int64_t steps_done = r.step;
-  // Every rank stops after the same step: a signal on any rank stops all.
-  float stop = StopSignals::requested() ? 1.0f : 0.0f;
-  if (group_) group_sum(*group_, &stop, 1);
-  if (stop > 0.0f || (every_ > 0 && steps_done % every_ == 0)) {
+  const bool stop = stop_requested_on_any_rank(group_);
+  if (stop || (every_ > 0 && steps_done % every_ == 0)) {
     const std::string where = save_(steps_done);
     saved_at_ = steps_done;
     if (out_) std::fprintf(out_, "saved training checkpoint '%s'\n", where.c_str());
   }
-  if (stop > 0.0f) {
+  if (stop) {
     stopped_ = true;
     if (out_)
       std::fprintf(out_, "stopping after step %lld on a stop signal (the checkpoint resumes it)\n",

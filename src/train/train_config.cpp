@@ -406,11 +406,6 @@ void read_arch(ConfigReader& r, ModelShape& m) {
   a.tie_embeddings = r.get_bool("tie_word_embeddings", a.tie_embeddings);
 }
 
-// The largest model shape a config or --model may give.
-constexpr int64_t kMaxLayers = 4096;
-constexpr int64_t kMaxHeads = 4096;
-constexpr int64_t kMaxChannels = int64_t{1} << 20;
-
 void read_model(ConfigReader r, ModelShape& m) {
   m.vocab_size = r.get_int("vocab_size", m.vocab_size, 2, 1 << 24);
   m.padded_vocab_size = r.get_int("padded_vocab_size", m.padded_vocab_size, 0, 1 << 24);

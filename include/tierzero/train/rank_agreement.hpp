@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "tierzero/comm/communicator.hpp"
 #include "tierzero/core/error.hpp"
@@ -19,6 +20,9 @@ namespace tierzero::train {
 // differing rank differs from rank 0 and both values, e.g. "tierzero.steps (--steps) is 3 on rank 0
 // but 4 on rank 1".
 void require_ranks_agree(const RunSettings& mine, comm::Communicator& world);
+
+// Collective over `group` (null: one rank): whether each rank `failed`, (ranks) 1 where it did.
+std::vector<float> rank_failures(bool failed, int rank, comm::Communicator* group);
 
 // Collective over `group` (null: one rank): returns when no rank has a problem (an empty
 // `my_problem` on every rank); else throws SameOnEveryRankError on every rank, reported by the

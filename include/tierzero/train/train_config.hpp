@@ -14,6 +14,11 @@
 
 namespace tierzero::train {
 
+// The largest model shape a config (tierzero.model), --model or a model file may give.
+inline constexpr int64_t kMaxLayers = 4096;
+inline constexpr int64_t kMaxHeads = 4096;
+inline constexpr int64_t kMaxChannels = int64_t{1} << 20;
+
 struct ModelShape {
   int64_t vocab_size = 257;             // real vocabulary (byte-level tokenizer: 256 bytes + EOT)
   int64_t padded_vocab_size = 0;        // 0: vocab_size rounded up to a multiple of 128
