@@ -71,6 +71,26 @@ class CpuKernels final : public Kernels {
     tierzero::convert_to_f32(b32.data(), b, type, b32.size());
     cpu::matmul_forward(c, a32.data(), b32.data(), nullptr, m, k, n);
   }
+  void matmul16_forward(void* out, DType out_type, const void* inp, const void* weight,
+                        const void* bias, DType type, size_t N, size_t IC, size_t OC) override {
+    cpu::matmul16_forward(out, out_type, inp, weight, bias, type, N, IC, OC);
+  }
+  void matmul16_backward(void* dinp, DType dinp_type, float* dweight, float* dbias,
+                         const void* dout, const void* inp, const void* weight, DType type,
+                         size_t N, size_t IC, size_t OC, GradWrite dinp_write) override {
+    cpu::matmul16_backward(dinp, dinp_type, dweight, dbias, dout, inp, weight, type, N, IC, OC,
+                           dinp_write);
+  }
+  void matmul16_gelu_forward(void* out, void* pre, const void* inp, const void* weight,
+                             const void* bias, DType type, size_t N, size_t IC,
+                             size_t OC) override {
+    cpu::matmul16_gelu_forward(out, pre, inp, weight, bias, type, N, IC, OC);
+  }
+  void matmul16_backward_gelu(void* dpre, float* dweight, float* dbias, const void* dout,
+                              const void* inp, const void* pre, const void* weight, DType type,
+                              size_t N, size_t IC, size_t OC) override {
+    cpu::matmul16_backward_gelu(dpre, dweight, dbias, dout, inp, pre, weight, type, N, IC, OC);
+  }
   void matmul_gelu_forward(float* out, float* pre, const float* inp, const float* weight,
                            const float* bias, size_t N, size_t IC, size_t OC) override {
     matmul_forward(pre, inp, weight, bias, N, IC, OC);

@@ -193,6 +193,17 @@ void launch_add_bias(cudaStream_t stream, float* out, const float* bias, size_t 
 // Column sums of a (N, OC) matrix added into dbias (OC); used for matmul's bias gradient.
 void launch_bias_backward(cudaStream_t stream, const DeterministicScratch& scratch, float* dbias,
                           const float* dout, size_t N, size_t OC);
+// The same sums of a 16-bit dout (bf16 or fp16, widened as read): the 16-bit linears' dbias.
+void launch_bias_backward(cudaStream_t stream, const DeterministicScratch& scratch, float* dbias,
+                          const void* dout, DType dout_type, size_t N, size_t OC);
+// The 16-bit linears' fallbacks where cuBLASLt has no epilogue: out (N, OC) += bias (OC) with the
+// bias bf16 or fp16 and out fp32 or of the bias's type (rounded after the add); out (n) =
+// gelu(inp (n)) and d (n) = gelu'(inp (n)) * d (n) on 16-bit data (type), in fp32 in between.
+void launch_add_bias(cudaStream_t stream, void* out, DType out_type, const void* bias,
+                     DType bias_type, size_t N, size_t OC);
+void launch_gelu_forward(cudaStream_t stream, void* out, const void* inp, DType type, size_t n);
+void launch_gelu_backward_in_place(cudaStream_t stream, void* d, const void* inp, DType type,
+                                   size_t n);
 // Pass 2 of the column sums: out (C) += the column sums of partials (slices, C), each column in
 // slice order.
 void launch_column_partials_sum(cudaStream_t stream, float* out, const float* partials,

@@ -67,6 +67,22 @@ cublasComputeType_t compute_type(MatmulPrecision p) {
   return CUBLAS_COMPUTE_32F;
 }
 
+// cuBLASLt's name for a DType (the 16-bit linears' operands and results).
+cudaDataType_t cuda_data_type(DType type) {
+  switch (type) {
+    case DType::bf16:
+      return CUDA_R_16BF;
+    case DType::f16:
+      return CUDA_R_16F;
+    default:
+      return CUDA_R_32F;
+  }
+}
+
+bool aligned_16_bytes(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
 // RAII owners for cuBLASLt descriptors, so an error thrown midway leaks nothing.
 struct MatmulDesc {
   cublasLtMatmulDesc_t handle = nullptr;
@@ -100,11 +116,12 @@ struct MatmulPreference {
 // the bias, GELU after the bias keeping GELU's input in aux, or GELU's gradient read from aux.
 struct LtEpilogue {
   cublasLtEpilogue_t kind = CUBLASLT_EPILOGUE_DEFAULT;
-  const float* bias = nullptr;  // (m) with the *BIAS kinds
-  const float* aux = nullptr;   // (aux_ld, n) column-major: written by GELU_AUX*, read by DGELU
-  int64_t aux_ld = 0;           // a multiple of 8, >= m (cuBLASLt's rule for GELU's aux)
+  const void* bias = nullptr;  // (m) of D's type, with the *BIAS kinds
+  const void* aux = nullptr;   // (aux_ld, n) column-major of D's type: written by GELU_AUX*,
+                               // read by DGELU
+  int64_t aux_ld = 0;          // a multiple of 8, >= m (cuBLASLt's rule for GELU's aux)
 
-  static LtEpilogue with_bias(const float* bias) {
+  static LtEpilogue with_bias(const void* bias) {
     return bias != nullptr ? LtEpilogue{CUBLASLT_EPILOGUE_BIAS, bias} : LtEpilogue{};
   }
   bool fused() const { return kind != CUBLASLT_EPILOGUE_DEFAULT; }
@@ -119,7 +136,7 @@ struct LtKey {
   uint32_t align_bias, align_aux;
   int64_t aux_ld;
   cublasComputeType_t compute;
-  cudaDataType_t operands;
+  cudaDataType_t operands, result;
   uint64_t workspace;
   bool operator==(const LtKey&) const = default;
 };
@@ -142,6 +159,7 @@ struct LtKeyHash {
                                static_cast<uint64_t>(key.aux_ld),
                                static_cast<uint64_t>(key.compute),
                                static_cast<uint64_t>(key.operands),
+                               static_cast<uint64_t>(key.result),
                                key.workspace};
     uint64_t h = 1469598103934665603ull;  // FNV-1a over the fields
     for (uint64_t v : fields) h = (h ^ v) * 1099511628211ull;
@@ -286,28 +304,10 @@ class CudaKernels final : public Kernels {
                        const float* inp,     // (N, IC)
                        const float* weight,  // (OC, IC)
                        size_t N, size_t IC, size_t OC, GradWrite dinp_write) override {
-    const bool overwrite = dinp_write == GradWrite::overwrite;
     if (N == 0) return;
     CudaDeviceGuard guard(device_);
-    if (OC == 0) {  // an empty product: an overwritten dinp is zero
-      if (overwrite && dinp != nullptr && IC > 0)
-        TZ_CUDA_CHECK(cudaMemsetAsync(dinp, 0, N * IC * sizeof(float), stream_));
-      return;
-    }
-    if (IC > 0) {
-      // dinp (N, IC) += dout (N, OC) · W (OC, IC):
-      // dinp^T (IC, N) += W^T (IC, OC) · dout^T (OC, N), W^T being W's storage as column-major.
-      // Overwritten: beta 0, so cuBLASLt does not read it.
-      if (dinp != nullptr) {
-        lt_matmul(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight, IC, dout, OC, dinp, IC,
-                  overwrite ? 0.0f : 1.0f);
-      }
-      // dW (OC, IC) += dout^T (OC, N) · inp (N, IC):
-      // dW^T (IC, OC) += inp^T (IC, N) · dout (N, OC), dout being the transpose of its storage.
-      if (dweight != nullptr) {
-        lt_matmul(CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, dout, OC, dweight, IC, 1.0f);
-      }
-    }
+    backward_products(dinp, DType::f32, dweight, dout, inp, weight, DType::f32, N, IC, OC,
+                      dinp_write);
     if (dbias != nullptr)
       cuda_impl::launch_bias_backward(stream_, deterministic_scratch_, dbias, dout, N, OC);
   }
@@ -369,6 +369,86 @@ class CudaKernels final : public Kernels {
       cuda_impl::launch_gelu_backward_in_place(stream_, dpre, pre, N * IC);
     }
     matmul_backward(nullptr, dweight, dbias, dout, inp, weight, N, IC, OC, GradWrite::accumulate);
+  }
+
+  // The 16-bit linears: matmul_forward's and matmul_backward's products with both operands
+  // 16-bit, natively (CUBLAS_COMPUTE_32F, whatever precision_ says), and D fp32 or 16-bit. The
+  // bias (of the operands' type) goes to the epilogue when D has its type, which is the bias type
+  // cuBLASLt wants; with an fp32 D, or no such algorithm, a kernel adds it after the product.
+  void matmul16_forward(void* out, DType out_type, const void* inp, const void* weight,
+                        const void* bias, DType type, size_t N, size_t IC, size_t OC) override {
+    check_matmul16_types("matmul16_forward", type, out_type);
+    if (N == 0 || OC == 0) return;
+    CudaDeviceGuard guard(device_);
+    if (IC > 0) {
+      const cudaDataType_t operands = cuda_data_type(type), result = cuda_data_type(out_type);
+      if (bias != nullptr && out_type == type && aligned_16_bytes(bias) &&
+          lt_matmul(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight, IC, inp, IC, out, OC, 0.0f,
+                    LtEpilogue::with_bias(bias), operands, result))
+        return;
+      lt_matmul(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight, IC, inp, IC, out, OC, 0.0f, {},
+                operands, result);
+    } else {  // an empty product is zero, as on the CPU: out = the bias or 0
+      TZ_CUDA_CHECK(cudaMemsetAsync(out, 0, N * OC * dtype_size(out_type), stream_));
+    }
+    if (bias != nullptr) cuda_impl::launch_add_bias(stream_, out, out_type, bias, type, N, OC);
+  }
+
+  void matmul16_backward(void* dinp, DType dinp_type, float* dweight, float* dbias,
+                         const void* dout, const void* inp, const void* weight, DType type,
+                         size_t N, size_t IC, size_t OC, GradWrite dinp_write) override {
+    check_matmul16_types("matmul16_backward", type, dinp_type, dinp_write);
+    if (N == 0) return;
+    CudaDeviceGuard guard(device_);
+    backward_products(dinp, dinp_type, dweight, dout, inp, weight, type, N, IC, OC, dinp_write);
+    if (dbias != nullptr)
+      cuda_impl::launch_bias_backward(stream_, deterministic_scratch_, dbias, dout, type, N, OC);
+  }
+
+  // matmul_gelu_forward's epilogue with 16-bit D and aux (the aux takes D's type); without such
+  // an algorithm, the product with its bias into pre, then GELU of the rounded pre.
+  void matmul16_gelu_forward(void* out, void* pre, const void* inp, const void* weight,
+                             const void* bias, DType type, size_t N, size_t IC,
+                             size_t OC) override {
+    check_matmul16_types("matmul16_gelu_forward", type, type);
+    if (N == 0 || OC == 0) return;
+    CudaDeviceGuard guard(device_);
+    const cudaDataType_t t = cuda_data_type(type);
+    if (IC > 0 && OC % 8 == 0 && (bias == nullptr || aligned_16_bytes(bias))) {
+      const LtEpilogue gelu{
+          bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, bias, pre,
+          static_cast<int64_t>(OC)};
+      if (lt_matmul(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight, IC, inp, IC, out, OC, 0.0f, gelu,
+                    t, t))
+        return;
+    }
+    matmul16_forward(pre, type, inp, weight, bias, type, N, IC, OC);
+    cuda_impl::launch_gelu_forward(stream_, out, pre, type, N * OC);
+  }
+
+  // matmul_backward_gelu's DGELU epilogue with a 16-bit D and aux; without it, the product
+  // rounded into dpre, then GELU's gradient applied to it.
+  void matmul16_backward_gelu(void* dpre, float* dweight, float* dbias, const void* dout,
+                              const void* inp, const void* pre, const void* weight, DType type,
+                              size_t N, size_t IC, size_t OC) override {
+    check_matmul16_types("matmul16_backward_gelu", type, type);
+    if (N == 0) return;
+    CudaDeviceGuard guard(device_);
+    if (OC > 0 && IC > 0) {
+      const cudaDataType_t t = cuda_data_type(type);
+      const LtEpilogue dgelu{CUBLASLT_EPILOGUE_DGELU, nullptr, pre, static_cast<int64_t>(IC)};
+      const bool fused = IC % 8 == 0 && lt_matmul(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight, IC,
+                                                  dout, OC, dpre, IC, 0.0f, dgelu, t, t);
+      if (!fused) {
+        lt_matmul(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight, IC, dout, OC, dpre, IC, 0.0f, {}, t,
+                  t);
+        cuda_impl::launch_gelu_backward_in_place(stream_, dpre, pre, type, N * IC);
+      }
+    } else if (IC > 0) {  // dout @ W is empty: zero, and so is gelu' times it
+      TZ_CUDA_CHECK(cudaMemsetAsync(dpre, 0, N * IC * dtype_size(type), stream_));
+    }
+    matmul16_backward(nullptr, type, dweight, dbias, dout, inp, weight, type, N, IC, OC,
+                      GradWrite::overwrite);
   }
 
   // The fused kernels keep one logsumexp per query row and recompute the rest in the backward:
@@ -593,17 +673,46 @@ class CudaKernels final : public Kernels {
     }
   }
 
+  // The two products of a linear's backward (matmul_backward, matmul16_backward), with operands
+  // of one type (fp32 at precision_, or 16-bit natively) and dinp of dinp_type.
+  void backward_products(void* dinp, DType dinp_type, float* dweight, const void* dout,
+                         const void* inp, const void* weight, DType operand_type, size_t N,
+                         size_t IC, size_t OC, GradWrite dinp_write) {
+    const bool overwrite = dinp_write == GradWrite::overwrite;
+    if (OC == 0) {  // an empty product: an overwritten dinp is zero
+      if (overwrite && dinp != nullptr && IC > 0)
+        TZ_CUDA_CHECK(cudaMemsetAsync(dinp, 0, N * IC * dtype_size(dinp_type), stream_));
+      return;
+    }
+    if (IC == 0) return;
+    const cudaDataType_t operands = cuda_data_type(operand_type);
+    // dinp (N, IC) += dout (N, OC) · W (OC, IC):
+    // dinp^T (IC, N) += W^T (IC, OC) · dout^T (OC, N), W^T being W's storage as column-major.
+    // Overwritten: beta 0, so cuBLASLt does not read it.
+    if (dinp != nullptr) {
+      lt_matmul(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight, IC, dout, OC, dinp, IC,
+                overwrite ? 0.0f : 1.0f, {}, operands, cuda_data_type(dinp_type));
+    }
+    // dW (OC, IC) += dout^T (OC, N) · inp (N, IC):
+    // dW^T (IC, OC) += inp^T (IC, N) · dout (N, OC), dout being the transpose of its storage.
+    if (dweight != nullptr) {
+      lt_matmul(CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, dout, OC, dweight, IC, 1.0f, {},
+                operands);
+    }
+  }
+
   // D (m, n) = epilogue(op(A) · op(B) + beta · D), all column-major (the epilogue: the bias
   // broadcast over columns, GELU, GELU's gradient; see LtEpilogue). A is stored (m, k) when op_a
   // is N and (k, m) when it is T; B likewise (k, n) or (n, k). A and B are fp32, computed at
   // precision_, or both of a 16-bit `operands` type, computed natively (fp32 accumulation); D is
-  // fp32. With an epilogue, returns false without doing anything when cuBLASLt has no algorithm
-  // for it (the caller then does without); otherwise runs the product and returns true, or throws
-  // when there is no algorithm at all.
+  // fp32, or of the operands' 16-bit type (`result`), rounded from the fp32 sum. With an
+  // epilogue, returns false without doing anything when cuBLASLt has no algorithm for it (the
+  // caller then does without); otherwise runs the product and returns true, or throws when there
+  // is no algorithm at all.
   bool lt_matmul(cublasOperation_t op_a, cublasOperation_t op_b, size_t m, size_t n, size_t k,
-                 const void* A, size_t lda, const void* B, size_t ldb, float* D, size_t ldd,
-                 float beta, const LtEpilogue& epilogue = {},
-                 cudaDataType_t operands = CUDA_R_32F) {
+                 const void* A, size_t lda, const void* B, size_t ldb, void* D, size_t ldd,
+                 float beta, const LtEpilogue& epilogue = {}, cudaDataType_t operands = CUDA_R_32F,
+                 cudaDataType_t result = CUDA_R_32F) {
     const bool a_transposed = op_a == CUBLAS_OP_T;
     const bool b_transposed = op_b == CUBLAS_OP_T;
     MatrixLayout a_layout(a_transposed ? k : m, a_transposed ? m : k, static_cast<int64_t>(lda),
@@ -611,7 +720,7 @@ class CudaKernels final : public Kernels {
     MatrixLayout b_layout(b_transposed ? n : k, b_transposed ? k : n, static_cast<int64_t>(ldb),
                           operands);
     // C and D are the same buffer with the same layout: cuBLASLt supports that in place.
-    MatrixLayout d_layout(m, n, static_cast<int64_t>(ldd));
+    MatrixLayout d_layout(m, n, static_cast<int64_t>(ldd), result);
 
     MatmulPreference preference;
     const uint64_t max_workspace = lt_workspace_bytes_;
@@ -668,6 +777,7 @@ class CudaKernels final : public Kernels {
                       epilogue.aux_ld,
                       tries[t],
                       operands,
+                      result,
                       max_workspace};
       auto cached = algorithms_.find(key);
       if (cached == algorithms_.end()) {

@@ -9,6 +9,7 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "cuda/cuda_common.cuh"
+#include "cuda/storage16.cuh"
 #include "tierzero/core/dtype_bits.hpp"
 
 namespace tierzero::kernels::cuda_impl {
@@ -147,12 +148,14 @@ __device__ __forceinline__ GeluTanhTerms gelu_tanh_terms(float x) {
   return {one_minus, e * one_minus};
 }
 
-__global__ void gelu_forward_kernel(float* out,        // (n)
-                                    const float* inp,  // (n)
+// T: float, or a 16-bit type (storage16.cuh) for the 16-bit linears' fallback.
+template <typename T>
+__global__ void gelu_forward_kernel(T* out,        // (n)
+                                    const T* inp,  // (n)
                                     size_t n) {
   for (size_t i = global_thread_index(); i < n; i += grid_stride()) {
-    const float x = inp[i];
-    out[i] = 0.5f * x * gelu_tanh_terms(x).one_plus;
+    const float x = to_f32(inp[i]);
+    out[i] = from_f32<T>(0.5f * x * gelu_tanh_terms(x).one_plus);
   }
 }
 
@@ -165,14 +168,16 @@ __device__ __forceinline__ float gelu_grad(float x) {
 
 // dinp += gelu'(inp) * dout, or with `overwrite` dinp = 0 + gelu'(inp) * dout (the bits of the
 // += into a zeroed dinp). dinp may alias dout: each element is read before it is written.
-__global__ void gelu_backward_kernel(float* dinp,        // (n) += or overwritten
-                                     const float* inp,   // (n)
-                                     const float* dout,  // (n)
+// T as gelu_forward_kernel's.
+template <typename T>
+__global__ void gelu_backward_kernel(T* dinp,        // (n) += or overwritten
+                                     const T* inp,   // (n)
+                                     const T* dout,  // (n)
                                      size_t n, bool overwrite) {
   for (size_t i = global_thread_index(); i < n; i += grid_stride()) {
-    const float d = dout[i];
-    const float prior = overwrite ? 0.0f : dinp[i];
-    dinp[i] = prior + gelu_grad(inp[i]) * d;
+    const float d = to_f32(dout[i]);
+    const float prior = overwrite ? 0.0f : to_f32(dinp[i]);
+    dinp[i] = from_f32<T>(prior + gelu_grad(to_f32(inp[i])) * d);
   }
 }
 
@@ -212,10 +217,13 @@ __global__ void transpose_blocks_kernel(float* out, const float* in, size_t X, s
   }
 }
 
-__global__ void add_bias_kernel(float* out,         // (N, OC)
-                                const float* bias,  // (OC)
+// Out and Bias: float, or 16-bit types (storage16.cuh) for the 16-bit linears.
+template <typename Out, typename Bias>
+__global__ void add_bias_kernel(Out* out,          // (N, OC)
+                                const Bias* bias,  // (OC)
                                 size_t n, size_t OC) {
-  for (size_t i = global_thread_index(); i < n; i += grid_stride()) out[i] += bias[i % OC];
+  for (size_t i = global_thread_index(); i < n; i += grid_stride())
+    out[i] = from_f32<Out>(to_f32(out[i]) + to_f32(bias[i % OC]));
 }
 
 // ---- AdamW ----
@@ -328,10 +336,12 @@ __global__ void sum_partials_in_order_kernel(double* result,          // (1)
 // Pass 1 of dbias[c] += sum_r dout[r, c] (the column sums of cuda_common.cuh): block (x, y)
 // reduces column tile x over row slice y, thread (tx, ty) summing rows ty, ty + 8, ... of the
 // slice, then thread ty = 0 the 8 lane sums in lane order. With one slice (partials null) that is
-// the whole sum and it adds into dbias; otherwise it writes the slice's partial.
-__global__ void bias_backward_kernel(float* dbias,       // (OC) += when partials is null
-                                     float* partials,    // (slices, OC) nullable
-                                     const float* dout,  // (N, OC)
+// the whole sum and it adds into dbias; otherwise it writes the slice's partial. In: float, or a
+// 16-bit type (storage16.cuh) widened as it is read.
+template <typename In>
+__global__ void bias_backward_kernel(float* dbias,     // (OC) += when partials is null
+                                     float* partials,  // (slices, OC) nullable
+                                     const In* dout,   // (N, OC)
                                      size_t N, size_t OC, size_t rows_per_slice) {
   __shared__ float partial[kRowLanes][kColumnTile + 1];
   const size_t c = static_cast<size_t>(blockIdx.x) * kColumnTile + threadIdx.x;
@@ -339,7 +349,8 @@ __global__ void bias_backward_kernel(float* dbias,       // (OC) += when partial
   const size_t row_end = row_begin + rows_per_slice < N ? row_begin + rows_per_slice : N;
   float acc = 0.0f;
   if (c < OC) {
-    for (size_t r = row_begin + threadIdx.y; r < row_end; r += kRowLanes) acc += dout[r * OC + c];
+    for (size_t r = row_begin + threadIdx.y; r < row_end; r += kRowLanes)
+      acc += to_f32(dout[r * OC + c]);
   }
   partial[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
@@ -693,8 +704,27 @@ void launch_sum_partials_in_order(cudaStream_t stream, double* result, const dou
   TZ_CUDA_CHECK_LAUNCH();
 }
 
-void launch_bias_backward(cudaStream_t stream, const DeterministicScratch& scratch, float* dbias,
-                          const float* dout, size_t N, size_t OC) {
+namespace {
+
+// f(T{}) with T the storage type (storage16.cuh) of a 16-bit DType; an Error for any other.
+template <typename F>
+void with_16bit_type(DType type, const F& f) {
+  switch (type) {
+    case DType::bf16:
+      f(Bf16Bits{});
+      return;
+    case DType::f16:
+      f(F16Bits{});
+      return;
+    default:
+      TZ_THROW(std::string("a 16-bit kernel was given ") + dtype_name(type) + " data",
+               "pass bf16 or fp16");
+  }
+}
+
+template <typename In>
+void bias_backward(cudaStream_t stream, const DeterministicScratch& scratch, float* dbias,
+                   const In* dout, size_t N, size_t OC) {
   if (N == 0 || OC == 0) return;
   const size_t column_blocks = ceil_div(OC, static_cast<size_t>(kColumnTile));
   TZ_CHECK(column_blocks <= kMaxGridX, "bias gradient too wide: " + std::to_string(OC),
@@ -707,6 +737,63 @@ void launch_bias_backward(cudaStream_t stream, const DeterministicScratch& scrat
                                                    split.rows_per_slice);
   TZ_CUDA_CHECK_LAUNCH();
   if (partials != nullptr) launch_column_partials_sum(stream, dbias, partials, split.slices, OC);
+}
+
+}  // namespace
+
+void launch_bias_backward(cudaStream_t stream, const DeterministicScratch& scratch, float* dbias,
+                          const float* dout, size_t N, size_t OC) {
+  bias_backward(stream, scratch, dbias, dout, N, OC);
+}
+
+void launch_bias_backward(cudaStream_t stream, const DeterministicScratch& scratch, float* dbias,
+                          const void* dout, DType dout_type, size_t N, size_t OC) {
+  with_16bit_type(dout_type, [&](auto t) {
+    bias_backward(stream, scratch, dbias, static_cast<const decltype(t)*>(dout), N, OC);
+  });
+}
+
+void launch_add_bias(cudaStream_t stream, void* out, DType out_type, const void* bias,
+                     DType bias_type, size_t N, size_t OC) {
+  const size_t n = N * OC;
+  if (n == 0) return;
+  with_16bit_type(bias_type, [&](auto b) {
+    using Bias = decltype(b);
+    const auto* typed_bias = static_cast<const Bias*>(bias);
+    if (out_type == DType::f32) {
+      add_bias_kernel<<<grid_stride_blocks(n), kBlockSize, 0, stream>>>(static_cast<float*>(out),
+                                                                        typed_bias, n, OC);
+    } else {
+      TZ_CHECK(out_type == bias_type,
+               std::string("add_bias: ") + dtype_name(out_type) + " output, " +
+                   dtype_name(bias_type) + " bias",
+               "the output is fp32 or of the bias's type");
+      add_bias_kernel<<<grid_stride_blocks(n), kBlockSize, 0, stream>>>(static_cast<Bias*>(out),
+                                                                        typed_bias, n, OC);
+    }
+    TZ_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void launch_gelu_forward(cudaStream_t stream, void* out, const void* inp, DType type, size_t n) {
+  if (n == 0) return;
+  with_16bit_type(type, [&](auto t) {
+    using T = decltype(t);
+    gelu_forward_kernel<<<grid_stride_blocks(n), kBlockSize, 0, stream>>>(
+        static_cast<T*>(out), static_cast<const T*>(inp), n);
+    TZ_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void launch_gelu_backward_in_place(cudaStream_t stream, void* d, const void* inp, DType type,
+                                   size_t n) {
+  if (n == 0) return;
+  with_16bit_type(type, [&](auto t) {
+    using T = decltype(t);
+    gelu_backward_kernel<<<grid_stride_blocks(n), kBlockSize, 0, stream>>>(
+        static_cast<T*>(d), static_cast<const T*>(inp), static_cast<const T*>(d), n, true);
+    TZ_CUDA_CHECK_LAUNCH();
+  });
 }
 
 void launch_column_partials_sum(cudaStream_t stream, float* out, const float* partials,

@@ -202,24 +202,26 @@ kt=build/gpu/tests/kernels/test_kernels
 lkt=build/gpu/tests/test_llama_kernels
 # Issue 26's kernels on cuda against the CPU reference, with the errors each test prints.
 step_kernels26() {
-  log "issue 26: kernel tests on cuda (fused attention, gradient sums, matmul precisions, matmul + GELU epilogues, layernorm, attention, llama, matmul, AdamW with its copy and segments)"
-  timeout 90 $kt --gtest_filter='*FlashAttentionTest*/cuda:*GradientSumsTest*/cuda:*ElementwiseTest.SumSquares*/cuda:*MatmulPrecisionTest*/cuda:*MatmulGeluTest*/cuda:*LayerNormTest*/cuda:*AttentionTest*/cuda:*MatmulTest*/cuda:*AdamWTest*/cuda' \
+  log "issue 26: kernel tests on cuda (fused attention, gradient sums, matmul precisions, matmul + GELU epilogues, the 16-bit linears, layernorm, attention, llama, matmul, AdamW with its copy and segments)"
+  timeout 90 $kt --gtest_filter='*FlashAttentionTest*/cuda:*GradientSumsTest*/cuda:*ElementwiseTest.SumSquares*/cuda:*MatmulPrecisionTest*/cuda:*MatmulGeluTest*/cuda:*Matmul16Test*/cuda:*LayerNormTest*/cuda:*AttentionTest*/cuda:*MatmulTest*/cuda:*AdamWTest*/cuda' \
     >"$out/kernels26.log" 2>&1
   log "exit $?"
   # The Llama family's kernels (the fused residual + RMSNorm among them) have their own binary.
   timeout 30 $lkt --gtest_filter='*LlamaKernelTest*/cuda' >>"$out/kernels26.log" 2>&1
   log "llama kernels: exit $?"
-  grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]|flash_attention (out|dqkv).*(T1024|T257)|flash_attention \(16-bit\).*(T1024|T257)|flash_attention repeat|GradientSumsTest|repeat: [1-9]|CPU backend: |matmul_forward out (tf32|bf16|fp16|fp32) N77|matmul_(gelu_forward out|backward_gelu dpre) N64|adamw (with a|over 150)" \
-    "$out/kernels26.log" | head -56 | tee -a "$out/summary.txt"
+  grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]|flash_attention (out|dqkv).*(T1024|T257)|flash_attention \(16-bit\).*(T1024|T257)|flash_attention repeat|GradientSumsTest|repeat: [1-9]|CPU backend: |matmul_forward out (tf32|bf16|fp16|fp32) N77|matmul_(gelu_forward out|backward_gelu dpre) N64|matmul16_[a-z_]* [a-z]* ?[=+]* ?bf16->[a-z0-9]* N(64 IC768|50)|adamw (with a|over 150)" \
+    "$out/kernels26.log" | head -72 | tee -a "$out/summary.txt"
 }
 # compute-sanitizer (memcheck or racecheck) over the fused attention's small test.
 step_sanitize26() {
-  # Issue 26's kernels at small shapes: the fused attention, the GELU epilogues, AdamW over
+  # Issue 26's kernels at small shapes: the fused attention, the GELU epilogues (fp32 and 16-bit,
+  # with the 16-bit linears' bias and GELU kernels where cuBLASLt has no epilogue), AdamW over
   # segments, the fused residual + LayerNorm, the classifier's softmax-xent, the sorted embedding
   # gradient and the column sums (through the encoder and LayerNorm backwards), the norm's sums,
   # and the fused residual + RMSNorm.
   local tool=$1 limit=120
   local san='*FlashAttentionTest.SmallForSanitizers*/cuda:*MatmulGeluTest*/cuda'
+  san="$san:*Matmul16Test*/cuda"
   san="$san:*AdamWTest.SegmentsAreThePerSegmentCalls*/cuda:*LayerNormTest*/cuda"
   san="$san:*SoftmaxXentTest*/cuda:*EncoderTest*/cuda:*ElementwiseTest.SumSquares*/cuda"
   [ "$tool" = racecheck ] && limit=150
@@ -346,7 +348,7 @@ PY
 step_ctest_rest() {
   local limit=${1:-90}
   log "every other CUDA test (ctest, as far as $limit s allow)"
-  (cd build/gpu && timeout "$limit" ctest -R "/cuda|Cuda|_cuda" -E "FlashAttentionTest|GradientSumsTest|ElementwiseTest.SumSquares|MatmulPrecisionTest|MatmulGeluTest|AdamWTest" \
+  (cd build/gpu && timeout "$limit" ctest -R "/cuda|Cuda|_cuda" -E "FlashAttentionTest|GradientSumsTest|ElementwiseTest.SumSquares|MatmulPrecisionTest|MatmulGeluTest|Matmul16Test|AdamWTest" \
      -j6 --timeout 120 --output-on-failure --output-junit "$out/junit26.xml") >"$out/ctest26.log" 2>&1
   log "ctest exit $?"; tail -25 "$out/ctest26.log" | tee -a "$out/summary.txt"
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 
 namespace tierzero::test {
@@ -92,6 +93,21 @@ void expect_close(const std::string& label, const std::vector<float>& got,
                           << (ref.empty() ? 0.0 : static_cast<double>(got[worst])) << " expected "
                           << (ref.empty() ? 0.0 : ref[worst]) << " (absolute floor " << abs_floor
                           << ")";
+}
+
+std::vector<double> absolute(std::vector<double> x) {
+  for (double& v : x) v = std::fabs(v);
+  return x;
+}
+
+double rms(const std::vector<double>& x) {
+  double sum_sq = 0.0;
+  for (double v : x) sum_sq += v * v;
+  return std::sqrt(sum_sq / static_cast<double>(x.empty() ? 1 : x.size()));
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 }  // namespace tierzero::test

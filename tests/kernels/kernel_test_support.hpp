@@ -97,6 +97,14 @@ std::vector<float> narrow(const std::vector<double>& x);
 // Element-wise add for building "+=" expectations: result = base + delta.
 std::vector<double> plus(const std::vector<float>& base, const std::vector<double>& delta);
 
+// |x| element-wise, for the magnitude of a product (the reference on absolute values), and the
+// rms of such magnitudes: the scale of an fp32 dot product's rounding, which a result near zero by
+// cancellation does not have (see test_matmul.cpp).
+std::vector<double> absolute(std::vector<double> x);
+double rms(const std::vector<double>& x);
+// Whether a and b hold the same bits (NaN payloads and zero signs included).
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b);
+
 // Checks got against ref as described at the top of this file, prints the errors and records
 // them as test properties; a failure names the worst element. `abs_floor` replaces rms(ref) as the
 // absolute floor where an output's small elements must be right in relative terms too (softmax

@@ -38,23 +38,6 @@ std::string name(const char* what, const Shape& s) {
          std::to_string(s.OC) + (s.bias ? " bias" : " nobias");
 }
 
-std::vector<double> absolute(std::vector<double> x) {
-  for (double& v : x) v = std::fabs(v);
-  return x;
-}
-
-// The scale of an fp32 dot product's rounding: rms over the outputs of sum |a_i| |b_i|, which a
-// result near zero by cancellation does not have (see test_matmul.cpp).
-double rms(const std::vector<double>& x) {
-  double sum_sq = 0.0;
-  for (double v : x) sum_sq += v * v;
-  return std::sqrt(sum_sq / static_cast<double>(x.empty() ? 1 : x.size()));
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 using kernels::MatmulPrecision;
 
 // The products' tolerance at the precision the backend took, and GELU's on top of it.

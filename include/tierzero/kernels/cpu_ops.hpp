@@ -42,6 +42,19 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, size_t N, size_t IC, size_t OC, GradWrite dinp_write);
 
+// The 16-bit linears (Kernels::matmul16_*): 16-bit operands of `type` widened, the fp32 ops
+// above, 16-bit results rounded once from their fp32 values. Shapes and rules as in kernels.hpp.
+void matmul16_forward(void* out, DType out_type, const void* inp, const void* weight,
+                      const void* bias, DType type, size_t N, size_t IC, size_t OC);
+void matmul16_backward(void* dinp, DType dinp_type, float* dweight, float* dbias, const void* dout,
+                       const void* inp, const void* weight, DType type, size_t N, size_t IC,
+                       size_t OC, GradWrite dinp_write);
+void matmul16_gelu_forward(void* out, void* pre, const void* inp, const void* weight,
+                           const void* bias, DType type, size_t N, size_t IC, size_t OC);
+void matmul16_backward_gelu(void* dpre, float* dweight, float* dbias, const void* dout,
+                            const void* inp, const void* pre, const void* weight, DType type,
+                            size_t N, size_t IC, size_t OC);
+
 // The naive attention (llm.c's), kept as the reference the tiled one is tested against:
 // out (B,T,C), att (B,NH,T,T) probabilities from qkv (B,T,3C); causal, scale 1/sqrt(C/NH)
 void attention_forward(float* out, float* att, const float* qkv, size_t B, size_t T, size_t C,

@@ -175,6 +175,52 @@ class Kernels {
                           const void* b,  // (n, k) type
                           DType type, size_t m, size_t n, size_t k) = 0;
 
+  // ---- 16-bit linears: the products on the tensor cores' native operands ----
+  // A linear whose input, weights (and bias) and output gradient are all held in one 16-bit
+  // `type`, bf16 or fp16: the working dtype of 16-bit training. Each product accumulates in fp32
+  // and each result is rounded once, from its fp32 value (with the bias, and GELU where named),
+  // into its own type: fp32 or `type` (a 16-bit result is the next product's operand, an fp32 one
+  // feeds the fp32 residual stream or a norm's backward). fp32 stays the reference: the CPU widens
+  // the operands, runs the fp32 ops above and rounds what is stored in 16 bits, so its results are
+  // bitwise those ops on the widened values; CUDA runs cuBLASLt on the 16-bit operands
+  // (CUBLAS_COMPUTE_32F), whose sums differ from them in the order of addition, and where
+  // cuBLASLt has no epilogue for a shape adds the bias or applies GELU to the rounded product
+  // (a second rounding). An Error for another type, a result of a third type, or a 16-bit input
+  // gradient asked to accumulate. dweight and dbias are fp32 and accumulate, as above.
+  virtual void matmul16_forward(void* out, DType out_type,  // (N, OC) out_type: fp32 or type
+                                const void* inp,            // (N, IC) type
+                                const void* weight,         // (OC, IC) type
+                                const void* bias,           // (OC) type, nullable
+                                DType type, size_t N, size_t IC, size_t OC) = 0;
+  // dinp (N, IC) of dinp_type: fp32 added into or overwritten as dinp_write says, 16-bit
+  // overwritten only; dinp and dweight nullable.
+  virtual void matmul16_backward(void* dinp, DType dinp_type,  // (N, IC) dinp_type
+                                 float* dweight,               // (OC, IC) +=
+                                 float* dbias,                 // (OC) += nullable
+                                 const void* dout,             // (N, OC) type
+                                 const void* inp,              // (N, IC) type
+                                 const void* weight,           // (OC, IC) type
+                                 DType type, size_t N, size_t IC, size_t OC,
+                                 GradWrite dinp_write) = 0;
+  // matmul_gelu_forward in 16 bits: pre = the product with its bias, out = gelu of pre's fp32
+  // value, both rounded to type (cuBLASLt's GELU_AUX_BIAS epilogue with 16-bit outputs).
+  virtual void matmul16_gelu_forward(void* out,           // (N, OC) type
+                                     void* pre,           // (N, OC) type
+                                     const void* inp,     // (N, IC) type
+                                     const void* weight,  // (OC, IC) type
+                                     const void* bias,    // (OC) type, nullable
+                                     DType type, size_t N, size_t IC, size_t OC) = 0;
+  // matmul_backward_gelu in 16 bits: dpre = gelu'(pre) * (dout @ weight) from the product's fp32
+  // value, rounded to type and OVERWRITTEN (cuBLASLt's DGELU epilogue with a 16-bit output).
+  virtual void matmul16_backward_gelu(void* dpre,          // (N, IC) type, overwritten
+                                      float* dweight,      // (OC, IC) +=
+                                      float* dbias,        // (OC) += nullable
+                                      const void* dout,    // (N, OC) type
+                                      const void* inp,     // (N, IC) type, gelu(pre)
+                                      const void* pre,     // (N, IC) type
+                                      const void* weight,  // (OC, IC) type
+                                      DType type, size_t N, size_t IC, size_t OC) = 0;
+
   // A linear layer with GELU after it (the MLP's fc): matmul_forward into pre, then gelu_forward
   // of pre into out, in one call, so a backend can apply GELU in the product's epilogue instead
   // of a pass over memory. pre is kept for the backward. The CPU backend runs the two ops (the
@@ -403,6 +449,11 @@ class Kernels {
   virtual void convert_to_f32(float* dst,                                         // (n)
                               const void* src, DType src_type, size_t n) = 0;  // src (n) src_type
 };
+
+// The 16-bit linears' argument rule, shared by the backends: type bf16 or fp16, the result fp32
+// or type, and a 16-bit result never accumulated into. Throws an Error naming `op` otherwise.
+void check_matmul16_types(const char* op, DType type, DType result_type,
+                          GradWrite result_write = GradWrite::overwrite);
 
 // Issues the kernels called in its scope on another stream and restores the stream before at its
 // end: for work that must not queue behind the compute stream (a reduced gradient's widening

@@ -1,24 +1,27 @@
 // The CUDA backend's deterministic gradient sums run on the CPU under cuda_host_emulation.hpp:
-// the bias column sums (elementwise.cu), LayerNorm's weight and bias gradients (layernorm.cu) and
-// RMSNorm's gain gradient (llama.cu), each pass 1 then, with several slices, pass 2
-// (column_partials_sum_kernel); and the token embedding's gradient, whole vocabulary and one
-// rank's range (elementwise.cu's sort-key and run kernels; CUB's stable radix sort is stood in for
-// by std::stable_sort, which gives the same permutation). Each is launched as its launcher does
-// (column_slices, the sort in chunks), on random nonzero inputs added into a random prior, at
-// shapes off the tiles: N not a multiple of a slice, C not a multiple of 32, one slice, slices
-// limited by the scratch, no scratch, repeated tokens, one token everywhere, tokens outside the
-// range (negative ones too), the sort in several chunks. Prints the max error against a double
-// reference, relative to each element's |prior| + sum of |terms| (what an fp32 sum's rounding is
-// proportional to), and the elements whose bits differ when every kernel's blocks run in a
-// shuffled order; the embedding's must also have the bits of the CPU backend's order (the prior,
-// then each term in position order). Exits 1 past 1e-5 or on any differing bit. Built and run by
-// emulate_gradient_sums.sh, which extracts the kernels into gradient_sums_body.inc.
+// the bias column sums (elementwise.cu; of fp32 and of bf16 / fp16 gradients), LayerNorm's weight
+// and bias gradients (layernorm.cu) and RMSNorm's gain gradient (llama.cu), each pass 1 then, with
+// several slices, pass 2 (column_partials_sum_kernel); and the token embedding's gradient, whole
+// vocabulary and one rank's range (elementwise.cu's sort-key and run kernels; CUB's stable radix
+// sort is stood in for by std::stable_sort, which gives the same permutation). Each is launched as
+// its launcher does (column_slices, the sort in chunks), on random nonzero inputs added into a
+// random prior, at shapes off the tiles: N not a multiple of a slice, C not a multiple of 32, one
+// slice, slices limited by the scratch, no scratch, repeated tokens, one token everywhere, tokens
+// outside the range (negative ones too), the sort in several chunks. Prints the max error against a
+// double reference, relative to each element's |prior| + sum of |terms| (what an fp32 sum's
+// rounding is proportional to), and the elements whose bits differ when every kernel's blocks run
+// in a shuffled order; the embedding's must also have the bits of the CPU backend's order (the
+// prior, then each term in position order). Exits 1 past 1e-5 or on any differing bit. Built and
+// run by emulate_gradient_sums.sh, which extracts the kernels into gradient_sums_body.inc.
 #include <algorithm>
 #include <climits>
 #include <cstring>
 #include <random>
 #include <string>
 #include "cuda_host_emulation.hpp"
+#include "storage16.cuh"
+// The kernels' 16-bit element types and their conversions, as the .cu files see them.
+using namespace tierzero::kernels::cuda_impl;
 #include "gradient_sums_body.inc"
 
 namespace {
@@ -72,7 +75,9 @@ void column_pass2(std::vector<float*> outs, const std::vector<float>& partials, 
   }
 }
 
-void bias_backward(std::vector<float>& dbias, const std::vector<float>& dout, const ColumnCase& s,
+// In: float, or a 16-bit storage type (storage16.cuh), as launch_bias_backward's two forms.
+template <typename In>
+void bias_backward(std::vector<float>& dbias, const std::vector<In>& dout, const ColumnCase& s,
                    uint32_t seed) {
   const ColumnSlices split = column_slices(s.N, s.C, s.scratch_floats);
   std::vector<float> partials(split.slices > 1 ? split.slices * s.C : 0, kNan);  // (slices, C)
@@ -123,6 +128,31 @@ void rmsnorm_weight(std::vector<float>& dweight, const NormInputs& in, const Col
       },
       seed);
   if (p != nullptr) column_pass2({dweight.data()}, partials, split.slices, s.C, seed);
+}
+
+// The 16-bit linears' bias gradient: the same kernel reading dout rounded to T, widened as read;
+// against the double sum of the rounded values, and shuffled blocks for the same bits.
+template <typename T>
+int check_bias_16bit(const char* type, const std::vector<float>& dout,
+                     const std::vector<float>& prior, const ColumnCase& s, uint32_t seed) {
+  std::vector<T> dout16(dout.size());  // (N, C)
+  std::vector<double> ref(prior.begin(), prior.end()), magnitude(s.C);
+  for (size_t c = 0; c < s.C; ++c) magnitude[c] = std::fabs(prior[c]);
+  for (size_t i = 0; i < dout.size(); ++i) {
+    dout16[i] = from_f32<T>(dout[i]);
+    const double v = to_f32(dout16[i]);
+    ref[i % s.C] += v;
+    magnitude[i % s.C] += std::fabs(v);
+  }
+  std::vector<float> in_order = prior, shuffled = prior;
+  bias_backward(in_order, dout16, s, 0);
+  bias_backward(shuffled, dout16, s, 11 + seed);
+  const double e = max_error(in_order, ref, magnitude);
+  const size_t differ = bit_differences(in_order, shuffled);
+  std::printf(
+      "columns N%zu C%zu %s dout: bias vs double %.1e; shuffled blocks: %zu of %zu differ\n", s.N,
+      s.C, type, e, differ, s.C);
+  return e > kTolerance || differ != 0 ? 1 : 0;
 }
 
 int check_columns() {
@@ -185,6 +215,8 @@ int check_columns() {
         s.N, s.C, split.slices, split.rows_per_slice, split2.slices, split2.rows_per_slice, e_bias,
         e_lnw, e_lnb, e_rms, differ, 4 * s.C);
     if (std::max({e_bias, e_lnw, e_lnb, e_rms}) > kTolerance || differ != 0) fail = 1;
+    fail |= check_bias_16bit<Bf16Bits>("bf16", in.dout, prior_b, s, seed);
+    fail |= check_bias_16bit<F16Bits>("fp16", in.dout, prior_b, s, seed);
   }
   return fail;
 }
