@@ -46,6 +46,38 @@ class CpuKernels final : public Kernels {
     cpu::fused_residual_layernorm_forward(residual, out, mean, rstd, a, b, weight, bias, N, C);
   }
 
+  void layernorm16_forward(void* out, float* mean, float* rstd, const float* inp,
+                           const void* weight, const void* bias, DType type, size_t N,
+                           size_t C) override {
+    cpu::layernorm16_forward(out, mean, rstd, inp, weight, bias, type, N, C);
+  }
+  void fused_residual_layernorm16_forward(float* residual, void* out, float* mean, float* rstd,
+                                          const float* a, const float* b, const void* weight,
+                                          const void* bias, DType type, size_t N,
+                                          size_t C) override {
+    cpu::fused_residual_layernorm16_forward(residual, out, mean, rstd, a, b, weight, bias, type, N,
+                                            C);
+  }
+  void layernorm16_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                            const float* inp, const void* weight, const float* mean,
+                            const float* rstd, DType type, size_t N, size_t C) override {
+    cpu::layernorm16_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, type, N, C);
+  }
+  void rmsnorm16_forward(void* out, float* rstd, const float* inp, const void* weight, DType type,
+                         size_t N, size_t C, float eps) override {
+    cpu::rmsnorm16_forward(out, rstd, inp, weight, type, N, C, eps);
+  }
+  void fused_residual_rmsnorm16_forward(float* residual, void* out, float* rstd, const float* a,
+                                        const float* b, const void* weight, DType type, size_t N,
+                                        size_t C, float eps) override {
+    cpu::fused_residual_rmsnorm16_forward(residual, out, rstd, a, b, weight, type, N, C, eps);
+  }
+  void rmsnorm16_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                          const void* weight, const float* rstd, DType type, size_t N,
+                          size_t C) override {
+    cpu::rmsnorm16_backward(dinp, dweight, dout, inp, weight, rstd, type, N, C);
+  }
+
   // The CPU computes every product in fp32 whatever is asked (kernels.hpp): a setting meant for
   // a GPU's tensor cores leaves the CPU's results as they were.
   void set_matmul_precision(MatmulPrecision) override {}

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <vector>
 
+#include "cpu/storage16.hpp"
 #include "tierzero/kernels/cpu_ops.hpp"
 
 namespace tierzero::kernels::cpu {
@@ -83,6 +84,41 @@ void fused_residual_layernorm_forward(float* residual,      // (N, C)
     for (size_t c = 0; c < C; ++c) r[c] = x[c] + y[c];
     layernorm_row(out + n * C, mean + n, rstd + n, r, weight, bias, C);
   }
+}
+
+// The 16-bit forms: the fp32 rows above with the widened parameters, each row rounded once.
+void layernorm16_forward(void* out, float* mean, float* rstd, const float* inp, const void* weight,
+                         const void* bias, DType type, size_t N, size_t C) {
+  check_16bit_types("layernorm16_forward", type, type);
+  if (C == 0) return;
+  const std::vector<float> w = widened(weight, type, C), b = widened(bias, type, C);  // (C) each
+  rows_rounded(out, type, N, C, [&](size_t n, float* y) {
+    layernorm_row(y, mean + n, rstd + n, inp + n * C, w.data(), b.data(), C);
+  });
+}
+
+void fused_residual_layernorm16_forward(float* residual, void* out, float* mean, float* rstd,
+                                        const float* a, const float* b, const void* weight,
+                                        const void* bias, DType type, size_t N, size_t C) {
+  check_16bit_types("fused_residual_layernorm16_forward", type, type);
+  if (C == 0) return;
+  const std::vector<float> w = widened(weight, type, C), bb = widened(bias, type, C);  // (C)
+  rows_rounded(out, type, N, C, [&](size_t n, float* y) {
+    float* r = residual + n * C;  // (C)
+    const float* x = a + n * C;   // (C)
+    const float* z = b + n * C;   // (C)
+#pragma omp simd
+    for (size_t c = 0; c < C; ++c) r[c] = x[c] + z[c];
+    layernorm_row(y, mean + n, rstd + n, r, w.data(), bb.data(), C);
+  });
+}
+
+void layernorm16_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const void* weight, const float* mean,
+                          const float* rstd, DType type, size_t N, size_t C) {
+  check_16bit_types("layernorm16_backward", type, type);
+  layernorm_backward(dinp, dweight, dbias, dout, inp, widened(weight, type, C).data(), mean, rstd,
+                     N, C);
 }
 
 void layernorm_backward(float* dinp,          // (N, C) +=

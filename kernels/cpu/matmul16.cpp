@@ -7,19 +7,13 @@
 #include <cstddef>
 #include <vector>
 
+#include "cpu/storage16.hpp"
 #include "tierzero/core/dtype.hpp"
 #include "tierzero/kernels/cpu_ops.hpp"
 
 namespace tierzero::kernels::cpu {
 
 namespace {
-
-// n elements of type widened to fp32.
-std::vector<float> widened(const void* x, DType type, size_t n) {
-  std::vector<float> out(x != nullptr ? n : 0);  // (n)
-  if (!out.empty()) tierzero::convert_to_f32(out.data(), x, type, n);
-  return out;
-}
 
 // Where an fp32 result is computed before it is stored as `type`: the destination itself when it
 // is fp32, else a scratch rounded into it by store().
@@ -51,7 +45,7 @@ const float* or_null(const std::vector<float>& x) {
 
 void matmul16_forward(void* out, DType out_type, const void* inp, const void* weight,
                       const void* bias, DType type, size_t N, size_t IC, size_t OC) {
-  check_matmul16_types("matmul16_forward", type, out_type);
+  check_16bit_types("matmul16_forward", type, out_type);
   const std::vector<float> inp32 = widened(inp, type, N * IC);         // (N, IC)
   const std::vector<float> weight32 = widened(weight, type, OC * IC);  // (OC, IC)
   const std::vector<float> bias32 = widened(bias, type, OC);           // (OC) or empty
@@ -63,7 +57,7 @@ void matmul16_forward(void* out, DType out_type, const void* inp, const void* we
 void matmul16_backward(void* dinp, DType dinp_type, float* dweight, float* dbias, const void* dout,
                        const void* inp, const void* weight, DType type, size_t N, size_t IC,
                        size_t OC, GradWrite dinp_write) {
-  check_matmul16_types("matmul16_backward", type, dinp_type, dinp_write);
+  check_16bit_types("matmul16_backward", type, dinp_type, dinp_write);
   const std::vector<float> dout32 = widened(dout, type, N * OC);  // (N, OC)
   const std::vector<float> inp32 = widened(dweight != nullptr ? inp : nullptr, type, N * IC);
   const std::vector<float> weight32 = widened(dinp != nullptr ? weight : nullptr, type, OC * IC);
@@ -75,7 +69,7 @@ void matmul16_backward(void* dinp, DType dinp_type, float* dweight, float* dbias
 
 void matmul16_gelu_forward(void* out, void* pre, const void* inp, const void* weight,
                            const void* bias, DType type, size_t N, size_t IC, size_t OC) {
-  check_matmul16_types("matmul16_gelu_forward", type, type);
+  check_16bit_types("matmul16_gelu_forward", type, type);
   const std::vector<float> inp32 = widened(inp, type, N * IC);         // (N, IC)
   const std::vector<float> weight32 = widened(weight, type, OC * IC);  // (OC, IC)
   const std::vector<float> bias32 = widened(bias, type, OC);           // (OC) or empty
@@ -90,7 +84,7 @@ void matmul16_gelu_forward(void* out, void* pre, const void* inp, const void* we
 void matmul16_backward_gelu(void* dpre, float* dweight, float* dbias, const void* dout,
                             const void* inp, const void* pre, const void* weight, DType type,
                             size_t N, size_t IC, size_t OC) {
-  check_matmul16_types("matmul16_backward_gelu", type, type);
+  check_16bit_types("matmul16_backward_gelu", type, type);
   const std::vector<float> dout32 = widened(dout, type, N * OC);  // (N, OC)
   const std::vector<float> inp32 = widened(dweight != nullptr ? inp : nullptr, type, N * IC);
   const std::vector<float> pre32 = widened(pre, type, N * IC);         // (N, IC)

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "cpu/storage16.hpp"
 #include "tierzero/kernels/cpu_ops.hpp"
 
 namespace tierzero::kernels::cpu {
@@ -56,6 +57,39 @@ void fused_residual_rmsnorm_forward(float* residual,      // (N, C)
     for (size_t c = 0; c < C; ++c) r[c] = x[c] + y[c];
     rmsnorm_row(out + n * C, rstd + n, r, weight, C, eps);
   }
+}
+
+// The 16-bit forms: the fp32 rows above with the widened gain, each row rounded once.
+void rmsnorm16_forward(void* out, float* rstd, const float* inp, const void* weight, DType type,
+                       size_t N, size_t C, float eps) {
+  check_16bit_types("rmsnorm16_forward", type, type);
+  if (C == 0) return;
+  const std::vector<float> w = widened(weight, type, C);  // (C)
+  rows_rounded(out, type, N, C, [&](size_t n, float* y) {
+    rmsnorm_row(y, rstd + n, inp + n * C, w.data(), C, eps);
+  });
+}
+
+void fused_residual_rmsnorm16_forward(float* residual, void* out, float* rstd, const float* a,
+                                      const float* b, const void* weight, DType type, size_t N,
+                                      size_t C, float eps) {
+  check_16bit_types("fused_residual_rmsnorm16_forward", type, type);
+  if (C == 0) return;
+  const std::vector<float> w = widened(weight, type, C);  // (C)
+  rows_rounded(out, type, N, C, [&](size_t n, float* y) {
+    float* r = residual + n * C;  // (C)
+    const float* x = a + n * C;   // (C)
+    const float* z = b + n * C;   // (C)
+#pragma omp simd
+    for (size_t c = 0; c < C; ++c) r[c] = x[c] + z[c];
+    rmsnorm_row(y, rstd + n, r, w.data(), C, eps);
+  });
+}
+
+void rmsnorm16_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                        const void* weight, const float* rstd, DType type, size_t N, size_t C) {
+  check_16bit_types("rmsnorm16_backward", type, type);
+  rmsnorm_backward(dinp, dweight, dout, inp, widened(weight, type, C).data(), rstd, N, C);
 }
 
 void rmsnorm_backward(float* dinp,          // (N, C) +=

@@ -11,7 +11,9 @@
 #include <cstdint>
 #include <string>
 
+#include "cuda/storage16.cuh"
 #include "tierzero/core/cuda_check.hpp"
+#include "tierzero/core/error.hpp"
 #include "tierzero/kernels/kernels.hpp"
 
 namespace tierzero::kernels::cuda_impl {
@@ -42,6 +44,23 @@ inline unsigned warp_per_row_blocks(size_t rows) {
   TZ_CHECK(blocks <= kMaxGridX, "too many rows for one kernel launch: " + std::to_string(rows),
            "split the batch into smaller micro-batches");
   return static_cast<unsigned>(blocks);
+}
+
+// f(T{}) with T the storage type (storage16.cuh) of a 16-bit DType: how a launcher of the 16-bit
+// ops picks its kernel's template argument. An Error for any other type.
+template <typename F>
+void with_16bit_type(DType type, const F& f) {
+  switch (type) {
+    case DType::bf16:
+      f(Bf16Bits{});
+      return;
+    case DType::f16:
+      f(F16Bits{});
+      return;
+    default:
+      TZ_THROW(std::string("a 16-bit kernel was given ") + dtype_name(type) + " data",
+               "pass bf16 or fp16");
+  }
 }
 
 // Launch errors (bad configuration, missing kernel image) are reported at the launch site.
@@ -218,6 +237,18 @@ void launch_fused_residual_layernorm_forward(cudaStream_t stream, float* residua
                                              float* mean, float* rstd, const float* a,
                                              const float* b, const float* weight, const float* bias,
                                              size_t N, size_t C);
+// The 16-bit norms (kernels.hpp): the same kernels with the parameters and the output of type.
+void launch_layernorm16_forward(cudaStream_t stream, void* out, float* mean, float* rstd,
+                                const float* inp, const void* weight, const void* bias, DType type,
+                                size_t N, size_t C);
+void launch_fused_residual_layernorm16_forward(cudaStream_t stream, float* residual, void* out,
+                                               float* mean, float* rstd, const float* a,
+                                               const float* b, const void* weight, const void* bias,
+                                               DType type, size_t N, size_t C);
+void launch_layernorm16_backward(cudaStream_t stream, const DeterministicScratch& scratch,
+                                 float* dinp, float* dweight, float* dbias, const float* dout,
+                                 const float* inp, const void* weight, const float* mean,
+                                 const float* rstd, DType type, size_t N, size_t C);
 void launch_layernorm_backward(cudaStream_t stream, const DeterministicScratch& scratch,
                                float* dinp, float* dweight, float* dbias, const float* dout,
                                const float* inp, const float* weight, const float* mean,
@@ -248,6 +279,17 @@ void launch_fused_residual_rmsnorm_forward(cudaStream_t stream, float* residual,
 void launch_rmsnorm_backward(cudaStream_t stream, const DeterministicScratch& scratch, float* dinp,
                              float* dweight, const float* dout, const float* inp,
                              const float* weight, const float* rstd, size_t N, size_t C);
+// The 16-bit RMSNorms (kernels.hpp): the same kernels with the gain and the output of type.
+void launch_rmsnorm16_forward(cudaStream_t stream, void* out, float* rstd, const float* inp,
+                              const void* weight, DType type, size_t N, size_t C, float eps);
+void launch_fused_residual_rmsnorm16_forward(cudaStream_t stream, float* residual, void* out,
+                                             float* rstd, const float* a, const float* b,
+                                             const void* weight, DType type, size_t N, size_t C,
+                                             float eps);
+void launch_rmsnorm16_backward(cudaStream_t stream, const DeterministicScratch& scratch,
+                               float* dinp, float* dweight, const float* dout, const float* inp,
+                               const void* weight, const float* rstd, DType type, size_t N,
+                               size_t C);
 void launch_rope(cudaStream_t stream, float* x, size_t B, size_t T, size_t blocks,
                  size_t block_heads, size_t rotated_heads, size_t hs, size_t pos0,
                  const RopeParams& p, bool inverse);

@@ -262,6 +262,54 @@ class CudaKernels final : public Kernels {
                                                        weight, bias, N, C);
   }
 
+  // The 16-bit norms: the fp32 kernels instantiated for 16-bit parameters and outputs.
+  void layernorm16_forward(void* out, float* mean, float* rstd, const float* inp,
+                           const void* weight, const void* bias, DType type, size_t N,
+                           size_t C) override {
+    check_16bit_types("layernorm16_forward", type, type);
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_layernorm16_forward(stream_, out, mean, rstd, inp, weight, bias, type, N, C);
+  }
+  void fused_residual_layernorm16_forward(float* residual, void* out, float* mean, float* rstd,
+                                          const float* a, const float* b, const void* weight,
+                                          const void* bias, DType type, size_t N,
+                                          size_t C) override {
+    check_16bit_types("fused_residual_layernorm16_forward", type, type);
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_fused_residual_layernorm16_forward(stream_, residual, out, mean, rstd, a, b,
+                                                         weight, bias, type, N, C);
+  }
+  void layernorm16_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                            const float* inp, const void* weight, const float* mean,
+                            const float* rstd, DType type, size_t N, size_t C) override {
+    check_16bit_types("layernorm16_backward", type, type);
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_layernorm16_backward(stream_, deterministic_scratch_, dinp, dweight, dbias,
+                                           dout, inp, weight, mean, rstd, type, N, C);
+  }
+  void rmsnorm16_forward(void* out, float* rstd, const float* inp, const void* weight, DType type,
+                         size_t N, size_t C, float eps) override {
+    check_16bit_types("rmsnorm16_forward", type, type);
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_rmsnorm16_forward(stream_, out, rstd, inp, weight, type, N, C, eps);
+  }
+  void fused_residual_rmsnorm16_forward(float* residual, void* out, float* rstd, const float* a,
+                                        const float* b, const void* weight, DType type, size_t N,
+                                        size_t C, float eps) override {
+    check_16bit_types("fused_residual_rmsnorm16_forward", type, type);
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_fused_residual_rmsnorm16_forward(stream_, residual, out, rstd, a, b, weight,
+                                                       type, N, C, eps);
+  }
+  void rmsnorm16_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                          const void* weight, const float* rstd, DType type, size_t N,
+                          size_t C) override {
+    check_16bit_types("rmsnorm16_backward", type, type);
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_rmsnorm16_backward(stream_, deterministic_scratch_, dinp, dweight, dout, inp,
+                                         weight, rstd, type, N, C);
+  }
+
   void set_matmul_precision(MatmulPrecision precision) override { precision_ = precision; }
   MatmulPrecision matmul_precision() const override { return precision_; }
 
@@ -377,7 +425,7 @@ class CudaKernels final : public Kernels {
   // cuBLASLt wants; with an fp32 D, or no such algorithm, a kernel adds it after the product.
   void matmul16_forward(void* out, DType out_type, const void* inp, const void* weight,
                         const void* bias, DType type, size_t N, size_t IC, size_t OC) override {
-    check_matmul16_types("matmul16_forward", type, out_type);
+    check_16bit_types("matmul16_forward", type, out_type);
     if (N == 0 || OC == 0) return;
     CudaDeviceGuard guard(device_);
     if (IC > 0) {
@@ -397,7 +445,7 @@ class CudaKernels final : public Kernels {
   void matmul16_backward(void* dinp, DType dinp_type, float* dweight, float* dbias,
                          const void* dout, const void* inp, const void* weight, DType type,
                          size_t N, size_t IC, size_t OC, GradWrite dinp_write) override {
-    check_matmul16_types("matmul16_backward", type, dinp_type, dinp_write);
+    check_16bit_types("matmul16_backward", type, dinp_type, dinp_write);
     if (N == 0) return;
     CudaDeviceGuard guard(device_);
     backward_products(dinp, dinp_type, dweight, dout, inp, weight, type, N, IC, OC, dinp_write);
@@ -410,7 +458,7 @@ class CudaKernels final : public Kernels {
   void matmul16_gelu_forward(void* out, void* pre, const void* inp, const void* weight,
                              const void* bias, DType type, size_t N, size_t IC,
                              size_t OC) override {
-    check_matmul16_types("matmul16_gelu_forward", type, type);
+    check_16bit_types("matmul16_gelu_forward", type, type);
     if (N == 0 || OC == 0) return;
     CudaDeviceGuard guard(device_);
     const cudaDataType_t t = cuda_data_type(type);
@@ -431,7 +479,7 @@ class CudaKernels final : public Kernels {
   void matmul16_backward_gelu(void* dpre, float* dweight, float* dbias, const void* dout,
                               const void* inp, const void* pre, const void* weight, DType type,
                               size_t N, size_t IC, size_t OC) override {
-    check_matmul16_types("matmul16_backward_gelu", type, type);
+    check_16bit_types("matmul16_backward_gelu", type, type);
     if (N == 0) return;
     CudaDeviceGuard guard(device_);
     if (OC > 0 && IC > 0) {

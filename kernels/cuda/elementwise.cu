@@ -706,22 +706,6 @@ void launch_sum_partials_in_order(cudaStream_t stream, double* result, const dou
 
 namespace {
 
-// f(T{}) with T the storage type (storage16.cuh) of a 16-bit DType; an Error for any other.
-template <typename F>
-void with_16bit_type(DType type, const F& f) {
-  switch (type) {
-    case DType::bf16:
-      f(Bf16Bits{});
-      return;
-    case DType::f16:
-      f(F16Bits{});
-      return;
-    default:
-      TZ_THROW(std::string("a 16-bit kernel was given ") + dtype_name(type) + " data",
-               "pass bf16 or fp16");
-  }
-}
-
 template <typename In>
 void bias_backward(cudaStream_t stream, const DeterministicScratch& scratch, float* dbias,
                    const In* dout, size_t N, size_t OC) {

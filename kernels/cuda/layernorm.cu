@@ -5,6 +5,7 @@
 // sums of cuda_common.cuh), so they repeat bit for bit where atomics would not. The forward also
 // comes fused with the residual add before it (the add is its first pass over the row).
 #include "cuda/cuda_common.cuh"
+#include "cuda/storage16.cuh"
 
 namespace tierzero::kernels::cuda_impl {
 
@@ -15,13 +16,15 @@ constexpr float kLayerNormEps = 1e-5f;
 // The rest of a layernorm of one row by one warp, after the mean's pass: `sum` is this lane's
 // sum of x[c] over c = lane, lane + 32, ..., in that order. y (C) = (x - mean) rstd weight + bias;
 // lane 0 writes mean and rstd. Both forward kernels end here, so the fused residual + layernorm
-// gives the bits of residual_forward then layernorm_forward.
-__device__ __forceinline__ void layernorm_row_finish(float* y,             // (C)
-                                                     float* mean,          // (1)
-                                                     float* rstd,          // (1)
-                                                     const float* x,       // (C)
-                                                     const float* weight,  // (C)
-                                                     const float* bias,    // (C)
+// gives the bits of residual_forward then layernorm_forward. T, the parameters' and y's type:
+// float, or a 16-bit type (storage16.cuh) read widened and written rounded from the fp32 value.
+template <typename T>
+__device__ __forceinline__ void layernorm_row_finish(T* y,             // (C)
+                                                     float* mean,      // (1)
+                                                     float* rstd,      // (1)
+                                                     const float* x,   // (C)
+                                                     const T* weight,  // (C)
+                                                     const T* bias,    // (C)
                                                      size_t C, size_t lane, float sum) {
   const float inv_c = 1.0f / static_cast<float>(C);
   const float m = warp_sum(sum) * inv_c;
@@ -34,19 +37,21 @@ __device__ __forceinline__ void layernorm_row_finish(float* y,             // (C
   }
   const float s = rsqrtf(warp_sum(sq) * inv_c + kLayerNormEps);
 
-  for (size_t c = lane; c < C; c += kWarpSize) y[c] = (x[c] - m) * s * weight[c] + bias[c];
+  for (size_t c = lane; c < C; c += kWarpSize)
+    y[c] = from_f32<T>((x[c] - m) * s * to_f32(weight[c]) + to_f32(bias[c]));
   if (lane == 0) {
     *mean = m;
     *rstd = s;
   }
 }
 
-__global__ void layernorm_forward_kernel(float* out,           // (N, C)
-                                         float* mean,          // (N)
-                                         float* rstd,          // (N)
-                                         const float* inp,     // (N, C)
-                                         const float* weight,  // (C)
-                                         const float* bias,    // (C)
+template <typename T>
+__global__ void layernorm_forward_kernel(T* out,            // (N, C)
+                                         float* mean,       // (N)
+                                         float* rstd,       // (N)
+                                         const float* inp,  // (N, C)
+                                         const T* weight,   // (C)
+                                         const T* bias,     // (C)
                                          size_t N, size_t C) {
   const size_t row = static_cast<size_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
   const size_t lane = threadIdx.x % kWarpSize;
@@ -63,14 +68,15 @@ __global__ void layernorm_forward_kernel(float* out,           // (N, C)
 // them back, so a and b are read once and the sum is not read from memory for its mean (its two
 // other passes re-read the row this lane just wrote, from cache). Each lane reads a[c], b[c] and
 // writes residual[c] for the same c, so residual may alias a or b.
-__global__ void fused_residual_layernorm_forward_kernel(float* residual,      // (N, C)
-                                                        float* out,           // (N, C)
-                                                        float* mean,          // (N)
-                                                        float* rstd,          // (N)
-                                                        const float* a,       // (N, C)
-                                                        const float* b,       // (N, C)
-                                                        const float* weight,  // (C)
-                                                        const float* bias,    // (C)
+template <typename T>
+__global__ void fused_residual_layernorm_forward_kernel(float* residual,  // (N, C)
+                                                        T* out,           // (N, C)
+                                                        float* mean,      // (N)
+                                                        float* rstd,      // (N)
+                                                        const float* a,   // (N, C)
+                                                        const float* b,   // (N, C)
+                                                        const T* weight,  // (C)
+                                                        const T* bias,    // (C)
                                                         size_t N, size_t C) {
   const size_t row = static_cast<size_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
   const size_t lane = threadIdx.x % kWarpSize;
@@ -87,12 +93,14 @@ __global__ void fused_residual_layernorm_forward_kernel(float* residual,      //
 
 // dinp for one row per warp:
 // dinp += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = weight * dout.
-__global__ void layernorm_backward_input_kernel(float* dinp,          // (N, C) +=
-                                                const float* dout,    // (N, C)
-                                                const float* inp,     // (N, C)
-                                                const float* weight,  // (C)
-                                                const float* mean,    // (N)
-                                                const float* rstd,    // (N)
+// T: the weight's type, as layernorm_row_finish's.
+template <typename T>
+__global__ void layernorm_backward_input_kernel(float* dinp,        // (N, C) +=
+                                                const float* dout,  // (N, C)
+                                                const float* inp,   // (N, C)
+                                                const T* weight,    // (C)
+                                                const float* mean,  // (N)
+                                                const float* rstd,  // (N)
                                                 size_t N, size_t C) {
   const size_t row = static_cast<size_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
   const size_t lane = threadIdx.x % kWarpSize;
@@ -108,7 +116,7 @@ __global__ void layernorm_backward_input_kernel(float* dinp,          // (N, C) 
   float dnorm_norm_sum = 0.0f;
   for (size_t c = lane; c < C; c += kWarpSize) {
     const float norm = (x[c] - m) * s;
-    const float dnorm = weight[c] * dy[c];
+    const float dnorm = to_f32(weight[c]) * dy[c];
     dnorm_sum += dnorm;
     dnorm_norm_sum += dnorm * norm;
   }
@@ -118,7 +126,7 @@ __global__ void layernorm_backward_input_kernel(float* dinp,          // (N, C) 
   // Each lane reads dy[c] and writes dx[c] for the same c, so dinp may alias dout.
   for (size_t c = lane; c < C; c += kWarpSize) {
     const float norm = (x[c] - m) * s;
-    const float dnorm = weight[c] * dy[c];
+    const float dnorm = to_f32(weight[c]) * dy[c];
     dx[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
   }
 }
@@ -172,11 +180,9 @@ __global__ void layernorm_backward_params_kernel(float* dweight,     // (C) += w
   }
 }
 
-}  // namespace
-
-void launch_layernorm_forward(cudaStream_t stream, float* out, float* mean, float* rstd,
-                              const float* inp, const float* weight, const float* bias, size_t N,
-                              size_t C) {
+template <typename T>
+void layernorm_forward(cudaStream_t stream, T* out, float* mean, float* rstd, const float* inp,
+                       const T* weight, const T* bias, size_t N, size_t C) {
   if (N == 0) return;
   TZ_CHECK(C > 0, "layernorm_forward: C must be > 0", "check the model's channel count");
   layernorm_forward_kernel<<<warp_per_row_blocks(N), kBlockSize, 0, stream>>>(out, mean, rstd, inp,
@@ -184,10 +190,10 @@ void launch_layernorm_forward(cudaStream_t stream, float* out, float* mean, floa
   TZ_CUDA_CHECK_LAUNCH();
 }
 
-void launch_fused_residual_layernorm_forward(cudaStream_t stream, float* residual, float* out,
-                                             float* mean, float* rstd, const float* a,
-                                             const float* b, const float* weight, const float* bias,
-                                             size_t N, size_t C) {
+template <typename T>
+void fused_residual_layernorm_forward(cudaStream_t stream, float* residual, T* out, float* mean,
+                                      float* rstd, const float* a, const float* b, const T* weight,
+                                      const T* bias, size_t N, size_t C) {
   if (N == 0) return;
   TZ_CHECK(C > 0, "fused_residual_layernorm_forward: C must be > 0",
            "check the model's channel count");
@@ -196,10 +202,10 @@ void launch_fused_residual_layernorm_forward(cudaStream_t stream, float* residua
   TZ_CUDA_CHECK_LAUNCH();
 }
 
-void launch_layernorm_backward(cudaStream_t stream, const DeterministicScratch& scratch,
-                               float* dinp, float* dweight, float* dbias, const float* dout,
-                               const float* inp, const float* weight, const float* mean,
-                               const float* rstd, size_t N, size_t C) {
+template <typename T>
+void layernorm_backward(cudaStream_t stream, const DeterministicScratch& scratch, float* dinp,
+                        float* dweight, float* dbias, const float* dout, const float* inp,
+                        const T* weight, const float* mean, const float* rstd, size_t N, size_t C) {
   if (N == 0) return;
   TZ_CHECK(C > 0, "layernorm_backward: C must be > 0", "check the model's channel count");
   // The parameter kernel runs first: it reads dout, which the input kernel overwrites when dinp
@@ -222,6 +228,60 @@ void launch_layernorm_backward(cudaStream_t stream, const DeterministicScratch& 
   layernorm_backward_input_kernel<<<warp_per_row_blocks(N), kBlockSize, 0, stream>>>(
       dinp, dout, inp, weight, mean, rstd, N, C);
   TZ_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_layernorm_forward(cudaStream_t stream, float* out, float* mean, float* rstd,
+                              const float* inp, const float* weight, const float* bias, size_t N,
+                              size_t C) {
+  layernorm_forward(stream, out, mean, rstd, inp, weight, bias, N, C);
+}
+
+void launch_fused_residual_layernorm_forward(cudaStream_t stream, float* residual, float* out,
+                                             float* mean, float* rstd, const float* a,
+                                             const float* b, const float* weight, const float* bias,
+                                             size_t N, size_t C) {
+  fused_residual_layernorm_forward(stream, residual, out, mean, rstd, a, b, weight, bias, N, C);
+}
+
+void launch_layernorm_backward(cudaStream_t stream, const DeterministicScratch& scratch,
+                               float* dinp, float* dweight, float* dbias, const float* dout,
+                               const float* inp, const float* weight, const float* mean,
+                               const float* rstd, size_t N, size_t C) {
+  layernorm_backward(stream, scratch, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+}
+
+void launch_layernorm16_forward(cudaStream_t stream, void* out, float* mean, float* rstd,
+                                const float* inp, const void* weight, const void* bias, DType type,
+                                size_t N, size_t C) {
+  with_16bit_type(type, [&](auto t) {
+    using T = decltype(t);
+    layernorm_forward(stream, static_cast<T*>(out), mean, rstd, inp, static_cast<const T*>(weight),
+                      static_cast<const T*>(bias), N, C);
+  });
+}
+
+void launch_fused_residual_layernorm16_forward(cudaStream_t stream, float* residual, void* out,
+                                               float* mean, float* rstd, const float* a,
+                                               const float* b, const void* weight, const void* bias,
+                                               DType type, size_t N, size_t C) {
+  with_16bit_type(type, [&](auto t) {
+    using T = decltype(t);
+    fused_residual_layernorm_forward(stream, residual, static_cast<T*>(out), mean, rstd, a, b,
+                                     static_cast<const T*>(weight), static_cast<const T*>(bias), N,
+                                     C);
+  });
+}
+
+void launch_layernorm16_backward(cudaStream_t stream, const DeterministicScratch& scratch,
+                                 float* dinp, float* dweight, float* dbias, const float* dout,
+                                 const float* inp, const void* weight, const float* mean,
+                                 const float* rstd, DType type, size_t N, size_t C) {
+  with_16bit_type(type, [&](auto t) {
+    layernorm_backward(stream, scratch, dinp, dweight, dbias, dout, inp,
+                       static_cast<const decltype(t)*>(weight), mean, rstd, N, C);
+  });
 }
 
 }  // namespace tierzero::kernels::cuda_impl

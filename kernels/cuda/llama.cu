@@ -6,6 +6,7 @@
 // kernel then a key-row kernel that sums each kv head's gradient over its group's query heads, so
 // every gradient element has one writer.
 #include "cuda/cuda_common.cuh"
+#include "cuda/storage16.cuh"
 
 namespace tierzero::kernels::cuda_impl {
 
@@ -18,21 +19,24 @@ __device__ __forceinline__ size_t warp_row() {
 // The rest of an RMSNorm of one row by one warp, after the sum of squares' pass: `sq` is this
 // lane's sum of x[c]^2 over c = lane, lane + 32, ..., in that order. y (C) = weight (x rstd); lane
 // 0 writes rstd. Both forward kernels end here, so the fused residual + RMSNorm gives the bits of
-// residual_forward then rmsnorm_forward.
-__device__ __forceinline__ void rmsnorm_row_finish(float* y,             // (C)
-                                                   float* rstd,          // (1)
-                                                   const float* x,       // (C)
-                                                   const float* weight,  // (C)
+// residual_forward then rmsnorm_forward. T, the gain's and y's type: float, or a 16-bit type
+// (storage16.cuh) read widened and written rounded from the fp32 value.
+template <typename T>
+__device__ __forceinline__ void rmsnorm_row_finish(T* y,             // (C)
+                                                   float* rstd,      // (1)
+                                                   const float* x,   // (C)
+                                                   const T* weight,  // (C)
                                                    size_t C, size_t lane, float sq, float eps) {
   const float s = rsqrtf(warp_sum(sq) / static_cast<float>(C) + eps);
-  for (size_t c = lane; c < C; c += kWarpSize) y[c] = weight[c] * (x[c] * s);
+  for (size_t c = lane; c < C; c += kWarpSize) y[c] = from_f32<T>(to_f32(weight[c]) * (x[c] * s));
   if (lane == 0) *rstd = s;
 }
 
-__global__ void rmsnorm_forward_kernel(float* out,           // (N, C)
-                                       float* rstd,          // (N)
-                                       const float* inp,     // (N, C)
-                                       const float* weight,  // (C)
+template <typename T>
+__global__ void rmsnorm_forward_kernel(T* out,            // (N, C)
+                                       float* rstd,       // (N)
+                                       const float* inp,  // (N, C)
+                                       const T* weight,   // (C)
                                        size_t N, size_t C, float eps) {
   const size_t row = warp_row();
   const size_t lane = threadIdx.x % kWarpSize;
@@ -47,12 +51,13 @@ __global__ void rmsnorm_forward_kernel(float* out,           // (N, C)
 // add itself (each lane squares the values it writes, in the order rmsnorm_forward_kernel reads
 // them), and the normalising pass re-reads the row this lane just wrote, from cache. Each lane
 // reads a[c], b[c] and writes residual[c] for the same c, so residual may alias a or b.
-__global__ void fused_residual_rmsnorm_forward_kernel(float* residual,      // (N, C)
-                                                      float* out,           // (N, C)
-                                                      float* rstd,          // (N)
-                                                      const float* a,       // (N, C)
-                                                      const float* b,       // (N, C)
-                                                      const float* weight,  // (C)
+template <typename T>
+__global__ void fused_residual_rmsnorm_forward_kernel(float* residual,  // (N, C)
+                                                      T* out,           // (N, C)
+                                                      float* rstd,      // (N)
+                                                      const float* a,   // (N, C)
+                                                      const float* b,   // (N, C)
+                                                      const T* weight,  // (C)
                                                       size_t N, size_t C, float eps) {
   const size_t row = warp_row();
   const size_t lane = threadIdx.x % kWarpSize;
@@ -67,9 +72,11 @@ __global__ void fused_residual_rmsnorm_forward_kernel(float* residual,      // (
   rmsnorm_row_finish(out + row * C, rstd + row, r, weight, C, lane, sq, eps);
 }
 
-// dinp += s (dnorm - x s^2 mean(dnorm x)), dnorm = dout weight; one warp per row.
+// dinp += s (dnorm - x s^2 mean(dnorm x)), dnorm = dout weight; one warp per row. T: the
+// gain's type, as rmsnorm_row_finish's.
+template <typename T>
 __global__ void rmsnorm_backward_input_kernel(float* dinp, const float* dout, const float* inp,
-                                              const float* weight, const float* rstd, size_t N,
+                                              const T* weight, const float* rstd, size_t N,
                                               size_t C) {
   const size_t row = warp_row();
   const size_t lane = threadIdx.x % kWarpSize;
@@ -79,9 +86,9 @@ __global__ void rmsnorm_backward_input_kernel(float* dinp, const float* dout, co
   float* dx = dinp + row * C;
   const float s = rstd[row];
   float dot = 0.0f;
-  for (size_t c = lane; c < C; c += kWarpSize) dot += dy[c] * weight[c] * x[c];
+  for (size_t c = lane; c < C; c += kWarpSize) dot += dy[c] * to_f32(weight[c]) * x[c];
   const float k = warp_sum(dot) / static_cast<float>(C) * s * s;
-  for (size_t c = lane; c < C; c += kWarpSize) dx[c] += s * (dy[c] * weight[c] - x[c] * k);
+  for (size_t c = lane; c < C; c += kWarpSize) dx[c] += s * (dy[c] * to_f32(weight[c]) - x[c] * k);
 }
 
 // Pass 1 of dweight[c] += sum_r dout[r,c] * inp[r,c] * rstd[r] (the column sums of
@@ -292,28 +299,29 @@ Grouped grouped(const char* op, size_t NH, size_t KVH, size_t hs) {
   return Grouped{rep, hs, KVH * (rep + 2) * hs};
 }
 
-}  // namespace
-
-void launch_rmsnorm_forward(cudaStream_t stream, float* out, float* rstd, const float* inp,
-                            const float* weight, size_t N, size_t C, float eps) {
+template <typename T>
+void rmsnorm_forward(cudaStream_t stream, T* out, float* rstd, const float* inp, const T* weight,
+                     size_t N, size_t C, float eps) {
   if (N == 0 || C == 0) return;
   rmsnorm_forward_kernel<<<warp_per_row_blocks(N), kBlockSize, 0, stream>>>(out, rstd, inp, weight,
                                                                             N, C, eps);
   TZ_CUDA_CHECK_LAUNCH();
 }
 
-void launch_fused_residual_rmsnorm_forward(cudaStream_t stream, float* residual, float* out,
-                                           float* rstd, const float* a, const float* b,
-                                           const float* weight, size_t N, size_t C, float eps) {
+template <typename T>
+void fused_residual_rmsnorm_forward(cudaStream_t stream, float* residual, T* out, float* rstd,
+                                    const float* a, const float* b, const T* weight, size_t N,
+                                    size_t C, float eps) {
   if (N == 0 || C == 0) return;
   fused_residual_rmsnorm_forward_kernel<<<warp_per_row_blocks(N), kBlockSize, 0, stream>>>(
       residual, out, rstd, a, b, weight, N, C, eps);
   TZ_CUDA_CHECK_LAUNCH();
 }
 
-void launch_rmsnorm_backward(cudaStream_t stream, const DeterministicScratch& scratch, float* dinp,
-                             float* dweight, const float* dout, const float* inp,
-                             const float* weight, const float* rstd, size_t N, size_t C) {
+template <typename T>
+void rmsnorm_backward(cudaStream_t stream, const DeterministicScratch& scratch, float* dinp,
+                      float* dweight, const float* dout, const float* inp, const T* weight,
+                      const float* rstd, size_t N, size_t C) {
   if (N == 0 || C == 0) return;
   // The gain's kernels run first, as layernorm's: they read dout, which the input kernel would
   // overwrite if dinp aliased dout.
@@ -330,6 +338,55 @@ void launch_rmsnorm_backward(cudaStream_t stream, const DeterministicScratch& sc
   rmsnorm_backward_input_kernel<<<warp_per_row_blocks(N), kBlockSize, 0, stream>>>(
       dinp, dout, inp, weight, rstd, N, C);
   TZ_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_rmsnorm_forward(cudaStream_t stream, float* out, float* rstd, const float* inp,
+                            const float* weight, size_t N, size_t C, float eps) {
+  rmsnorm_forward(stream, out, rstd, inp, weight, N, C, eps);
+}
+
+void launch_fused_residual_rmsnorm_forward(cudaStream_t stream, float* residual, float* out,
+                                           float* rstd, const float* a, const float* b,
+                                           const float* weight, size_t N, size_t C, float eps) {
+  fused_residual_rmsnorm_forward(stream, residual, out, rstd, a, b, weight, N, C, eps);
+}
+
+void launch_rmsnorm_backward(cudaStream_t stream, const DeterministicScratch& scratch, float* dinp,
+                             float* dweight, const float* dout, const float* inp,
+                             const float* weight, const float* rstd, size_t N, size_t C) {
+  rmsnorm_backward(stream, scratch, dinp, dweight, dout, inp, weight, rstd, N, C);
+}
+
+void launch_rmsnorm16_forward(cudaStream_t stream, void* out, float* rstd, const float* inp,
+                              const void* weight, DType type, size_t N, size_t C, float eps) {
+  with_16bit_type(type, [&](auto t) {
+    using T = decltype(t);
+    rmsnorm_forward(stream, static_cast<T*>(out), rstd, inp, static_cast<const T*>(weight), N, C,
+                    eps);
+  });
+}
+
+void launch_fused_residual_rmsnorm16_forward(cudaStream_t stream, float* residual, void* out,
+                                             float* rstd, const float* a, const float* b,
+                                             const void* weight, DType type, size_t N, size_t C,
+                                             float eps) {
+  with_16bit_type(type, [&](auto t) {
+    using T = decltype(t);
+    fused_residual_rmsnorm_forward(stream, residual, static_cast<T*>(out), rstd, a, b,
+                                   static_cast<const T*>(weight), N, C, eps);
+  });
+}
+
+void launch_rmsnorm16_backward(cudaStream_t stream, const DeterministicScratch& scratch,
+                               float* dinp, float* dweight, const float* dout, const float* inp,
+                               const void* weight, const float* rstd, DType type, size_t N,
+                               size_t C) {
+  with_16bit_type(type, [&](auto t) {
+    rmsnorm_backward(stream, scratch, dinp, dweight, dout, inp,
+                     static_cast<const decltype(t)*>(weight), rstd, N, C);
+  });
 }
 
 void launch_rope(cudaStream_t stream, float* x, size_t B, size_t T, size_t blocks,

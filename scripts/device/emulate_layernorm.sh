@@ -4,8 +4,8 @@
 # kernel, which emulate_gradient_sums.sh checks), compiles it as C++ under the host emulation of
 # CUDA's threads and shuffles (emulate/cuda_host_emulation.hpp) and checks the fused residual +
 # layernorm against the unfused pair (bit for bit) and a double reference
-# (emulate/layernorm_check.cpp), and the same for llama.cu's fused residual + RMSNorm. A few
-# seconds. Usage:
+# (emulate/layernorm_check.cpp), and the same for llama.cu's fused residual + RMSNorm; and the 16-bit
+# instances of all four against the fp32 ones on widened parameters, bit for bit. A few seconds. Usage:
 #   scripts/device/emulate_layernorm.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,5 +17,5 @@ awk '/^namespace \{/{on=1; next} /^__global__ void layernorm_backward_params_ker
 awk '/^namespace \{/{on=1; next} /^\/\/ dinp \+= s \(dnorm/{exit} on' \
   kernels/cuda/llama.cu >"$work/rmsnorm_body.inc"
 g++ -std=c++20 -O2 -Wall -Wextra -Wno-unknown-pragmas -pthread -I scripts/device/emulate \
-  -I "$work" scripts/device/emulate/layernorm_check.cpp -o "$work/check"
+  -I kernels/cuda -I include -I "$work" scripts/device/emulate/layernorm_check.cpp -o "$work/check"
 "$work/check"

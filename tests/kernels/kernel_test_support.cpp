@@ -110,4 +110,25 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+Rounded rounded(const std::vector<float>& x, DType type) {
+  Rounded r{std::vector<uint16_t>(x.size()), std::vector<float>(x.size())};
+  convert_from_f32(r.bits.data(), type, x.data(), x.size());
+  convert_to_f32(r.values.data(), r.bits.data(), type, x.size());
+  return r;
+}
+
+std::vector<float> result_values(const std::vector<float>& raw, DType type, size_t n) {
+  if (type == DType::f32) return std::vector<float>(raw.begin(), raw.begin() + n);
+  std::vector<float> out(n);
+  convert_to_f32(out.data(), raw.data(), type, n);
+  return out;
+}
+
+std::vector<float> poison(size_t n) {
+  const uint32_t bits = 0x7fc07fc0u;
+  float nan;
+  std::memcpy(&nan, &bits, sizeof nan);
+  return std::vector<float>(n, nan);
+}
+
 }  // namespace tierzero::test

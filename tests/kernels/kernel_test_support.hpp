@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "tierzero/core/dtype.hpp"
 #include "tierzero/device/device.hpp"
 
 namespace tierzero::test {
@@ -104,6 +105,20 @@ std::vector<double> absolute(std::vector<double> x);
 double rms(const std::vector<double>& x);
 // Whether a and b hold the same bits (NaN payloads and zero signs included).
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b);
+
+// Values rounded to a 16-bit type on the host (core/dtype_bits.hpp, as every backend rounds):
+// the bits a 16-bit kernel reads and the values they hold.
+struct Rounded {
+  std::vector<uint16_t> bits;
+  std::vector<float> values;
+};
+Rounded rounded(const std::vector<float>& x, DType type);
+// n results of `type` read from the floats of a device array they were written into (a 16-bit
+// result fills the first 2n bytes).
+std::vector<float> result_values(const std::vector<float>& raw, DType type, size_t n);
+// n floats that are NaN as fp32 and, in each half, as bf16 and fp16: what a result that must be
+// overwritten starts as, whatever its type.
+std::vector<float> poison(size_t n);
 
 // Checks got against ref as described at the top of this file, prints the errors and records
 // them as test properties; a failure names the worst element. `abs_floor` replaces rms(ref) as the

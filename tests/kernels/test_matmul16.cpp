@@ -8,8 +8,8 @@
 //
 // Tolerances (of |ref| + rms of the products' magnitudes, as test_matmul_precision.cpp): the
 // operands are exact in the reference, so an fp32 result carries only fp32 accumulation, 1e-5; a
-// 16-bit result adds its rounding (2^-9 of bf16, 2^-12 of fp16) and, where CUDA has no epilogue
-// for a shape, a second one before the bias or GELU: 2^-7 and 2^-10. GELU from cuBLASLt's
+// 16-bit result adds its rounding (at most 2^-8 of |ref| in bf16, 2^-11 in fp16) and, where CUDA
+// has no epilogue for a shape, a second one before the bias or GELU: 2^-7 and 2^-10. GELU from cuBLASLt's
 // epilogue (a tanh whose accuracy it does not document): 2e-3 at least on CUDA, as
 // test_matmul_gelu.cpp. Every result that is overwritten starts as NaN.
 #include <algorithm>
@@ -43,36 +43,6 @@ std::string name(const std::string& what, DType type, DType result, const Shape&
   return what + " " + dtype_name(type) + "->" + dtype_name(result) + " N" + std::to_string(s.N) +
          " IC" + std::to_string(s.IC) + " OC" + std::to_string(s.OC) +
          (s.bias ? " bias" : " nobias");
-}
-
-// Values rounded to a 16-bit type on the host (core/dtype_bits.hpp, as every backend rounds):
-// the bits a kernel reads and the values they hold.
-struct Rounded {
-  std::vector<uint16_t> bits;
-  std::vector<float> values;
-};
-Rounded rounded(const std::vector<float>& x, DType type) {
-  Rounded r{std::vector<uint16_t>(x.size()), std::vector<float>(x.size())};
-  convert_from_f32(r.bits.data(), type, x.data(), x.size());
-  convert_to_f32(r.values.data(), r.bits.data(), type, x.size());
-  return r;
-}
-
-// n results of `type` read from the floats of a device array they were written into (a 16-bit
-// result fills the first 2n bytes).
-std::vector<float> result_values(const std::vector<float>& raw, DType type, size_t n) {
-  if (type == DType::f32) return std::vector<float>(raw.begin(), raw.begin() + n);
-  std::vector<float> out(n);
-  convert_to_f32(out.data(), raw.data(), type, n);
-  return out;
-}
-
-// NaN as fp32 and, in each half, as bf16 and fp16: what an overwritten result starts as.
-std::vector<float> poison(size_t n) {
-  const uint32_t bits = 0x7fc07fc0u;
-  float nan;
-  std::memcpy(&nan, &bits, sizeof nan);
-  return std::vector<float>(n, nan);
 }
 
 double result_tolerance(DType result) {

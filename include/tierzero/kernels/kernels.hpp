@@ -140,6 +140,57 @@ class Kernels {
                                                 const float* bias,    // (C)
                                                 size_t N, size_t C) = 0;
 
+  // ---- 16-bit norms: the LayerNorm and RMSNorm of 16-bit training ----
+  // The norms above (and below, RMSNorm) with their parameters (the weights' working copy) and
+  // their output in one 16-bit `type`, bf16 or fp16, the output being the next linear's 16-bit
+  // input; the input, the residual stream, the statistics and every gradient stay fp32. Each
+  // output element is rounded once from its fp32 value: on every backend bitwise the fp32 op on
+  // the widened parameters followed by convert_from_f32. An Error for another type.
+  virtual void layernorm16_forward(void* out,           // (N, C) type
+                                   float* mean,         // (N)
+                                   float* rstd,         // (N)
+                                   const float* inp,    // (N, C)
+                                   const void* weight,  // (C) type
+                                   const void* bias,    // (C) type
+                                   DType type, size_t N, size_t C) = 0;
+  virtual void fused_residual_layernorm16_forward(float* residual,     // (N, C)
+                                                  void* out,           // (N, C) type
+                                                  float* mean,         // (N)
+                                                  float* rstd,         // (N)
+                                                  const float* a,      // (N, C)
+                                                  const float* b,      // (N, C)
+                                                  const void* weight,  // (C) type
+                                                  const void* bias,    // (C) type
+                                                  DType type, size_t N, size_t C) = 0;
+  virtual void layernorm16_backward(float* dinp,         // (N, C) +=
+                                    float* dweight,      // (C) +=
+                                    float* dbias,        // (C) +=
+                                    const float* dout,   // (N, C)
+                                    const float* inp,    // (N, C)
+                                    const void* weight,  // (C) type
+                                    const float* mean,   // (N)
+                                    const float* rstd,   // (N)
+                                    DType type, size_t N, size_t C) = 0;
+  virtual void rmsnorm16_forward(void* out,           // (N, C) type
+                                 float* rstd,         // (N)
+                                 const float* inp,    // (N, C)
+                                 const void* weight,  // (C) type
+                                 DType type, size_t N, size_t C, float eps) = 0;
+  virtual void fused_residual_rmsnorm16_forward(float* residual,     // (N, C)
+                                                void* out,           // (N, C) type
+                                                float* rstd,         // (N)
+                                                const float* a,      // (N, C)
+                                                const float* b,      // (N, C)
+                                                const void* weight,  // (C) type
+                                                DType type, size_t N, size_t C, float eps) = 0;
+  virtual void rmsnorm16_backward(float* dinp,         // (N, C) +=
+                                  float* dweight,      // (C) +=
+                                  const float* dout,   // (N, C)
+                                  const float* inp,    // (N, C)
+                                  const void* weight,  // (C) type
+                                  const float* rstd,   // (N)
+                                  DType type, size_t N, size_t C) = 0;
+
   // How matmul_forward / matmul_backward compute their products (matmul_precision.hpp); operands
   // and results stay fp32 in memory. A CUDA setting: the CUDA backend maps tf32, bf16 and fp16 to
   // cuBLASLt's fast fp32 compute types (tensor cores, fp32 accumulation); a product for which
@@ -450,10 +501,11 @@ class Kernels {
                               const void* src, DType src_type, size_t n) = 0;  // src (n) src_type
 };
 
-// The 16-bit linears' argument rule, shared by the backends: type bf16 or fp16, the result fp32
-// or type, and a 16-bit result never accumulated into. Throws an Error naming `op` otherwise.
-void check_matmul16_types(const char* op, DType type, DType result_type,
-                          GradWrite result_write = GradWrite::overwrite);
+// The 16-bit ops' argument rule (matmul16_*, the 16-bit norms), shared by the backends: type
+// bf16 or fp16, the result fp32 or type, and a 16-bit result never accumulated into. Throws an
+// Error naming `op` otherwise.
+void check_16bit_types(const char* op, DType type, DType result_type,
+                       GradWrite result_write = GradWrite::overwrite);
 
 // Issues the kernels called in its scope on another stream and restores the stream before at its
 // end: for work that must not queue behind the compute stream (a reduced gradient's widening

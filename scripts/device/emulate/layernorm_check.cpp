@@ -5,13 +5,18 @@
 // residual aliasing a), and match a double layernorm / RMSNorm of a + b. C covers sizes below, at
 // and past a warp and not multiples of it; N rows past a block's 8. Prints the bit differences
 // and the max error relative to each tensor's largest value; exits 1 on any bit difference or an
-// error past 1e-5. Built and run by emulate_layernorm.sh, which extracts the kernels into
-// layernorm_body.inc and rmsnorm_body.inc.
+// error past 1e-5. The 16-bit instances (bf16 and fp16 parameters and output, the 16-bit norms of
+// kernels.hpp) must give the bits of the fp32 kernels on the widened parameters with the output
+// rounded, and the same statistics and residual. Built and run by emulate_layernorm.sh, which
+// extracts the kernels into layernorm_body.inc and rmsnorm_body.inc.
 #include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
 #include "cuda_host_emulation.hpp"
+#include "storage16.cuh"
+// The kernels' 16-bit element types and their conversions, as the .cu files see them.
+using namespace tierzero::kernels::cuda_impl;
 
 constexpr int kBlockSize = 256;  // cuda_common.cuh's
 constexpr int kWarpsPerBlock = kBlockSize / kWarpSize;
@@ -159,6 +164,83 @@ bool check_rmsnorm(const Shape& s, const Inputs& in) {
   return differ == 0 && err_out <= 1e-5 && err_rstd <= 1e-5;
 }
 
+// The 16-bit instances of the four forward kernels against the fp32 ones on the widened
+// parameters: the output rounded once, everything else the same bits.
+template <typename T>
+bool check_16bit(const char* type, const Shape& s, const Inputs& in) {
+  const size_t n = s.N * s.C;
+  std::vector<T> w16(s.C), bias16(s.C);
+  std::vector<float> w(s.C), bias(s.C);  // (C) the widened values
+  for (size_t c = 0; c < s.C; ++c) {
+    w16[c] = from_f32<T>(in.w[c]);
+    bias16[c] = from_f32<T>(in.bias[c]);
+    w[c] = to_f32(w16[c]);
+    bias[c] = to_f32(bias16[c]);
+  }
+  // The fp32 outputs rounded, as bits, for comparison with the 16-bit kernels' outputs.
+  const auto rounded = [](const std::vector<float>& x) {
+    std::vector<float> r(x.size());
+    for (size_t i = 0; i < x.size(); ++i) r[i] = to_f32(from_f32<T>(x[i]));
+    return r;
+  };
+  const auto widened = [](const std::vector<T>& x) {
+    std::vector<float> r(x.size());
+    for (size_t i = 0; i < x.size(); ++i) r[i] = to_f32(x[i]);
+    return r;
+  };
+  size_t differ = 0;
+  const unsigned blocks = blocks_of(s);
+  // LayerNorm of a, and fused of a + b; then RMSNorm of both.
+  for (int norm = 0; norm < 2; ++norm)
+    for (int fused = 0; fused < 2; ++fused) {
+      Out o32 = fresh(s, norm == 0), o16 = fresh(s, norm == 0);
+      std::vector<T> out16(n, from_f32<T>(kNan));
+      const float eps = 1e-5f;
+      emulate(blocks, kBlockSize, 0, [&] {
+        if (norm == 0 && fused == 0) {
+          layernorm_forward_kernel(o32.out.data(), o32.mean.data(), o32.rstd.data(), in.a.data(),
+                                   w.data(), bias.data(), s.N, s.C);
+        } else if (norm == 0) {
+          fused_residual_layernorm_forward_kernel(o32.residual.data(), o32.out.data(),
+                                                  o32.mean.data(), o32.rstd.data(), in.a.data(),
+                                                  in.b.data(), w.data(), bias.data(), s.N, s.C);
+        } else if (fused == 0) {
+          rmsnorm_forward_kernel(o32.out.data(), o32.rstd.data(), in.a.data(), w.data(), s.N, s.C,
+                                 eps);
+        } else {
+          fused_residual_rmsnorm_forward_kernel(o32.residual.data(), o32.out.data(),
+                                                o32.rstd.data(), in.a.data(), in.b.data(), w.data(),
+                                                s.N, s.C, eps);
+        }
+      });
+      emulate(blocks, kBlockSize, 0, [&] {
+        if (norm == 0 && fused == 0) {
+          layernorm_forward_kernel(out16.data(), o16.mean.data(), o16.rstd.data(), in.a.data(),
+                                   w16.data(), bias16.data(), s.N, s.C);
+        } else if (norm == 0) {
+          fused_residual_layernorm_forward_kernel(o16.residual.data(), out16.data(),
+                                                  o16.mean.data(), o16.rstd.data(), in.a.data(),
+                                                  in.b.data(), w16.data(), bias16.data(), s.N, s.C);
+        } else if (fused == 0) {
+          rmsnorm_forward_kernel(out16.data(), o16.rstd.data(), in.a.data(), w16.data(), s.N, s.C,
+                                 eps);
+        } else {
+          fused_residual_rmsnorm_forward_kernel(o16.residual.data(), out16.data(), o16.rstd.data(),
+                                                in.a.data(), in.b.data(), w16.data(), s.N, s.C,
+                                                eps);
+        }
+      });
+      differ += bit_differences(widened(out16), rounded(o32.out)) +
+                bit_differences(o16.mean, o32.mean) + bit_differences(o16.rstd, o32.rstd);
+      if (fused == 1) differ += bit_differences(o16.residual, o32.residual);
+    }
+  std::printf(
+      "%s norms N%zu C%zu: layernorm, rmsnorm, plain and fused, against fp32 on the widened "
+      "parameters, output rounded: %zu elements differ in bits\n",
+      type, s.N, s.C, differ);
+  return differ == 0;
+}
+
 }  // namespace
 
 int main() {
@@ -178,6 +260,8 @@ int main() {
     for (auto& x : in.bias) x = nbias(g);
     ok &= check_layernorm(s, in);
     ok &= check_rmsnorm(s, in);
+    ok &= check_16bit<Bf16Bits>("bf16", s, in);
+    ok &= check_16bit<F16Bits>("fp16", s, in);
   }
   std::printf(ok ? "PASS\n" : "FAIL\n");
   return ok ? 0 : 1;

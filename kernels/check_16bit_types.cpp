@@ -1,5 +1,6 @@
-// check_matmul16_types: the argument rule of the 16-bit linears (kernels.hpp), one place for
-// both backends so that a caller's mistake reads the same on the CPU and on a GPU.
+// check_16bit_types: the argument rule of the 16-bit ops (kernels.hpp: the 16-bit linears and
+// norms), one place for both backends so that a caller's mistake reads the same on the CPU and on
+// a GPU.
 #include <string>
 
 #include "tierzero/core/error.hpp"
@@ -7,10 +8,10 @@
 
 namespace tierzero::kernels {
 
-void check_matmul16_types(const char* op, DType type, DType result_type, GradWrite result_write) {
+void check_16bit_types(const char* op, DType type, DType result_type, GradWrite result_write) {
   TZ_CHECK(type == DType::bf16 || type == DType::f16,
            std::string(op) + ": operands of type " + dtype_name(type),
-           "the 16-bit products take bf16 or fp16 operands; fp32 ones go to the fp32 kernels");
+           "the 16-bit ops take bf16 or fp16 operands; fp32 ones go to the fp32 kernels");
   TZ_CHECK(result_type == DType::f32 || result_type == type,
            std::string(op) + ": a result of type " + dtype_name(result_type) + " from " +
                dtype_name(type) + " operands",
