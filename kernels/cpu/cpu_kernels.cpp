@@ -148,6 +148,15 @@ class CpuKernels final : public Kernels {
     cpu::flash_attention_backward(dqkv, dout, out, qkv, saved, s);
   }
 
+  void attention16_forward(void* out, float* saved, const void* qkv, DType type,
+                           const AttentionShape& s) override {
+    cpu::flash_attention16_forward(out, saved, qkv, type, s);
+  }
+  void attention16_backward(void* dqkv, float*, const void* dout, const void* out, const void* qkv,
+                            const float* saved, DType type, const AttentionShape& s) override {
+    cpu::flash_attention16_backward(dqkv, dout, out, qkv, saved, type, s);
+  }
+
   void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, size_t N,
                        size_t C, float eps) override {
     cpu::rmsnorm_forward(out, rstd, inp, weight, N, C, eps);

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/storage16.hpp"
 #include "cpu/vec_math.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/kernels/cpu_ops.hpp"
@@ -257,6 +258,29 @@ void flash_attention_backward(float* dqkv,        // (B, T, (NH + 2 NKV) hd) wri
       }
     }
   }
+}
+
+// The 16-bit forms: the tensors widened, the kernels above, the results rounded once.
+void flash_attention16_forward(void* out, float* lse, const void* qkv, DType type,
+                               const AttentionShape& s) {
+  check_16bit_types("attention16_forward", type, type);
+  const size_t rows = s.B * s.T;
+  const std::vector<float> qkv32 = widened(qkv, type, rows * s.qkv_width());  // (B, T, W)
+  std::vector<float> out32(rows * s.q_width());                               // (B, T, NH hd)
+  flash_attention_forward(out32.data(), lse, qkv32.data(), s);
+  tierzero::convert_from_f32(out, type, out32.data(), out32.size());
+}
+
+void flash_attention16_backward(void* dqkv, const void* dout, const void* out, const void* qkv,
+                                const float* lse, DType type, const AttentionShape& s) {
+  check_16bit_types("attention16_backward", type, type);
+  const size_t rows = s.B * s.T;
+  const std::vector<float> qkv32 = widened(qkv, type, rows * s.qkv_width());  // (B, T, W)
+  const std::vector<float> out32 = widened(out, type, rows * s.q_width());    // (B, T, NH hd)
+  const std::vector<float> dout32 = widened(dout, type, rows * s.q_width());  // (B, T, NH hd)
+  std::vector<float> dqkv32(qkv32.size());                                    // (B, T, W)
+  flash_attention_backward(dqkv32.data(), dout32.data(), out32.data(), qkv32.data(), lse, s);
+  tierzero::convert_from_f32(dqkv, type, dqkv32.data(), dqkv32.size());
 }
 
 }  // namespace tierzero::kernels::cpu

@@ -269,6 +269,17 @@ void launch_flash_attention_tc_forward(cudaStream_t stream, float* out, float* l
 void launch_flash_attention_tc_backward(cudaStream_t stream, float* dqkv, const float* dout,
                                         const float* out, const float* qkv, const float* lse,
                                         const AttentionShape& shape);
+// Both kernels with qkv, out, dout and dqkv of a 16-bit type (the 16-bit attention, kernels.hpp).
+void launch_flash_attention16_forward(cudaStream_t stream, void* out, float* lse, const void* qkv,
+                                      DType type, const AttentionShape& shape);
+void launch_flash_attention16_backward(cudaStream_t stream, void* dqkv, const void* dout,
+                                       const void* out, const void* qkv, const float* lse,
+                                       DType type, const AttentionShape& shape);
+void launch_flash_attention16_tc_forward(cudaStream_t stream, void* out, float* lse,
+                                         const void* qkv, DType type, const AttentionShape& shape);
+void launch_flash_attention16_tc_backward(cudaStream_t stream, void* dqkv, const void* dout,
+                                          const void* out, const void* qkv, const float* lse,
+                                          DType type, const AttentionShape& shape);
 
 // llama.cu: the Llama family's operations (kernels.hpp).
 void launch_rmsnorm_forward(cudaStream_t stream, float* out, float* rstd, const float* inp,

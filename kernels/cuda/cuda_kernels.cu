@@ -524,6 +524,28 @@ class CudaKernels final : public Kernels {
       cuda_impl::launch_flash_attention_backward(stream_, dqkv, dout, out, qkv, saved, s);
   }
 
+  // The 16-bit attention: the same kernels reading and writing `type`, on the tensor cores
+  // wherever bf16 WMMA exists, whatever precision_ says.
+  void attention16_forward(void* out, float* saved, const void* qkv, DType type,
+                           const AttentionShape& s) override {
+    check_16bit_types("attention16_forward", type, type);
+    CudaDeviceGuard guard(device_);
+    if (bf16_tensor_cores_)
+      cuda_impl::launch_flash_attention16_tc_forward(stream_, out, saved, qkv, type, s);
+    else
+      cuda_impl::launch_flash_attention16_forward(stream_, out, saved, qkv, type, s);
+  }
+  void attention16_backward(void* dqkv, float*, const void* dout, const void* out, const void* qkv,
+                            const float* saved, DType type, const AttentionShape& s) override {
+    check_16bit_types("attention16_backward", type, type);
+    CudaDeviceGuard guard(device_);
+    if (bf16_tensor_cores_)
+      cuda_impl::launch_flash_attention16_tc_backward(stream_, dqkv, dout, out, qkv, saved, type,
+                                                      s);
+    else
+      cuda_impl::launch_flash_attention16_backward(stream_, dqkv, dout, out, qkv, saved, type, s);
+  }
+
   void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, size_t N,
                        size_t C, float eps) override {
     CudaDeviceGuard guard(device_);

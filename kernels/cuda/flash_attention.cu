@@ -38,24 +38,26 @@ constexpr int kPer = kTile / kGrid;     // rows (and columns) of a tile per thre
 constexpr int kProbStride = kTile + 1;  // a row of the (64, 64) probability tile in shared memory
 
 // tile (kTile, kMaxDim + 1) <- rows row0.. of a (B, T, ld) tensor of batch b, channels
-// offset..offset+D; rows past T and columns past D are zero.
-template <int kMaxDim>
-__device__ __forceinline__ void load_tile(float* tile, const float* src, size_t ld, size_t offset,
+// offset..offset+D, widened to fp32; rows past T and columns past D are zero. E, the element type
+// of qkv, out, dout and dqkv in every kernel below: float, or a 16-bit type (storage16.cuh, the
+// 16-bit attention of kernels.hpp) read widened and written rounded from the fp32 value.
+template <int kMaxDim, typename E>
+__device__ __forceinline__ void load_tile(float* tile, const E* src, size_t ld, size_t offset,
                                           const FlashDims& s, size_t b, size_t row0) {
   constexpr int kStride = kMaxDim + 1;
   for (int idx = threadIdx.x; idx < kTile * kMaxDim; idx += kThreads) {
     const int r = idx / kMaxDim, d = idx % kMaxDim;
     const size_t t = row0 + static_cast<size_t>(r);
     float v = 0.0f;
-    if (t < s.T && static_cast<size_t>(d) < s.D) v = src[(b * s.T + t) * ld + offset + d];
+    if (t < s.T && static_cast<size_t>(d) < s.D) v = to_f32(src[(b * s.T + t) * ld + offset + d]);
     tile[r * kStride + d] = v;
   }
 }
 
-template <int kMaxDim>
-__global__ void __launch_bounds__(kThreads) flash_forward_kernel(float* out,        // (B, T, NH D)
-                                                                 float* lse,        // (B, NH, T)
-                                                                 const float* qkv,  // (B, T, W)
+template <int kMaxDim, typename E>
+__global__ void __launch_bounds__(kThreads) flash_forward_kernel(E* out,        // (B, T, NH D)
+                                                                 float* lse,    // (B, NH, T)
+                                                                 const E* qkv,  // (B, T, W)
                                                                  FlashDims s) {
   constexpr int kStride = kMaxDim + 1;
   constexpr int kCols = kMaxDim / kGrid;  // output columns per thread
@@ -164,11 +166,11 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(float* out,    
     const size_t i = q0 + ty + kGrid * ii;
     if (i >= s.T) continue;
     const float inv = 1.0f / l[ii];
-    float* out_row = out + (b * s.T + i) * q_width + h * s.D;
+    E* out_row = out + (b * s.T + i) * q_width + h * s.D;
 #pragma unroll
     for (int c = 0; c < kCols; ++c) {
       const size_t d = tx + kGrid * c;
-      if (d < s.D) out_row[d] = o[ii][c] * inv;
+      if (d < s.D) out_row[d] = from_f32<E>(o[ii][c] * inv);
     }
     // Natural log, as the CPU kernel keeps it: lse = ln(sum) + max.
     if (tx == 0) lse[bh * s.T + i] = (m[ii] + log2f(l[ii])) * kLn2;
@@ -227,13 +229,13 @@ __device__ __forceinline__ void probs_and_score_grads(float (&p)[kPer][kPer],   
 }
 
 // dk and dv: one block per (key tile, b, kv head), the only writer of its keys' dk and dv.
-template <int kMaxDim>
+template <int kMaxDim, typename E>
 __global__ void __launch_bounds__(kThreads)
-    flash_backward_dkdv_kernel(float* dqkv,        // (B, T, W) = (the k and v columns)
-                               const float* dout,  // (B, T, NH D)
-                               const float* out,   // (B, T, NH D)
-                               const float* qkv,   // (B, T, W)
-                               const float* lse,   // (B, NH, T)
+    flash_backward_dkdv_kernel(E* dqkv,           // (B, T, W) = (the k and v columns)
+                               const E* dout,     // (B, T, NH D)
+                               const E* out,      // (B, T, NH D)
+                               const E* qkv,      // (B, T, W)
+                               const float* lse,  // (B, NH, T)
                                FlashDims s) {
   constexpr int kStride = kMaxDim + 1;
   constexpr int kCols = kMaxDim / kGrid;
@@ -322,14 +324,14 @@ __global__ void __launch_bounds__(kThreads)
   for (int jj = 0; jj < kPer; ++jj) {
     const size_t j = k0 + ty + kGrid * jj;
     if (j >= s.T) continue;
-    float* dk_row = dqkv + (b * s.T + j) * s.W + k_offset(s, kvh);
-    float* dv_row = dqkv + (b * s.T + j) * s.W + v_offset(s, kvh);
+    E* dk_row = dqkv + (b * s.T + j) * s.W + k_offset(s, kvh);
+    E* dv_row = dqkv + (b * s.T + j) * s.W + v_offset(s, kvh);
 #pragma unroll
     for (int c = 0; c < kCols; ++c) {
       const size_t d = tx + kGrid * c;
       if (d < s.D) {
-        dk_row[d] = dk[jj][c];
-        dv_row[d] = dv[jj][c];
+        dk_row[d] = from_f32<E>(dk[jj][c]);
+        dv_row[d] = from_f32<E>(dv[jj][c]);
       }
     }
   }
@@ -340,13 +342,13 @@ __global__ void __launch_bounds__(kThreads)
 // registers: every element's sum runs in one fixed order, so the result repeats bit for bit. The
 // price is computing S and dP a second time (two of the backward's seven tile products), where
 // adding dq from the dk/dv blocks with atomics would have summed in whatever order they ran.
-template <int kMaxDim>
+template <int kMaxDim, typename E>
 __global__ void __launch_bounds__(kThreads)
-    flash_backward_dq_kernel(float* dqkv,        // (B, T, W) = (the q columns)
-                             const float* dout,  // (B, T, NH D)
-                             const float* out,   // (B, T, NH D)
-                             const float* qkv,   // (B, T, W)
-                             const float* lse,   // (B, NH, T)
+    flash_backward_dq_kernel(E* dqkv,           // (B, T, W) = (the q columns)
+                             const E* dout,     // (B, T, NH D)
+                             const E* out,      // (B, T, NH D)
+                             const E* qkv,      // (B, T, W)
+                             const float* lse,  // (B, NH, T)
                              FlashDims s) {
   constexpr int kStride = kMaxDim + 1;
   constexpr int kCols = kMaxDim / kGrid;
@@ -414,11 +416,11 @@ __global__ void __launch_bounds__(kThreads)
   for (int ii = 0; ii < kPer; ++ii) {
     const size_t i = q0 + ty + kGrid * ii;
     if (i >= s.T) continue;
-    float* dq_row = dqkv + (b * s.T + i) * s.W + q_offset(s, h);
+    E* dq_row = dqkv + (b * s.T + i) * s.W + q_offset(s, h);
 #pragma unroll
     for (int c = 0; c < kCols; ++c) {
       const size_t d = tx + kGrid * c;
-      if (d < s.D) dq_row[d] = dq[ii][c];
+      if (d < s.D) dq_row[d] = from_f32<E>(dq[ii][c]);
     }
   }
 }
@@ -434,30 +436,30 @@ constexpr size_t backward_smem_bytes(int max_dim) {
          sizeof(float);
 }
 
-template <int kMaxDim>
-void forward(cudaStream_t stream, float* out, float* lse, const float* qkv, const FlashDims& s) {
+template <int kMaxDim, typename E>
+void forward(cudaStream_t stream, E* out, float* lse, const E* qkv, const FlashDims& s) {
   constexpr size_t bytes = forward_smem_bytes(kMaxDim);
-  allow_shared_memory(flash_forward_kernel<kMaxDim>, bytes, s);
+  allow_shared_memory(flash_forward_kernel<kMaxDim, E>, bytes, s);
   const unsigned blocks = grid_of(s.tiles * s.B * s.NH);
-  flash_forward_kernel<kMaxDim><<<blocks, kThreads, bytes, stream>>>(out, lse, qkv, s);
+  flash_forward_kernel<kMaxDim, E><<<blocks, kThreads, bytes, stream>>>(out, lse, qkv, s);
   TZ_CUDA_CHECK_LAUNCH();
 }
 
-template <int kMaxDim>
-void backward(cudaStream_t stream, float* dqkv, const float* dout, const float* out,
-              const float* qkv, const float* lse, const FlashDims& s) {
+template <int kMaxDim, typename E>
+void backward(cudaStream_t stream, E* dqkv, const E* dout, const E* out, const E* qkv,
+              const float* lse, const FlashDims& s) {
   // Both kernels hold four (kTile, kMaxDim + 1) tiles, P or dS and two rows of kTile floats. They
   // write disjoint columns of dqkv (k and v; q), each element by one block, and together every
   // element of it.
   constexpr size_t bytes = backward_smem_bytes(kMaxDim);
-  allow_shared_memory(flash_backward_dkdv_kernel<kMaxDim>, bytes, s);
-  allow_shared_memory(flash_backward_dq_kernel<kMaxDim>, bytes, s);
+  allow_shared_memory(flash_backward_dkdv_kernel<kMaxDim, E>, bytes, s);
+  allow_shared_memory(flash_backward_dq_kernel<kMaxDim, E>, bytes, s);
   const unsigned kv_blocks = grid_of(s.tiles * s.B * s.NKV);
-  flash_backward_dkdv_kernel<kMaxDim>
+  flash_backward_dkdv_kernel<kMaxDim, E>
       <<<kv_blocks, kThreads, bytes, stream>>>(dqkv, dout, out, qkv, lse, s);
   TZ_CUDA_CHECK_LAUNCH();
   const unsigned q_blocks = grid_of(s.tiles * s.B * s.NH);
-  flash_backward_dq_kernel<kMaxDim>
+  flash_backward_dq_kernel<kMaxDim, E>
       <<<q_blocks, kThreads, bytes, stream>>>(dqkv, dout, out, qkv, lse, s);
   TZ_CUDA_CHECK_LAUNCH();
 }
@@ -477,6 +479,32 @@ void launch_flash_attention_backward(cudaStream_t stream, float* dqkv, const flo
   const FlashDims s = flash_dims(shape);
   if (s.B == 0 || s.T == 0) return;
   with_max_dim(s, [&]<int kMaxDim>() { backward<kMaxDim>(stream, dqkv, dout, out, qkv, lse, s); });
+}
+
+void launch_flash_attention16_forward(cudaStream_t stream, void* out, float* lse, const void* qkv,
+                                      DType type, const AttentionShape& shape) {
+  const FlashDims s = flash_dims(shape);
+  if (s.B == 0 || s.T == 0) return;
+  with_16bit_type(type, [&](auto e) {
+    using E = decltype(e);
+    with_max_dim(s, [&]<int kMaxDim>() {
+      forward<kMaxDim>(stream, static_cast<E*>(out), lse, static_cast<const E*>(qkv), s);
+    });
+  });
+}
+
+void launch_flash_attention16_backward(cudaStream_t stream, void* dqkv, const void* dout,
+                                       const void* out, const void* qkv, const float* lse,
+                                       DType type, const AttentionShape& shape) {
+  const FlashDims s = flash_dims(shape);
+  if (s.B == 0 || s.T == 0) return;
+  with_16bit_type(type, [&](auto e) {
+    using E = decltype(e);
+    with_max_dim(s, [&]<int kMaxDim>() {
+      backward<kMaxDim>(stream, static_cast<E*>(dqkv), static_cast<const E*>(dout),
+                        static_cast<const E*>(out), static_cast<const E*>(qkv), lse, s);
+    });
+  });
 }
 
 }  // namespace tierzero::kernels::cuda_impl

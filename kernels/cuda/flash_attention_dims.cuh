@@ -7,6 +7,8 @@
 
 #include <cstddef>
 
+#include "cuda/storage16.cuh"
+
 namespace tierzero::kernels::cuda_impl {
 
 constexpr int kTile = 64;  // query and key rows per tile
@@ -38,12 +40,12 @@ __device__ __forceinline__ size_t v_offset(const FlashDims& s, size_t kvh) {
 // lse_tile (kTile) <- each row's lse in the log2 domain, delta_tile (kTile) <- D =
 // rowsum(dout * out); both 0 past T. One warp per row, every lane summing a fixed set of columns
 // and warp_sum combining them in a fixed order (warp_sum and kWarpSize: cuda_common.cuh, or the
-// host emulation, included first).
-template <int kBlockThreads>
+// host emulation, included first). E: the element type of dout and out (storage16.cuh).
+template <int kBlockThreads, typename E>
 __device__ __forceinline__ void load_row_stats(float* lse_tile, float* delta_tile,
-                                               const float* dout,  // (B, T, NH D)
-                                               const float* out,   // (B, T, NH D)
-                                               const float* lse,   // (B, NH, T)
+                                               const E* dout,     // (B, T, NH D)
+                                               const E* out,      // (B, T, NH D)
+                                               const float* lse,  // (B, NH, T)
                                                const FlashDims& s, size_t b, size_t h, size_t q0) {
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const size_t q_width = s.NH * s.D;
@@ -52,7 +54,8 @@ __device__ __forceinline__ void load_row_stats(float* lse_tile, float* delta_til
     float dot = 0.0f;
     if (t < s.T) {
       const size_t row = (b * s.T + t) * q_width + h * s.D;
-      for (size_t d = lane; d < s.D; d += kWarpSize) dot += dout[row + d] * out[row + d];
+      for (size_t d = lane; d < s.D; d += kWarpSize)
+        dot += to_f32(dout[row + d]) * to_f32(out[row + d]);
     }
     dot = warp_sum(dot);
     if (lane == 0) {

@@ -62,17 +62,19 @@ constexpr size_t score_tile_bytes = align128(static_cast<size_t>(kTile) * kScore
 constexpr size_t prob_tile_bytes = align128(static_cast<size_t>(kTile) * kProbLd * sizeof(bf16));
 constexpr size_t row_stats_bytes = align128(kTile * sizeof(float));
 
-// tile (kTile, head_ld) bf16 <- rows row0.. of a (B, T, ld) fp32 tensor of batch b, channels
-// offset..offset+D, rounded to bf16; rows past T and columns past D are zero.
-template <int kMaxDim>
-__device__ __forceinline__ void load_tile_bf16(bf16* tile, const float* src, size_t ld,
-                                               size_t offset, const FlashDims& s, size_t b,
-                                               size_t row0) {
+// tile (kTile, head_ld) bf16 <- rows row0.. of a (B, T, ld) tensor of batch b, channels
+// offset..offset+D, rounded to bf16; rows past T and columns past D are zero. E, the element type
+// of qkv, out, dout and dqkv in every kernel below: float, or a 16-bit type (storage16.cuh, the
+// 16-bit attention of kernels.hpp) read widened (a bf16 one loads as it is) and written rounded
+// from the fp32 value.
+template <int kMaxDim, typename E>
+__device__ __forceinline__ void load_tile_bf16(bf16* tile, const E* src, size_t ld, size_t offset,
+                                               const FlashDims& s, size_t b, size_t row0) {
   for (int idx = threadIdx.x; idx < kTile * kMaxDim; idx += kTcThreads) {
     const int r = idx / kMaxDim, d = idx % kMaxDim;
     const size_t t = row0 + static_cast<size_t>(r);
     float v = 0.0f;
-    if (t < s.T && static_cast<size_t>(d) < s.D) v = src[(b * s.T + t) * ld + offset + d];
+    if (t < s.T && static_cast<size_t>(d) < s.D) v = to_f32(src[(b * s.T + t) * ld + offset + d]);
     tile[r * head_ld<kMaxDim>() + d] = __float2bfloat16(v);
   }
 }
@@ -124,8 +126,8 @@ __device__ __forceinline__ void warp_product_nn(FragC (&acc)[kMaxDim / kFrag],
 
 // dst (B, T, W) = acc, the warp's 16 rows from row0 (rows past T and columns past D skipped) at
 // channel offset `offset`; scratch (16, kScoreLd) fp32 is the warp's own.
-template <int kMaxDim>
-__device__ __forceinline__ void store_fragments(float* dst, const FragC (&acc)[kMaxDim / kFrag],
+template <int kMaxDim, typename E>
+__device__ __forceinline__ void store_fragments(E* dst, const FragC (&acc)[kMaxDim / kFrag],
                                                 float* scratch, const FlashDims& s, size_t b,
                                                 size_t row0, size_t offset) {
   const int lane = threadIdx.x % kWarpSize;
@@ -137,7 +139,8 @@ __device__ __forceinline__ void store_fragments(float* dst, const FragC (&acc)[k
     for (int e = lane; e < kFrag * kFrag; e += kWarpSize) {
       const int r = e / kFrag, c = e % kFrag;
       const size_t t = row0 + static_cast<size_t>(r), d = static_cast<size_t>(n * kFrag + c);
-      if (t < s.T && d < s.D) dst[(b * s.T + t) * s.W + offset + d] = scratch[r * kScoreLd + c];
+      if (t < s.T && d < s.D)
+        dst[(b * s.T + t) * s.W + offset + d] = from_f32<E>(scratch[r * kScoreLd + c]);
     }
   }
 }
@@ -149,12 +152,11 @@ constexpr size_t forward_bytes() {
          align128(static_cast<size_t>(kTile) * out_ld<kMaxDim>() * sizeof(float));
 }
 
-template <int kMaxDim>
-__global__ void __launch_bounds__(kTcThreads)
-    flash_tc_forward_kernel(float* out,        // (B, T, NH D)
-                            float* lse,        // (B, NH, T)
-                            const float* qkv,  // (B, T, W)
-                            FlashDims s) {
+template <int kMaxDim, typename E>
+__global__ void __launch_bounds__(kTcThreads) flash_tc_forward_kernel(E* out,        // (B, T, NH D)
+                                                                      float* lse,    // (B, NH, T)
+                                                                      const E* qkv,  // (B, T, W)
+                                                                      FlashDims s) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap();  // bf16 WMMA needs sm_80; CudaKernels never launches this below it
 #else
@@ -238,9 +240,9 @@ __global__ void __launch_bounds__(kTcThreads)
 
   if (i >= s.T) return;
   const float inv = 1.0f / l;
-  float* out_row = out + (b * s.T + i) * (s.NH * s.D) + h * s.D;
+  E* out_row = out + (b * s.T + i) * (s.NH * s.D) + h * s.D;
   for (int d = half * kHalfDim; d < (half + 1) * kHalfDim; ++d)
-    if (static_cast<size_t>(d) < s.D) out_row[d] = o_s[r * old + d] * inv;
+    if (static_cast<size_t>(d) < s.D) out_row[d] = from_f32<E>(o_s[r * old + d] * inv);
   // Natural log, as the fp32 kernels keep it: lse = ln(sum) + max.
   if (half == 0) lse[bh * s.T + i] = (m + log2f(l)) * kLn2;
 #endif
@@ -280,13 +282,13 @@ struct BackwardSmem {
 // dk and dv: one block per (key tile, b, kv head), the only writer of its keys' dk and dv. Each
 // warp owns 16 keys; for every query head of the group and query tile at or after the keys it
 // forms S^T = k q^T and dP^T = v dout^T, then P^T and dS^T, and adds P^T dout and dS^T q.
-template <int kMaxDim>
+template <int kMaxDim, typename E>
 __global__ void __launch_bounds__(kTcThreads)
-    flash_tc_backward_dkdv_kernel(float* dqkv,        // (B, T, W) = (the k and v columns)
-                                  const float* dout,  // (B, T, NH D)
-                                  const float* out,   // (B, T, NH D)
-                                  const float* qkv,   // (B, T, W)
-                                  const float* lse,   // (B, NH, T)
+    flash_tc_backward_dkdv_kernel(E* dqkv,           // (B, T, W) = (the k and v columns)
+                                  const E* dout,     // (B, T, NH D)
+                                  const E* out,      // (B, T, NH D)
+                                  const E* qkv,      // (B, T, W)
+                                  const float* lse,  // (B, NH, T)
                                   FlashDims s) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap();  // bf16 WMMA needs sm_80; CudaKernels never launches this below it
@@ -347,13 +349,13 @@ __global__ void __launch_bounds__(kTcThreads)
 
 // dq: one block per (query tile, b, query head), the only writer of its rows' dq, walking the key
 // tiles 0..qt in that order (FlashAttention-2's deterministic mode).
-template <int kMaxDim>
+template <int kMaxDim, typename E>
 __global__ void __launch_bounds__(kTcThreads)
-    flash_tc_backward_dq_kernel(float* dqkv,        // (B, T, W) = (the q columns)
-                                const float* dout,  // (B, T, NH D)
-                                const float* out,   // (B, T, NH D)
-                                const float* qkv,   // (B, T, W)
-                                const float* lse,   // (B, NH, T)
+    flash_tc_backward_dq_kernel(E* dqkv,           // (B, T, W) = (the q columns)
+                                const E* dout,     // (B, T, NH D)
+                                const E* out,      // (B, T, NH D)
+                                const E* qkv,      // (B, T, W)
+                                const float* lse,  // (B, NH, T)
                                 FlashDims s) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap();  // bf16 WMMA needs sm_80; CudaKernels never launches this below it
@@ -407,29 +409,29 @@ __global__ void __launch_bounds__(kTcThreads)
 
 // ---- launches (the host emulation of the kernels above stops here) ----
 
-template <int kMaxDim>
-void forward_tc(cudaStream_t stream, float* out, float* lse, const float* qkv, const FlashDims& s) {
+template <int kMaxDim, typename E>
+void forward_tc(cudaStream_t stream, E* out, float* lse, const E* qkv, const FlashDims& s) {
   constexpr size_t bytes = forward_bytes<kMaxDim>();
-  allow_shared_memory(flash_tc_forward_kernel<kMaxDim>, bytes, s);
+  allow_shared_memory(flash_tc_forward_kernel<kMaxDim, E>, bytes, s);
   const unsigned blocks = grid_of(s.tiles * s.B * s.NH);
-  flash_tc_forward_kernel<kMaxDim><<<blocks, kTcThreads, bytes, stream>>>(out, lse, qkv, s);
+  flash_tc_forward_kernel<kMaxDim, E><<<blocks, kTcThreads, bytes, stream>>>(out, lse, qkv, s);
   TZ_CUDA_CHECK_LAUNCH();
 }
 
-template <int kMaxDim>
-void backward_tc(cudaStream_t stream, float* dqkv, const float* dout, const float* out,
-                 const float* qkv, const float* lse, const FlashDims& s) {
+template <int kMaxDim, typename E>
+void backward_tc(cudaStream_t stream, E* dqkv, const E* dout, const E* out, const E* qkv,
+                 const float* lse, const FlashDims& s) {
   // The two kernels write disjoint columns of dqkv (k and v; q), each element by one block, and
   // together every element of it.
   constexpr size_t bytes = BackwardSmem<kMaxDim>::bytes();
-  allow_shared_memory(flash_tc_backward_dkdv_kernel<kMaxDim>, bytes, s);
-  allow_shared_memory(flash_tc_backward_dq_kernel<kMaxDim>, bytes, s);
+  allow_shared_memory(flash_tc_backward_dkdv_kernel<kMaxDim, E>, bytes, s);
+  allow_shared_memory(flash_tc_backward_dq_kernel<kMaxDim, E>, bytes, s);
   const unsigned kv_blocks = grid_of(s.tiles * s.B * s.NKV);
-  flash_tc_backward_dkdv_kernel<kMaxDim>
+  flash_tc_backward_dkdv_kernel<kMaxDim, E>
       <<<kv_blocks, kTcThreads, bytes, stream>>>(dqkv, dout, out, qkv, lse, s);
   TZ_CUDA_CHECK_LAUNCH();
   const unsigned q_blocks = grid_of(s.tiles * s.B * s.NH);
-  flash_tc_backward_dq_kernel<kMaxDim>
+  flash_tc_backward_dq_kernel<kMaxDim, E>
       <<<q_blocks, kTcThreads, bytes, stream>>>(dqkv, dout, out, qkv, lse, s);
   TZ_CUDA_CHECK_LAUNCH();
 }
@@ -450,6 +452,32 @@ void launch_flash_attention_tc_backward(cudaStream_t stream, float* dqkv, const 
   if (s.B == 0 || s.T == 0) return;
   with_max_dim(s,
                [&]<int kMaxDim>() { backward_tc<kMaxDim>(stream, dqkv, dout, out, qkv, lse, s); });
+}
+
+void launch_flash_attention16_tc_forward(cudaStream_t stream, void* out, float* lse,
+                                         const void* qkv, DType type, const AttentionShape& shape) {
+  const FlashDims s = flash_dims(shape);
+  if (s.B == 0 || s.T == 0) return;
+  with_16bit_type(type, [&](auto e) {
+    using E = decltype(e);
+    with_max_dim(s, [&]<int kMaxDim>() {
+      forward_tc<kMaxDim>(stream, static_cast<E*>(out), lse, static_cast<const E*>(qkv), s);
+    });
+  });
+}
+
+void launch_flash_attention16_tc_backward(cudaStream_t stream, void* dqkv, const void* dout,
+                                          const void* out, const void* qkv, const float* lse,
+                                          DType type, const AttentionShape& shape) {
+  const FlashDims s = flash_dims(shape);
+  if (s.B == 0 || s.T == 0) return;
+  with_16bit_type(type, [&](auto e) {
+    using E = decltype(e);
+    with_max_dim(s, [&]<int kMaxDim>() {
+      backward_tc<kMaxDim>(stream, static_cast<E*>(dqkv), static_cast<const E*>(dout),
+                           static_cast<const E*>(out), static_cast<const E*>(qkv), lse, s);
+    });
+  });
 }
 
 }  // namespace tierzero::kernels::cuda_impl

@@ -6,7 +6,8 @@
 # (emulate/flash_attention_check.cpp), then runs each case again with every kernel's blocks in a
 # shuffled order and checks the results repeat bit for bit. Then the same for the tensor-core
 # kernels of flash_attention_tc.cu, with WMMA and bf16 emulated too (emulate/wmma_host_emulation.hpp)
-# and the tolerance their bf16 operands deserve. A few minutes on 2 cores. Usage:
+# and the tolerance their bf16 operands deserve. Both with their 16-bit instances too, against the
+# fp32 ones on widened tensors, bit for bit. A few minutes on 2 cores. Usage:
 #   scripts/device/emulate_flash_attention.sh [fp32|tc|all]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -21,7 +22,8 @@ build() {  # build DIR SOURCE_FILE END_PATTERN SHARED_DECL [extra flags]
     sed "s/$decl/unsigned char* tc_smem = reinterpret_cast<unsigned char*>(ctx->smem);/; s/extern __shared__ float smem\[\];/float* smem = ctx->smem;/" \
       >"$dir/kernels_body.inc"
   g++ -std=c++20 -O2 -Wall -Wextra -Wno-unknown-pragmas -pthread -I scripts/device/emulate \
-    -I kernels/cuda -I "$dir" "$@" scripts/device/emulate/flash_attention_check.cpp -o "$dir/check"
+    -I kernels/cuda -I kernels -I include -I "$dir" "$@" scripts/device/emulate/flash_attention_check.cpp \
+    -o "$dir/check"
 }
 tc_decl='extern __shared__ __align__(128) unsigned char tc_smem\[\];'
 if [ "$which" = fp32 ] || [ "$which" = all ]; then

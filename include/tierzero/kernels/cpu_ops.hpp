@@ -89,6 +89,12 @@ void flash_attention_forward(float* out, float* lse, const float* qkv, const Att
 // probabilities are recomputed tile by tile.
 void flash_attention_backward(float* dqkv, const float* dout, const float* out, const float* qkv,
                               const float* lse, const AttentionShape& s);
+// The 16-bit attention (Kernels::attention16_*): qkv, out, dout widened, the tiled kernels above,
+// out and dqkv rounded to type.
+void flash_attention16_forward(void* out, float* lse, const void* qkv, DType type,
+                               const AttentionShape& s);
+void flash_attention16_backward(void* dqkv, const void* dout, const void* out, const void* qkv,
+                                const float* lse, DType type, const AttentionShape& s);
 // Llama's operations (kernels.hpp has their exact definitions).
 // out (N,C), rstd (N) from inp (N,C), weight (C)
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, size_t N,

@@ -322,6 +322,25 @@ class Kernels {
                                   const float* saved,  // (attention_saved_floats)
                                   const AttentionShape& s) = 0;
 
+  // The fused attention of 16-bit training: qkv, out, dout and dqkv of one 16-bit `type`, bf16 or
+  // fp16, `saved` (the logsumexp) fp32 as above; each element of out and dqkv rounded once from
+  // its fp32 value, dqkv written whole. The CPU widens, runs the two calls above and rounds:
+  // bitwise those on the widened tensors. CUDA reads and writes `type` in its kernels: the
+  // tensor-core ones on sm_80 and later (bf16 products, as attention_forward at 16-bit precision;
+  // fp16 values are rounded to bf16 as their tiles load), the fp32 ones below. An Error for
+  // another type.
+  virtual void attention16_forward(void* out,        // (B, T, NH*hd) type
+                                   float* saved,     // (attention_saved_floats)
+                                   const void* qkv,  // (B, T, (NH + 2 NKV) hd) type
+                                   DType type, const AttentionShape& s) = 0;
+  virtual void attention16_backward(void* dqkv,        // (B, T, (NH + 2 NKV) hd) type, whole
+                                    float* scratch,    // (attention_scratch_floats), nullable if 0
+                                    const void* dout,  // (B, T, NH*hd) type
+                                    const void* out,   // (B, T, NH*hd) type
+                                    const void* qkv,   // (B, T, (NH + 2 NKV) hd) type
+                                    const float* saved,  // (attention_saved_floats)
+                                    DType type, const AttentionShape& s) = 0;
+
   // ---- the Llama family's operations (llama_ops below; see RopeParams) ----
 
   // RMSNorm (Llama): out = inp * rstd * weight, rstd = 1 / sqrt(mean(inp^2) + eps) per row.

@@ -5,8 +5,10 @@
 // before its first write fails), over tile edges, head dims 4-128, grouped kv heads and
 // both qkv layouts. Prints the max error relative to each tensor's largest value; exits 1 past
 // kLimit. Each case runs a second time with every kernel's blocks in a shuffled order and must give
-// the same bits (the backward's dq pass exists for that). Built and run by
-// emulate_flash_attention.sh, which extracts the kernels into kernels_body.inc.
+// the same bits (the backward's dq pass exists for that). The 16-bit instances (qkv, out, dout and
+// dqkv in bf16 or fp16, kernels.hpp's 16-bit attention; the cases alternate the two types) must
+// give the bits of the fp32 instances on the widened tensors with out and dqkv rounded. Built and
+// run by emulate_flash_attention.sh, which extracts the kernels into kernels_body.inc.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -48,11 +50,13 @@ size_t vo(const Case& c, size_t kvh) {
   return c.grouped ? (kvh * (rep + 2) + rep + 1) * c.D : (c.NH + c.NKV + kvh) * c.D;
 }
 
-// One forward and backward of the case; a non-zero shuffle_seed runs every kernel's blocks in a
-// shuffled order.
-template <int kMaxDim>
-void run(const Case& c, std::vector<float>& out, std::vector<float>& lse, std::vector<float>& dqkv,
-         const std::vector<float>& qkv, const std::vector<float>& dout, uint32_t shuffle_seed) {
+// One forward (unless `backward_only`: out and lse are given) and backward of the case, with
+// tensors of element type E (float, or a 16-bit type of storage16.cuh); a non-zero shuffle_seed
+// runs every kernel's blocks in a shuffled order.
+template <int kMaxDim, typename E>
+void run(const Case& c, std::vector<E>& out, std::vector<float>& lse, std::vector<E>& dqkv,
+         const std::vector<E>& qkv, const std::vector<E>& dout, uint32_t shuffle_seed,
+         bool backward_only = false) {
   FlashDims s{};
   s.B = c.B;
   s.T = c.T;
@@ -75,13 +79,15 @@ void run(const Case& c, std::vector<float>& out, std::vector<float>& lse, std::v
   size_t bb = (4 * kTile * (kMaxDim + 1) + kTile * kProbStride + 2 * kTile) * 4;
 #define TZ_KERNEL(name) flash_##name<kMaxDim>
 #endif
-  emulate(
-      s.tiles * s.B * s.NH, threads, fb,
-      [&] {
-        TZ_KERNEL(forward_kernel)
-        (out.data(), lse.data(), qkv.data(), s);
-      },
-      shuffle_seed);
+  if (!backward_only) {
+    emulate(
+        s.tiles * s.B * s.NH, threads, fb,
+        [&] {
+          TZ_KERNEL(forward_kernel)
+          (out.data(), lse.data(), qkv.data(), s);
+        },
+        shuffle_seed);
+  }
   emulate(
       s.tiles * s.B * s.NKV, threads, bb,
       [&] {
@@ -99,22 +105,58 @@ void run(const Case& c, std::vector<float>& out, std::vector<float>& lse, std::v
 #undef TZ_KERNEL
 }
 
-// Both runs of one case: out, lse and dqkv (B, T, W), every one NaN before the kernels run.
+// One run of a case: out, lse and dqkv (B, T, W), every one NaN before the kernels run (unless
+// `given`, whose out and lse the backward then takes).
+template <typename E>
 struct Run {
-  std::vector<float> out, lse, dqkv;
+  std::vector<E> out;
+  std::vector<float> lse;
+  std::vector<E> dqkv;
 };
-Run run_case(const Case& c, const std::vector<float>& qkv, const std::vector<float>& dout,
-             uint32_t shuffle_seed) {
-  Run r{std::vector<float>(dout.size(), std::nanf("")),
-        std::vector<float>(c.B * c.NH * c.T, std::nanf("")),
-        std::vector<float>(qkv.size(), std::nanf(""))};
+template <typename E = float>
+Run<E> run_case(const Case& c, const std::vector<E>& qkv, const std::vector<E>& dout,
+                uint32_t shuffle_seed, const Run<E>* given = nullptr) {
+  const E nan = from_f32<E>(std::nanf(""));
+  Run<E> r{std::vector<E>(dout.size(), nan), std::vector<float>(c.B * c.NH * c.T, std::nanf("")),
+           std::vector<E>(qkv.size(), nan)};
+  if (given != nullptr) {
+    r.out = given->out;
+    r.lse = given->lse;
+  }
+  const bool backward_only = given != nullptr;
   if (c.D <= 32)
-    run<32>(c, r.out, r.lse, r.dqkv, qkv, dout, shuffle_seed);
+    run<32>(c, r.out, r.lse, r.dqkv, qkv, dout, shuffle_seed, backward_only);
   else if (c.D <= 64)
-    run<64>(c, r.out, r.lse, r.dqkv, qkv, dout, shuffle_seed);
+    run<64>(c, r.out, r.lse, r.dqkv, qkv, dout, shuffle_seed, backward_only);
   else
-    run<128>(c, r.out, r.lse, r.dqkv, qkv, dout, shuffle_seed);
+    run<128>(c, r.out, r.lse, r.dqkv, qkv, dout, shuffle_seed, backward_only);
   return r;
+}
+
+// The 16-bit instances on qkv and dout rounded to T against the fp32 ones on the widened values:
+// the forward's out rounded and its lse, then the backward from the 16-bit out (what 16-bit
+// training keeps), its dqkv rounded. Returns the elements whose bits differ.
+template <typename T>
+size_t sixteen_bit_differences(const Case& c, const std::vector<float>& qkv,
+                               const std::vector<float>& dout) {
+  const auto to16 = [](const std::vector<float>& x) {
+    std::vector<T> r(x.size());
+    for (size_t i = 0; i < x.size(); ++i) r[i] = from_f32<T>(x[i]);
+    return r;
+  };
+  const auto widened = [](const std::vector<T>& x) {
+    std::vector<float> r(x.size());
+    for (size_t i = 0; i < x.size(); ++i) r[i] = to_f32(x[i]);
+    return r;
+  };
+  const std::vector<T> qkv16 = to16(qkv), dout16 = to16(dout);
+  const Run<T> r16 = run_case<T>(c, qkv16, dout16, 0);
+  Run<float> r32 = run_case<float>(c, widened(qkv16), widened(dout16), 0);
+  size_t differ =
+      bit_differences(widened(r16.out), widened(to16(r32.out))) + bit_differences(r16.lse, r32.lse);
+  r32.out = widened(r16.out);
+  r32 = run_case<float>(c, widened(qkv16), widened(dout16), 0, &r32);
+  return differ + bit_differences(widened(r16.dqkv), widened(to16(r32.dqkv)));
 }
 
 int main() {
@@ -131,7 +173,7 @@ int main() {
     std::vector<float> qkv(c.B * c.T * W), dout(c.B * c.T * C);
     for (auto& x : qkv) x = n(g);
     for (auto& x : dout) x = n1(g);
-    Run first = run_case(c, qkv, dout, 0);
+    Run<float> first = run_case(c, qkv, dout, 0);
     const std::vector<float>&out = first.out, &lse = first.lse, &dqkv = first.dqkv;
     // Double reference.
     std::vector<double> rout(out.size()), rd(qkv.size(), 0.0), rlse(lse.size());
@@ -199,15 +241,19 @@ int main() {
     double eo = err(out, rout), el = err(lse, rlse), ed = err(dqkv, rd);
     // Again with every kernel's blocks in a shuffled order, as a GPU may run them: the results
     // must not change by a bit (no atomics, no block reading another's writes).
-    const Run again = run_case(c, qkv, dout, seed * 7919u);
+    const Run<float> again = run_case(c, qkv, dout, seed * 7919u);
     const size_t differ = bit_differences(out, again.out) + bit_differences(lse, again.lse) +
                           bit_differences(dqkv, again.dqkv);
+    const bool bf16 = seed % 2 == 0;
+    const size_t differ16 = bf16 ? sixteen_bit_differences<Bf16Bits>(c, qkv, dout)
+                                 : sixteen_bit_differences<F16Bits>(c, qkv, dout);
     std::printf(
         "B%zu T%zu NH%zu NKV%zu D%zu %s: out %.2e lse %.2e dqkv %.2e; shuffled blocks: %zu of "
-        "%zu elements differ in bits\n",
+        "%zu elements differ in bits; %s instances against fp32 on the widened tensors: %zu "
+        "differ\n",
         c.B, c.T, c.NH, c.NKV, c.D, c.grouped ? "grouped" : "q|k|v", eo, el, ed, differ,
-        out.size() + lse.size() + dqkv.size());
-    if (eo > kLimit || el > kLimit || ed > kLimit || differ != 0) worst_fail = 1;
+        out.size() + lse.size() + dqkv.size(), bf16 ? "bf16" : "fp16", differ16);
+    if (eo > kLimit || el > kLimit || ed > kLimit || differ != 0 || differ16 != 0) worst_fail = 1;
   }
   std::printf(worst_fail ? "FAIL\n" : "PASS\n");
   return worst_fail;
