@@ -242,6 +242,24 @@ class CpuKernels final : public Kernels {
                            vocab_start, V);
   }
 
+  void encoder16_forward(float* out, const int32_t* tokens, const void* wte_local, const void* wpe,
+                         DType type, size_t vocab_start, size_t vocab_count, size_t B, size_t T,
+                         size_t C) override {
+    cpu::encoder16_forward(out, tokens, wte_local, wpe, type, vocab_start, vocab_count, B, T, C);
+  }
+  void softmax_xent16_forward_backward(void* dlogits, float* losses, const float* logits,
+                                       const int32_t* targets, DType type, float dloss, size_t N,
+                                       size_t V, size_t Vp) override {
+    cpu::softmax_xent16_forward_backward(dlogits, losses, logits, targets, type, dloss, N, V, Vp);
+  }
+  void vocab_xent16_finish(void* dlogits, float* losses, const float* logits,
+                           const float* all_partials, size_t ranks, const int32_t* targets,
+                           DType type, float dloss, size_t N, size_t Vl, size_t vocab_start,
+                           size_t V) override {
+    cpu::vocab_xent16_finish(dlogits, losses, logits, all_partials, ranks, targets, type, dloss, N,
+                             Vl, vocab_start, V);
+  }
+
   void adamw_update(float* param, float* m, float* v, const float* grad, size_t n,
                     const AdamWParams& p) override {
     cpu::adamw_update(param, m, v, grad, n, p);

@@ -326,5 +326,17 @@ void launch_vocab_xent_finish(cudaStream_t stream, float* dlogits, float* losses
                               const float* logits, const float* all_partials, size_t ranks,
                               const int32_t* targets, float dloss, size_t N, size_t Vl,
                               size_t vocab_start, size_t V);
+// 16-bit training's classifier: the gradient written in `type` into a buffer of its own.
+void launch_softmax_xent16(cudaStream_t stream, void* dlogits, DType type, float* losses,
+                           const float* logits, const int32_t* targets, float dloss, size_t N,
+                           size_t V, size_t Vp);
+void launch_vocab_xent16_finish(cudaStream_t stream, void* dlogits, DType type, float* losses,
+                                const float* logits, const float* all_partials, size_t ranks,
+                                const int32_t* targets, float dloss, size_t N, size_t Vl,
+                                size_t vocab_start, size_t V);
+// 16-bit training's embedding: wte_local and wpe of `type`, the stream fp32.
+void launch_encoder16_forward(cudaStream_t stream, float* out, const int32_t* tokens,
+                              const void* wte_local, const void* wpe, DType type,
+                              size_t vocab_start, size_t vocab_count, size_t B, size_t T, size_t C);
 
 }  // namespace tierzero::kernels::cuda_impl

@@ -665,6 +665,32 @@ class CudaKernels final : public Kernels {
                                         targets, dloss, N, Vl, vocab_start, V);
   }
 
+  void encoder16_forward(float* out, const int32_t* tokens, const void* wte_local, const void* wpe,
+                         DType type, size_t vocab_start, size_t vocab_count, size_t B, size_t T,
+                         size_t C) override {
+    check_16bit_types("encoder16_forward", type, type);
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_encoder16_forward(stream_, out, tokens, wte_local, wpe, type, vocab_start,
+                                        vocab_count, B, T, C);
+  }
+  void softmax_xent16_forward_backward(void* dlogits, float* losses, const float* logits,
+                                       const int32_t* targets, DType type, float dloss, size_t N,
+                                       size_t V, size_t Vp) override {
+    check_16bit_types("softmax_xent16_forward_backward", type, type);
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_softmax_xent16(stream_, dlogits, type, losses, logits, targets, dloss, N, V,
+                                     Vp);
+  }
+  void vocab_xent16_finish(void* dlogits, float* losses, const float* logits,
+                           const float* all_partials, size_t ranks, const int32_t* targets,
+                           DType type, float dloss, size_t N, size_t Vl, size_t vocab_start,
+                           size_t V) override {
+    check_16bit_types("vocab_xent16_finish", type, type);
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_vocab_xent16_finish(stream_, dlogits, type, losses, logits, all_partials,
+                                          ranks, targets, dloss, N, Vl, vocab_start, V);
+  }
+
   void adamw_update(float* param, float* m, float* v, const float* grad, size_t n,
                     const AdamWParams& p) override {
     CudaDeviceGuard guard(device_);

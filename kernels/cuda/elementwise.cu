@@ -53,18 +53,20 @@ __device__ __forceinline__ size_t local_row(int32_t token, size_t vocab_start, s
   return row < vocab_count ? row : vocab_count;
 }
 
-__global__ void encoder_forward_vocab_range_kernel(float* out,              // (B, T, C)
-                                                   const int32_t* tokens,   // (B, T)
-                                                   const float* wte_local,  // (vocab_count, C)
-                                                   const float* wpe,        // (maxT, C) nullable
+// P: the parameters' type, float or a 16-bit one (storage16.cuh) widened as read.
+template <typename P>
+__global__ void encoder_forward_vocab_range_kernel(float* out,             // (B, T, C)
+                                                   const int32_t* tokens,  // (B, T)
+                                                   const P* wte_local,     // (vocab_count, C)
+                                                   const P* wpe,           // (maxT, C) nullable
                                                    size_t vocab_start, size_t vocab_count, size_t n,
                                                    size_t T, size_t C) {
   for (size_t i = global_thread_index(); i < n; i += grid_stride()) {
     const size_t bt = i / C;
     const size_t c = i % C;
     const size_t row = local_row(tokens[bt], vocab_start, vocab_count);
-    float v = row < vocab_count ? wte_local[row * C + c] : 0.0f;
-    if (wpe != nullptr) v += wpe[(bt % T) * C + c];  // wte + wpe, as encoder_forward_kernel
+    float v = row < vocab_count ? to_f32(wte_local[row * C + c]) : 0.0f;
+    if (wpe != nullptr) v += to_f32(wpe[(bt % T) * C + c]);  // wte + wpe, as encoder_forward_kernel
     out[i] = v;
   }
 }
@@ -491,6 +493,21 @@ void launch_encoder_forward_vocab_range(cudaStream_t stream, float* out, const i
   encoder_forward_vocab_range_kernel<<<grid_stride_blocks(n), kBlockSize, 0, stream>>>(
       out, tokens, wte_local, wpe, vocab_start, vocab_count, n, T, C);
   TZ_CUDA_CHECK_LAUNCH();
+}
+
+void launch_encoder16_forward(cudaStream_t stream, float* out, const int32_t* tokens,
+                              const void* wte_local, const void* wpe, DType type,
+                              size_t vocab_start, size_t vocab_count, size_t B, size_t T,
+                              size_t C) {
+  const size_t n = B * T * C;
+  if (n == 0) return;
+  with_16bit_type(type, [&](auto p) {
+    using P = decltype(p);
+    encoder_forward_vocab_range_kernel<<<grid_stride_blocks(n), kBlockSize, 0, stream>>>(
+        out, tokens, static_cast<const P*>(wte_local), static_cast<const P*>(wpe), vocab_start,
+        vocab_count, n, T, C);
+    TZ_CUDA_CHECK_LAUNCH();
+  });
 }
 
 void launch_encoder_backward_vocab_range(cudaStream_t stream, const DeterministicScratch& scratch,

@@ -2,12 +2,14 @@
 // vocabulary or (vocabulary-parallel, two passes) over one rank's columns. The (N, Vp) logits
 // are the largest activation in GPT-2, so the backward writes its gradient over the logits in
 // place; one block per row reads the whole row (max, sum of exponentials, target logit) before
-// any thread writes, which is what makes dlogits == logits safe.
+// any thread writes, which is what makes dlogits == logits safe. 16-bit training writes the
+// gradient in 16 bits (D, a storage16.cuh type) into a buffer of its own.
 #include <math_constants.h>
 
 #include <string>
 
 #include "cuda/cuda_common.cuh"
+#include "cuda/storage16.cuh"
 
 namespace tierzero::kernels::cuda_impl {
 
@@ -15,8 +17,9 @@ namespace {
 
 constexpr int kSoftmaxBlockSize = 512;  // rows are long (V = 50257): more loads in flight
 
+template <typename D>
 __global__ void __launch_bounds__(kSoftmaxBlockSize)
-    softmax_xent_kernel(float* dlogits,          // (N, Vp) nullable; may alias logits
+    softmax_xent_kernel(D* dlogits,              // (N, Vp) nullable; may alias fp32 logits
                         float* losses,           // (N)
                         const float* logits,     // (N, Vp)
                         const int32_t* targets,  // (N)
@@ -47,16 +50,16 @@ __global__ void __launch_bounds__(kSoftmaxBlockSize)
 
   // In place: thread 0 must have read x[target] before any thread overwrites it.
   __syncthreads();
-  float* dx = dlogits + row * Vp;  // (Vp)
+  D* dx = dlogits + row * Vp;  // (Vp)
   const float inv_sum = 1.0f / sum;
   const size_t target_index = target_valid ? static_cast<size_t>(target) : Vp;
   // Each thread reads and writes only its own columns from here on.
   for (size_t i = threadIdx.x; i < Vp; i += blockDim.x) {
     if (i < V) {
       const float p = expf(x[i] - max_logit) * inv_sum;
-      dx[i] = dloss * (p - (i == target_index ? 1.0f : 0.0f));
+      dx[i] = from_f32<D>(dloss * (p - (i == target_index ? 1.0f : 0.0f)));
     } else {
-      dx[i] = 0.0f;
+      dx[i] = from_f32<D>(0.0f);
     }
   }
 }
@@ -99,8 +102,9 @@ __global__ void __launch_bounds__(kSoftmaxBlockSize)
   }
 }
 
+template <typename D>
 __global__ void __launch_bounds__(kSoftmaxBlockSize)
-    vocab_xent_finish_kernel(float* dlogits,             // (N, Vl) nullable; may alias logits
+    vocab_xent_finish_kernel(D* dlogits,                 // (N, Vl) nullable; may alias fp32 logits
                              float* losses,              // (N)
                              const float* logits,        // (N, Vl)
                              const float* all_partials,  // (ranks, N, 3)
@@ -148,14 +152,14 @@ __global__ void __launch_bounds__(kSoftmaxBlockSize)
                                    ? static_cast<size_t>(target) - vocab_start  // wraps when below
                                    : Vl;
   const float* x = logits + row * Vl;  // (Vl)
-  float* dx = dlogits + row * Vl;      // (Vl), possibly the same memory as x
+  D* dx = dlogits + row * Vl;          // (Vl), possibly the same memory as x
   // Each thread reads and writes only its own columns, so in place is safe.
   for (size_t i = threadIdx.x; i < Vl; i += blockDim.x) {
     if (i < real) {
       const float p = expf(x[i] - max_logit) * inv_sum;
-      dx[i] = dloss * (p - (i == target_column ? 1.0f : 0.0f));
+      dx[i] = from_f32<D>(dloss * (p - (i == target_column ? 1.0f : 0.0f)));
     } else {
-      dx[i] = 0.0f;
+      dx[i] = from_f32<D>(0.0f);
     }
   }
 }
@@ -174,10 +178,9 @@ void check_vocab_xent_args(const char* what, size_t N, size_t V) {
            "split the batch into smaller micro-batches");
 }
 
-}  // namespace
-
-void launch_softmax_xent(cudaStream_t stream, float* dlogits, float* losses, const float* logits,
-                         const int32_t* targets, float dloss, size_t N, size_t V, size_t Vp) {
+template <typename D>
+void softmax_xent(cudaStream_t stream, D* dlogits, float* losses, const float* logits,
+                  const int32_t* targets, float dloss, size_t N, size_t V, size_t Vp) {
   TZ_CHECK(
       V > 0 && V <= Vp,
       "softmax_xent: need 0 < V <= Vp, got V=" + std::to_string(V) + " Vp=" + std::to_string(Vp),
@@ -188,6 +191,40 @@ void launch_softmax_xent(cudaStream_t stream, float* dlogits, float* losses, con
   softmax_xent_kernel<<<static_cast<unsigned>(N), kSoftmaxBlockSize, 0, stream>>>(
       dlogits, losses, logits, targets, dloss, V, Vp);
   TZ_CUDA_CHECK_LAUNCH();
+}
+
+template <typename D>
+void vocab_xent_finish(cudaStream_t stream, D* dlogits, float* losses, const float* logits,
+                       const float* all_partials, size_t ranks, const int32_t* targets, float dloss,
+                       size_t N, size_t Vl, size_t vocab_start, size_t V) {
+  check_vocab_xent_args("vocab_xent_finish", N, V);
+  TZ_CHECK(ranks > 0, "vocab_xent_finish: no partials (ranks is 0)",
+           "pass every rank's partials, all-gathered in rank order");
+  TZ_CHECK(ranks <= static_cast<size_t>(kSoftmaxBlockSize),
+           "vocab_xent_finish: " + std::to_string(ranks) + " vocabulary ranks, more than " +
+               std::to_string(kSoftmaxBlockSize) + " the kernel combines",
+           "use at most that many tensor-parallel ranks");
+  if (N == 0) return;
+  vocab_xent_finish_kernel<<<static_cast<unsigned>(N), kSoftmaxBlockSize, 0, stream>>>(
+      dlogits, losses, logits, all_partials, ranks, targets, dloss, N, Vl,
+      real_columns(Vl, vocab_start, V), vocab_start, V);
+  TZ_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_softmax_xent(cudaStream_t stream, float* dlogits, float* losses, const float* logits,
+                         const int32_t* targets, float dloss, size_t N, size_t V, size_t Vp) {
+  softmax_xent(stream, dlogits, losses, logits, targets, dloss, N, V, Vp);
+}
+
+void launch_softmax_xent16(cudaStream_t stream, void* dlogits, DType type, float* losses,
+                           const float* logits, const int32_t* targets, float dloss, size_t N,
+                           size_t V, size_t Vp) {
+  with_16bit_type(type, [&](auto d) {
+    softmax_xent(stream, static_cast<decltype(d)*>(dlogits), losses, logits, targets, dloss, N, V,
+                 Vp);
+  });
 }
 
 void launch_vocab_xent_partials(cudaStream_t stream, float* partials, const float* logits,
@@ -204,18 +241,18 @@ void launch_vocab_xent_finish(cudaStream_t stream, float* dlogits, float* losses
                               const float* logits, const float* all_partials, size_t ranks,
                               const int32_t* targets, float dloss, size_t N, size_t Vl,
                               size_t vocab_start, size_t V) {
-  check_vocab_xent_args("vocab_xent_finish", N, V);
-  TZ_CHECK(ranks > 0, "vocab_xent_finish: no partials (ranks is 0)",
-           "pass every rank's partials, all-gathered in rank order");
-  TZ_CHECK(ranks <= static_cast<size_t>(kSoftmaxBlockSize),
-           "vocab_xent_finish: " + std::to_string(ranks) + " vocabulary ranks, more than " +
-               std::to_string(kSoftmaxBlockSize) + " the kernel combines",
-           "use at most that many tensor-parallel ranks");
-  if (N == 0) return;
-  vocab_xent_finish_kernel<<<static_cast<unsigned>(N), kSoftmaxBlockSize, 0, stream>>>(
-      dlogits, losses, logits, all_partials, ranks, targets, dloss, N, Vl,
-      real_columns(Vl, vocab_start, V), vocab_start, V);
-  TZ_CUDA_CHECK_LAUNCH();
+  vocab_xent_finish(stream, dlogits, losses, logits, all_partials, ranks, targets, dloss, N, Vl,
+                    vocab_start, V);
+}
+
+void launch_vocab_xent16_finish(cudaStream_t stream, void* dlogits, DType type, float* losses,
+                                const float* logits, const float* all_partials, size_t ranks,
+                                const int32_t* targets, float dloss, size_t N, size_t Vl,
+                                size_t vocab_start, size_t V) {
+  with_16bit_type(type, [&](auto d) {
+    vocab_xent_finish(stream, static_cast<decltype(d)*>(dlogits), losses, logits, all_partials,
+                      ranks, targets, dloss, N, Vl, vocab_start, V);
+  });
 }
 
 }  // namespace tierzero::kernels::cuda_impl

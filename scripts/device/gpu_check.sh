@@ -202,8 +202,8 @@ kt=build/gpu/tests/kernels/test_kernels
 lkt=build/gpu/tests/test_llama_kernels
 # Issue 26's kernels on cuda against the CPU reference, with the errors each test prints.
 step_kernels26() {
-  log "issue 26: kernel tests on cuda (fused attention, gradient sums, matmul precisions, matmul + GELU epilogues, the 16-bit linears and norms, layernorm, attention, llama, matmul, AdamW with its copy and segments)"
-  timeout 90 $kt --gtest_filter='*FlashAttentionTest*/cuda:*GradientSumsTest*/cuda:*ElementwiseTest.SumSquares*/cuda:*MatmulPrecisionTest*/cuda:*MatmulGeluTest*/cuda:*Matmul16Test*/cuda:*Norm16Test*/cuda:*LayerNormTest*/cuda:*AttentionTest*/cuda:*MatmulTest*/cuda:*AdamWTest*/cuda' \
+  log "issue 26: kernel tests on cuda (fused attention, gradient sums, matmul precisions, matmul + GELU epilogues, the 16-bit linears, norms, embedding and classifier, layernorm, attention, llama, matmul, AdamW with its copy and segments)"
+  timeout 90 $kt --gtest_filter='*FlashAttentionTest*/cuda:*GradientSumsTest*/cuda:*ElementwiseTest.SumSquares*/cuda:*MatmulPrecisionTest*/cuda:*MatmulGeluTest*/cuda:*Matmul16Test*/cuda:*Norm16Test*/cuda:*Classifier16Test*/cuda:*LayerNormTest*/cuda:*AttentionTest*/cuda:*MatmulTest*/cuda:*AdamWTest*/cuda' \
     >"$out/kernels26.log" 2>&1
   log "exit $?"
   # The Llama family's kernels (the fused residual + RMSNorm among them) have their own binary.
@@ -222,6 +222,7 @@ step_sanitize26() {
   local tool=$1 limit=120
   local san='*FlashAttentionTest.SmallForSanitizers*/cuda:*MatmulGeluTest*/cuda'
   san="$san:*Matmul16Test*/cuda:*Norm16Test*/cuda:*FlashAttentionTest.SixteenBitTensors*/cuda"
+  san="$san:*Classifier16Test*/cuda"
   san="$san:*AdamWTest.SegmentsAreThePerSegmentCalls*/cuda:*LayerNormTest*/cuda"
   san="$san:*SoftmaxXentTest*/cuda:*EncoderTest*/cuda:*ElementwiseTest.SumSquares*/cuda"
   [ "$tool" = racecheck ] && limit=150
@@ -348,7 +349,7 @@ PY
 step_ctest_rest() {
   local limit=${1:-90}
   log "every other CUDA test (ctest, as far as $limit s allow)"
-  (cd build/gpu && timeout "$limit" ctest -R "/cuda|Cuda|_cuda" -E "FlashAttentionTest|GradientSumsTest|ElementwiseTest.SumSquares|MatmulPrecisionTest|MatmulGeluTest|Matmul16Test|Norm16Test|AdamWTest" \
+  (cd build/gpu && timeout "$limit" ctest -R "/cuda|Cuda|_cuda" -E "FlashAttentionTest|GradientSumsTest|ElementwiseTest.SumSquares|MatmulPrecisionTest|MatmulGeluTest|Matmul16Test|Norm16Test|Classifier16Test|AdamWTest" \
      -j6 --timeout 120 --output-on-failure --output-junit "$out/junit26.xml") >"$out/ctest26.log" 2>&1
   log "ctest exit $?"; tail -25 "$out/ctest26.log" | tee -a "$out/summary.txt"
 }

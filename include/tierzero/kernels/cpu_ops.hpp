@@ -162,6 +162,19 @@ void vocab_xent_finish(float* dlogits, float* losses, const float* logits,
                        const float* all_partials, size_t ranks, const int32_t* targets, float dloss,
                        size_t N, size_t Vl, size_t vocab_start, size_t V);
 
+// The 16-bit embedding and classifier (Kernels::encoder16_forward, softmax_xent16_*,
+// vocab_xent16_finish): the fp32 ops on widened rows, or with the gradient rounded to type.
+void encoder16_forward(float* out, const int32_t* tokens, const void* wte_local, const void* wpe,
+                       DType type, size_t vocab_start, size_t vocab_count, size_t B, size_t T,
+                       size_t C);
+void softmax_xent16_forward_backward(void* dlogits, float* losses, const float* logits,
+                                     const int32_t* targets, DType type, float dloss, size_t N,
+                                     size_t V, size_t Vp);
+void vocab_xent16_finish(void* dlogits, float* losses, const float* logits,
+                         const float* all_partials, size_t ranks, const int32_t* targets,
+                         DType type, float dloss, size_t N, size_t Vl, size_t vocab_start,
+                         size_t V);
+
 // param, m, v (n) updated in place by AdamW (PyTorch semantics) from grad (n)
 void adamw_update(float* param, float* m, float* v, const float* grad, size_t n,
                   const AdamWParams& p);

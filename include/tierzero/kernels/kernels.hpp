@@ -474,6 +474,34 @@ class Kernels {
                                  float dloss, size_t N, size_t Vl, size_t vocab_start,
                                  size_t V) = 0;
 
+  // ---- 16-bit training's embedding and classifier ----
+  // encoder_forward_vocab_range with wte_local and wpe in 16 bits (`type`, bf16 or fp16: the
+  // weights' working copy) and the residual stream out fp32: bitwise the fp32 op on the widened
+  // rows, on every backend. The whole vocabulary is vocab_start 0, vocab_count Vp.
+  virtual void encoder16_forward(float* out,             // (B, T, C)
+                                 const int32_t* tokens,  // (B, T)
+                                 const void* wte_local,  // (vocab_count, C) type
+                                 const void* wpe,        // (maxT, C) type, nullable
+                                 DType type, size_t vocab_start, size_t vocab_count, size_t B,
+                                 size_t T, size_t C) = 0;
+  // softmax_xent_forward_backward and vocab_xent_finish with the logits' gradient rounded once to
+  // `type` (the head's backward products' 16-bit operand) while the logits, the loss and its
+  // softmax stay fp32: bitwise the fp32 op then convert_from_f32, on every backend. dlogits is
+  // its own buffer: it may not alias the logits.
+  virtual void softmax_xent16_forward_backward(void* dlogits,           // (N, Vp) type
+                                               float* losses,           // (N)
+                                               const float* logits,     // (N, Vp)
+                                               const int32_t* targets,  // (N)
+                                               DType type, float dloss, size_t N, size_t V,
+                                               size_t Vp) = 0;
+  virtual void vocab_xent16_finish(void* dlogits,                         // (N, Vl) type
+                                   float* losses,                         // (N)
+                                   const float* logits,                   // (N, Vl)
+                                   const float* all_partials,             // (ranks, N, 3)
+                                   size_t ranks, const int32_t* targets,  // (N)
+                                   DType type, float dloss, size_t N, size_t Vl, size_t vocab_start,
+                                   size_t V) = 0;
+
   // AdamW (PyTorch semantics, decoupled weight decay) on n elements, in place.
   virtual void adamw_update(float* param,       // (n)
                             float* m,           // (n)
