@@ -1,7 +1,16 @@
-// LocalParams: the resident, unsharded parameter provider (the reference path).
+// LocalParams: the resident, unsharded parameter provider (the reference path), and what every
+// provider without a 16-bit working copy says when asked for one.
 #include "tierzero/nn/param_provider.hpp"
 
+#include "tierzero/core/error.hpp"
+
 namespace tierzero::nn {
+
+const void* ParamProvider::acquire_params16(size_t unit) {
+  TZ_THROW("the parameter provider was asked for unit " + std::to_string(unit) +
+               " in 16 bits, and it holds fp32 parameters only",
+           "16-bit compute needs bf16 or fp16 working parameters in the partition store");
+}
 
 LocalParams::LocalParams(const ParamLayout& layout, DeviceAllocator& allocator)
     : layout_(layout), device_(allocator.device()) {

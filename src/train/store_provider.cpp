@@ -69,6 +69,16 @@ const float* StoreParamProvider::acquire_params(size_t unit) {
   return store_.acquire_params(grouping_.store_unit.at(unit)) + grouping_.offset[unit];
 }
 
+const void* StoreParamProvider::acquire_params16(size_t unit) {
+  const size_t g = grouping_.store_unit.at(unit);
+  const auto* unit_bits = static_cast<const unsigned char*>(store_.acquire_params16(g));
+  return unit_bits + grouping_.offset[unit] * dtype_size(store_.config().compute);
+}
+
+DType StoreParamProvider::params16_type() const {
+  return store_.config().compute;
+}
+
 void StoreParamProvider::release_params(size_t unit) {
   store_.release_params(grouping_.store_unit.at(unit));
 }

@@ -3,10 +3,13 @@
 // in fetch_trace.cpp.
 #include "fetcher.hpp"
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tierzero/comm/timed_collective.hpp"
 #include "tierzero/core/activity_log.hpp"
+#include "tierzero/core/dtype.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/timer.hpp"
 #include "tierzero/device/device_span.hpp"
@@ -44,18 +47,22 @@ bool Fetcher::is_direct(size_t unit) const {
          storage_.working() == DType::f32;
 }
 
-const float* Fetcher::unit_params(size_t unit) {
+bool Fetcher::widens() const {
+  return storage_.working() != DType::f32 && config_.compute == DType::f32;
+}
+
+const void* Fetcher::unit_params(size_t unit) {
   UnitFetch& s = units_[unit];
   if (s.direct) return storage_.arenas().ptr(StateBuffer::param_shard, unit);
   if (s.compute) return s.compute.f32();
-  if (config_.stage < 3) return storage_.arenas().ptr(StateBuffer::params_full, unit);
-  return s.gathered.f32();
+  if (config_.stage < 3) return storage_.full_params_raw(unit);
+  return s.gathered.data();
 }
 
-const float* Fetcher::acquire(size_t unit) {
+const void* Fetcher::acquire(size_t unit) {
   UnitFetch& s = units_[unit];
   if (config_.stage < 3) {
-    if (storage_.working() != DType::f32 && !s.compute) {
+    if (widens() && !s.compute) {
       // The kernels compute in fp32 from 16-bit storage: a converted copy while in use.
       const size_t padded = plan_.partition(unit).padded_numel;
       s.compute = storage_.allocator().allocate(padded * sizeof(float), Category::param,
@@ -105,9 +112,18 @@ void Fetcher::read(size_t unit, float* host_values) {
     finish_fetch(unit, false);
   }
   Stream& st = device_.default_stream();
-  device_.copy(host_values, unit_params(unit), plan_.units()[unit].numel * sizeof(float),
-               CopyKind::device_to_host, st);
-  st.synchronize();
+  const size_t numel = plan_.units()[unit].numel;
+  if (config_.compute == DType::f32) {
+    device_.copy(host_values, unit_params(unit), numel * sizeof(float), CopyKind::device_to_host,
+                 st);
+    st.synchronize();
+  } else {                              // the 16-bit values handed out, widened on the host
+    std::vector<uint16_t> bits(numel);  // (numel) compute type
+    device_.copy(bits.data(), unit_params(unit), numel * sizeof(uint16_t), CopyKind::device_to_host,
+                 st);
+    st.synchronize();
+    convert_to_f32(host_values, bits.data(), config_.compute, numel);
+  }
   if (s.refs == 0 && !persistent(unit)) drop(unit);
 }
 
@@ -298,7 +314,7 @@ void Fetcher::finish_fetch(size_t unit, bool stall) {
           Track::collective, "all_gather", s.gather_issued_s, t1,
           plan_.partition(unit).padded_numel * dtype_size(storage_.working()), u);
   }
-  if (storage_.working() != DType::f32 && s.gathered) {
+  if (widens() && s.gathered) {
     // The kernels compute in fp32 from 16-bit storage: widened on the device, in stream order
     // (the gathered block is reused only after the conversion that reads it).
     const size_t padded = plan_.partition(unit).padded_numel;

@@ -39,7 +39,9 @@ class Fetcher {
   // Starts a forward(/backward) pass: a training pass follows (or records) the trace, an
   // evaluation pass fetches on demand.
   void begin_pass(PassKind kind);
-  const float* acquire(size_t unit);  // (padded_numel) fp32 on the device
+  // (padded_numel) on the device, of StoreConfig::compute's type: fp32, or the 16-bit working
+  // copy as it is.
+  const void* acquire(size_t unit);
   void release(size_t unit);
   // Issues every gather held back so far (waiting for their shards as needed).
   void flush();
@@ -73,7 +75,8 @@ class Fetcher {
     bool deferred = false;    // in deferred_: counted as gathered, not issued yet
     bool direct = false;      // one rank, fp32 on the device: the shard is the unit, no copy
     DeviceBuffer gathered;    // (padded_numel) working type, stage 3: the unit's working params
-    DeviceBuffer compute;     // (padded_numel) fp32: converted from 16-bit working parameters
+    DeviceBuffer compute;     // (padded_numel) fp32: widened from 16-bit working parameters
+                              // (compute fp32 only)
     offload::PinnedBuffer staging;  // (shard_numel) working type: the shard read from NVMe
     bool staging_counted = false;   // staging counts in the budget (read or handoff not copied)
     std::vector<offload::IoHandle> reads;
@@ -85,8 +88,9 @@ class Fetcher {
     comm::CommRequest gather;
   };
 
-  const float* unit_params(size_t unit);  // the fp32 values acquire hands out
-  bool is_direct(size_t unit) const;      // one rank, fp32, shard on the device
+  const void* unit_params(size_t unit);  // what acquire hands out (StoreConfig::compute)
+  bool widens() const;                   // 16-bit working parameters handed out in fp32
+  bool is_direct(size_t unit) const;     // one rank, fp32, shard on the device
   void start_read(size_t unit);  // NVMe -> host staging (params on NVMe only), or the handoff
   // Gathers are issued strictly in the order start_gather is called (the same on every rank); a
   // unit whose shard is not ready yet is queued instead and issued in order later.

@@ -100,6 +100,11 @@ PartitionStore::PartitionStore(std::vector<UnitSpec> units, const StoreConfig& c
       group_(group),
       plan_(std::move(units), plan_ranks(config, group), plan_rank(config, group),
             config.shard_align_elems) {
+  TZ_CHECK(config.compute == DType::f32 || (config.compute == config.placement.working &&
+                                            config.placement.working != DType::f32),
+           std::string("PartitionStore: parameters handed out in ") + dtype_name(config.compute) +
+               " from " + dtype_name(config.placement.working) + " working parameters",
+           "set StoreConfig::compute to fp32 or to the 16-bit working type");
   storage_ = std::make_unique<ShardStorage>(
       plan_, config_.stage, place_units(plan_, config.stage, config.placement), config_, allocator);
   background_ = std::make_unique<BackgroundUpdate>(plan_.num_units(), config_.nvme_read_buffers);
@@ -165,6 +170,20 @@ void PartitionStore::flush_collectives() {
 const float* PartitionStore::acquire_params(size_t unit) {
   check_unit("acquire_params", unit);
   check_not_updating("acquire_params", unit);
+  TZ_CHECK(config_.compute == DType::f32,
+           std::string("PartitionStore::acquire_params: this store hands its parameters out in ") +
+               dtype_name(config_.compute) + " (StoreConfig::compute)",
+           "call acquire_params16, or build the store with compute fp32");
+  return static_cast<const float*>(fetcher_->acquire(unit));
+}
+
+const void* PartitionStore::acquire_params16(size_t unit) {
+  check_unit("acquire_params16", unit);
+  check_not_updating("acquire_params16", unit);
+  TZ_CHECK(config_.compute != DType::f32,
+           "PartitionStore::acquire_params16: this store hands its parameters out in fp32 "
+           "(StoreConfig::compute)",
+           "call acquire_params, or build the store with compute set to its 16-bit working type");
   return fetcher_->acquire(unit);
 }
 

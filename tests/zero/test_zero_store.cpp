@@ -17,6 +17,7 @@
 // reference tolerances instead of bitwise.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -425,6 +426,63 @@ TEST_P(ZeroStoreMixedPrecision, TracksTheFp32ReferenceAndPlacementsAgree) {
                                   what + ", placement " + std::to_string(i) + " vs device, losses",
                                   session().world().rank()),
               0u);
+}
+
+// 16-bit compute (StoreConfig::compute the working type): the store hands out its working copy
+// as it holds it — the bits of the loaded values rounded to the working type, through the nn
+// provider too — and holds no fp32 copy of a unit in use: acquiring costs the gathered 16-bit
+// unit at stage 3 and nothing below it (fp32 compute costs 4 bytes per element more). The fp32
+// hand-out is then an Error, as is the 16-bit one in fp32 mode, and a compute type that is not
+// the working one.
+TEST_P(ZeroStoreMixedPrecision, HandsOutTheWorkingCopyFor16BitCompute) {
+  const int stage = std::get<0>(GetParam());
+  const DType working = std::get<1>(GetParam());
+  for (const char* placement : {"device", "all_nvme"}) {
+    if (stage < 3 && std::string(placement) != "device") continue;
+    const std::string what =
+        "stage " + std::to_string(stage) + ", " + dtype_name(working) + ", placement " + placement;
+    Fixture f(stage, placement, 1000000000, working, 500000000, true,
+              [&](zero::StoreConfig& c) { c.compute = working; });
+    const nn::ParamLayout& layout = f.ref_model.layout();
+    std::vector<float> init(layout.total_numel());  // (total_numel) as the fixture loaded them
+    nn::init_gpt2_params(layout, f.cfg, 1234, init.data());
+    f.store.begin_pass(zero::PassKind::eval);
+    for (size_t u = 0; u < layout.units().size(); ++u) {
+      const size_t numel = layout.units()[u].numel;
+      const size_t before = f.store_tracker.current(Tier::device, Category::param);
+      const void* held = f.provider.acquire_params16(u);
+      const size_t during = f.store_tracker.current(Tier::device, Category::param);
+      const size_t padded = f.store.plan().partition(u).padded_numel;
+      // (An evaluation pass gathers on demand: nothing of this unit was gathered before.)
+      EXPECT_EQ(during - before, stage == 3 ? DeviceAllocator::round_size(2 * padded) : 0u)
+          << what << ", unit " << u << ": no fp32 copy while in use";
+      std::vector<uint16_t> got(numel), want(numel);  // (numel) working type
+      f.device->copy(got.data(), held, numel * sizeof(uint16_t), CopyKind::device_to_host,
+                     f.device->default_stream());
+      f.device->default_stream().synchronize();
+      convert_from_f32(want.data(), working, init.data() + layout.units()[u].offset, numel);
+      EXPECT_EQ(got, want) << what << ", unit " << u << ": the working copy's bits";
+      EXPECT_EQ(f.provider.params16_type(), working);
+      EXPECT_THROW(f.store.acquire_params(f.provider.grouping().store_unit[u]), Error) << what;
+      f.provider.release_params(u);
+      // Reading a unit back (checkpoints, export) widens the same values on the host.
+      const size_t store_unit = f.provider.grouping().store_unit[u];
+      std::vector<float> read(f.store.plan().units()[store_unit].numel);  // (numel) host
+      f.store.read_unit(store_unit, read.data());
+      std::vector<float> widened(numel);  // (numel)
+      convert_to_f32(widened.data(), want.data(), working, numel);
+      EXPECT_EQ(0, std::memcmp(read.data(), widened.data(), numel * sizeof(float)))
+          << what << ", unit " << u << ": read_unit";
+    }
+  }
+  // The fp32 store refuses the 16-bit hand-out; a compute type other than the working one is
+  // refused at construction.
+  Fixture fp32(stage, "device", 1000000000, working);
+  EXPECT_THROW(fp32.store.acquire_params16(0), Error);
+  const DType other = working == DType::bf16 ? DType::f16 : DType::bf16;
+  EXPECT_THROW(Fixture(stage, "device", 1000000000, working, 500000000, true,
+                       [&](zero::StoreConfig& c) { c.compute = other; }),
+               Error);
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, ZeroStoreMixedPrecision,

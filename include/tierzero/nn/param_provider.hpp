@@ -6,6 +6,7 @@
 
 #include <cstddef>
 
+#include "tierzero/core/dtype.hpp"
 #include "tierzero/device/device_allocator.hpp"
 #include "tierzero/nn/param_layout.hpp"
 
@@ -17,6 +18,11 @@ class ParamProvider {
   // Full parameters of `unit` on the compute device, valid until release_params(unit).
   // Calls nest: a unit may be acquired again before it is released (the tied head uses wte).
   virtual const float* acquire_params(size_t unit) = 0;  // (units[unit].numel)
+  // The same in 16 bits, for 16-bit compute: a provider holding a 16-bit working copy hands it
+  // out as it is, of params16_type(); released by release_params. A provider that hands out fp32
+  // only (params16_type() fp32: LocalParams, the fp32 reference) throws an Error.
+  virtual const void* acquire_params16(size_t unit);  // (units[unit].numel) params16_type()
+  virtual DType params16_type() const { return DType::f32; }
   virtual void release_params(size_t unit) = 0;
   // Where backward accumulates the full gradient of `unit` (+=), valid until grads_done(unit).
   virtual float* acquire_grads(size_t unit) = 0;  // (units[unit].numel)
@@ -29,6 +35,10 @@ class UnitOffsetProvider final : public ParamProvider {
  public:
   UnitOffsetProvider(ParamProvider& base, size_t first) : base_(base), first_(first) {}
   const float* acquire_params(size_t unit) override { return base_.acquire_params(first_ + unit); }
+  const void* acquire_params16(size_t unit) override {
+    return base_.acquire_params16(first_ + unit);
+  }
+  DType params16_type() const override { return base_.params16_type(); }
   void release_params(size_t unit) override { base_.release_params(first_ + unit); }
   float* acquire_grads(size_t unit) override { return base_.acquire_grads(first_ + unit); }
   void grads_done(size_t unit) override { base_.grads_done(first_ + unit); }

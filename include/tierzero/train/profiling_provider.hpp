@@ -27,6 +27,11 @@ class ProfilingProvider final : public nn::ParamProvider {
     recorder_.set_unit(static_cast<int64_t>(unit));
     return inner_.acquire_params(unit);
   }
+  const void* acquire_params16(size_t unit) override {
+    recorder_.set_unit(static_cast<int64_t>(unit));
+    return inner_.acquire_params16(unit);
+  }
+  DType params16_type() const override { return inner_.params16_type(); }
   void release_params(size_t unit) override { inner_.release_params(unit); }
   float* acquire_grads(size_t unit) override {
     if (phase_ == profile::Phase::forward) {

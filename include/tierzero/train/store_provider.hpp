@@ -37,6 +37,9 @@ class StoreParamProvider final : public nn::ParamProvider {
   // `store` must outlive the provider; it was built from grouping.specs.
   StoreParamProvider(zero::PartitionStore& store, UnitGrouping grouping);
   const float* acquire_params(size_t unit) override;
+  // The store's 16-bit hand-out (StoreConfig::compute the 16-bit working type).
+  const void* acquire_params16(size_t unit) override;
+  DType params16_type() const override;
   void release_params(size_t unit) override;
   float* acquire_grads(size_t unit) override;
   // A store unit's gradients are done (and reduced) when all its nn units' are.

@@ -89,7 +89,12 @@ class PartitionStore {
   // nest. At stage 3 the first acquire gathers (collective: every rank must acquire units in the
   // same order; while the trace is recorded a different order is an Error on every rank).
   const float* acquire_params(size_t unit);  // (units[unit].numel)
+  // The same in 16 bits, when StoreConfig::compute is the (16-bit) working type: the working copy
+  // as the store holds it (gathered at stage 3), not widened. Released by release_params. Each
+  // of the two is an Error in the other's mode.
+  const void* acquire_params16(size_t unit);  // (units[unit].numel) of placement.working
   void release_params(size_t unit);
+  const StoreConfig& config() const { return config_; }
   // Where backward accumulates (+=) the unit's full local gradient, valid until grads_done(unit);
   // acquiring again before grads_done returns the same buffer.
   float* acquire_grads(size_t unit);  // (units[unit].numel)

@@ -87,6 +87,11 @@ struct StoreConfig {
   size_t optimizer_swap_buffers = 4;
   // Whether the CPU optimizer overlaps the backward (PartitionStore::plan_step).
   OptimizerOverlap optimizer_overlap = OptimizerOverlap::plain;
+  // The type the parameters are handed out in: fp32 (acquire_params; 16-bit working parameters
+  // are widened into an fp32 copy while a unit is in use), or the working type itself when it is
+  // 16-bit (acquire_params16, 16-bit compute: the working copy as gathered, never widened, so a
+  // unit in use costs 2 bytes per element instead of 2 + 4).
+  DType compute = DType::f32;
 };
 
 // The groups a store works with besides its partition group (all optional; null: none). Every
