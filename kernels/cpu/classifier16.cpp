@@ -44,6 +44,7 @@ void softmax_xent16_forward_backward(void* dlogits, float* losses, const float* 
                                      const int32_t* targets, DType type, float dloss, size_t N,
                                      size_t V, size_t Vp) {
   check_16bit_types("softmax_xent16_forward_backward", type, type);
+  check_16bit_gradient_buffer("softmax_xent16_forward_backward", dlogits, logits, N * Vp);
   // The fp32 gradient whole, then rounded: the fp32 kernel validates the targets before any
   // thread starts (row by row inside a parallel region, its Error could not leave the region).
   std::vector<float> dlogits32(N * Vp);  // (N, Vp)
@@ -56,6 +57,7 @@ void vocab_xent16_finish(void* dlogits, float* losses, const float* logits,
                          DType type, float dloss, size_t N, size_t Vl, size_t vocab_start,
                          size_t V) {
   check_16bit_types("vocab_xent16_finish", type, type);
+  check_16bit_gradient_buffer("vocab_xent16_finish", dlogits, logits, N * Vl);
   std::vector<float> dlogits32(N * Vl);  // (N, Vl): the partials are laid out by N
   vocab_xent_finish(dlogits32.data(), losses, logits, all_partials, ranks, targets, dloss, N, Vl,
                     vocab_start, V);

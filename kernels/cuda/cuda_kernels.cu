@@ -41,11 +41,12 @@ constexpr size_t kWorkspaceAlignment = 256;
 
 // The largest power of two (up to 256, cuBLASLt's default assumption) dividing the address, so
 // the heuristic only proposes algorithms whose alignment requirements the buffer meets: callers
-// pass pointers into arenas (e.g. one layer's slice of a stacked weight) with any alignment.
+// pass pointers into arenas (e.g. one layer's slice of a stacked weight) with any alignment, and
+// a 16-bit operand at an odd element is only 2-byte aligned.
 uint32_t pointer_alignment(const void* p) {
   const auto address = reinterpret_cast<uintptr_t>(p);
   uint32_t alignment = 256;
-  while (alignment > 4 && address % alignment != 0) alignment /= 2;
+  while (address % alignment != 0) alignment /= 2;
   return alignment;
 }
 
@@ -677,6 +678,7 @@ class CudaKernels final : public Kernels {
                                        const int32_t* targets, DType type, float dloss, size_t N,
                                        size_t V, size_t Vp) override {
     check_16bit_types("softmax_xent16_forward_backward", type, type);
+    check_16bit_gradient_buffer("softmax_xent16_forward_backward", dlogits, logits, N * Vp);
     CudaDeviceGuard guard(device_);
     cuda_impl::launch_softmax_xent16(stream_, dlogits, type, losses, logits, targets, dloss, N, V,
                                      Vp);
@@ -686,6 +688,7 @@ class CudaKernels final : public Kernels {
                            DType type, float dloss, size_t N, size_t Vl, size_t vocab_start,
                            size_t V) override {
     check_16bit_types("vocab_xent16_finish", type, type);
+    check_16bit_gradient_buffer("vocab_xent16_finish", dlogits, logits, N * Vl);
     CudaDeviceGuard guard(device_);
     cuda_impl::launch_vocab_xent16_finish(stream_, dlogits, type, losses, logits, all_partials,
                                           ranks, targets, dloss, N, Vl, vocab_start, V);
@@ -906,7 +909,12 @@ class CudaKernels final : public Kernels {
       return true;
     }
     if (epilogue.fused()) return false;
-    TZ_THROW(std::string("cuBLASLt has no ") + matmul_precision_name(precision_) +
+    const std::string arithmetic =
+        operands == CUDA_R_32F
+            ? std::string(matmul_precision_name(precision_))
+            : std::string(operands == CUDA_R_16BF ? "bf16" : "fp16") + "-operand (" +
+                  (result == CUDA_R_32F ? "fp32" : "16-bit") + " result)";
+    TZ_THROW(std::string("cuBLASLt has no ") + arithmetic +
                  " algorithm for matmul m=" + std::to_string(m) + " n=" + std::to_string(n) +
                  " k=" + std::to_string(k) + " (alignment A=" + std::to_string(align_a) +
                  " B=" + std::to_string(align_b) + " D=" + std::to_string(align_d) +

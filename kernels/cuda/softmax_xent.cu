@@ -19,8 +19,8 @@ constexpr int kSoftmaxBlockSize = 512;  // rows are long (V = 50257): more loads
 
 template <typename D>
 __global__ void __launch_bounds__(kSoftmaxBlockSize)
-    softmax_xent_kernel(D* dlogits,              // (N, Vp) nullable; may alias fp32 logits
-                        float* losses,           // (N)
+    softmax_xent_kernel(D* dlogits,     // (N, Vp) nullable; may alias the logits when D is float
+                        float* losses,  // (N)
                         const float* logits,     // (N, Vp)
                         const int32_t* targets,  // (N)
                         float dloss, size_t V, size_t Vp) {
@@ -104,10 +104,10 @@ __global__ void __launch_bounds__(kSoftmaxBlockSize)
 
 template <typename D>
 __global__ void __launch_bounds__(kSoftmaxBlockSize)
-    vocab_xent_finish_kernel(D* dlogits,                 // (N, Vl) nullable; may alias fp32 logits
-                             float* losses,              // (N)
-                             const float* logits,        // (N, Vl)
-                             const float* all_partials,  // (ranks, N, 3)
+    vocab_xent_finish_kernel(D* dlogits,  // (N, Vl) nullable; may alias the logits when D is float
+                             float* losses,                         // (N)
+                             const float* logits,                   // (N, Vl)
+                             const float* all_partials,             // (ranks, N, 3)
                              size_t ranks, const int32_t* targets,  // (N)
                              float dloss, size_t N, size_t Vl, size_t real, size_t vocab_start,
                              size_t V) {

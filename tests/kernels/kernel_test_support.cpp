@@ -107,7 +107,9 @@ double rms(const std::vector<double>& x) {
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  // (memcmp's pointers must not be null, even for no bytes: an empty vector's data() may be.)
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 Rounded rounded(const std::vector<float>& x, DType type) {

@@ -133,6 +133,20 @@ TEST_P(Classifier16Test, RefusesOtherTypes) {
   }
   EXPECT_THROW(kernels().encoder16_forward(f, tokens->get(), f, nullptr, DType::f32, 0, 2, 1, 2, 1),
                Error);
+  // The 16-bit gradient in place over the fp32 logits (anywhere in them), or missing.
+  for (void* grad : {static_cast<void*>(f), static_cast<void*>(f + 3)}) {
+    try {
+      kernels().softmax_xent16_forward_backward(grad, f + 12, f, tokens->get(), DType::bf16, 1.0f,
+                                                2, 2, 4);
+      ADD_FAILURE() << "a 16-bit gradient over the logits was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("overlaps the fp32 logits"), std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_THROW(kernels().vocab_xent16_finish(nullptr, f + 12, f, f, 1, tokens->get(), DType::bf16,
+                                             1.0f, 2, 4, 0, 4),
+               Error);
   EXPECT_TRUE(same_bits(x->download(), poison(16))) << "a refused call wrote";
 }
 

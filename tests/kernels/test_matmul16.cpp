@@ -9,8 +9,8 @@
 // Tolerances (of |ref| + rms of the products' magnitudes, as test_matmul_precision.cpp): the
 // operands are exact in the reference, so an fp32 result carries only fp32 accumulation, 1e-5; a
 // 16-bit result adds its rounding (at most 2^-8 of |ref| in bf16, 2^-11 in fp16) and, where CUDA
-// has no epilogue for a shape, a second one before the bias or GELU: 2^-7 and 2^-10. GELU from cuBLASLt's
-// epilogue (a tanh whose accuracy it does not document): 2e-3 at least on CUDA, as
+// has no epilogue for a shape, a second one before the bias or GELU: 2^-7 and 2^-10. GELU from
+// cuBLASLt's epilogue (a tanh whose accuracy it does not document): 2e-3 at least on CUDA, as
 // test_matmul_gelu.cpp. Every result that is overwritten starts as NaN.
 #include <algorithm>
 #include <cmath>
@@ -266,6 +266,71 @@ TEST_P(Matmul16Test, BackwardGeluMatchesTheReferenceOfRoundedOperands) {
       EXPECT_TRUE(same_bits(raw_dpre, d_rounded->download())) << name("dpre bits", type, type, s);
       EXPECT_TRUE(same_bits(got_dweight, d_dweight32->download()))
           << name("dweight bits", type, DType::f32, s);
+    }
+}
+
+// Operands, bias and result one 16-bit element past an aligned address (a tensor's slice of an
+// arena may sit anywhere): only 2-byte aligned, which cuBLASLt must be told (it may then decline
+// the bias epilogue, and the bias kernel adds it), with the values of the aligned call.
+TEST_P(Matmul16Test, OperandsAtOddElements) {
+  const Shape s{37, 96, 200, true};
+  uint32_t seed = 1950;
+  // Each array one element in: element 0 is padding.
+  const auto shifted = [](const std::vector<uint16_t>& x) {
+    std::vector<uint16_t> r(x.size() + 1, 0);
+    std::copy(x.begin(), x.end(), r.begin() + 1);
+    return r;
+  };
+  for (DType type : kTypes)
+    for (DType out_type : {DType::f32, type}) {
+      const Rounded inp = rounded(random_normal(s.N * s.IC, seed++), type);      // (N, IC)
+      const Rounded weight = rounded(random_normal(s.OC * s.IC, seed++), type);  // (OC, IC)
+      const Rounded bias = rounded(random_normal(s.OC, seed++, 4.0f), type);     // (OC)
+      auto d_inp = to_device(shifted(inp.bits)), d_weight = to_device(shifted(weight.bits));
+      auto d_bias = to_device(shifted(bias.bits));
+      const size_t out_elems = s.N * s.OC;
+      // An fp32 result one float in (4-byte aligned), a 16-bit one one element in.
+      auto d_out = to_device(poison(out_elems + 1));
+      auto* out = reinterpret_cast<unsigned char*>(d_out->get()) + dtype_size(out_type);
+      kernels().matmul16_forward(out, out_type, d_inp->get() + 1, d_weight->get() + 1,
+                                 d_bias->get() + 1, type, s.N, s.IC, s.OC);
+      const std::vector<float> raw = d_out->download();
+      std::vector<float> got(out_elems);  // (N, OC) widened
+      if (out_type == DType::f32) {
+        std::copy(raw.begin() + 1, raw.end(), got.begin());
+      } else {
+        convert_to_f32(got.data(), reinterpret_cast<const uint16_t*>(raw.data()) + 1, out_type,
+                       out_elems);
+      }
+      std::vector<double> ref(out_elems), magnitude(out_elems);
+      const std::vector<double> bias_d = widen(bias.values);
+      ref::matmul_forward(ref.data(), widen(inp.values).data(), widen(weight.values).data(),
+                          bias_d.data(), s.N, s.IC, s.OC);
+      ref::matmul_forward(magnitude.data(), absolute(widen(inp.values)).data(),
+                          absolute(widen(weight.values)).data(), absolute(bias_d).data(), s.N, s.IC,
+                          s.OC);
+      expect_close(name("matmul16_forward at odd elements", type, out_type, s), got, ref,
+                   result_tolerance(out_type), rms(magnitude));
+      // The backward's products from odd elements too: dinp 16-bit, dweight fp32.
+      const Rounded dout = rounded(random_normal(out_elems, seed++), type);  // (N, OC)
+      auto d_dout = to_device(shifted(dout.bits));
+      auto d_dinp = to_device(poison(s.N * s.IC + 1));
+      auto d_dweight = to_device(std::vector<float>(s.OC * s.IC, 0.0f));
+      auto* dinp = reinterpret_cast<unsigned char*>(d_dinp->get()) + dtype_size(type);
+      kernels().matmul16_backward(dinp, type, d_dweight->get(), nullptr, d_dout->get() + 1,
+                                  d_inp->get() + 1, d_weight->get() + 1, type, s.N, s.IC, s.OC,
+                                  GradWrite::overwrite);
+      std::vector<double> ref_dinp(s.N * s.IC, 0.0), ref_dweight(s.OC * s.IC, 0.0);
+      ref::matmul_backward(ref_dinp.data(), ref_dweight.data(), nullptr, widen(dout.values).data(),
+                           widen(inp.values).data(), widen(weight.values).data(), s.N, s.IC, s.OC);
+      const std::vector<float> raw_dinp = d_dinp->download();
+      std::vector<float> got_dinp(s.N * s.IC);  // (N, IC) widened
+      convert_to_f32(got_dinp.data(), reinterpret_cast<const uint16_t*>(raw_dinp.data()) + 1, type,
+                     got_dinp.size());
+      expect_close(name("matmul16_backward dinp at odd elements", type, type, s), got_dinp,
+                   ref_dinp, result_tolerance(type));
+      expect_close(name("matmul16_backward dweight at odd elements", type, DType::f32, s),
+                   d_dweight->download(), ref_dweight, 1e-5);
     }
 }
 

@@ -487,7 +487,7 @@ class Kernels {
   // softmax_xent_forward_backward and vocab_xent_finish with the logits' gradient rounded once to
   // `type` (the head's backward products' 16-bit operand) while the logits, the loss and its
   // softmax stay fp32: bitwise the fp32 op then convert_from_f32, on every backend. dlogits is
-  // its own buffer: it may not alias the logits.
+  // its own buffer, never null and never overlapping the logits (check_16bit_gradient_buffer).
   virtual void softmax_xent16_forward_backward(void* dlogits,           // (N, Vp) type
                                                float* losses,           // (N)
                                                const float* logits,     // (N, Vp)
@@ -553,6 +553,11 @@ class Kernels {
 // Error naming `op` otherwise.
 void check_16bit_types(const char* op, DType type, DType result_type,
                        GradWrite result_write = GradWrite::overwrite);
+// The 16-bit classifier's rule (softmax_xent16_forward_backward, vocab_xent16_finish): its
+// gradient, `elems` 16-bit elements, is given and shares no byte with the `elems` fp32 logits
+// (written in place it would overwrite logits other threads still read). An Error otherwise.
+void check_16bit_gradient_buffer(const char* op, const void* dlogits, const float* logits,
+                                 size_t elems);
 
 // Issues the kernels called in its scope on another stream and restores the stream before at its
 // end: for work that must not queue behind the compute stream (a reduced gradient's widening
