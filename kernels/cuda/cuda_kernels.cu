@@ -525,13 +525,14 @@ class CudaKernels final : public Kernels {
       cuda_impl::launch_flash_attention_backward(stream_, dqkv, dout, out, qkv, saved, s);
   }
 
-  // The 16-bit attention: the same kernels reading and writing `type`, on the tensor cores
-  // wherever bf16 WMMA exists, whatever precision_ says.
+  // The 16-bit attention: the same kernels reading and writing `type`, chosen as attention_forward
+  // chooses (the tensor cores at a 16-bit precision, which 16-bit training sets; the CUDA-core
+  // kernels at fp32, so a test reaches their 16-bit instances too).
   void attention16_forward(void* out, float* saved, const void* qkv, DType type,
                            const AttentionShape& s) override {
     check_16bit_types("attention16_forward", type, type);
     CudaDeviceGuard guard(device_);
-    if (bf16_tensor_cores_)
+    if (attention_on_tensor_cores())
       cuda_impl::launch_flash_attention16_tc_forward(stream_, out, saved, qkv, type, s);
     else
       cuda_impl::launch_flash_attention16_forward(stream_, out, saved, qkv, type, s);
@@ -540,7 +541,7 @@ class CudaKernels final : public Kernels {
                             const float* saved, DType type, const AttentionShape& s) override {
     check_16bit_types("attention16_backward", type, type);
     CudaDeviceGuard guard(device_);
-    if (bf16_tensor_cores_)
+    if (attention_on_tensor_cores())
       cuda_impl::launch_flash_attention16_tc_backward(stream_, dqkv, dout, out, qkv, saved, type,
                                                       s);
     else

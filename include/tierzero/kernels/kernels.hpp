@@ -325,10 +325,10 @@ class Kernels {
   // The fused attention of 16-bit training: qkv, out, dout and dqkv of one 16-bit `type`, bf16 or
   // fp16, `saved` (the logsumexp) fp32 as above; each element of out and dqkv rounded once from
   // its fp32 value, dqkv written whole. The CPU widens, runs the two calls above and rounds:
-  // bitwise those on the widened tensors. CUDA reads and writes `type` in its kernels: the
-  // tensor-core ones on sm_80 and later (bf16 products, as attention_forward at 16-bit precision;
-  // fp16 values are rounded to bf16 as their tiles load), the fp32 ones below. An Error for
-  // another type.
+  // bitwise those on the widened tensors. CUDA reads and writes `type` in the kernels
+  // attention_forward would run: at a 16-bit matmul precision on sm_80 and later the tensor-core
+  // ones (bf16 products; fp16 values are rounded to bf16 as their tiles load), else the fp32
+  // CUDA-core ones. An Error for another type.
   virtual void attention16_forward(void* out,        // (B, T, NH*hd) type
                                    float* saved,     // (attention_saved_floats)
                                    const void* qkv,  // (B, T, (NH + 2 NKV) hd) type
