@@ -70,4 +70,13 @@ void with_max_dim(const FlashDims& s, F&& fn) {
   }
 }
 
+// fn.template operator()<kMaxDim, E>() with E the storage type (storage16.cuh) of a 16-bit
+// `type` and kMaxDim as with_max_dim picks it: both files' 16-bit launchers.
+template <typename F>
+void with_16bit_max_dim(DType type, const FlashDims& s, F&& fn) {
+  with_16bit_type(type, [&](auto e) {
+    with_max_dim(s, [&]<int kMaxDim>() { fn.template operator()<kMaxDim, decltype(e)>(); });
+  });
+}
+
 }  // namespace tierzero::kernels::cuda_impl

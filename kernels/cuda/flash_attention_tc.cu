@@ -458,11 +458,8 @@ void launch_flash_attention16_tc_forward(cudaStream_t stream, void* out, float* 
                                          const void* qkv, DType type, const AttentionShape& shape) {
   const FlashDims s = flash_dims(shape);
   if (s.B == 0 || s.T == 0) return;
-  with_16bit_type(type, [&](auto e) {
-    using E = decltype(e);
-    with_max_dim(s, [&]<int kMaxDim>() {
-      forward_tc<kMaxDim>(stream, static_cast<E*>(out), lse, static_cast<const E*>(qkv), s);
-    });
+  with_16bit_max_dim(type, s, [&]<int kMaxDim, typename E>() {
+    forward_tc<kMaxDim>(stream, static_cast<E*>(out), lse, static_cast<const E*>(qkv), s);
   });
 }
 
@@ -471,12 +468,9 @@ void launch_flash_attention16_tc_backward(cudaStream_t stream, void* dqkv, const
                                           DType type, const AttentionShape& shape) {
   const FlashDims s = flash_dims(shape);
   if (s.B == 0 || s.T == 0) return;
-  with_16bit_type(type, [&](auto e) {
-    using E = decltype(e);
-    with_max_dim(s, [&]<int kMaxDim>() {
-      backward_tc<kMaxDim>(stream, static_cast<E*>(dqkv), static_cast<const E*>(dout),
-                           static_cast<const E*>(out), static_cast<const E*>(qkv), lse, s);
-    });
+  with_16bit_max_dim(type, s, [&]<int kMaxDim, typename E>() {
+    backward_tc<kMaxDim>(stream, static_cast<E*>(dqkv), static_cast<const E*>(dout),
+                         static_cast<const E*>(out), static_cast<const E*>(qkv), lse, s);
   });
 }
 
