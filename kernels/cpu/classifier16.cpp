@@ -1,7 +1,6 @@
-// 16-bit training's embedding and classifier on the CPU (Kernels::encoder16_forward,
-// softmax_xent16_forward_backward, vocab_xent16_finish): the embedding's rows widened as they are
-// read, and the logits' gradient computed in fp32 by the fp32 kernels and rounded once, so each
-// gives the bits of the fp32 op on the widened parameters, or of the fp32 op then
+// 16-bit training's classifier on the CPU (softmax_xent16_forward_backward, vocab_xent16_finish;
+// its embedding, encoder16_forward, is in vocab_parallel.cpp): the logits' gradient computed in
+// fp32 by the fp32 kernels and rounded once, so each gives the bits of the fp32 op then
 // convert_from_f32. The gradient's fp32 form is transient memory of the call, as large as the
 // chunk of logits (the CPU is the reference here, not the place to save it).
 #include <cstddef>
@@ -12,33 +11,6 @@
 #include "tierzero/kernels/cpu_ops.hpp"
 
 namespace tierzero::kernels::cpu {
-
-void encoder16_forward(float* out, const int32_t* tokens, const void* wte_local, const void* wpe,
-                       DType type, size_t vocab_start, size_t vocab_count, size_t B, size_t T,
-                       size_t C) {
-  check_16bit_types("encoder16_forward", type, type);
-  const std::vector<float> wpe32 = widened(wpe, type, T * C);  // (T, C): the positions used
-  const auto* wte_bytes = static_cast<const unsigned char*>(wte_local);
-  const size_t row_bytes = C * dtype_size(type);
-#pragma omp parallel
-  {
-    std::vector<float> wte_row(C);  // (C) the token's row, widened
-#pragma omp for schedule(static)
-    for (size_t bt = 0; bt < B * T; ++bt) {
-      // The token's row of this range, or none (vocab_count): as encoder_forward_vocab_range.
-      const size_t row = static_cast<size_t>(static_cast<int64_t>(tokens[bt])) - vocab_start;
-      const float* wpe_row = wpe32.empty() ? nullptr : wpe32.data() + (bt % T) * C;  // (C)
-      float* out_row = out + bt * C;                                                 // (C)
-      if (row < vocab_count) {
-        tierzero::convert_to_f32(wte_row.data(), wte_bytes + row * row_bytes, type, C);
-        for (size_t c = 0; c < C; ++c)
-          out_row[c] = wpe_row != nullptr ? wte_row[c] + wpe_row[c] : wte_row[c];
-      } else {
-        for (size_t c = 0; c < C; ++c) out_row[c] = wpe_row != nullptr ? 0.0f + wpe_row[c] : 0.0f;
-      }
-    }
-  }
-}
 
 void softmax_xent16_forward_backward(void* dlogits, float* losses, const float* logits,
                                      const int32_t* targets, DType type, float dloss, size_t N,

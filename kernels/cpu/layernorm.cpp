@@ -78,10 +78,7 @@ void fused_residual_layernorm_forward(float* residual,      // (N, C)
 #pragma omp parallel for schedule(static)
   for (size_t n = 0; n < N; ++n) {
     float* r = residual + n * C;  // (C)
-    const float* x = a + n * C;   // (C)
-    const float* y = b + n * C;   // (C)
-#pragma omp simd
-    for (size_t c = 0; c < C; ++c) r[c] = x[c] + y[c];
+    residual_row(r, a + n * C, b + n * C, C);
     layernorm_row(out + n * C, mean + n, rstd + n, r, weight, bias, C);
   }
 }
@@ -105,10 +102,7 @@ void fused_residual_layernorm16_forward(float* residual, void* out, float* mean,
   const std::vector<float> w = widened(weight, type, C), bb = widened(bias, type, C);  // (C)
   rows_rounded(out, type, N, C, [&](size_t n, float* y) {
     float* r = residual + n * C;  // (C)
-    const float* x = a + n * C;   // (C)
-    const float* z = b + n * C;   // (C)
-#pragma omp simd
-    for (size_t c = 0; c < C; ++c) r[c] = x[c] + z[c];
+    residual_row(r, a + n * C, b + n * C, C);
     layernorm_row(y, mean + n, rstd + n, r, w.data(), bb.data(), C);
   });
 }

@@ -41,16 +41,26 @@ const float* or_null(const std::vector<float>& x) {
   return x.empty() ? nullptr : x.data();
 }
 
+// A forward's operands widened, and their fp32 product with the bias.
+struct WidenedForward {
+  std::vector<float> inp, weight, bias;  // (N, IC), (OC, IC), (OC) or empty
+  WidenedForward(const void* i, const void* w, const void* b, DType type, size_t N, size_t IC,
+                 size_t OC)
+      : inp(widened(i, type, N * IC)),
+        weight(widened(w, type, OC * IC)),
+        bias(widened(b, type, OC)) {}
+  void product(float* out, size_t N, size_t IC, size_t OC) const {  // out (N, OC)
+    matmul_forward(out, inp.data(), weight.data(), or_null(bias), N, IC, OC);
+  }
+};
+
 }  // namespace
 
 void matmul16_forward(void* out, DType out_type, const void* inp, const void* weight,
                       const void* bias, DType type, size_t N, size_t IC, size_t OC) {
   check_16bit_types("matmul16_forward", type, out_type);
-  const std::vector<float> inp32 = widened(inp, type, N * IC);         // (N, IC)
-  const std::vector<float> weight32 = widened(weight, type, OC * IC);  // (OC, IC)
-  const std::vector<float> bias32 = widened(bias, type, OC);           // (OC) or empty
-  Fp32Result result(out, out_type, N * OC);                            // (N, OC)
-  matmul_forward(result.f32(), inp32.data(), weight32.data(), or_null(bias32), N, IC, OC);
+  Fp32Result result(out, out_type, N * OC);  // (N, OC)
+  WidenedForward(inp, weight, bias, type, N, IC, OC).product(result.f32(), N, IC, OC);
   result.store();
 }
 
@@ -70,12 +80,9 @@ void matmul16_backward(void* dinp, DType dinp_type, float* dweight, float* dbias
 void matmul16_gelu_forward(void* out, void* pre, const void* inp, const void* weight,
                            const void* bias, DType type, size_t N, size_t IC, size_t OC) {
   check_16bit_types("matmul16_gelu_forward", type, type);
-  const std::vector<float> inp32 = widened(inp, type, N * IC);         // (N, IC)
-  const std::vector<float> weight32 = widened(weight, type, OC * IC);  // (OC, IC)
-  const std::vector<float> bias32 = widened(bias, type, OC);           // (OC) or empty
-  Fp32Result pre32(pre, type, N * OC);                                 // (N, OC)
-  Fp32Result out32(out, type, N * OC);                                 // (N, OC)
-  matmul_forward(pre32.f32(), inp32.data(), weight32.data(), or_null(bias32), N, IC, OC);
+  Fp32Result pre32(pre, type, N * OC);  // (N, OC)
+  Fp32Result out32(out, type, N * OC);  // (N, OC)
+  WidenedForward(inp, weight, bias, type, N, IC, OC).product(pre32.f32(), N, IC, OC);
   gelu_forward(out32.f32(), pre32.f32(), N * OC);  // from pre's fp32 value, as the epilogue
   pre32.store();
   out32.store();

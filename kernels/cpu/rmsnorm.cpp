@@ -51,10 +51,7 @@ void fused_residual_rmsnorm_forward(float* residual,      // (N, C)
 #pragma omp parallel for schedule(static)
   for (size_t n = 0; n < N; ++n) {
     float* r = residual + n * C;  // (C)
-    const float* x = a + n * C;   // (C)
-    const float* y = b + n * C;   // (C)
-#pragma omp simd
-    for (size_t c = 0; c < C; ++c) r[c] = x[c] + y[c];
+    residual_row(r, a + n * C, b + n * C, C);
     rmsnorm_row(out + n * C, rstd + n, r, weight, C, eps);
   }
 }
@@ -78,10 +75,7 @@ void fused_residual_rmsnorm16_forward(float* residual, void* out, float* rstd, c
   const std::vector<float> w = widened(weight, type, C);  // (C)
   rows_rounded(out, type, N, C, [&](size_t n, float* y) {
     float* r = residual + n * C;  // (C)
-    const float* x = a + n * C;   // (C)
-    const float* z = b + n * C;   // (C)
-#pragma omp simd
-    for (size_t c = 0; c < C; ++c) r[c] = x[c] + z[c];
+    residual_row(r, a + n * C, b + n * C, C);
     rmsnorm_row(y, rstd + n, r, w.data(), C, eps);
   });
 }

@@ -1,6 +1,6 @@
-// What the CPU's 16-bit ops (matmul16.cpp, the 16-bit norms) share: 16-bit operands widened to
-// fp32 for the fp32 kernels, and rows computed in fp32 and rounded once into a 16-bit output.
-// Internal to kernels/cpu.
+// Row helpers the CPU's norms and 16-bit ops share: 16-bit operands widened to fp32 for the fp32
+// kernels, rows computed in fp32 and rounded once into a 16-bit output, and the residual add of
+// the fused norms. Internal to kernels/cpu.
 #pragma once
 
 #include <cstddef>
@@ -16,6 +16,13 @@ inline std::vector<float> widened(const void* x, DType type, size_t n) {
   std::vector<float> out(x != nullptr ? n : 0);  // (n)
   if (!out.empty()) tierzero::convert_to_f32(out.data(), x, type, n);
   return out;
+}
+
+// r (C) = a (C) + b (C): residual_forward's one fp32 add per element, for one row of a fused
+// residual + norm (inline: a nested parallel region per row would cost more than the add).
+inline void residual_row(float* r, const float* a, const float* b, size_t C) {
+#pragma omp simd
+  for (size_t c = 0; c < C; ++c) r[c] = a[c] + b[c];
 }
 
 // out (N, C) of a 16-bit type, row n computed by row(n, y) into an fp32 row y (C) of the calling

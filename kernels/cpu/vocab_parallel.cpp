@@ -8,8 +8,10 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "cpu/softmax_rows.hpp"
+#include "cpu/storage16.hpp"
 #include "cpu/vec_math.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/kernels/cpu_ops.hpp"
@@ -75,6 +77,34 @@ void encoder_forward_vocab_range(float* out,              // (B, T, C)
     } else {
 #pragma omp simd
       for (size_t c = 0; c < C; ++c) out_row[c] = 0.0f;
+    }
+  }
+}
+
+// The 16-bit form: each token's row widened as it is read (wpe's rows used, once), then the
+// fp32 sums above.
+void encoder16_forward(float* out, const int32_t* tokens, const void* wte_local, const void* wpe,
+                       DType type, size_t vocab_start, size_t vocab_count, size_t B, size_t T,
+                       size_t C) {
+  check_16bit_types("encoder16_forward", type, type);
+  const std::vector<float> wpe32 = widened(wpe, type, T * C);  // (T, C): the positions used
+  const auto* wte_bytes = static_cast<const unsigned char*>(wte_local);
+  const size_t row_bytes = C * dtype_size(type);
+#pragma omp parallel
+  {
+    std::vector<float> wte_row(C);  // (C) the token's row, widened
+#pragma omp for schedule(static)
+    for (size_t bt = 0; bt < B * T; ++bt) {
+      const size_t row = local_row(tokens[bt], vocab_start, vocab_count);
+      const float* wpe_row = wpe32.empty() ? nullptr : wpe32.data() + (bt % T) * C;  // (C)
+      float* out_row = out + bt * C;                                                 // (C)
+      if (row < vocab_count) {
+        tierzero::convert_to_f32(wte_row.data(), wte_bytes + row * row_bytes, type, C);
+        for (size_t c = 0; c < C; ++c)
+          out_row[c] = wpe_row != nullptr ? wte_row[c] + wpe_row[c] : wte_row[c];
+      } else {
+        for (size_t c = 0; c < C; ++c) out_row[c] = wpe_row != nullptr ? 0.0f + wpe_row[c] : 0.0f;
+      }
     }
   }
 }
