@@ -20,9 +20,9 @@ size_t step_budget(Device& device, size_t requested, size_t tracked_reserved) {
 }
 
 BatchFit largest_fitting_batch(const nn::GPTConfig& cfg, size_t T, size_t peak_at_one,
-                               size_t budget, size_t max_batch) {
+                               size_t budget, size_t max_batch, DType compute) {
   auto activations = [&](size_t B) {
-    return nn::GPT::activation_bytes_for(cfg, B, T, nn::Recompute::none);
+    return nn::GPT::activation_bytes_for(cfg, B, T, nn::Recompute::none, 1, false, 1, compute);
   };
   const size_t act_one = activations(1);
   const size_t fixed = peak_at_one > act_one ? peak_at_one - act_one : 0;

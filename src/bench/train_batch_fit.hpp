@@ -28,8 +28,9 @@ struct BatchFit {
 size_t step_budget(Device& device, size_t requested, size_t tracked_reserved);
 
 // The largest B in [1, max_batch] with peak_at_one - act(1) + act(B) <= budget, act(B) =
-// GPT::activation_bytes_for(cfg, B, T, no recompute), and the peaks either side of it.
+// GPT::activation_bytes_for(cfg, B, T, no recompute, in `compute`), and the peaks either side.
 BatchFit largest_fitting_batch(const nn::GPTConfig& cfg, size_t T, size_t peak_at_one,
-                               size_t budget, size_t max_batch = size_t{1} << 16);
+                               size_t budget, size_t max_batch = size_t{1} << 16,
+                               DType compute = DType::f32);
 
 }  // namespace tierzero::bench

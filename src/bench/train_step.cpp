@@ -1,6 +1,7 @@
 // `tierzero bench train` (train_step.hpp): the sgemm baseline taken the better of two ways (with
 // 16-bit products on a GPU the native 16-bit GEMM, which makes the ratio the MFU), then timed
-// steps of the fp32 reference path (LocalParams + AdamW on one rank), the first not counted.
+// steps of the reference path (LocalParams + AdamW on one rank; in 16-bit compute with the
+// parameters' 16-bit working copy), the first not counted.
 #include "tierzero/bench/train_step.hpp"
 
 #include <cblas.h>
@@ -126,7 +127,8 @@ double model_flops_per_step(const nn::GPTConfig& cfg, size_t parameters, size_t 
 }
 
 // A fresh model with its parameters and AdamW on `alloc`, stepped `steps` times at (B, T) after
-// one warm-up step that is not timed.
+// one warm-up step that is not timed, computing in `compute` (a 16-bit one with the parameters'
+// working copy of that type, which the update rewrites).
 struct SteppedModel {
   std::vector<double> times;  // seconds of each timed step
   size_t parameters = 0;
@@ -135,13 +137,15 @@ struct SteppedModel {
 };
 
 SteppedModel step_model(Device& dev, DeviceAllocator& alloc, const nn::GPTConfig& cfg, size_t B,
-                        size_t T, int64_t steps) {
+                        size_t T, int64_t steps, DType compute) {
   nn::GPT model(cfg, alloc);
-  nn::LocalParams params(model.layout(), alloc);
+  model.set_compute(compute);
+  nn::LocalParams params(model.layout(), alloc, compute);
   std::vector<float> host(model.layout().total_numel());         // (total_numel)
   nn::init_gpt2_params(model.layout(), cfg, 1337, host.data());  // Llama's norms too (weights 1)
   dev.copy(params.params(), host.data(), host.size() * sizeof(float), CopyKind::host_to_device,
            dev.default_stream());
+  params.round_working();
   train::OptimizerConfig oc;
   train::AdamWOptimizer opt(oc, model.layout(), alloc);
   std::vector<int32_t> x(B * T), y(B * T);  // (B, T)
@@ -167,7 +171,7 @@ SteppedModel step_model(Device& dev, DeviceAllocator& alloc, const nn::GPTConfig
 
 // --batch 0: the largest micro-batch whose step fits the budget, from a step at one sequence.
 BatchFit fit_batch(Device& dev, size_t reserved_now, const nn::GPTConfig& cfg, size_t T,
-                   size_t device_mem) {
+                   size_t device_mem, DType compute) {
   const size_t budget = step_budget(dev, device_mem, reserved_now);
   // (0 only on a GPU whose memory the driver already holds, less our margin: an allocator of
   // budget 0 would take the whole device instead.)
@@ -180,19 +184,44 @@ BatchFit fit_batch(Device& dev, size_t reserved_now, const nn::GPTConfig& cfg, s
   size_t peak_at_one = 0;
   try {
     DeviceAllocator probe(dev, budget);
-    peak_at_one = step_model(dev, probe, cfg, 1, T, 0).peak_in_use;
+    peak_at_one = step_model(dev, probe, cfg, 1, T, 0, compute).peak_in_use;
   } catch (const OutOfMemory& e) {
     TZ_THROW("bench train --batch 0: a step of one sequence of " + std::to_string(T) +
                  " tokens does not fit " + format_bytes(budget) + " (" + e.what() + ")",
              "give more --device-mem, a shorter --seq or a smaller --model");
   }
-  const BatchFit fit = largest_fitting_batch(cfg, T, peak_at_one, budget);
+  const BatchFit fit = largest_fitting_batch(cfg, T, peak_at_one, budget, size_t{1} << 16, compute);
   TZ_CHECK(fit.batch > 0,
            "bench train --batch 0: a step of one sequence of " + std::to_string(T) +
                " tokens is predicted to take " + format_bytes(fit.next_peak) + ", over " +
                format_bytes(budget),
            "give more --device-mem, a shorter --seq or a smaller --model");
   return fit;
+}
+
+// --compute-dtype against the products' precision and the model (BenchTrainStepOptions).
+DType step_compute(const BenchTrainStepOptions& f, const nn::GPTConfig& cfg, bool native16,
+                   const std::string& precision) {
+  const DType precision16 = precision == "fp16" ? DType::f16 : DType::bf16;  // if native16
+  if (f.compute_dtype == "fp32") return DType::f32;
+  if (f.compute_dtype == "auto") {
+    if (!native16) return DType::f32;
+    try {
+      nn::ActivationDims::check_compute(cfg, precision16, 1, 1);
+    } catch (const Error&) {
+      return DType::f32;  // a model 16-bit compute is not built for
+    }
+    return precision16;
+  }
+  const DType asked = dtype_from_name(f.compute_dtype);
+  // (Against the precision asked: the CPU reports fp32 for all, and runs 16-bit compute widened.)
+  TZ_CHECK(f.matmul_precision == f.compute_dtype,
+           "bench train --compute-dtype " + f.compute_dtype + " with --matmul-precision " +
+               f.matmul_precision,
+           "16-bit compute runs the products in its own type: give --matmul-precision " +
+               f.compute_dtype + " too");
+  nn::ActivationDims::check_compute(cfg, asked, 1, 1);
+  return asked;
 }
 
 }  // namespace
@@ -224,9 +253,11 @@ BenchTrainStepResult bench_train_step(const BenchTrainStepOptions& f) {
   nn::GPTConfig cfg = nn::GPTConfig::preset(f.model);
   cfg.classifier_chunk_tokens = static_cast<size_t>(f.classifier_chunk);
   const auto T = static_cast<size_t>(f.seq);
+  const DType compute = step_compute(f, cfg, native16, precision);
   BatchFit fit;
   if (f.batch == 0)
-    fit = fit_batch(*dev, alloc.stats().reserved, cfg, T, static_cast<size_t>(f.device_mem));
+    fit =
+        fit_batch(*dev, alloc.stats().reserved, cfg, T, static_cast<size_t>(f.device_mem), compute);
   size_t B = f.batch == 0 ? fit.batch : static_cast<size_t>(f.batch);
   // With 16-bit products, what 16-bit operands would buy this model's own products.
   std::vector<ModelProduct> products;
@@ -243,7 +274,7 @@ BenchTrainStepResult bench_train_step(const BenchTrainStepOptions& f) {
   for (;;) {
     try {
       DeviceAllocator step_alloc(*dev, step_budget_bytes);
-      run = step_model(*dev, step_alloc, cfg, B, T, f.steps);
+      run = step_model(*dev, step_alloc, cfg, B, T, f.steps, compute);
       break;
     } catch (const OutOfMemory& e) {  // any other Error is not the batch's size: it stands
       if (f.batch != 0 || B <= 1 || retries == 4) throw;
@@ -260,8 +291,9 @@ BenchTrainStepResult bench_train_step(const BenchTrainStepOptions& f) {
   const double rate = flops / step_s / 1e9;
   std::fprintf(stderr,
                "bench train: %s (%.1fM params), batch %zu x %zu, fp32 parameters, %s products, "
-               "%s\n",
-               f.model.c_str(), N / 1e6, B, T, precision.c_str(), dev->name().c_str());
+               "%s activations, %s\n",
+               f.model.c_str(), N / 1e6, B, T, precision.c_str(), dtype_name(compute),
+               dev->name().c_str());
   std::fprintf(stderr, "  %-32s %12s\n", "measure", "value");
   if (sg.openblas_threads > 0)
     std::fprintf(stderr, "  %-32s %9.1f GF/s\n", "sgemm 2048^3, OpenBLAS threads",
@@ -300,6 +332,7 @@ BenchTrainStepResult bench_train_step(const BenchTrainStepOptions& f) {
   nlohmann::ordered_json j = bench_result("train.step", round_to(rate, 3), "GFLOP/s", baseline_name,
                                           round_to(sgemm, 3), rate / sgemm);
   j["matmul_precision"] = precision;
+  j["compute_dtype"] = dtype_name(compute);
   if (native16) {
     j["mfu"] = round_to(rate / sgemm, 4);
     j["gemm_fp32_operands_gflops"] = round_to(sg.backend_matmul, 3);
@@ -336,6 +369,7 @@ BenchTrainStepResult bench_train_step(const BenchTrainStepOptions& f) {
   r.sgemm_backend_gflops = sg.backend_matmul;
   r.sgemm_gflops = sgemm;
   r.matmul_precision = precision;
+  r.compute_dtype = dtype_name(compute);
   r.step_s = step_s;
   r.gflops = rate;
   r.tokens_per_s = tokens / step_s;

@@ -31,7 +31,8 @@ struct TrainFlags {
   int64_t tensor_parallel = 0;  // 0: from the config
   bool sequence_parallel = false;
   bool tf32 = false;
-  int64_t ulysses = 0;  // 0: from the config
+  std::string compute_dtype;  // auto, fp32, bf16, fp16; empty: the config's
+  int64_t ulysses = 0;        // 0: from the config
   std::string save_dir, resume;
   bool reset_lr_schedule = false;
   std::string recompute;                    // none, selective, full; empty: the config's
@@ -73,6 +74,11 @@ void add_common(CLI::App* sub, TrainFlags& f) {
   sub->add_flag("--tf32", f.tf32,
                 "fp32 products on CUDA in TF32 on the tensor cores (tierzero.tf32); the CPU "
                 "stays fp32");
+  sub->add_option("--compute-dtype", f.compute_dtype,
+                  "what the products and their activations run in with bf16 or fp16 working "
+                  "parameters (tierzero.compute_dtype): auto (16-bit on CUDA where built), fp32, "
+                  "or the working type")
+      ->check(CLI::IsMember({"auto", "fp32", "bf16", "fp16"}));
   sub->add_option("--device-mem", f.device_mem,
                   "device memory budget, e.g. 24GiB or 36MiB: a hard limit (on the CPU backend "
                   "the compute arena's budget, so an offloaded run behaves as on a GPU of that "
@@ -187,6 +193,7 @@ train::TrainConfig resolve(const TrainFlags& f) {
   if (f.tensor_parallel > 0) c.tensor_parallel = f.tensor_parallel;
   if (f.sequence_parallel) c.sequence_parallel = true;
   if (f.tf32) c.tf32 = true;
+  if (!f.compute_dtype.empty()) c.compute_dtype = f.compute_dtype;
   if (f.ulysses > 0) c.ulysses_parallel = f.ulysses;
   if (!f.save_dir.empty()) c.checkpoint.save_dir = f.save_dir;
   if (f.save_every >= 0) c.checkpoint.save_every = f.save_every;

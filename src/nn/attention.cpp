@@ -78,23 +78,28 @@ void Attention::forward(const ModuleContext& ctx, const float* in, float* out,
                         const AttentionActs& a) const {
   if (grouped_) return forward_grouped(ctx, in, out, a);
   if (ctx.ulysses) return forward_ulysses(ctx, in, out, a);
-  qkv_.forward(ctx, in, a.qkv);
+  qkv_.forward(ctx, in, a.qkv.f32());
   recompute_core(ctx, a);
-  proj_.forward(ctx, a.atty, out);
+  proj_.forward(ctx, a.atty.f32(), out);
 }
 
 void Attention::recompute_core(const ModuleContext& ctx, const AttentionActs& a) const {
+  if (ctx.compute16()) {
+    ctx.k.attention16_forward(a.atty.raw(), a.lse, a.qkv.raw(), ctx.compute(),
+                              shape(ctx.mb.B(), ctx.mb.T(), 1));
+    return;
+  }
   if (grouped_) return recompute_core_grouped(ctx, a);
   if (!ctx.ulysses) {
-    ctx.k.attention_forward(a.atty, a.lse, a.qkv, shape(ctx.mb.B(), ctx.mb.T(), 1));
+    ctx.k.attention_forward(a.atty.f32(), a.lse, a.qkv.f32(), shape(ctx.mb.B(), ctx.mb.T(), 1));
     return;
   }
   const ActivationDims& d = ctx.mb.dims();
   const UlyssesBuffers buf = ctx.scratch.ulysses();
   UlyssesGroup& u = *ctx.ulysses;
   float* heads_out = buf.recv;  // (B, Ts, Cl)
-  ctx.k.attention_forward(heads_out, a.lse, a.qkv, shape(d.B, d.seq_len, u.size()));
-  u.to_sequence(ctx.stream, heads_out, a.atty, buf, d.B, d.T, 1, channels_);  // (B, T, C)
+  ctx.k.attention_forward(heads_out, a.lse, a.qkv.f32(), shape(d.B, d.seq_len, u.size()));
+  u.to_sequence(ctx.stream, heads_out, a.atty.f32(), buf, d.B, d.T, 1, channels_);  // (B, T, C)
 }
 
 void Attention::backward(const ModuleContext& ctx, const float* in, const AttentionActs& a,
@@ -102,10 +107,29 @@ void Attention::backward(const ModuleContext& ctx, const float* in, const Attent
   if (grouped_) return backward_grouped(ctx, in, a, dout, din);
   if (ctx.ulysses) return backward_ulysses(ctx, in, a, dout, din);
   const size_t B = ctx.mb.B(), T = ctx.mb.T();
-  proj_.backward(ctx, a.atty, dout, ctx.scratch.datty());  // written whole
-  ctx.k.attention_backward(ctx.scratch.dqkv(), ctx.scratch.attention(), ctx.scratch.datty(), a.atty,
-                           a.qkv, a.lse, shape(B, T, 1));
-  qkv_.backward(ctx, in, ctx.scratch.dqkv(), din);
+  float* datty = ctx.scratch.datty().f32();  // (B, T, C) written whole
+  float* dqkv = ctx.scratch.dqkv().f32();    // (B, T, 3C) written whole
+  proj_.backward(ctx, a.atty.f32(), dout, datty);
+  ctx.k.attention_backward(dqkv, ctx.scratch.attention(), datty, a.atty.f32(), a.qkv.f32(), a.lse,
+                           shape(B, T, 1));
+  qkv_.backward(ctx, in, dqkv, din);
+}
+
+void Attention::forward16(const ModuleContext& ctx, const ComputeTensor& in, float* out,
+                          const AttentionActs& a) const {
+  qkv_.forward16(ctx, in, a.qkv);
+  recompute_core(ctx, a);
+  proj_.forward16(ctx, a.atty, ComputeTensor{out, DType::f32});  // into the fp32 stream
+}
+
+void Attention::backward16(const ModuleContext& ctx, const ComputeTensor& in,
+                           const AttentionActs& a, const ComputeTensor& dout, float* din) const {
+  const ComputeTensor datty = ctx.scratch.datty();  // (B, T, C) compute, written whole
+  const ComputeTensor dqkv = ctx.scratch.dqkv();    // (B, T, 3C) compute, written whole
+  proj_.backward16(ctx, a.atty, dout, datty);
+  ctx.k.attention16_backward(dqkv.raw(), ctx.scratch.attention(), datty.raw(), a.atty.raw(),
+                             a.qkv.raw(), a.lse, ctx.compute(), shape(ctx.mb.B(), ctx.mb.T(), 1));
+  qkv_.backward16(ctx, in, dqkv, ComputeTensor{din, DType::f32});  // a norm's backward reads it
 }
 
 // The projections see (B, T, .) rows of this rank's slice with all heads; the kernel sees the
@@ -117,9 +141,9 @@ void Attention::forward_ulysses(const ModuleContext& ctx, const float* in, float
   UlyssesGroup& u = *ctx.ulysses;
   float* local_qkv = buf.recv;  // (B, T, 3C), consumed by the re-shard before it reuses recv
   qkv_.forward(ctx, in, local_qkv);
-  u.to_heads(ctx.stream, local_qkv, a.qkv, buf, d.B, d.T, 3, channels_);  // (B, Ts, 3Cl)
+  u.to_heads(ctx.stream, local_qkv, a.qkv.f32(), buf, d.B, d.T, 3, channels_);  // (B, Ts, 3Cl)
   recompute_core(ctx, a);
-  proj_.forward(ctx, a.atty, out);
+  proj_.forward(ctx, a.atty.f32(), out);
 }
 
 void Attention::backward_ulysses(const ModuleContext& ctx, const float* in, const AttentionActs& a,
@@ -127,15 +151,15 @@ void Attention::backward_ulysses(const ModuleContext& ctx, const float* in, cons
   const ActivationDims& d = ctx.mb.dims();
   const UlyssesBuffers buf = ctx.scratch.ulysses();
   UlyssesGroup& u = *ctx.ulysses;
-  float* datty = ctx.scratch.datty();  // (B, T, C) written whole, then in place (B, Ts, Cl)
-  proj_.backward(ctx, a.atty, dout, datty);
+  float* datty = ctx.scratch.datty().f32();  // (B, T, C) written whole, then in place (B, Ts, Cl)
+  proj_.backward(ctx, a.atty.f32(), dout, datty);
   u.to_heads(ctx.stream, datty, datty, buf, d.B, d.T, 1, channels_);
   // The kernel's output in the heads' layout, which the backward reads: re-sharded again from
   // atty into the projection's output buffer, free here.
   float* heads_out = ctx.scratch.proj();  // (B, Ts, Cl)
-  u.to_heads(ctx.stream, a.atty, heads_out, buf, d.B, d.T, 1, channels_);
-  float* dqkv = ctx.scratch.dqkv();  // (B, Ts, 3Cl) written whole, then in place (B, T, 3C)
-  ctx.k.attention_backward(dqkv, ctx.scratch.attention(), datty, heads_out, a.qkv, a.lse,
+  u.to_heads(ctx.stream, a.atty.f32(), heads_out, buf, d.B, d.T, 1, channels_);
+  float* dqkv = ctx.scratch.dqkv().f32();  // (B, Ts, 3Cl) written whole, then in place (B, T, 3C)
+  ctx.k.attention_backward(dqkv, ctx.scratch.attention(), datty, heads_out, a.qkv.f32(), a.lse,
                            shape(d.B, d.seq_len, u.size()));
   u.to_sequence(ctx.stream, dqkv, dqkv, buf, d.B, d.T, 3, channels_);
   qkv_.backward(ctx, in, dqkv, din);
@@ -162,23 +186,24 @@ void Attention::forward_grouped(const ModuleContext& ctx, const float* in, float
   const size_t p = ctx.ulysses ? ctx.ulysses->size() : 1;
   const size_t groups = heads_ / p / group_heads_;
   const UlyssesBuffers buf = ctx.ulysses ? ctx.scratch.ulysses() : UlyssesBuffers{};
-  float* local_qkv = ctx.ulysses ? buf.recv : a.qkv;  // (B, T, qkv_width_)
+  float* qkv = a.qkv.f32();
+  float* local_qkv = ctx.ulysses ? buf.recv : qkv;  // (B, T, qkv_width_)
   qkv_.forward(ctx, in, local_qkv);
   if (ctx.ulysses)  // (B, Ts, qkv_width_ / p)
-    ctx.ulysses->to_heads(ctx.stream, local_qkv, a.qkv, buf, d.B, d.T, 1, qkv_width_);
-  rotate(ctx, a.qkv, d.B, d.seq_len, groups, false);
+    ctx.ulysses->to_heads(ctx.stream, local_qkv, qkv, buf, d.B, d.T, 1, qkv_width_);
+  rotate(ctx, qkv, d.B, d.seq_len, groups, false);
   recompute_core_grouped(ctx, a);
-  proj_.forward(ctx, a.atty, out);
+  proj_.forward(ctx, a.atty.f32(), out);
 }
 
 void Attention::recompute_core_grouped(const ModuleContext& ctx, const AttentionActs& a) const {
   const ActivationDims& d = ctx.mb.dims();
   const size_t p = ctx.ulysses ? ctx.ulysses->size() : 1;
   const UlyssesBuffers buf = ctx.ulysses ? ctx.scratch.ulysses() : UlyssesBuffers{};
-  float* heads_out = ctx.ulysses ? buf.recv : a.atty;  // (B, Ts, channels_ / p)
-  ctx.k.attention_forward(heads_out, a.lse, a.qkv, shape(d.B, d.seq_len, p));
+  float* heads_out = ctx.ulysses ? buf.recv : a.atty.f32();  // (B, Ts, channels_ / p)
+  ctx.k.attention_forward(heads_out, a.lse, a.qkv.f32(), shape(d.B, d.seq_len, p));
   if (ctx.ulysses)  // (B, T, channels_)
-    ctx.ulysses->to_sequence(ctx.stream, heads_out, a.atty, buf, d.B, d.T, 1, channels_);
+    ctx.ulysses->to_sequence(ctx.stream, heads_out, a.atty.f32(), buf, d.B, d.T, 1, channels_);
 }
 
 void Attention::backward_grouped(const ModuleContext& ctx, const float* in, const AttentionActs& a,
@@ -187,20 +212,20 @@ void Attention::backward_grouped(const ModuleContext& ctx, const float* in, cons
   const size_t p = ctx.ulysses ? ctx.ulysses->size() : 1;
   const size_t groups = heads_ / p / group_heads_;
   const UlyssesBuffers buf = ctx.ulysses ? ctx.scratch.ulysses() : UlyssesBuffers{};
-  float* datty = ctx.scratch.datty();  // (B, T, channels_) written whole; Ulysses: (B, Ts, ./p)
-  proj_.backward(ctx, a.atty, dout, datty);
-  const float* heads_out = a.atty;  // the kernel's output, which its backward reads
+  float* datty = ctx.scratch.datty().f32();  // (B, T, channels_) whole; Ulysses: (B, Ts, ./p)
+  proj_.backward(ctx, a.atty.f32(), dout, datty);
+  const float* heads_out = a.atty.f32();  // the kernel's output, which its backward reads
   if (ctx.ulysses) {
     ctx.ulysses->to_heads(ctx.stream, datty, datty, buf, d.B, d.T, 1, channels_);
     TZ_CHECK(channels_ <= d.channels, "attention channels above the model's width",
              "the projection's output scratch holds (B, T, C)");
     float* resharded = ctx.scratch.proj();  // (B, Ts, channels_ / p), free here
-    ctx.ulysses->to_heads(ctx.stream, a.atty, resharded, buf, d.B, d.T, 1, channels_);
+    ctx.ulysses->to_heads(ctx.stream, a.atty.f32(), resharded, buf, d.B, d.T, 1, channels_);
     heads_out = resharded;
   }
   // (B, Ts, qkv_width_ / p) written whole, under Ulysses then (B, T, .)
-  float* dqkv = ctx.scratch.dqkv();
-  ctx.k.attention_backward(dqkv, ctx.scratch.attention(), datty, heads_out, a.qkv, a.lse,
+  float* dqkv = ctx.scratch.dqkv().f32();
+  ctx.k.attention_backward(dqkv, ctx.scratch.attention(), datty, heads_out, a.qkv.f32(), a.lse,
                            shape(d.B, d.seq_len, p));
   rotate(ctx, dqkv, d.B, d.seq_len, groups, true);
   if (ctx.ulysses) ctx.ulysses->to_sequence(ctx.stream, dqkv, dqkv, buf, d.B, d.T, 1, qkv_width_);

@@ -39,6 +39,13 @@ class Attention {
   // the forward computed them (bitwise). No parameters; under Ulysses one all-to-all.
   void recompute_core(const ModuleContext& ctx, const AttentionActs& acts) const;
 
+  // 16-bit compute (ctx.compute16(): GPT-2 on one tensor- and one Ulysses rank): in, acts and
+  // dout of ctx.compute(); out and din fp32 (the residual stream's side), din overwritten.
+  void forward16(const ModuleContext& ctx, const ComputeTensor& in, float* out,
+                 const AttentionActs& acts) const;
+  void backward16(const ModuleContext& ctx, const ComputeTensor& in, const AttentionActs& acts,
+                  const ComputeTensor& dout, float* din) const;
+
  private:
   void forward_ulysses(const ModuleContext& ctx, const float* in, float* out,
                        const AttentionActs& acts) const;

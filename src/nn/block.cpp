@@ -51,13 +51,19 @@ BlockActs Block::acts(const ModuleContext& ctx) const {
 
 void Block::run(const ModuleContext& ctx, const float* in, float* out, const BlockActs& a) const {
   float* proj = ctx.scratch.proj();
-  float* gathered = ctx.scratch.gathered_in();
   // (With the previous block's last add pending, in is written here with ln1, in one pass.)
   ln1_.forward_input(ctx, in, a.ln1, a.ln1_stats);
-  attn_.forward(ctx, ctx.gather_stream(a.ln1, gathered), proj, a.attn);  // (one collective each)
-  // residual2 = in + the attention's output, and ln2 of it, in one pass (layer_norm.hpp).
-  ln2_.residual_forward(ctx, in, ctx.reduce_stream(proj), a.residual2, a.ln2, a.ln2_stats);
-  mlp_.forward(ctx, ctx.gather_stream(a.ln2, gathered), out ? proj : nullptr, a.mlp);
+  if (ctx.compute16()) {  // one tensor-parallel rank: no collectives
+    attn_.forward16(ctx, a.ln1, proj, a.attn);
+    ln2_.residual_forward(ctx, in, proj, a.residual2, a.ln2, a.ln2_stats);
+    mlp_.forward16(ctx, a.ln2, out ? proj : nullptr, a.mlp);
+  } else {
+    float* gathered = ctx.scratch.gathered_in();
+    attn_.forward(ctx, ctx.gather_stream(a.ln1.f32(), gathered), proj, a.attn);  // (one each)
+    // residual2 = in + the attention's output, and ln2 of it, in one pass (layer_norm.hpp).
+    ln2_.residual_forward(ctx, in, ctx.reduce_stream(proj), a.residual2, a.ln2, a.ln2_stats);
+    mlp_.forward(ctx, ctx.gather_stream(a.ln2.f32(), gathered), out ? proj : nullptr, a.mlp);
+  }
   if (!out) return;
   const float* mlp_out = ctx.reduce_stream(proj);
   // The next module adds them with its norm (ModuleContext::out_sum); else out = the sum here.
@@ -90,6 +96,7 @@ void Block::backward(ModuleContext& ctx, const float* dout, float* din) {
            "a block updates the residual stream's running gradient in place");
   const float* in = ctx.mb.saved_input(index());
   const BlockActs a = acts(ctx);
+  if (ctx.compute16()) return backward16(ctx, in, a, din);
   float* dln = ctx.scratch.dln();  // (B*T, C), each branch's input gradient, written whole
   float* gathered = ctx.scratch.gathered_in();
   float* gathered_grad = ctx.scratch.gathered_grad();
@@ -97,14 +104,29 @@ void Block::backward(ModuleContext& ctx, const float* dout, float* din) {
   // which then is the gradient of residual2, the attention branch's dout. Under tensor
   // parallelism dln holds this rank's partial sums until reduce_stream adds them up.
   // (The collectives are issued one statement each: every rank must issue them in one order.)
-  const float* ln2_out = ctx.gather_stream(a.ln2, gathered);
+  const float* ln2_out = ctx.gather_stream(a.ln2.f32(), gathered);
   const float* mlp_dout = ctx.gather_stream(dout, gathered_grad);
   mlp_.backward(ctx, ln2_out, a.mlp, mlp_dout, dln);
   ln2_.backward(ctx, a.residual2, a.ln2_stats, ctx.reduce_stream(dln), din);
-  const float* ln1_out = ctx.gather_stream(a.ln1, gathered);
+  const float* ln1_out = ctx.gather_stream(a.ln1.f32(), gathered);
   const float* attn_dout = ctx.gather_stream(din, gathered_grad);
   attn_.backward(ctx, ln1_out, a.attn, attn_dout, dln);
   ln1_.backward(ctx, in, a.ln1_stats, ctx.reduce_stream(dln), din);
+}
+
+// The branches' products read the stream's gradient in 16 bits: rounded once before each
+// branch, from the fp32 running gradient that the norms' backwards add into.
+void Block::backward16(const ModuleContext& ctx, const float* in, const BlockActs& a,
+                       float* dstream) const {
+  float* dln = ctx.scratch.dln();                            // (B*T, C) fp32, written whole
+  const ComputeTensor grad16 = ctx.scratch.stream_grad16();  // (B*T, C) compute
+  const size_t n = ctx.mb.dims().stream_tokens * channels_;
+  ctx.round_to_compute(grad16, dstream, n);
+  mlp_.backward16(ctx, a.ln2, a.mlp, grad16, dln);
+  ln2_.backward(ctx, a.residual2, a.ln2_stats, dln, dstream);
+  ctx.round_to_compute(grad16, dstream, n);
+  attn_.backward16(ctx, a.ln1, a.attn, grad16, dln);
+  ln1_.backward(ctx, in, a.ln1_stats, dln, dstream);
 }
 
 }  // namespace tierzero::nn

@@ -12,6 +12,11 @@ void cross_entropy_rows(const ModuleContext& ctx, float* logits, size_t row, siz
   const int32_t* targets = ctx.mb.targets() + row;  // (n)
   float* losses = ctx.mb.losses() + row;            // (n)
   float* dlogits = dloss ? logits : nullptr;        // in place
+  if (ctx.compute16() && dloss) {  // one tensor-parallel rank; the 16-bit gradient apart
+    ctx.k.softmax_xent16_forward_backward(ctx.mb.dlogits16().raw(), losses, logits, targets,
+                                          ctx.compute(), *dloss, n, V, d.local_vocab);
+    return;
+  }
   if (ctx.tp == nullptr) {
     if (dloss)
       ctx.k.softmax_xent_forward_backward(dlogits, losses, logits, targets, *dloss, n, V,

@@ -14,7 +14,9 @@ namespace tierzero::nn {
 
 // logits (n, Vl): rows [row, row + n) of ctx.mb's (B*T, Vl) logits, Vl = dims().local_vocab.
 // Writes ctx.mb.losses()[row, row + n); with dloss non-null OVERWRITES logits with
-// dloss * (softmax - onehot(target)), zero in the padding columns. V: the real vocabulary.
+// dloss * (softmax - onehot(target)), zero in the padding columns; in 16-bit compute writes
+// that gradient rounded into the first n rows of ctx.mb.dlogits16() instead, and the logits
+// stay. V: the real vocabulary.
 void cross_entropy_rows(const ModuleContext& ctx, float* logits, size_t row, size_t n, size_t V,
                         const float* dloss);
 

@@ -48,6 +48,13 @@ void Embedding::bind(const ParamLayout& layout) {
 }
 
 void Embedding::forward(ModuleContext& ctx, const float*, float* out) {
+  if (ctx.compute16()) {  // GPT-2 on one tensor-parallel rank: the whole vocabulary
+    const DType t = ctx.compute();
+    const void* wpe = learned_positions_ ? wpe_.in16(ctx.params16, t) : nullptr;
+    ctx.k.encoder16_forward(out, ctx.mb.tokens(), wte_.in16(ctx.params16, t), wpe, t, 0,
+                            vocab_local_, ctx.mb.B(), ctx.mb.T(), channels_);
+    return;
+  }
   if (ctx.tp == nullptr && learned_positions_) {
     const float* wpe = wpe_.in(ctx.params) + first_position(ctx) * channels_;  // (T, C) rows
     ctx.k.encoder_forward(out, ctx.mb.tokens(), wte_.in(ctx.params), wpe, ctx.mb.B(), ctx.mb.T(),

@@ -15,9 +15,11 @@ void FinalNorm::bind(const ParamLayout& layout) {
   norm_.bind(layout);
 }
 
-void FinalNorm::forward(ModuleContext& ctx, const float* in, float* out) {
+// out is ctx.mb.lnf() in fp32 compute and null in 16-bit (GPT::output_of): the norm writes
+// lnf() in the compute dtype, where the head reads it.
+void FinalNorm::forward(ModuleContext& ctx, const float* in, float*) {
   ctx.mb.save_input(index(), in);
-  norm_.forward_input(ctx, in, out, ctx.mb.final_norm_stats());  // the last block's add too
+  norm_.forward_input(ctx, in, ctx.mb.lnf(), ctx.mb.final_norm_stats());  // the last add too
 }
 
 void FinalNorm::backward(ModuleContext& ctx, const float* dout, float* din) {

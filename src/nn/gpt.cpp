@@ -14,6 +14,7 @@
 #include "cross_entropy.hpp"
 #include "head.hpp"
 #include "tierzero/core/error.hpp"
+#include "tierzero/core/log.hpp"
 
 namespace tierzero::nn {
 
@@ -164,10 +165,11 @@ GPT::GPT(const GPTConfig& config, DeviceAllocator& allocator, const ModelParalle
 }
 
 size_t GPT::micro_batch_bytes_for(const GPTConfig& config, size_t B, size_t T, Recompute recompute,
-                                  size_t tp, bool sequence_parallel, size_t ulysses) {
-  return MicroBatch::bytes_for(config,
-                               ActivationDims::of(config, B, T, tp, sequence_parallel, ulysses),
-                               PipelineStage::whole(config), recompute);
+                                  size_t tp, bool sequence_parallel, size_t ulysses,
+                                  DType compute) {
+  return MicroBatch::bytes_for(
+      config, ActivationDims::of(config, B, T, tp, sequence_parallel, ulysses, compute),
+      PipelineStage::whole(config), recompute);
 }
 
 size_t GPT::micro_batch_bytes_for(const GPTConfig& config, const ActivationDims& dims,
@@ -181,19 +183,20 @@ size_t GPT::checkpoint_bytes_for(const ActivationDims& d) {
 }
 
 size_t GPT::scratch_bytes_for(const GPTConfig& config, size_t B, size_t T, Recompute recompute,
-                              size_t tp, bool sequence_parallel, size_t ulysses) {
-  return ModelScratch::bytes_for(ActivationDims::of(config, B, T, tp, sequence_parallel, ulysses),
-                                 recompute);
+                              size_t tp, bool sequence_parallel, size_t ulysses, DType compute) {
+  return ModelScratch::bytes_for(
+      ActivationDims::of(config, B, T, tp, sequence_parallel, ulysses, compute), recompute);
 }
 
 size_t GPT::activation_bytes_for(const GPTConfig& config, size_t B, size_t T, Recompute recompute,
-                                 size_t tp, bool sequence_parallel, size_t ulysses) {
-  return micro_batch_bytes_for(config, B, T, recompute, tp, sequence_parallel, ulysses) +
-         scratch_bytes_for(config, B, T, recompute, tp, sequence_parallel, ulysses);
+                                 size_t tp, bool sequence_parallel, size_t ulysses, DType compute) {
+  return micro_batch_bytes_for(config, B, T, recompute, tp, sequence_parallel, ulysses, compute) +
+         scratch_bytes_for(config, B, T, recompute, tp, sequence_parallel, ulysses, compute);
 }
 
 ActivationDims GPT::dims(size_t B, size_t T) const {
-  return ActivationDims::of(config_, B, T, layout_.tp().size, sequence_parallel(), ulysses());
+  return ActivationDims::of(config_, B, T, layout_.tp().size, sequence_parallel(), ulysses(),
+                            compute_);
 }
 
 void GPT::set_device_timeline(DeviceTimeline* timeline) {
@@ -235,6 +238,10 @@ MicroBatch GPT::make_micro_batch(size_t B, size_t T) {
 }
 
 void GPT::check(const MicroBatch& mb) const {
+  TZ_CHECK(mb.dims().compute == compute_,
+           std::string("micro-batch was made for ") + dtype_name(mb.dims().compute) +
+               " compute but the model now computes in " + dtype_name(compute_),
+           "make new micro-batches after set_compute");
   TZ_CHECK(mb.inputs_.size() == num_modules_ && mb.config_.str() == config_.str() &&
                mb.dims() == dims(mb.B(), mb.dims().seq_len) && mb.stage().stage == stage_.stage &&
                mb.stage().first_block == stage_.first_block &&
@@ -276,6 +283,24 @@ void GPT::set_recompute(Recompute recompute) {
   if (recompute == recompute_) return;
   recompute_ = recompute;
   if (!cached_) return;  // nothing allocated yet: the first batch allocates in this mode
+  const size_t B = cached_->B(), T = cached_->dims().seq_len;
+  cached_.reset();
+  cached(B, T);
+}
+
+void GPT::set_compute(DType compute) {
+  if (compute == compute_) return;
+  ActivationDims::check_compute(config_, compute, layout_.tp().size, ulysses());
+  compute_ = compute;
+  const kernels::MatmulPrecision p = k_.matmul_precision();
+  if (compute_ != DType::f32 && device_.kind() == DeviceKind::cuda &&
+      p != kernels::MatmulPrecision::bf16 && p != kernels::MatmulPrecision::fp16)
+    log::warn(std::string(dtype_name(compute_)) + " compute with " +
+              kernels::matmul_precision_name(p) +
+              " products: the attention runs its CUDA-core kernels, not the tensor-core ones (set "
+              "the kernels' matmul precision to " +
+              dtype_name(compute_) + ")");
+  if (!cached_) return;
   const size_t B = cached_->B(), T = cached_->dims().seq_len;
   cached_.reset();
   cached(B, T);
@@ -326,6 +351,19 @@ ModuleContext GPT::context(MicroBatch& mb) {
                        nullptr, nullptr,   ulysses_.get()};
 }
 
+void GPT::acquire(ModuleContext& ctx, ParamProvider& params, size_t unit) const {
+  if (compute_ == DType::f32) {
+    ctx.params = params.acquire_params(unit);
+    return;
+  }
+  TZ_CHECK(params.params16_type() == compute_,
+           std::string("the model computes in ") + dtype_name(compute_) +
+               " but its parameters are handed out in " + dtype_name(params.params16_type()),
+           "hold the working parameters in the compute dtype (bf16 or fp16 training), or set "
+           "the compute dtype to fp32");
+  ctx.params16 = params.acquire_params16(unit);
+}
+
 void GPT::cross_entropy(MicroBatch& mb, const float* dloss) {
   ModuleContext ctx = context(mb);
   cross_entropy_rows(ctx, mb.logits(), 0, mb.dims().tokens, config_.vocab_size, dloss);
@@ -340,7 +378,10 @@ Head* GPT::chunked_head(const MicroBatch& mb) const {
 float* GPT::output_of(MicroBatch& mb, size_t i) const {
   const size_t L = config_.num_layers;
   if (i <= L) return mb.residual(i);
-  return i == L + 1 ? mb.lnf() : mb.logits();
+  // The final norm writes mb.lnf() and the head reads it, in the compute dtype: an fp32 pointer
+  // in fp32 compute only.
+  if (i == L + 1) return compute_ == DType::f32 ? mb.lnf().f32() : nullptr;
+  return mb.logits();
 }
 
 const float* GPT::input_of(MicroBatch& mb, size_t i) const {
@@ -351,7 +392,8 @@ float* GPT::output_grad_of(MicroBatch& mb, size_t i) const {
   const size_t L = config_.num_layers;
   if (i <= L) return mb.dresidual();
   // The final norm's output gradient lives only from the head's backward to its own.
-  return i == L + 1 ? scratch_->dln() : mb.logits();  // the logits' gradient, in place
+  // The logits' gradient, in place (in 16-bit compute the head reads mb.dlogits16()).
+  return i == L + 1 ? scratch_->dln() : mb.logits();
 }
 
 void GPT::forward(MicroBatch& mb, ParamProvider& params, const int32_t* tokens,
@@ -400,7 +442,7 @@ void GPT::forward(MicroBatch& mb, ParamProvider& params, const int32_t* tokens,
     // (module g reads residual g - 1).
     if (mb.is_external(g))
       mb.set_external(g, store_->begin_write(mb.id(), g, checkpoint_bytes_for(mb.dims())));
-    ctx.params = params.acquire_params(m.unit());
+    acquire(ctx, params, m.unit());
     const size_t span = timeline_ ? timeline_->open(s) : 0;
     m.forward(ctx, input_of(mb, g), output_of(mb, g));
     // An evaluation's loss with chunked logits: the head's chunks now, while its unit is here
@@ -436,7 +478,7 @@ void GPT::backward(MicroBatch& mb, ParamProvider& params, float grad_scale) {
     if (chunked == nullptr) cross_entropy(mb, &dloss);
     mb.losses_ready_ = true;
   }  // else the next stage's gradient of this one's output is in mb.dresidual()
-  mb.forwarded_ = false;  // the logits now hold their gradient
+  mb.forwarded_ = false;  // the logits now hold their gradient (fp32 compute)
 
   for (size_t i = modules_.size(); i-- > 0;) {
     Module& m = *modules_[i];
@@ -444,7 +486,7 @@ void GPT::backward(MicroBatch& mb, ParamProvider& params, float grad_scale) {
     const size_t g = m.index();
     ModuleContext ctx = context(mb);
     const bool stored = g > 0 && mb.is_external(g - 1);
-    if (m.backward_reads_params()) ctx.params = params.acquire_params(unit);
+    if (m.backward_reads_params()) acquire(ctx, params, unit);
     if (stored) begin_checkpoint_read(mb, g - 1, g);  // its input, read ahead by the store
     Stream& s = ctx.stream;
     const auto unit_id = static_cast<int64_t>(unit);
@@ -466,7 +508,7 @@ void GPT::backward(MicroBatch& mb, ParamProvider& params, float grad_scale) {
       m.backward(ctx, dout, din);
     if (timeline_) timeline_->close(span, s, Track::compute, "backward", unit_id);
     if (stored) end_checkpoint(mb, g - 1, true, false);
-    if (ctx.params) params.release_params(unit);
+    if (m.backward_reads_params()) params.release_params(unit);
     if (finishes_unit_[i]) params.grads_done(unit);
   }
 }

@@ -26,6 +26,7 @@ void Head::bind(const ParamLayout& layout) {
 }
 
 void Head::forward(ModuleContext& ctx, const float* in, float* out) {
+  if (ctx.compute16()) return forward16(ctx, out);
   ctx.mb.save_input(index(), in);
   if (ctx.mb.dims().chunked_logits()) return;
   const float* full = ctx.gather_stream(in, ctx.scratch.gathered_in());  // (B*T, C)
@@ -37,6 +38,7 @@ void Head::backward(ModuleContext& ctx, const float* dout, float* din) {
   const ActivationDims& d = ctx.mb.dims();
   TZ_CHECK(!d.chunked_logits(), "the head's backward over chunked logits",
            "internal error: with chunked logits the backward runs through Head::classify");
+  if (ctx.compute16()) return backward16(ctx, din);
   const float* in = ctx.gather_stream(ctx.mb.saved_input(index()), ctx.scratch.gathered_in());
   if (ctx.tp == nullptr) {
     ctx.k.matmul_backward(din, wte_.in(ctx.grads), nullptr, dout, in, wte_.in(ctx.params), d.tokens,
@@ -52,6 +54,7 @@ void Head::backward(ModuleContext& ctx, const float* dout, float* din) {
 }
 
 void Head::classify(ModuleContext& ctx, const float* dloss, float* din) {
+  if (ctx.compute16()) return classify16(ctx, dloss, din);
   const ActivationDims& d = ctx.mb.dims();
   const float* in = ctx.gather_stream(ctx.mb.saved_input(index()), ctx.scratch.gathered_in());
   const float* w = wte_.in(ctx.params);  // (Vl, C)
@@ -74,6 +77,39 @@ void Head::classify(ModuleContext& ctx, const float* dloss, float* din) {
   }
   if (dloss && ctx.tp != nullptr)
     ctx.k.residual_forward(din, din, ctx.reduce_stream(dx), d.stream_tokens * channels_);
+}
+
+// 16-bit compute, on one tensor-parallel rank: the input is the final norm's 16-bit output
+// (ctx.mb.lnf()), the logits and the loss fp32, the logits' gradient ctx.mb.dlogits16().
+void Head::forward16(ModuleContext& ctx, float* out) {
+  if (ctx.mb.dims().chunked_logits()) return;
+  const DType t = ctx.compute();
+  ctx.k.matmul16_forward(out, DType::f32, ctx.mb.lnf().raw(), wte_.in16(ctx.params16, t), nullptr,
+                         t, ctx.mb.dims().tokens, channels_, vocab_padded_);
+}
+
+void Head::backward16(ModuleContext& ctx, float* din) {
+  const DType t = ctx.compute();
+  ctx.k.matmul16_backward(din, DType::f32, wte_.in(ctx.grads), nullptr, ctx.mb.dlogits16().raw(),
+                          ctx.mb.lnf().raw(), wte_.in16(ctx.params16, t), t, ctx.mb.dims().tokens,
+                          channels_, vocab_padded_, kernels::GradWrite::accumulate);
+}
+
+void Head::classify16(ModuleContext& ctx, const float* dloss, float* din) {
+  const ActivationDims& d = ctx.mb.dims();
+  const DType t = ctx.compute();
+  const void* w = wte_.in16(ctx.params16, t);  // (Vp, C)
+  float* logits = ctx.mb.logits();             // (R, Vp) fp32, one chunk of rows
+  for (size_t row = 0; row < d.tokens; row += d.logits_rows) {
+    const size_t n = std::min(d.logits_rows, d.tokens - row);
+    const ComputeTensor x = ctx.mb.lnf().at(row * channels_);  // (n, C)
+    ctx.k.matmul16_forward(logits, DType::f32, x.raw(), w, nullptr, t, n, channels_, vocab_padded_);
+    cross_entropy_rows(ctx, logits, row, n, vocab_, dloss);  // into dlogits16's first n rows
+    if (dloss)
+      ctx.k.matmul16_backward(din + row * channels_, DType::f32, wte_.in(ctx.grads), nullptr,
+                              ctx.mb.dlogits16().raw(), x.raw(), w, t, n, channels_, vocab_padded_,
+                              kernels::GradWrite::accumulate);
+  }
 }
 
 }  // namespace tierzero::nn

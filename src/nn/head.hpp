@@ -37,6 +37,12 @@ class Head final : public Module {
   void classify(ModuleContext& ctx, const float* dloss, float* din);
 
  private:
+  // The three in 16-bit compute (ModuleContext::compute16): the input is ctx.mb.lnf(), the
+  // logits' gradient ctx.mb.dlogits16() (the cross-entropy's, see cross_entropy_rows).
+  void forward16(ModuleContext& ctx, float* out);
+  void backward16(ModuleContext& ctx, float* din);
+  void classify16(ModuleContext& ctx, const float* dloss, float* din);
+
   size_t vocab_, vocab_padded_, channels_;  // V; Vl (this rank's columns); C
   ParamRef wte_;                            // wte, or lmheadw when untied
 };

@@ -31,31 +31,52 @@ void LayerNorm::bind(const ParamLayout& layout) {
   if (kind_ == NormKind::layernorm) bias_.bind(layout);
 }
 
-void LayerNorm::forward(const ModuleContext& ctx, const float* in, float* out,
+const void* LayerNorm::weight16(const ModuleContext& ctx) const {
+  return weight_.in16(ctx.params16, ctx.compute());
+}
+
+const void* LayerNorm::bias16(const ModuleContext& ctx) const {
+  return bias_.in16(ctx.params16, ctx.compute());
+}
+
+void LayerNorm::forward(const ModuleContext& ctx, const float* in, const ComputeTensor& out,
                         const LayerNormStats& stats) const {
-  const size_t N = ctx.mb.dims().stream_tokens;
-  if (kind_ == NormKind::rmsnorm) {
-    ctx.k.rmsnorm_forward(out, stats.rstd, in, weight_.in(ctx.params), N, channels_, eps_);
-    return;
-  }
-  ctx.k.layernorm_forward(out, stats.mean, stats.rstd, in, weight_.in(ctx.params),
-                          bias_.in(ctx.params), N, channels_);
+  const size_t N = ctx.mb.dims().stream_tokens, C = channels_;
+  const bool rms = kind_ == NormKind::rmsnorm;
+  const DType t = ctx.compute();
+  if (ctx.compute16() && rms)
+    ctx.k.rmsnorm16_forward(out.raw(), stats.rstd, in, weight16(ctx), t, N, C, eps_);
+  else if (ctx.compute16())
+    ctx.k.layernorm16_forward(out.raw(), stats.mean, stats.rstd, in, weight16(ctx), bias16(ctx), t,
+                              N, C);
+  else if (rms)
+    ctx.k.rmsnorm_forward(out.f32(), stats.rstd, in, weight_.in(ctx.params), N, C, eps_);
+  else
+    ctx.k.layernorm_forward(out.f32(), stats.mean, stats.rstd, in, weight_.in(ctx.params),
+                            bias_.in(ctx.params), N, C);
 }
 
 void LayerNorm::residual_forward(const ModuleContext& ctx, const float* a, const float* b,
-                                 float* residual, float* out, const LayerNormStats& stats) const {
-  const size_t N = ctx.mb.dims().stream_tokens;
-  if (kind_ == NormKind::rmsnorm) {
-    ctx.k.fused_residual_rmsnorm_forward(residual, out, stats.rstd, a, b, weight_.in(ctx.params), N,
-                                         channels_, eps_);
-    return;
-  }
-  ctx.k.fused_residual_layernorm_forward(residual, out, stats.mean, stats.rstd, a, b,
-                                         weight_.in(ctx.params), bias_.in(ctx.params), N,
-                                         channels_);
+                                 float* residual, const ComputeTensor& out,
+                                 const LayerNormStats& stats) const {
+  const size_t N = ctx.mb.dims().stream_tokens, C = channels_;
+  const bool rms = kind_ == NormKind::rmsnorm;
+  const DType t = ctx.compute();
+  if (ctx.compute16() && rms)
+    ctx.k.fused_residual_rmsnorm16_forward(residual, out.raw(), stats.rstd, a, b, weight16(ctx), t,
+                                           N, C, eps_);
+  else if (ctx.compute16())
+    ctx.k.fused_residual_layernorm16_forward(residual, out.raw(), stats.mean, stats.rstd, a, b,
+                                             weight16(ctx), bias16(ctx), t, N, C);
+  else if (rms)
+    ctx.k.fused_residual_rmsnorm_forward(residual, out.f32(), stats.rstd, a, b,
+                                         weight_.in(ctx.params), N, C, eps_);
+  else
+    ctx.k.fused_residual_layernorm_forward(residual, out.f32(), stats.mean, stats.rstd, a, b,
+                                           weight_.in(ctx.params), bias_.in(ctx.params), N, C);
 }
 
-void LayerNorm::forward_input(const ModuleContext& ctx, const float* in, float* out,
+void LayerNorm::forward_input(const ModuleContext& ctx, const float* in, const ComputeTensor& out,
                               const LayerNormStats& stats) const {
   const ResidualSum* sum = ctx.in_sum;
   if (sum == nullptr) return forward(ctx, in, out, stats);
@@ -67,6 +88,7 @@ void LayerNorm::forward_input(const ModuleContext& ctx, const float* in, float* 
 
 void LayerNorm::backward(const ModuleContext& ctx, const float* in, const LayerNormStats& stats,
                          const float* dout, float* din) const {
+  if (ctx.compute16()) return backward16(ctx, in, stats, dout, din);
   const size_t N = ctx.mb.dims().stream_tokens;
   const bool rms = kind_ == NormKind::rmsnorm;
   if (!ctx.sequence_parallel()) {
@@ -96,6 +118,20 @@ void LayerNorm::backward(const ModuleContext& ctx, const float* in, const LayerN
   if (rms) return;
   float* db = bias_.in(ctx.grads);
   ctx.k.residual_forward(db, db, g + C, C);
+}
+
+// 16-bit compute runs on one tensor-parallel rank (ActivationDims::check_compute): the gain's
+// and bias's gradients are whole here.
+void LayerNorm::backward16(const ModuleContext& ctx, const float* in, const LayerNormStats& stats,
+                           const float* dout, float* din) const {
+  const size_t N = ctx.mb.dims().stream_tokens, C = channels_;
+  const DType t = ctx.compute();
+  if (kind_ == NormKind::rmsnorm)
+    ctx.k.rmsnorm16_backward(din, weight_.in(ctx.grads), dout, in, weight16(ctx), stats.rstd, t, N,
+                             C);
+  else
+    ctx.k.layernorm16_backward(din, weight_.in(ctx.grads), bias_.in(ctx.grads), dout, in,
+                               weight16(ctx), stats.mean, stats.rstd, t, N, C);
 }
 
 }  // namespace tierzero::nn

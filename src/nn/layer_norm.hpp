@@ -21,17 +21,19 @@ class LayerNorm {
   std::vector<TensorMeta> parameters() const;
   void bind(const ParamLayout& layout);
 
-  // out (S, C) = layernorm(in (S, C)), keeping stats; S: the stream's rows on this rank.
-  void forward(const ModuleContext& ctx, const float* in, float* out,
+  // out (S, C) = layernorm(in (S, C)), keeping stats; S: the stream's rows on this rank. out is
+  // of ctx.compute() (the next product's operand); in 16-bit compute the gain and bias are read
+  // from ctx.params16 (Kernels::layernorm16_*), and the statistics and gradients stay fp32.
+  void forward(const ModuleContext& ctx, const float* in, const ComputeTensor& out,
                const LayerNormStats& stats) const;
   // residual (S, C) = a + b, then out = layernorm(residual) keeping stats, bitwise as
   // residual_forward then forward(), in one fused kernel for either norm, which does not read
   // the sum back from memory.
   void residual_forward(const ModuleContext& ctx, const float* a, const float* b, float* residual,
-                        float* out, const LayerNormStats& stats) const;
+                        const ComputeTensor& out, const LayerNormStats& stats) const;
   // The norm a module begins with, of its input `in`: forward(), or with ctx.in_sum (the previous
   // block left its last add pending, ResidualSum) residual_forward, which writes `in` first.
-  void forward_input(const ModuleContext& ctx, const float* in, float* out,
+  void forward_input(const ModuleContext& ctx, const float* in, const ComputeTensor& out,
                      const LayerNormStats& stats) const;
   // din (S, C) += d(in) for dout (S, C); `in` and `stats` are the forward's. Under sequence
   // parallelism the gain and bias gradients are summed over the tensor-parallel group.
@@ -45,6 +47,11 @@ class LayerNorm {
   NormKind kind_;
   float eps_;
   ParamRef weight_, bias_;
+
+  const void* weight16(const ModuleContext& ctx) const;
+  const void* bias16(const ModuleContext& ctx) const;  // LayerNorm only
+  void backward16(const ModuleContext& ctx, const float* in, const LayerNormStats& stats,
+                  const float* dout, float* din) const;
 };
 
 }  // namespace tierzero::nn

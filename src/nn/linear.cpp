@@ -78,4 +78,42 @@ void Linear::backward_gelu(const ModuleContext& ctx, const float* in, const floa
                              dout, in, pre, weight_.in(ctx.params), N, in_, out_);
 }
 
+const void* Linear::weight16(const ModuleContext& ctx) const {
+  return weight_.in16(ctx.params16, ctx.compute());
+}
+
+const void* Linear::bias16(const ModuleContext& ctx) const {
+  return bias_in_forward_ ? bias_.in16(ctx.params16, ctx.compute()) : nullptr;
+}
+
+void Linear::forward16(const ModuleContext& ctx, const ComputeTensor& in,
+                       const ComputeTensor& out) const {
+  ctx.k.matmul16_forward(out.raw(), out.type, in.raw(), weight16(ctx), bias16(ctx), ctx.compute(),
+                         ctx.mb.dims().tokens, in_, out_);
+}
+
+void Linear::backward16(const ModuleContext& ctx, const ComputeTensor& in,
+                        const ComputeTensor& dout, const ComputeTensor& din) const {
+  ctx.k.matmul16_backward(din.raw(), din.type, weight_.in(ctx.grads),
+                          has_bias_ ? bias_.in(ctx.grads) : nullptr, dout.raw(), in.raw(),
+                          weight16(ctx), ctx.compute(), ctx.mb.dims().tokens, in_, out_,
+                          kernels::GradWrite::overwrite);
+}
+
+void Linear::forward_gelu16(const ModuleContext& ctx, const ComputeTensor& in,
+                            const ComputeTensor& pre, const ComputeTensor& act) const {
+  TZ_CHECK(split_ != LinearSplit::row, "a row-parallel linear's output is a partial sum",
+           "internal error: apply GELU after the tensor-parallel sum");
+  ctx.k.matmul16_gelu_forward(act.raw(), pre.raw(), in.raw(), weight16(ctx), bias16(ctx),
+                              ctx.compute(), ctx.mb.dims().tokens, in_, out_);
+}
+
+void Linear::backward_gelu16(const ModuleContext& ctx, const ComputeTensor& in,
+                             const ComputeTensor& pre, const ComputeTensor& dout,
+                             const ComputeTensor& dpre) const {
+  ctx.k.matmul16_backward_gelu(
+      dpre.raw(), weight_.in(ctx.grads), has_bias_ ? bias_.in(ctx.grads) : nullptr, dout.raw(),
+      in.raw(), pre.raw(), weight16(ctx), ctx.compute(), ctx.mb.dims().tokens, in_, out_);
+}
+
 }  // namespace tierzero::nn

@@ -43,7 +43,24 @@ class Linear {
   void backward_gelu(const ModuleContext& ctx, const float* in, const float* pre, const float* dout,
                      float* dpre) const;
 
+  // The same four in 16-bit compute (ctx.compute16()): W and b from ctx.params16, the operands
+  // of ctx.compute(), each product accumulated in fp32 (Kernels::matmul16_*); W's and b's
+  // gradients stay fp32. A result's own type says how it is stored: the compute dtype when the
+  // next product reads it, fp32 when the residual stream or a norm's backward does.
+  void forward16(const ModuleContext& ctx, const ComputeTensor& in, const ComputeTensor& out) const;
+  // din overwritten, as in backward.
+  void backward16(const ModuleContext& ctx, const ComputeTensor& in, const ComputeTensor& dout,
+                  const ComputeTensor& din) const;
+  // pre and act of the compute dtype.
+  void forward_gelu16(const ModuleContext& ctx, const ComputeTensor& in, const ComputeTensor& pre,
+                      const ComputeTensor& act) const;
+  void backward_gelu16(const ModuleContext& ctx, const ComputeTensor& in, const ComputeTensor& pre,
+                       const ComputeTensor& dout, const ComputeTensor& dpre) const;
+
  private:
+  const void* weight16(const ModuleContext& ctx) const;
+  const void* bias16(const ModuleContext& ctx) const;  // null when the forward adds none
+
   ParamKind weight_kind_, bias_kind_;
   int layer_;
   size_t full_in_, full_out_;  // unpartitioned, as declared

@@ -31,13 +31,17 @@ void MicroBatch::visit(Buffers& b, const GPTConfig&, const ActivationDims& d,
   else
     fn(b.residual3, n * S * C * f, checkpointing ? "residual3 (checkpoints)" : "residual3");
   if (stage.last()) {
-    fn(b.lnf, S * C * f, "lnf");
+    fn(b.lnf, S * C * d.compute_bytes(), "lnf");
     fn(b.lnf_mean, S * f, "lnf_mean");
     fn(b.lnf_rstd, S * f, "lnf_rstd");
     // The whole block, kept from the forward to the backward, or one chunk of rows (the
     // classifier runs in the backward, chunk by chunk).
     fn(b.logits, d.logits_rows * d.local_vocab * f,
        d.chunked_logits() ? "logits (one chunk)" : "logits");
+    // 16-bit compute: the logits' gradient, the head's 16-bit operand, beside the fp32 logits.
+    if (d.compute != DType::f32)
+      fn(b.dlogits16, d.logits_rows * d.local_vocab * d.compute_bytes(),
+         d.chunked_logits() ? "dlogits16 (one chunk)" : "dlogits16");
     fn(b.losses, BT * f, "losses");
   }
   fn(b.dresidual, S * C * f, "dresidual");
@@ -124,9 +128,9 @@ void MicroBatch::check_last(const char* what) const {
            "internal error: only the last stage runs the final norm, the head and the loss");
 }
 
-float* MicroBatch::lnf() const {
+ComputeTensor MicroBatch::lnf() const {
   check_last("the final norm's output");
-  return buffers_.lnf.f32();
+  return {buffers_.lnf.data(), dims_.compute};
 }
 
 LayerNormStats MicroBatch::final_norm_stats() const {
@@ -137,6 +141,13 @@ LayerNormStats MicroBatch::final_norm_stats() const {
 float* MicroBatch::logits() const {
   check_last("the logits");
   return buffers_.logits.f32();
+}
+
+ComputeTensor MicroBatch::dlogits16() const {
+  check_last("the logits' gradient");
+  TZ_CHECK(dims_.compute != DType::f32, "a 16-bit logits' gradient in fp32 compute",
+           "internal error: in fp32 compute the gradient is written over the logits");
+  return {buffers_.dlogits16.data(), dims_.compute};
 }
 
 float* MicroBatch::losses() const {

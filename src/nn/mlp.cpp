@@ -36,29 +36,45 @@ void MLP::bind(const ParamLayout& layout) {
 void MLP::forward(const ModuleContext& ctx, const float* in, float* out, const MlpActs& a) const {
   // GELU runs in fc's product (a cuBLASLt epilogue on CUDA); SwiGLU reads two halves of fc's
   // output, so it stays a pass of its own.
+  float* fch = a.fch.f32();
+  float* fch_gelu = a.fch_gelu.f32();
   if (swiglu_) {
-    fc_.forward(ctx, in, a.fch);
-    ctx.k.swiglu_forward(a.fch_gelu, a.fch, ctx.mb.B() * ctx.mb.T(), hidden_);
+    fc_.forward(ctx, in, fch);
+    ctx.k.swiglu_forward(fch_gelu, fch, ctx.mb.B() * ctx.mb.T(), hidden_);
   } else {
-    fc_.forward_gelu(ctx, in, a.fch, a.fch_gelu);
+    fc_.forward_gelu(ctx, in, fch, fch_gelu);
   }
-  if (out) proj_.forward(ctx, a.fch_gelu, out);
+  if (out) proj_.forward(ctx, fch_gelu, out);
 }
 
 void MLP::backward(const ModuleContext& ctx, const float* in, const MlpActs& a, const float* dout,
                    float* din) const {
   const size_t N = ctx.mb.B() * ctx.mb.T();
+  float* dfch = ctx.scratch.dfch().f32();
   if (swiglu_) {
     // Both gradients are written whole (the product's beta 0, then SwiGLU's one term per
     // element): neither buffer is zeroed first.
-    proj_.backward(ctx, a.fch_gelu, dout, ctx.scratch.dfch_gelu());
-    ctx.k.swiglu_backward(ctx.scratch.dfch(), a.fch, ctx.scratch.dfch_gelu(), N, hidden_);
+    proj_.backward(ctx, a.fch_gelu.f32(), dout, ctx.scratch.dfch_gelu());
+    ctx.k.swiglu_backward(dfch, a.fch.f32(), ctx.scratch.dfch_gelu(), N, hidden_);
   } else {
     // GELU's gradient is taken in the projection's input-gradient product: dfch is written
     // whole, so neither it nor a separate gradient of fch_gelu is zeroed first.
-    proj_.backward_gelu(ctx, a.fch_gelu, a.fch, dout, ctx.scratch.dfch());
+    proj_.backward_gelu(ctx, a.fch_gelu.f32(), a.fch.f32(), dout, dfch);
   }
-  fc_.backward(ctx, in, ctx.scratch.dfch(), din);
+  fc_.backward(ctx, in, dfch, din);
+}
+
+void MLP::forward16(const ModuleContext& ctx, const ComputeTensor& in, float* out,
+                    const MlpActs& a) const {
+  fc_.forward_gelu16(ctx, in, a.fch, a.fch_gelu);  // GELU in the epilogue, both rounded
+  if (out) proj_.forward16(ctx, a.fch_gelu, ComputeTensor{out, DType::f32});
+}
+
+void MLP::backward16(const ModuleContext& ctx, const ComputeTensor& in, const MlpActs& a,
+                     const ComputeTensor& dout, float* din) const {
+  const ComputeTensor dfch = ctx.scratch.dfch();  // (B*T, 4C) compute, written whole
+  proj_.backward_gelu16(ctx, a.fch_gelu, a.fch, dout, dfch);
+  fc_.backward16(ctx, in, dfch, ComputeTensor{din, DType::f32});  // a norm's backward reads it
 }
 
 }  // namespace tierzero::nn

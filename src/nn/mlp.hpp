@@ -27,6 +27,12 @@ class MLP {
   // the forward's.
   void backward(const ModuleContext& ctx, const float* in, const MlpActs& acts, const float* dout,
                 float* din) const;
+  // 16-bit compute (GPT-2's GELU MLP): in, acts and dout of ctx.compute(); out (nullable) and din
+  // fp32, din overwritten.
+  void forward16(const ModuleContext& ctx, const ComputeTensor& in, float* out,
+                 const MlpActs& acts) const;
+  void backward16(const ModuleContext& ctx, const ComputeTensor& in, const MlpActs& acts,
+                  const ComputeTensor& dout, float* din) const;
 
  private:
   bool swiglu_;

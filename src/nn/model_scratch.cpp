@@ -8,15 +8,21 @@ void ModelScratch::visit(Buffers& b, const ActivationDims& d, Recompute recomput
   const size_t C = d.channels, BT = d.tokens, AT = d.attention_tokens();
   const size_t Cl = d.local_channels, Hl = d.local_hidden;
   constexpr size_t f = sizeof(float);
+  const size_t h = d.compute_bytes();  // the products' operands: fp32 or 16-bit
   if (recompute.is_full()) b.block.visit(d, 1, fn);
   if (recompute.is_selective()) b.core.visit(d, fn);
   fn(b.proj, BT * C * f, "proj");
   fn(b.dln, BT * C * f, "dln");
-  fn(b.dqkv, AT * d.local_qkv * f, "dqkv");
-  fn(b.datty, AT * Cl * f, "datty");
+  fn(b.dqkv, AT * d.local_qkv * h, "dqkv");
+  fn(b.datty, AT * Cl * h, "datty");
   if (d.attention_scratch() > 0) fn(b.attention, d.attention_scratch() * f, "attention scratch");
-  fn(b.dfch, BT * d.local_fc * f, "dfch");
-  fn(b.dfch_gelu, BT * Hl * f, "dfch_gelu");
+  fn(b.dfch, BT * d.local_fc * h, "dfch");
+  // 16-bit compute (GPT-2's GELU, no Ulysses) takes GELU's gradient in the projection's product
+  // and never needs dfch_gelu; it needs the stream's gradient in 16 bits instead.
+  if (d.compute == DType::f32)
+    fn(b.dfch_gelu, BT * Hl * f, "dfch_gelu");
+  else
+    fn(b.stream_grad16, BT * C * h, "stream_grad16");
   if (d.tp > 1) {
     fn(b.xent_partials, BT * 3 * f, "xent_partials");
     fn(b.xent_all, d.tp * BT * 3 * f, "xent_all");
@@ -55,7 +61,8 @@ BlockActs ModelScratch::block() const {
 }
 
 AttentionActs ModelScratch::attention_core() const {
-  return {nullptr, buffers_.core.atty.f32(), buffers_.core.lse.f32()};
+  return {ComputeTensor{nullptr, dims_.compute}, compute(buffers_.core.atty),
+          buffers_.core.lse.f32()};
 }
 
 }  // namespace tierzero::nn

@@ -9,8 +9,16 @@
 
 namespace tierzero::nn {
 
+DType ModuleContext::compute() const {
+  return mb.dims().compute;
+}
+
 void ModuleContext::zero(float* p, size_t n) const {
   device.fill_zero(p, n * sizeof(float), stream);
+}
+
+void ModuleContext::round_to_compute(const ComputeTensor& p, const float* src, size_t n) const {
+  k.convert_from_f32(p.raw(), p.type, src, n);
 }
 
 const float* ModuleContext::gather_stream(const float* local, float* into) const {

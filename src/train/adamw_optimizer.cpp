@@ -50,8 +50,9 @@ StepStats AdamWOptimizer::step(nn::LocalParams& params, double lr, double gradie
   std::vector<kernels::AdamWSegment> segments;  // (tensors)
   for (const nn::ParamTensor& t : layout_.tensors())
     segments.push_back({t.offset, t.numel, t.decay ? p.weight_decay : 0.0f});
-  k.adamw_update_segments(params.params(), m_.f32(), v_.f32(), params.grads(), nullptr, DType::f32,
-                          segments.data(), segments.size(), p);
+  // A 16-bit working copy is rewritten in the update's pass (null and fp32 without one).
+  k.adamw_update_segments(params.params(), m_.f32(), v_.f32(), params.grads(), params.working(),
+                          params.params16_type(), segments.data(), segments.size(), p);
   return s;
 }
 

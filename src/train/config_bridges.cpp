@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "tierzero/core/error.hpp"
+#include "tierzero/nn/activation_dims.hpp"
 #include "tierzero/offload/host_pool.hpp"
 #include "tierzero/train/placement_from_config.hpp"
 
@@ -55,6 +56,34 @@ kernels::MatmulPrecision matmul_precision_for(const TrainConfig& c) {
   if (c.bf16) return kernels::MatmulPrecision::bf16;
   if (c.fp16) return kernels::MatmulPrecision::fp16;
   return c.tf32 ? kernels::MatmulPrecision::tf32 : kernels::MatmulPrecision::fp32;
+}
+
+DType compute_dtype_for(const TrainConfig& c, DeviceKind device, const nn::GPTConfig& model) {
+  const DType working = working_dtype(c);
+  const auto tp = static_cast<size_t>(c.tensor_parallel);
+  const auto ulysses = static_cast<size_t>(c.ulysses_parallel);
+  if (c.compute_dtype == "auto") {
+    if (device != DeviceKind::cuda || working == DType::f32) return DType::f32;
+    try {
+      nn::ActivationDims::check_compute(model, working, tp, ulysses);
+    } catch (const Error&) {
+      return DType::f32;  // a model or split 16-bit compute does not run: fp32, as before
+    }
+    return working;
+  }
+  const DType asked = dtype_from_name(c.compute_dtype);
+  if (asked == DType::f32) return asked;
+  TZ_CHECK(asked == working,
+           "tierzero.compute_dtype is " + c.compute_dtype + " but the working parameters are " +
+               dtype_name(working),
+           working == DType::f32
+               ? "16-bit compute runs on the 16-bit working copy: set " + c.compute_dtype +
+                     ".enabled to true, or tierzero.compute_dtype to fp32 or auto"
+               : std::string("16-bit compute runs in the working type: set "
+                             "tierzero.compute_dtype to ") +
+                     dtype_name(working) + ", fp32 or auto");
+  nn::ActivationDims::check_compute(model, asked, tp, ulysses);
+  return asked;
 }
 
 zero::StoreConfig store_config_from(const TrainConfig& c) {

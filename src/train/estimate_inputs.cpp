@@ -67,31 +67,33 @@ std::vector<zero::UnitSpec> model_units(const nn::GPTConfig& config, size_t bloc
 size_t rank_activation_bytes(const nn::GPTConfig& config, size_t B, size_t T,
                              nn::Recompute checkpointing, const profile::WorldLayout& world,
                              bool sequence_parallel, const std::vector<nn::PipelineStage>& chunks,
-                             const std::string& schedule, size_t micro_batches) {
+                             const std::string& schedule, size_t micro_batches, DType compute) {
   const auto tp = static_cast<size_t>(world.tp), sp = static_cast<size_t>(world.sp);
   if (world.pp == 1)
-    return nn::GPT::activation_bytes_for(config, B, T, checkpointing, tp, sequence_parallel, sp);
+    return nn::GPT::activation_bytes_for(config, B, T, checkpointing, tp, sequence_parallel, sp,
+                                         compute);
   // The rank holds its chunks' activations for as many micro-batches as the schedule keeps in
   // flight there.
   return PipelineExecutor::activation_bytes_for(
-      config, nn::ActivationDims::of(config, B, T, tp, sequence_parallel, sp), chunks,
+      config, nn::ActivationDims::of(config, B, T, tp, sequence_parallel, sp, compute), chunks,
       nn::pipeline_schedule_from_name(schedule), micro_batches, checkpointing);
 }
 
 size_t activation_bytes(const nn::GPTConfig& config, size_t B, size_t T,
                         nn::Recompute checkpointing, const profile::WorldLayout& world,
-                        bool sequence_parallel, const PipelineShape& pipeline) {
+                        bool sequence_parallel, const PipelineShape& pipeline, DType compute) {
   const auto pp = static_cast<size_t>(world.pp);
   if (pp == 1)
     return rank_activation_bytes(config, B, T, checkpointing, world, sequence_parallel, {},
-                                 pipeline.schedule, 1);
+                                 pipeline.schedule, 1, compute);
   // The largest is the rank that must fit.
   const size_t m = pipeline.micro_batches > 0 ? pipeline.micro_batches : pp;
   size_t worst = 0;
   for (const std::vector<nn::PipelineStage>& chunks :
        rank_chunks(config, pp, pipeline.virtual_stages, pipeline.blocks_per_stage))
-    worst = std::max(worst, rank_activation_bytes(config, B, T, checkpointing, world,
-                                                  sequence_parallel, chunks, pipeline.schedule, m));
+    worst =
+        std::max(worst, rank_activation_bytes(config, B, T, checkpointing, world, sequence_parallel,
+                                              chunks, pipeline.schedule, m, compute));
   return worst;
 }
 
@@ -99,10 +101,11 @@ ActivationEstimate activation_estimate_for(const nn::GPTConfig& config, size_t B
                                            nn::Recompute recompute,
                                            const profile::WorldLayout& world,
                                            bool sequence_parallel, const PipelineShape& pipeline,
-                                           Tier tier, size_t device_slots) {
+                                           Tier tier, size_t device_slots, DType compute) {
   const auto pp = static_cast<size_t>(world.pp), sp = static_cast<size_t>(world.sp);
   const auto tp = static_cast<size_t>(world.tp);
-  const nn::ActivationDims dims = nn::ActivationDims::of(config, B, T, tp, sequence_parallel, sp);
+  const nn::ActivationDims dims =
+      nn::ActivationDims::of(config, B, T, tp, sequence_parallel, sp, compute);
   const nn::PipelineSchedule schedule = nn::pipeline_schedule_from_name(pipeline.schedule);
   if (pp == 1)
     return activation_estimate(config, dims, {}, schedule, 1, recompute, tier, device_slots);
@@ -170,14 +173,21 @@ profile::EstimateInput run_estimate_input(const TrainConfig& c, const nn::GPTCon
       model_units(model, static_cast<size_t>(c.blocks_per_unit), static_cast<size_t>(world.tp),
                   static_cast<size_t>(world.pp), pipeline);
   const Tier tier = checkpoint_tier_of(c.activation_checkpoints);
+  // The dtype the run would compute in on the config's device, with the world's split (flags
+  // may override the config's).
+  TrainConfig split = c;
+  split.tensor_parallel = world.tp;
+  split.ulysses_parallel = world.sp;
+  const DType compute = compute_dtype_for(
+      split, c.device.rfind("cuda", 0) == 0 ? DeviceKind::cuda : DeviceKind::cpu, model);
   if (!checkpointing.is_full() || tier == Tier::device)
     return estimate_input_from(
         c, units, world,
-        activation_bytes(model, B, T, checkpointing, world, sequence_parallel, pipeline));
+        activation_bytes(model, B, T, checkpointing, world, sequence_parallel, pipeline, compute));
   // The block checkpoints on the host or NVMe: the micro-batches hold none of them.
   const ActivationEstimate a =
       activation_estimate_for(model, B, T, checkpointing, world, sequence_parallel, pipeline, tier,
-                              static_cast<size_t>(c.activation_checkpoints.buffer_count));
+                              static_cast<size_t>(c.activation_checkpoints.buffer_count), compute);
   profile::EstimateInput input = estimate_input_from(c, units, world, a.activation_bytes);
   input.checkpoints = a.checkpoints;
   return input;

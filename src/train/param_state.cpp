@@ -151,8 +151,9 @@ class StoreParams final : public ParamState {
  public:
   StoreParams(const TrainConfig& c, const RunSession& run, const ProcessGroups& groups,
               const nn::ParamLayout& layout, DeviceAllocator& allocator,
-              const InitialValues& initial) {
+              const InitialValues& initial, DType compute) {
     zero::StoreConfig store_config = store_config_from(c);
+    store_config.compute = compute;
     // The host budget is the node's: its ranks share it equally.
     const auto local_ranks = static_cast<size_t>(comm::node_local_size(run.session->world()));
     const size_t node_budget = store_config.host_budget_bytes;
@@ -243,8 +244,13 @@ std::unique_ptr<ParamState> make_param_state(const TrainConfig& c, const RunSess
                                              const ProcessGroups& groups,
                                              const nn::ParamLayout& layout, Device& device,
                                              DeviceAllocator& allocator,
-                                             const InitialValues& initial) {
-  if (run.session) return std::make_unique<StoreParams>(c, run, groups, layout, allocator, initial);
+                                             const InitialValues& initial, DType compute) {
+  if (run.session)
+    return std::make_unique<StoreParams>(c, run, groups, layout, allocator, initial, compute);
+  TZ_CHECK(compute == DType::f32,
+           std::string("the one-rank reference path computes in fp32, not ") + dtype_name(compute),
+           "16-bit compute needs 16-bit working parameters (bf16 or fp16 enabled), which the "
+           "partition store holds");
   return std::make_unique<ReferenceParams>(c, layout, device, allocator, initial);
 }
 

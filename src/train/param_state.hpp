@@ -71,11 +71,12 @@ class ParamState {
 };
 
 // The partition store when the run has an MPI session, else the reference path. Loads the
-// initial values into it.
+// initial values into it. compute: the dtype the model computes in (compute_dtype_for), which
+// the store hands its parameters out in (StoreConfig::compute); the reference path is fp32.
 std::unique_ptr<ParamState> make_param_state(const TrainConfig& c, const RunSession& run,
                                              const ProcessGroups& groups,
                                              const nn::ParamLayout& layout, Device& device,
                                              DeviceAllocator& allocator,
-                                             const InitialValues& initial);
+                                             const InitialValues& initial, DType compute);
 
 }  // namespace tierzero::train

@@ -156,6 +156,7 @@ void add_tierzero_keys(SettingsBuilder& s, const TrainConfig& c) {
   s.number("tierzero.blocks_per_unit", c.blocks_per_unit);
   s.flag("tierzero.activation_checkpointing", c.activation_checkpointing);
   s.text("tierzero.recompute", c.recompute);
+  s.text("tierzero.compute_dtype", c.compute_dtype);
   s.number("tierzero.tensor_parallel", c.tensor_parallel);
   s.flag("tierzero.sequence_parallel", c.sequence_parallel);
   s.number("tierzero.ulysses_parallel", c.ulysses_parallel);

@@ -307,7 +307,8 @@ std::vector<nn::GPT*> ModelChunks::all() const {
 }
 
 ModelChunks build_model_chunks(const TrainConfig& c, const RunShape& shape,
-                               const ProcessGroups& groups, DeviceAllocator& allocator) {
+                               const ProcessGroups& groups, DeviceAllocator& allocator,
+                               DType compute) {
   nn::ModelParallel parallel;
   parallel.sequence_parallel = c.sequence_parallel;
   parallel.pipeline = shape.chunk_stages.front();
@@ -327,7 +328,10 @@ ModelChunks build_model_chunks(const TrainConfig& c, const RunShape& shape,
     m.chunk_units = nn::chunk_unit_offsets(shape.model, shape.chunk_stages);
   }
   const nn::Recompute recompute = nn::Recompute::parse(c.recompute, "tierzero.recompute");
-  for (nn::GPT* chunk : m.all()) chunk->set_recompute(recompute);
+  for (nn::GPT* chunk : m.all()) {
+    chunk->set_recompute(recompute);
+    chunk->set_compute(compute);
+  }
   return m;
 }
 

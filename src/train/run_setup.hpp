@@ -102,8 +102,10 @@ struct ModelChunks {
   const nn::ParamLayout& layout() const { return chunks_layout ? *chunks_layout : model->layout(); }
   std::vector<nn::GPT*> all() const;
 };
+// compute: the dtype their products run in (compute_dtype_for).
 ModelChunks build_model_chunks(const TrainConfig& c, const RunShape& shape,
-                               const ProcessGroups& groups, DeviceAllocator& allocator);
+                               const ProcessGroups& groups, DeviceAllocator& allocator,
+                               DType compute);
 
 // Where the initial fp32 values of the rank's layout come from: counter-based draws from the
 // seed, or the checkpoint's values read by range (a model file is read as a piece of the file's

@@ -463,6 +463,8 @@ void read_tierzero(ConfigReader r, TrainConfig& c) {
   c.save_checkpoint = r.get_string("save_checkpoint", c.save_checkpoint);
   c.log_level = r.get_string("log_level", c.log_level, {"debug", "info", "warn", "error", "off"});
   c.tf32 = r.get_bool("tf32", c.tf32);
+  c.compute_dtype =
+      r.get_string("compute_dtype", c.compute_dtype, {"auto", "fp32", "bf16", "fp16"});
   c.device_memory_budget_gb =
       r.get_number("device_memory_budget_gb", c.device_memory_budget_gb, 0.0, 1.0e6);
   c.activation_checkpointing = r.get_bool("activation_checkpointing", c.activation_checkpointing);

@@ -145,11 +145,15 @@ void Trainer::build() {
   const auto budget = static_cast<size_t>(config_.device_memory_budget_gb * 1073741824.0);
   s.allocator = std::make_unique<DeviceAllocator>(*s.device, budget);
   s.groups = open_groups(s.shape, s.run, *s.device);
-  s.chunks = build_model_chunks(config_, s.shape, s.groups, *s.allocator);
+  const DType compute = compute_dtype_for(config_, s.device->kind(), s.shape.model);
+  if (compute != DType::f32)
+    log::info(std::string("16-bit compute: products and their activations in ") +
+              dtype_name(compute) + " (tierzero.compute_dtype)");
+  s.chunks = build_model_chunks(config_, s.shape, s.groups, *s.allocator, compute);
   const InitialValues initial(config_, s.shape.model, s.chunks.layout(),
                               s.shape.chunk_stages.front());
   s.params = make_param_state(config_, s.run, s.groups, s.chunks.layout(), *s.device, *s.allocator,
-                              initial);
+                              initial, compute);
   // The host budget is the node's: its ranks share it (as the store's pool does).
   const size_t local_ranks =
       s.run.session ? static_cast<size_t>(comm::node_local_size(s.run.session->world())) : 1;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "error_of.hpp"
 #include "tierzero/core/error.hpp"
 
 #include "tierzero/core/random.hpp"
@@ -25,28 +26,21 @@ inline nn::GPTConfig tiny_config(size_t V, size_t Vp, size_t maxT, size_t L, siz
   return cfg;
 }
 
-// The message of the Error fn throws, or "" when it throws none.
-inline std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
+// working: the parameters' 16-bit working copy for 16-bit compute (LocalParams), fp32: none.
 struct TinyGpt {
-  TinyGpt(const nn::GPTConfig& config, size_t batch, size_t seq, uint64_t seed)
+  TinyGpt(const nn::GPTConfig& config, size_t batch, size_t seq, uint64_t seed,
+          DType working = DType::f32)
       : cfg(config),
         B(batch),
         T(seq),
         device(make_cpu_device()),
         alloc(*device, 0),
         model(cfg, alloc),
-        params(model.layout(), alloc),
+        params(model.layout(), alloc, working),
         x(B * T),
         y(B * T) {
     nn::init_gpt2_params(model.layout(), cfg, seed, params.params());
+    params.round_working();
     Rng rng(seed + 1);
     for (size_t i = 0; i < B * T; ++i) {
       x[i] = static_cast<int32_t>(rng.below(cfg.vocab_size));

@@ -74,6 +74,7 @@ TEST(RunSettings, EverySettingThatMustAgreeIsCompared) {
       {"tierzero.activation_checkpointing",
        [](TrainConfig& c) { c.activation_checkpointing = true; }},
       {"tierzero.recompute", [](TrainConfig& c) { c.recompute = "selective"; }},
+      {"tierzero.compute_dtype", [](TrainConfig& c) { c.compute_dtype = "fp32"; }},
       {"tierzero.pipeline_parallel", [](TrainConfig& c) { c.pipeline_parallel = 2; }},
       {"tierzero.pipeline_stages",
        [](TrainConfig& c) {

@@ -6,15 +6,19 @@
 # rank's tracked activation peak must equal `tierzero estimate --recompute <mode> --json`'s
 # activation bytes exactly, and fall from none to selective to full.
 # <ulysses> > 1 runs Ulysses sequence parallelism instead (the recompute re-shards the heads' output).
-# usage: run_recompute_match.sh <tierzero> <ranks> <tp> <ulysses> <mpiexec command...>
-tierzero=$1; ranks=$2; tp=$3; ulysses=$4
-shift 4
+# <compute> fp32, or bf16: bf16 working parameters and 16-bit compute (issue 26), whose recompute
+# must match the same way and whose smaller activations the estimate must count to the byte.
+# usage: run_recompute_match.sh <tierzero> <ranks> <tp> <ulysses> <compute> <mpiexec command...>
+tierzero=$1; ranks=$2; tp=$3; ulysses=$4; compute=$5
+shift 5
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
+precision=""
+[ "$compute" = bf16 ] && precision=', "bf16": {"enabled": true}'
 cat > "$dir/config.json" <<JSON
-{"train_micro_batch_size_per_gpu": 2, "gradient_clipping": 0.5,
+{"train_micro_batch_size_per_gpu": 2, "gradient_clipping": 0.5 $precision,
  "tierzero": {"steps": 4, "seq_len": 80, "seed": 7, "threads": 1, "val_batches": 1,
-              "tensor_parallel": $tp, "ulysses_parallel": $ulysses,
+              "tensor_parallel": $tp, "ulysses_parallel": $ulysses, "compute_dtype": "$compute",
               "model": {"vocab_size": 257, "n_layer": 2, "n_head": 4, "n_embd": 64,
                         "context_length": 80}}}
 JSON
@@ -30,6 +34,10 @@ for mode in none selective full; do
   field() { sed -n "s/.*\"$1\": *\([^,]*\),.*/\1/p" "$2"; }
   for f in loss grad_norm; do field "$f" "$dir/$mode.jsonl" > "$dir/$mode.$f"; done
   echo "recompute $mode: losses $(tr '\n' ' ' < "$dir/$mode.loss")"
+  if [ "$compute" = bf16 ] && ! grep -q "16-bit compute: products and their activations in bf16" \
+      "$dir/$mode.log"; then
+    echo "FAIL: train --recompute $mode did not compute in bf16"; fail=1
+  fi
 done
 for mode in selective full; do
   for f in loss grad_norm; do

@@ -2,11 +2,15 @@
 // pipeline's options from DeepSpeed's aio / offload keys, and the GPT's shape.
 #include <gtest/gtest.h>
 
+#include <string>
+
+#include "error_of.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/train/config_bridges.hpp"
 
 using namespace tierzero;
 using namespace tierzero::train;
+using tierzero::testing::error_of;
 
 TEST(ConfigBridges, NvmeOptionsFromDeepSpeedConfig) {
   AioConfig aio;
@@ -107,4 +111,40 @@ TEST(ConfigBridges, MatmulPrecisionFollowsDtypeAndTf32) {
                 R"({"bf16": {"enabled": true}, "tierzero": {"tf32": true}})", "t")),
             MatmulPrecision::bf16);
   EXPECT_THROW(TrainConfig::parse(R"({"tierzero": {"tf32": "yes"}})", "t"), Error);
+}
+
+// tierzero.compute_dtype: auto is 16-bit on CUDA where it is built, fp32 elsewhere; a 16-bit
+// dtype must be the working type and a model and split it runs.
+TEST(ConfigBridges, ComputeDtypeFollowsTheWorkingTypeAndTheDevice) {
+  const nn::GPTConfig gpt2 = gpt_config_from(TrainConfig::defaults().model);
+  const TrainConfig bf16 = TrainConfig::parse(R"({"bf16": {"enabled": true}})", "t");
+  const TrainConfig fp16 = TrainConfig::parse(R"({"fp16": {"enabled": true}})", "t");
+  EXPECT_EQ(TrainConfig::defaults().compute_dtype, "auto");
+  EXPECT_EQ(compute_dtype_for(bf16, DeviceKind::cuda, gpt2), DType::bf16);
+  EXPECT_EQ(compute_dtype_for(fp16, DeviceKind::cuda, gpt2), DType::f16);
+  EXPECT_EQ(compute_dtype_for(bf16, DeviceKind::cpu, gpt2), DType::f32);  // widening: no faster
+  EXPECT_EQ(compute_dtype_for(TrainConfig::defaults(), DeviceKind::cuda, gpt2), DType::f32);
+  // auto falls back to fp32 where 16-bit compute is not built: tensor parallelism, Llama.
+  const TrainConfig tp2 =
+      TrainConfig::parse(R"({"bf16": {"enabled": true}, "tierzero": {"tensor_parallel": 2}})", "t");
+  EXPECT_EQ(compute_dtype_for(tp2, DeviceKind::cuda, gpt2), DType::f32);
+  nn::GPTConfig llama = gpt2;
+  llama.arch.norm = nn::NormKind::rmsnorm;
+  EXPECT_EQ(compute_dtype_for(bf16, DeviceKind::cuda, llama), DType::f32);
+  // Asked for: on the CPU too (the reference semantics, widened), and refused with the reason.
+  const TrainConfig asked = TrainConfig::parse(
+      R"({"bf16": {"enabled": true}, "tierzero": {"compute_dtype": "bf16"}})", "t");
+  EXPECT_EQ(compute_dtype_for(asked, DeviceKind::cpu, gpt2), DType::bf16);
+  const TrainConfig wrong_type = TrainConfig::parse(
+      R"({"fp16": {"enabled": true}, "tierzero": {"compute_dtype": "bf16"}})", "t");
+  const std::string type_error =
+      error_of([&] { (void)compute_dtype_for(wrong_type, DeviceKind::cuda, gpt2); });
+  EXPECT_NE(type_error.find("working parameters are fp16"), std::string::npos) << type_error;
+  const std::string arch_error =
+      error_of([&] { (void)compute_dtype_for(asked, DeviceKind::cuda, llama); });
+  EXPECT_NE(arch_error.find("GPT-2"), std::string::npos) << arch_error;
+  const TrainConfig fp32 = TrainConfig::parse(
+      R"({"bf16": {"enabled": true}, "tierzero": {"compute_dtype": "fp32"}})", "t");
+  EXPECT_EQ(compute_dtype_for(fp32, DeviceKind::cuda, gpt2), DType::f32);
+  EXPECT_THROW(TrainConfig::parse(R"({"tierzero": {"compute_dtype": "int8"}})", "t"), Error);
 }

@@ -27,6 +27,11 @@ struct BenchTrainStepOptions {
   // GPTConfig::classifier_chunk_tokens: tokens of logits held at once; 0 automatic (128 MiB),
   // batch * seq or more keeps them whole.
   int64_t classifier_chunk = 0;
+  // What the step's products and activations run in (nn::GPT::set_compute): "auto", the 16-bit
+  // type of a bf16 or fp16 precision on CUDA where 16-bit compute is built (GPT-2), else fp32;
+  // "fp32"; or "bf16" / "fp16", which must be the precision's type. 16-bit compute keeps a
+  // 16-bit working copy of the parameters beside the fp32 master, written by the AdamW update.
+  std::string compute_dtype = "auto";
 };
 
 struct BenchTrainStepResult {
@@ -34,6 +39,7 @@ struct BenchTrainStepResult {
   double sgemm_backend_gflops = 0.0;   // the same through the backend's matmul
   double sgemm_gflops = 0.0;           // the baseline: the better of the two
   std::string matmul_precision;        // what the backend's products ran at (fp32 on the CPU)
+  std::string compute_dtype;           // what the step's activations and operands were held in
   double step_s = 0.0;                 // median timed step
   double gflops = 0.0;                 // the step's model FLOPs over step_s
   double tokens_per_s = 0.0;

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 
+#include "tierzero/core/dtype.hpp"
 #include "tierzero/nn/gpt_config.hpp"
 
 namespace tierzero::nn {
@@ -41,6 +42,13 @@ struct ActivationDims {
   size_t tp = 1;
   bool sequence_parallel = false;  // only ever true with tp > 1
   size_t ulysses = 1;              // Ulysses sequence-parallel ranks
+  // The dtype of what the products read and write (16-bit compute): the norms' outputs, qkv,
+  // the heads' outputs, the MLP's insides, their gradients between products, and the logits'
+  // gradient; fp32 (the reference) or the 16-bit working type. The residual stream, its
+  // gradient, the norms' statistics, the logits and the losses stay fp32.
+  DType compute = DType::f32;
+
+  size_t compute_bytes() const { return dtype_size(compute); }  // one element in `compute`
 
   // Rows of the attention's insides (qkv, the heads' outputs and their gradients): the whole
   // sequence of each of the B rows; equal to `tokens` without Ulysses.
@@ -57,9 +65,14 @@ struct ActivationDims {
   // T is the whole sequence. Throws Error naming what does not divide: the heads, kv heads, MLP
   // hidden features or the padded vocabulary by tp, with sequence parallelism the B * T tokens by
   // tp, under Ulysses the heads the kv heads or the sequence by ulysses. sequence_parallel with tp
-  // 1 is no split. Ulysses with tp > 1 is refused (not built).
+  // 1 is no split. Ulysses with tp > 1 is refused (not built). A 16-bit `compute` is built for
+  // GPT-2 on one tensor- and one Ulysses rank: an Error otherwise (check_compute).
   static ActivationDims of(const GPTConfig& config, size_t B, size_t T, size_t tp = 1,
-                           bool sequence_parallel = false, size_t ulysses = 1);
+                           bool sequence_parallel = false, size_t ulysses = 1,
+                           DType compute = DType::f32);
+  // Throws an Error saying why when `compute` is not fp32 and not a 16-bit compute this model and
+  // split can run.
+  static void check_compute(const GPTConfig& config, DType compute, size_t tp, size_t ulysses);
   bool operator==(const ActivationDims&) const = default;
 };
 

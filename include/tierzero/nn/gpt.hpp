@@ -161,7 +161,8 @@ class GPT {
                                  const int32_t* targets, size_t B, size_t T, float grad_scale,
                                  float* host_losses);
   Device& device() { return device_; }
-  // Logits of the last evaluate(), (B, T, Vl) in device memory (Vl = Vp / tp: this rank's
+  // Logits of the last evaluate() (after forward_backward: their gradient in fp32 compute, the
+  // logits in 16-bit compute), (B, T, Vl) in device memory (Vl = Vp / tp: this rank's
   // vocabulary columns); columns V..Vp are padding. Null when the classifier ran in chunks
   // (more tokens than GPTConfig::classifier_chunk_tokens): no whole block of logits exists.
   const float* logits() const {
@@ -183,6 +184,18 @@ class GPT {
   // qkv) or full (activation checkpointing as above); the same rules as above on changing it.
   void set_recompute(Recompute recompute);
   Recompute recompute() const { return recompute_; }
+  // The dtype the products run in (ActivationDims::compute): fp32 (the default, the reference),
+  // or bf16 / fp16, 16-bit compute: the products' operands and the activations they read held
+  // in that dtype, the parameters acquired with acquire_params16 (the provider's
+  // params16_type() must be it). On CUDA the products run on the tensor cores, and the attention
+  // on its tensor-core kernels when the kernels' matmul precision is a 16-bit one
+  // (Kernels::set_matmul_precision, which the trainer and `bench train` set to the same type;
+  // warned once otherwise). The residual stream, the norms'
+  // statistics, the logits, the loss and every gradient of a parameter stay fp32. GPT-2 on one
+  // tensor- and Ulysses rank only (an Error otherwise: ActivationDims::check_compute). Changing
+  // it reallocates the facade's activations like set_recompute; older micro-batches are refused.
+  void set_compute(DType compute);
+  DType compute() const { return compute_; }
   // Where the block checkpoints go with checkpointing on: null (the default) keeps them in the
   // MicroBatch on the device; a store places all of them on its tier, the stage's first block's
   // input too (the embeddings write theirs into the store's buffer; a later pipeline stage
@@ -225,20 +238,23 @@ class GPT {
   // scratch_bytes_for + k * micro_batch_bytes_for.
   // tp, sequence_parallel, ulysses: the per-rank count under tensor (and sequence) parallelism
   // or Ulysses (T is then still the whole sequence).
+  // compute: the dtype of the products' activations (set_compute).
   static size_t activation_bytes_for(const GPTConfig& config, size_t B, size_t T,
                                      Recompute recompute, size_t tp = 1,
-                                     bool sequence_parallel = false, size_t ulysses = 1);
+                                     bool sequence_parallel = false, size_t ulysses = 1,
+                                     DType compute = DType::f32);
   static size_t micro_batch_bytes_for(const GPTConfig& config, size_t B, size_t T,
                                       Recompute recompute, size_t tp = 1,
-                                      bool sequence_parallel = false, size_t ulysses = 1);
+                                      bool sequence_parallel = false, size_t ulysses = 1,
+                                      DType compute = DType::f32);
   // One micro-batch of a pipeline stage (its blocks; the logits on the last stage only).
   // external_checkpoints: the stage's checkpoints, its input included, live in a CheckpointStore.
   static size_t micro_batch_bytes_for(const GPTConfig& config, const ActivationDims& dims,
                                       const PipelineStage& stage, Recompute recompute,
                                       bool external_checkpoints = false);
   static size_t scratch_bytes_for(const GPTConfig& config, size_t B, size_t T, Recompute recompute,
-                                  size_t tp = 1, bool sequence_parallel = false,
-                                  size_t ulysses = 1);
+                                  size_t tp = 1, bool sequence_parallel = false, size_t ulysses = 1,
+                                  DType compute = DType::f32);
 
  private:
   void check(const MicroBatch& mb) const;  // made by this model, in the current mode
@@ -250,6 +266,8 @@ class GPT {
   Head* chunked_head(const MicroBatch& mb) const;
   MicroBatch& cached(size_t B, size_t T);  // the facade's micro-batch, (re)made for (B, T)
   ModuleContext context(MicroBatch& mb);
+  // The unit's parameters into ctx: params, or params16 in 16-bit compute.
+  void acquire(ModuleContext& ctx, ParamProvider& params, size_t unit) const;
   // A stored checkpoint (mb.is_external(position)) between the store's begin and end calls.
   void begin_checkpoint_read(MicroBatch& mb, size_t position, size_t module);
   void end_checkpoint(MicroBatch& mb, size_t position, bool read, bool discard);
@@ -274,6 +292,7 @@ class GPT {
   std::shared_ptr<ModelScratch> scratch_;  // shared by a rank's pipeline chunks (share_scratch)
   std::unique_ptr<MicroBatch> cached_;     // the facade's
   Recompute recompute_;
+  DType compute_ = DType::f32;        // set_compute
   CheckpointStore* store_ = nullptr;  // null: checkpoints stay in the MicroBatch
   DeviceTimeline* timeline_ = nullptr;
   bool fuse_residual_ = true;  // set_residual_fusion

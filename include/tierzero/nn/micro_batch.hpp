@@ -79,14 +79,15 @@ class MicroBatch {
   // Block `layer`'s saved internals; not with full recompute (then they live in scratch); with
   // selective recompute the attention's core (attn.atty, attn.lse) is null here (in scratch).
   BlockActs block(size_t layer) const;
-  float* lnf() const;  // (S, C) the final layernorm's output; last stage only
+  ComputeTensor lnf() const;  // (S, C) compute: the final norm's output; last stage only
   LayerNormStats final_norm_stats() const;
   // (R, Vl), R = dims().logits_rows: all B*T rows, the gradient of the logits after the
   // backward; or one chunk of rows that the classifier reuses (dims().chunked_logits()). Last
-  // stage only.
+  // stage only. In 16-bit compute they stay the logits: their gradient is dlogits16().
   float* logits() const;
-  float* losses() const;     // (B, T) (last stage)
-  float* dresidual() const;  // (S, C) the residual stream's running gradient
+  ComputeTensor dlogits16() const;  // (R, Vl) 16-bit compute only: the logits' gradient
+  float* losses() const;            // (B, T) (last stage)
+  float* dresidual() const;         // (S, C) the residual stream's running gradient
 
   // A module's forward input, kept by reference for its backward (and checkpoint recompute).
   void save_input(size_t module, const float* in);
@@ -103,10 +104,11 @@ class MicroBatch {
     BlockActivations blocks;  // the stage's n blocks' internals; empty when checkpointing
     DeviceBuffer residual3;   // (n, S, C) block outputs; the checkpoints when checkpointing;
                               // (1, S, C) the stage's output with external checkpoints
-    DeviceBuffer lnf;         // (S, C)
+    DeviceBuffer lnf;         // (S, C) compute
     DeviceBuffer lnf_mean;    // (S)
     DeviceBuffer lnf_rstd;    // (S)
-    DeviceBuffer logits;      // (B, T, Vl); holds dlogits after the backward
+    DeviceBuffer logits;      // (R, Vl); holds dlogits after the backward in fp32 compute
+    DeviceBuffer dlogits16;   // (R, Vl) compute, 16-bit compute only
     DeviceBuffer losses;      // (B, T)
     DeviceBuffer dresidual;   // (S, C)
   };

@@ -36,15 +36,18 @@ class ModelScratch {
 
   // BT: all B*T tokens; S: the stream's rows; Cl, NHl, Hl: this rank's part (see BlockActs);
   // AT, Ts: the attention's rows and sequence (B*T and T without Ulysses).
-  float* proj() const { return buffers_.proj.f32(); }    // (BT, C)
-  float* dln() const { return buffers_.dln.f32(); }      // (BT, C)
-  float* dqkv() const { return buffers_.dqkv.f32(); }    // (AT, 3Cl)
-  float* datty() const { return buffers_.datty.f32(); }  // (AT, Cl)
+  float* proj() const { return buffers_.proj.f32(); }              // (BT, C)
+  float* dln() const { return buffers_.dln.f32(); }                // (BT, C)
+  ComputeTensor dqkv() const { return compute(buffers_.dqkv); }    // (AT, 3Cl) compute
+  ComputeTensor datty() const { return compute(buffers_.datty); }  // (AT, Cl) compute
   // The attention backward's scratch: none with the CPU's tiled kernel (null), (B, NHl, Ts, Ts)
   // on CUDA (ActivationDims::attention_scratch).
   float* attention() const { return buffers_.attention.f32(); }
-  float* dfch() const { return buffers_.dfch.f32(); }            // (BT, Hl or 2 Hl: SwiGLU)
-  float* dfch_gelu() const { return buffers_.dfch_gelu.f32(); }  // (BT, Hl)
+  ComputeTensor dfch() const { return compute(buffers_.dfch); }  // (BT, Hl or 2 Hl: SwiGLU)
+  float* dfch_gelu() const { return buffers_.dfch_gelu.f32(); }  // (BT, Hl) fp32 compute only
+  // 16-bit compute only: the residual stream's running gradient rounded to the compute dtype,
+  // the output gradient a block's two branch projections read in their backward.
+  ComputeTensor stream_grad16() const { return compute(buffers_.stream_grad16); }  // (BT, C)
   BlockActs block() const;  // full recompute's one block of internals
   // Selective recompute's one attention core (atty, lse; qkv null): every block's forward
   // writes it, its recompute rebuilds it before its backward.
@@ -61,20 +64,23 @@ class ModelScratch {
   // which Ulysses needs), unused outside the MLP's backward. dfch_gelu is the smaller (SwiGLU's
   // dfch holds gate and up).
   UlyssesBuffers ulysses() const {
-    return {dfch(), dfch_gelu(), buffers_.dfch_gelu.bytes() / sizeof(float)};
+    return {buffers_.dfch.f32(), dfch_gelu(), buffers_.dfch_gelu.bytes() / sizeof(float)};
   }
 
  private:
+  ComputeTensor compute(const DeviceBuffer& b) const { return {b.data(), dims_.compute}; }
+
   struct Buffers {
     BlockActivations block;      // 1 block's internals with full recompute, else empty
     AttentionCore core;          // 1 attention core with selective recompute, else empty
     DeviceBuffer proj;           // (BT, C) attproj / fcproj output before the residual add
     DeviceBuffer dln;            // (BT, C) gradient of a layernorm output
-    DeviceBuffer dqkv;           // (AT, 3Cl)
-    DeviceBuffer datty;          // (AT, Cl)
+    DeviceBuffer dqkv;           // (AT, 3Cl) compute
+    DeviceBuffer datty;          // (AT, Cl) compute
     DeviceBuffer attention;      // (attention_scratch) the attention backward's, CUDA only
-    DeviceBuffer dfch;           // (BT, Hl)
-    DeviceBuffer dfch_gelu;      // (BT, Hl)
+    DeviceBuffer dfch;           // (BT, Hl) compute
+    DeviceBuffer dfch_gelu;      // (BT, Hl) fp32 compute only (SwiGLU, Ulysses' packing)
+    DeviceBuffer stream_grad16;  // (BT, C) 16-bit compute only
     DeviceBuffer xent_partials;  // (BT, 3) this rank's max, sum of exps, target logit
     DeviceBuffer xent_all;       // (tp, BT, 3) every rank's
     DeviceBuffer gathered_in;    // (BT, C) a layernorm output all-gathered for a GEMM

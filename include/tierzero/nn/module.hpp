@@ -9,9 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "tierzero/core/dtype.hpp"
 #include "tierzero/device/device.hpp"
 #include "tierzero/kernels/kernels.hpp"
 #include "tierzero/nn/param_layout.hpp"
+#include "tierzero/nn/saved_activations.hpp"
 #include "tierzero/nn/sp/ulysses_group.hpp"
 #include "tierzero/nn/tensor_meta.hpp"
 #include "tierzero/nn/tp/tensor_parallel_group.hpp"
@@ -49,8 +51,17 @@ struct ModuleContext {
   // ResidualSum (Module::takes_residual_sum), so this one may fill it instead of writing `out`.
   const ResidualSum* in_sum = nullptr;
   ResidualSum* out_sum = nullptr;
+  // 16-bit compute (mb.dims().compute bf16 or fp16): the unit as acquire_params16 handed it out,
+  // of that dtype, in place of `params` (then null).
+  const void* params16 = nullptr;  // (units[unit].numel) compute
 
+  // The dtype the products run in (ActivationDims::compute), and whether it is 16-bit: the
+  // layers then call the 16-bit kernels on params16 and the compute-dtype activations.
+  DType compute() const;
+  bool compute16() const { return compute() != DType::f32; }
   void zero(float* p, size_t n) const;  // p (n): what a backward accumulates into starts at 0
+  // p (n) of the compute dtype = src (n) rounded (16-bit compute only)
+  void round_to_compute(const ComputeTensor& p, const float* src, size_t n) const;
   bool sequence_parallel() const { return tp != nullptr && tp->sequence_parallel(); }
 
   // Entering a tensor-parallel region (Megatron's f forward, g backward with sequence
@@ -71,6 +82,10 @@ class ParamRef {
   void bind(const ParamLayout& layout);
   const float* in(const float* unit) const { return unit + offset_; }
   float* in(float* unit) const { return unit + offset_; }
+  // The tensor in a unit handed out in 16 bits (ModuleContext::params16) of dtype t.
+  const void* in16(const void* unit, DType t) const {
+    return static_cast<const char*>(unit) + offset_ * dtype_size(t);
+  }
   const Shape& shape() const { return shape_; }  // local
 
  private:

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tierzero/core/dtype.hpp"
+#include "tierzero/core/tensor.hpp"
 #include "tierzero/kernels/matmul_precision.hpp"
 #include "tierzero/nn/gpt_config.hpp"
 #include "tierzero/offload/nvme_engine.hpp"
@@ -30,6 +31,14 @@ DType working_dtype(const TrainConfig& config);
 // working parameters, else tf32 when tierzero.tf32 is set, else exact fp32. The CPU backend
 // computes in fp32 whatever this says.
 kernels::MatmulPrecision matmul_precision_for(const TrainConfig& config);
+
+// The dtype the model's products and their activations run in (nn::GPT::set_compute,
+// StoreConfig::compute): tierzero.compute_dtype, whose "auto" is the 16-bit working type on CUDA
+// where 16-bit compute is built (GPT-2 on one tensor- and one Ulysses rank:
+// nn::ActivationDims::check_compute) and fp32 elsewhere (the CPU's 16-bit kernels widen to fp32,
+// no faster than its fp32 ones). Throws an Error for a 16-bit dtype that is not the working type,
+// or one the model or its split cannot compute in.
+DType compute_dtype_for(const TrainConfig& config, DeviceKind device, const nn::GPTConfig& model);
 
 // The partition store's settings as the trainer applies them: stage, stage-3 budgets, gradient
 // and gather buckets, placements and the offload resources they need (the host budget defaults to

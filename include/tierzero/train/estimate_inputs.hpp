@@ -49,15 +49,18 @@ std::vector<zero::UnitSpec> model_units(const nn::GPTConfig& config, size_t bloc
 // vocabulary over tp; with Megatron sequence parallelism the residual stream too) and, with
 // pp > 1, each chunk's blocks times the micro-batches `schedule` keeps in flight there over
 // `micro_batches` per step, plus the chunks' scratch (what the trainer's executor allocates).
+// compute: the dtype of the products' activations (compute_dtype_for).
 size_t rank_activation_bytes(const nn::GPTConfig& config, size_t B, size_t T,
                              nn::Recompute checkpointing, const profile::WorldLayout& world,
                              bool sequence_parallel, const std::vector<nn::PipelineStage>& chunks,
-                             const std::string& schedule, size_t micro_batches);
+                             const std::string& schedule, size_t micro_batches,
+                             DType compute = DType::f32);
 
 // rank_activation_bytes for the rank where it is largest (pp > 1: every rank's chunks of the cut).
 size_t activation_bytes(const nn::GPTConfig& config, size_t B, size_t T,
                         nn::Recompute checkpointing, const profile::WorldLayout& world,
-                        bool sequence_parallel = false, const PipelineShape& pipeline = {});
+                        bool sequence_parallel = false, const PipelineShape& pipeline = {},
+                        DType compute = DType::f32);
 
 // activation_bytes with the block checkpoints on `tier` (tierzero.activation_checkpoints): the
 // micro-batches' bytes without them, and the checkpoints' placement for the estimator, for the
@@ -66,7 +69,8 @@ ActivationEstimate activation_estimate_for(const nn::GPTConfig& config, size_t B
                                            nn::Recompute recompute,
                                            const profile::WorldLayout& world,
                                            bool sequence_parallel, const PipelineShape& pipeline,
-                                           Tier tier, size_t device_slots);
+                                           Tier tier, size_t device_slots,
+                                           DType compute = DType::f32);
 
 // Bytes one rank sends in its tensor-parallel collectives per training micro-batch on ring
 // algorithms: the model's analytic payload (nn::expected_tensor_parallel_traffic), an all-reduce

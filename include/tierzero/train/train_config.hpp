@@ -188,6 +188,11 @@ struct TrainConfig {
   // bf16 or fp16 working parameters the products use those tensor cores anyway, and the CPU
   // always computes in fp32 (config_bridges.hpp: matmul_precision_for).
   bool tf32 = false;
+  // What the products read and write with bf16 or fp16 working parameters: "auto" (16-bit on
+  // CUDA where it is built, else fp32), "fp32" (the working copy widened per unit, activations
+  // fp32), or the working type, "bf16" / "fp16" (16-bit activations on the tensor cores' native
+  // operands). config_bridges.hpp: compute_dtype_for.
+  std::string compute_dtype = "auto";
   std::string log_level = "info";
   std::string config_file;  // the file load() read (an input no output may overwrite); "" else
   double device_memory_budget_gb = 0.0;  // 0: the device's total memory
