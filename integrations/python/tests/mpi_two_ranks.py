@@ -1,7 +1,9 @@
 """Run by test_mpi.py under `mpiexec -n 2`: one Python process per rank trains the tiny GPT at
 ZeRO stage 2 over both ranks with a callback (the ranks must see the same global losses), then each
-rank builds its own OffloadAdamW. Exits non-zero on any mismatch."""
+rank builds its own OffloadAdamW. Exits non-zero on any mismatch. Each rank writes its result to
+rank<r>.json in TZ_RESULT_DIR: the ranks' stdout lines can interleave under mpiexec."""
 import json
+import os
 import sys
 
 import tierzero
@@ -24,5 +26,6 @@ try:
     out["offload_steps"] = opt.steps_taken
 except ImportError:
     out["offload_steps"] = None
-print("RESULT " + json.dumps(out), flush=True)
+with open(os.path.join(os.environ["TZ_RESULT_DIR"], f"rank{rank}.json"), "w") as f:
+    json.dump(out, f)
 sys.exit(0)
