@@ -20,7 +20,8 @@
 #     largest micro-batch our step fits, bench train --batch 0)
 #   scripts/device/gpu_check.sh lease [seconds]   (everything above that one short lease can hold,
 #     most telling first, each step only if its own limit still fits in `seconds` (default 500):
-#     issue 26's kernel tests, bench train bf16, the 300-step bf16 loss curve against fp32, the
+#     issue 26's kernel tests and the GPT's 16-bit step against the CPU's, bench train bf16 with
+#     16-bit and with fp32 activations, the 300-step bf16 loss curve against fp32, the
 #     peers at B 16, bench train bf16 at the largest micro-batch that fits, bench train fp32,
 #     compute-sanitizer memcheck, host waits, racecheck, the other CUDA tests; carry .devbundle
 #     and .devpeers, timeout 600, seconds 540)
@@ -209,7 +210,10 @@ step_kernels26() {
   # The Llama family's kernels (the fused residual + RMSNorm among them) have their own binary.
   timeout 30 $lkt --gtest_filter='*LlamaKernelTest*/cuda' >>"$out/kernels26.log" 2>&1
   log "llama kernels: exit $?"
-  grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]|flash_attention (out|dqkv).*(T1024|T257)|flash_attention \(16-bit\).*(T1024|T257)|attention16 (out|dqkv) B1 T130|flash_attention repeat|GradientSumsTest|repeat: [1-9]|CPU backend: |matmul_forward out (tf32|bf16|fp16|fp32) N77|matmul_(gelu_forward out|backward_gelu dpre) N64|matmul16_[a-z_]* [a-z]* ?[=+]* ?bf16->[a-z0-9]* N(64 IC768|50)|adamw (with a|over 150)" \
+  # The GPT's 16-bit step on CUDA against the CPU's (bf16 and fp16, the whole model).
+  timeout 60 build/gpu/tests/test_nn --gtest_filter='Compute16.Cuda*' >>"$out/kernels26.log" 2>&1
+  log "GPT 16-bit step on cuda: exit $?"
+  grep -E "^\[  (PASSED|FAILED) |compute, CUDA vs CPU|^\[  FAILED  \]|flash_attention (out|dqkv).*(T1024|T257)|flash_attention \(16-bit\).*(T1024|T257)|attention16 (out|dqkv) B1 T130|flash_attention repeat|GradientSumsTest|repeat: [1-9]|CPU backend: |matmul_forward out (tf32|bf16|fp16|fp32) N77|matmul_(gelu_forward out|backward_gelu dpre) N64|matmul16_[a-z_]* [a-z]* ?[=+]* ?bf16->[a-z0-9]* N(64 IC768|50)|adamw (with a|over 150)" \
     "$out/kernels26.log" | head -72 | tee -a "$out/summary.txt"
 }
 # compute-sanitizer (memcheck or racecheck) over the fused attention's small test.
@@ -242,14 +246,16 @@ step_sanitize26() {
     head -12 | tee -a "$out/summary.txt"
 }
 # bench train, GPT-2 124M T 1024 at micro-batch B (default 8; 0: the largest that fits the GPU),
-# products at one precision.
+# products at one precision, activations in compute dtype c (default auto: 16-bit with bf16 or
+# fp16 products; fp32: the working copy widened, the path before 16-bit compute).
 step_bench_precision() {
-  local p=$1 B=${2:-8} limit=${3:-40}
-  log "bench train --device cuda --model gpt2 --batch $B --seq 1024 --steps 5 --matmul-precision $p"
+  local p=$1 B=${2:-8} limit=${3:-40} c=${4:-auto}
+  local tag="${p}_B${B}_$c"
+  log "bench train --device cuda --model gpt2 --batch $B --seq 1024 --steps 5 --matmul-precision $p --compute-dtype $c"
   timeout "$limit" $tz bench train --device cuda --model gpt2 --batch "$B" --seq 1024 --steps 5 \
-    --matmul-precision "$p" >"$out/bench_${p}_B$B.jsonl" 2>"$out/bench_${p}_B$B.log"
-  log "exit $?"; tail -17 "$out/bench_${p}_B$B.log" | tee -a "$out/summary.txt"
-  cat "$out/bench_${p}_B$B.jsonl"
+    --matmul-precision "$p" --compute-dtype "$c" >"$out/bench_$tag.jsonl" 2>"$out/bench_$tag.log"
+  log "exit $?"; tail -17 "$out/bench_$tag.log" | tee -a "$out/summary.txt"
+  cat "$out/bench_$tag.jsonl"
 }
 # The asynchronous step's counters on the GPU: host waits per step (--metrics host_waits) and the
 # device timeline's compute against the step (the profile's compute track); the logits in
@@ -284,7 +290,8 @@ step_curve() {
     log "train gpt2 cuda $p, $steps steps, B 4, T 256 (the loss curve)"
     timeout $limit $tz train --config "$out/curve_$p.json" --model gpt2 --device cuda \
       --metrics "$out/curve_$p.jsonl" >"$out/curve_$p.log" 2>&1
-    log "exit $?"; grep -E "^step |error" "$out/curve_$p.log" | tail -2 | tee -a "$out/summary.txt"
+    log "exit $?"; grep -E "^step |error|16-bit compute" "$out/curve_$p.log" | tail -3 |
+      tee -a "$out/summary.txt"
   done
   python3 scripts/device/loss_curves.py "$out/curve_fp32.jsonl" "$out/curve_bf16.jsonl" 2>&1 |
     tee -a "$out/summary.txt"
@@ -374,6 +381,7 @@ if [ "$what" = lease ]; then  # the most telling steps first, each only if its l
   }
   fits 120 kernels && step_kernels26
   fits 40 "bench bf16" && step_bench_precision bf16
+  fits 40 "bench bf16, fp32 activations" && step_bench_precision bf16 8 40 fp32
   fits 120 "loss curve" && step_curve 300
   fits 330 "peers B 16" && step_peers 16 150
   fits 90 "bench bf16, the largest micro-batch" && step_bench_precision bf16 0 90
