@@ -207,7 +207,7 @@ DType step_compute(const BenchTrainStepOptions& f, const nn::GPTConfig& cfg, boo
   if (f.compute_dtype == "auto") {
     if (!native16) return DType::f32;
     try {
-      nn::ActivationDims::check_compute(cfg, precision16, 1, 1);
+      nn::ActivationDims::check_compute(cfg, precision16, 1, false, 1);
     } catch (const Error&) {
       return DType::f32;  // a model 16-bit compute is not built for
     }
@@ -220,7 +220,7 @@ DType step_compute(const BenchTrainStepOptions& f, const nn::GPTConfig& cfg, boo
                f.matmul_precision,
            "16-bit compute runs the products in its own type: give --matmul-precision " +
                f.compute_dtype + " too");
-  nn::ActivationDims::check_compute(cfg, asked, 1, 1);
+  nn::ActivationDims::check_compute(cfg, asked, 1, false, 1);
   return asked;
 }
 

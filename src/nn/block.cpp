@@ -53,9 +53,9 @@ void Block::run(const ModuleContext& ctx, const float* in, float* out, const Blo
   float* proj = ctx.scratch.proj();
   // (With the previous block's last add pending, in is written here with ln1, in one pass.)
   ln1_.forward_input(ctx, in, a.ln1, a.ln1_stats);
-  if (ctx.compute16()) {  // one tensor-parallel rank: no collectives
+  if (ctx.compute16()) {  // no sequence parallelism: the norms' outputs are whole
     attn_.forward16(ctx, a.ln1, proj, a.attn);
-    ln2_.residual_forward(ctx, in, proj, a.residual2, a.ln2, a.ln2_stats);
+    ln2_.residual_forward(ctx, in, ctx.reduce_stream(proj), a.residual2, a.ln2, a.ln2_stats);
     mlp_.forward16(ctx, a.ln2, out ? proj : nullptr, a.mlp);
   } else {
     float* gathered = ctx.scratch.gathered_in();
@@ -115,7 +115,9 @@ void Block::backward(ModuleContext& ctx, const float* dout, float* din) {
 }
 
 // The branches' products read the stream's gradient in 16 bits: rounded once before each
-// branch, from the fp32 running gradient that the norms' backwards add into.
+// branch, from the fp32 running gradient that the norms' backwards add into. Under tensor
+// parallelism (no sequence parallelism: every rank holds the whole stream) each branch's input
+// gradient is a partial sum, all-reduced before its norm's backward, as in fp32.
 void Block::backward16(const ModuleContext& ctx, const float* in, const BlockActs& a,
                        float* dstream) const {
   float* dln = ctx.scratch.dln();                            // (B*T, C) fp32, written whole
@@ -123,10 +125,10 @@ void Block::backward16(const ModuleContext& ctx, const float* in, const BlockAct
   const size_t n = ctx.mb.dims().stream_tokens * channels_;
   ctx.round_to_compute(grad16, dstream, n);
   mlp_.backward16(ctx, a.ln2, a.mlp, grad16, dln);
-  ln2_.backward(ctx, a.residual2, a.ln2_stats, dln, dstream);
+  ln2_.backward(ctx, a.residual2, a.ln2_stats, ctx.reduce_stream(dln), dstream);
   ctx.round_to_compute(grad16, dstream, n);
   attn_.backward16(ctx, a.ln1, a.attn, grad16, dln);
-  ln1_.backward(ctx, in, a.ln1_stats, dln, dstream);
+  ln1_.backward(ctx, in, a.ln1_stats, ctx.reduce_stream(dln), dstream);
 }
 
 }  // namespace tierzero::nn

@@ -9,12 +9,13 @@ namespace tierzero::nn {
 void cross_entropy_rows(const ModuleContext& ctx, float* logits, size_t row, size_t n, size_t V,
                         const float* dloss) {
   const ActivationDims& d = ctx.mb.dims();
-  const int32_t* targets = ctx.mb.targets() + row;  // (n)
-  float* losses = ctx.mb.losses() + row;            // (n)
-  float* dlogits = dloss ? logits : nullptr;        // in place
-  if (ctx.compute16() && dloss) {  // one tensor-parallel rank; the 16-bit gradient apart
-    ctx.k.softmax_xent16_forward_backward(ctx.mb.dlogits16().raw(), losses, logits, targets,
-                                          ctx.compute(), *dloss, n, V, d.local_vocab);
+  const int32_t* targets = ctx.mb.targets() + row;                                  // (n)
+  float* losses = ctx.mb.losses() + row;                                            // (n)
+  float* dlogits = dloss ? logits : nullptr;                                        // in place
+  void* dlogits16 = ctx.compute16() && dloss ? ctx.mb.dlogits16().raw() : nullptr;  // apart
+  if (dlogits16 != nullptr && ctx.tp == nullptr) {
+    ctx.k.softmax_xent16_forward_backward(dlogits16, losses, logits, targets, ctx.compute(), *dloss,
+                                          n, V, d.local_vocab);
     return;
   }
   if (ctx.tp == nullptr) {
@@ -30,6 +31,11 @@ void cross_entropy_rows(const ModuleContext& ctx, float* logits, size_t row, siz
   float* all = ctx.scratch.xent_all();            // (tp, n, 3) of (tp, BT, 3)
   ctx.k.vocab_xent_partials(partials, logits, targets, n, d.local_vocab, start, V);
   ctx.tp->all_gather(ctx.stream, partials, all, n * 3);
+  if (dlogits16 != nullptr) {
+    ctx.k.vocab_xent16_finish(dlogits16, losses, logits, all, d.tp, targets, ctx.compute(), *dloss,
+                              n, d.local_vocab, start, V);
+    return;
+  }
   ctx.k.vocab_xent_finish(dlogits, losses, logits, all, d.tp, targets, dloss ? *dloss : 0.0f, n,
                           d.local_vocab, start, V);
 }

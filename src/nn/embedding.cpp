@@ -48,11 +48,13 @@ void Embedding::bind(const ParamLayout& layout) {
 }
 
 void Embedding::forward(ModuleContext& ctx, const float*, float* out) {
-  if (ctx.compute16()) {  // GPT-2 on one tensor-parallel rank: the whole vocabulary
+  if (ctx.compute16()) {  // no sequence parallelism: whole rows, summed over the tp group
     const DType t = ctx.compute();
-    const void* wpe = learned_positions_ ? wpe_.in16(ctx.params16, t) : nullptr;
-    ctx.k.encoder16_forward(out, ctx.mb.tokens(), wte_.in16(ctx.params16, t), wpe, t, 0,
+    const bool add_positions = learned_positions_ && (ctx.tp == nullptr || ctx.tp->rank() == 0);
+    const void* wpe = add_positions ? wpe_.in16(ctx.params16, t) : nullptr;
+    ctx.k.encoder16_forward(out, ctx.mb.tokens(), wte_.in16(ctx.params16, t), wpe, t, vocab_start_,
                             vocab_local_, ctx.mb.B(), ctx.mb.T(), channels_);
+    if (ctx.tp != nullptr) ctx.tp->all_reduce(ctx.stream, out, ctx.mb.dims().tokens * channels_);
     return;
   }
   if (ctx.tp == nullptr && learned_positions_) {

@@ -40,32 +40,22 @@ void Head::backward(ModuleContext& ctx, const float* dout, float* din) {
            "internal error: with chunked logits the backward runs through Head::classify");
   if (ctx.compute16()) return backward16(ctx, din);
   const float* in = ctx.gather_stream(ctx.mb.saved_input(index()), ctx.scratch.gathered_in());
-  if (ctx.tp == nullptr) {
-    ctx.k.matmul_backward(din, wte_.in(ctx.grads), nullptr, dout, in, wte_.in(ctx.params), d.tokens,
-                          channels_, vocab_padded_, kernels::GradWrite::accumulate);
-    return;
-  }
-  // The input gradient from this rank's columns is a partial sum: summed over the group apart
+  // Under tensor parallelism a partial sum over this rank's columns, summed over the group apart
   // from din, so that din keeps accumulating (+=) like every backward's.
-  float* partial = ctx.scratch.proj();  // (B*T, C), written whole
-  ctx.k.matmul_backward(partial, wte_.in(ctx.grads), nullptr, dout, in, wte_.in(ctx.params),
-                        d.tokens, channels_, vocab_padded_, kernels::GradWrite::overwrite);
-  ctx.k.residual_forward(din, din, ctx.reduce_stream(partial), d.stream_tokens * channels_);
+  float* dx = input_grad(ctx, din);  // (B*T, C)
+  ctx.k.matmul_backward(dx, wte_.in(ctx.grads), nullptr, dout, in, wte_.in(ctx.params), d.tokens,
+                        channels_, vocab_padded_, input_grad_write(ctx));
+  sum_input_grad(ctx, dx, din);
 }
 
 void Head::classify(ModuleContext& ctx, const float* dloss, float* din) {
   if (ctx.compute16()) return classify16(ctx, dloss, din);
   const ActivationDims& d = ctx.mb.dims();
   const float* in = ctx.gather_stream(ctx.mb.saved_input(index()), ctx.scratch.gathered_in());
-  const float* w = wte_.in(ctx.params);  // (Vl, C)
-  float* logits = ctx.mb.logits();       // (R, Vl), one chunk of rows
-  // The input gradient: straight into din on one rank; under tensor parallelism a partial sum
-  // over this rank's columns, summed over the group once every chunk has added its rows.
-  float* dx = nullptr;  // (B*T, C)
-  if (dloss) dx = ctx.tp != nullptr ? ctx.scratch.proj() : din;
-  // The chunks' rows are disjoint: each chunk writes its rows of the partial sum whole.
-  const kernels::GradWrite dx_write =
-      ctx.tp != nullptr ? kernels::GradWrite::overwrite : kernels::GradWrite::accumulate;
+  const float* w = wte_.in(ctx.params);                // (Vl, C)
+  float* logits = ctx.mb.logits();                     // (R, Vl), one chunk of rows
+  float* dx = dloss ? input_grad(ctx, din) : nullptr;  // (B*T, C)
+  const kernels::GradWrite dx_write = input_grad_write(ctx);
   for (size_t row = 0; row < d.tokens; row += d.logits_rows) {
     const size_t n = std::min(d.logits_rows, d.tokens - row);
     const float* x = in + row * channels_;  // (n, C)
@@ -75,12 +65,27 @@ void Head::classify(ModuleContext& ctx, const float* dloss, float* din) {
       ctx.k.matmul_backward(dx + row * channels_, wte_.in(ctx.grads), nullptr, logits, x, w, n,
                             channels_, vocab_padded_, dx_write);
   }
-  if (dloss && ctx.tp != nullptr)
-    ctx.k.residual_forward(din, din, ctx.reduce_stream(dx), d.stream_tokens * channels_);
+  if (dloss) sum_input_grad(ctx, dx, din);
 }
 
-// 16-bit compute, on one tensor-parallel rank: the input is the final norm's 16-bit output
-// (ctx.mb.lnf()), the logits and the loss fp32, the logits' gradient ctx.mb.dlogits16().
+float* Head::input_grad(const ModuleContext& ctx, float* din) const {
+  return ctx.tp != nullptr ? ctx.scratch.proj() : din;
+}
+
+kernels::GradWrite Head::input_grad_write(const ModuleContext& ctx) const {
+  // The chunks' rows are disjoint: each writes its rows of the partial sum whole.
+  return ctx.tp != nullptr ? kernels::GradWrite::overwrite : kernels::GradWrite::accumulate;
+}
+
+void Head::sum_input_grad(const ModuleContext& ctx, float* dx, float* din) const {
+  if (ctx.tp == nullptr) return;  // dx was din
+  const ActivationDims& d = ctx.mb.dims();
+  ctx.k.residual_forward(din, din, ctx.reduce_stream(dx), d.stream_tokens * channels_);
+}
+
+// 16-bit compute, without sequence parallelism (the input is whole on every rank): the input is
+// the final norm's 16-bit output (ctx.mb.lnf()), the logits and the loss fp32, the logits'
+// gradient ctx.mb.dlogits16(); under tensor parallelism this rank's vocabulary columns.
 void Head::forward16(ModuleContext& ctx, float* out) {
   if (ctx.mb.dims().chunked_logits()) return;
   const DType t = ctx.compute();
@@ -89,27 +94,33 @@ void Head::forward16(ModuleContext& ctx, float* out) {
 }
 
 void Head::backward16(ModuleContext& ctx, float* din) {
+  const ActivationDims& d = ctx.mb.dims();
   const DType t = ctx.compute();
-  ctx.k.matmul16_backward(din, DType::f32, wte_.in(ctx.grads), nullptr, ctx.mb.dlogits16().raw(),
-                          ctx.mb.lnf().raw(), wte_.in16(ctx.params16, t), t, ctx.mb.dims().tokens,
-                          channels_, vocab_padded_, kernels::GradWrite::accumulate);
+  float* dx = input_grad(ctx, din);  // (B*T, C)
+  ctx.k.matmul16_backward(dx, DType::f32, wte_.in(ctx.grads), nullptr, ctx.mb.dlogits16().raw(),
+                          ctx.mb.lnf().raw(), wte_.in16(ctx.params16, t), t, d.tokens, channels_,
+                          vocab_padded_, input_grad_write(ctx));
+  sum_input_grad(ctx, dx, din);
 }
 
 void Head::classify16(ModuleContext& ctx, const float* dloss, float* din) {
   const ActivationDims& d = ctx.mb.dims();
   const DType t = ctx.compute();
-  const void* w = wte_.in16(ctx.params16, t);  // (Vp, C)
-  float* logits = ctx.mb.logits();             // (R, Vp) fp32, one chunk of rows
+  const void* w = wte_.in16(ctx.params16, t);          // (Vl, C)
+  float* logits = ctx.mb.logits();                     // (R, Vl) fp32, one chunk of rows
+  float* dx = dloss ? input_grad(ctx, din) : nullptr;  // (B*T, C)
+  const kernels::GradWrite dx_write = input_grad_write(ctx);
   for (size_t row = 0; row < d.tokens; row += d.logits_rows) {
     const size_t n = std::min(d.logits_rows, d.tokens - row);
     const ComputeTensor x = ctx.mb.lnf().at(row * channels_);  // (n, C)
     ctx.k.matmul16_forward(logits, DType::f32, x.raw(), w, nullptr, t, n, channels_, vocab_padded_);
     cross_entropy_rows(ctx, logits, row, n, vocab_, dloss);  // into dlogits16's first n rows
     if (dloss)
-      ctx.k.matmul16_backward(din + row * channels_, DType::f32, wte_.in(ctx.grads), nullptr,
+      ctx.k.matmul16_backward(dx + row * channels_, DType::f32, wte_.in(ctx.grads), nullptr,
                               ctx.mb.dlogits16().raw(), x.raw(), w, t, n, channels_, vocab_padded_,
-                              kernels::GradWrite::accumulate);
+                              dx_write);
   }
+  if (dloss) sum_input_grad(ctx, dx, din);
 }
 
 }  // namespace tierzero::nn

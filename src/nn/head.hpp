@@ -37,6 +37,12 @@ class Head final : public Module {
   void classify(ModuleContext& ctx, const float* dloss, float* din);
 
  private:
+  // Where the input gradient goes: straight into din (+=) on one rank; under tensor parallelism
+  // into the scratch's proj() (B*T, C), written whole (chunk by chunk: their rows are disjoint),
+  // a partial sum over this rank's columns that sum_input_grad adds into din once complete.
+  float* input_grad(const ModuleContext& ctx, float* din) const;
+  kernels::GradWrite input_grad_write(const ModuleContext& ctx) const;
+  void sum_input_grad(const ModuleContext& ctx, float* dx, float* din) const;
   // The three in 16-bit compute (ModuleContext::compute16): the input is ctx.mb.lnf(), the
   // logits' gradient ctx.mb.dlogits16() (the cross-entropy's, see cross_entropy_rows).
   void forward16(ModuleContext& ctx, float* out);

@@ -120,8 +120,8 @@ void LayerNorm::backward(const ModuleContext& ctx, const float* in, const LayerN
   ctx.k.residual_forward(db, db, g + C, C);
 }
 
-// 16-bit compute runs on one tensor-parallel rank (ActivationDims::check_compute): the gain's
-// and bias's gradients are whole here.
+// 16-bit compute runs without sequence parallelism (ActivationDims::check_compute): every rank
+// normalises every row, so the gain's and bias's gradients are whole here.
 void LayerNorm::backward16(const ModuleContext& ctx, const float* in, const LayerNormStats& stats,
                            const float* dout, float* din) const {
   const size_t N = ctx.mb.dims().stream_tokens, C = channels_;

@@ -65,7 +65,7 @@ DType compute_dtype_for(const TrainConfig& c, DeviceKind device, const nn::GPTCo
   if (c.compute_dtype == "auto") {
     if (device != DeviceKind::cuda || working == DType::f32) return DType::f32;
     try {
-      nn::ActivationDims::check_compute(model, working, tp, ulysses);
+      nn::ActivationDims::check_compute(model, working, tp, c.sequence_parallel, ulysses);
     } catch (const Error&) {
       return DType::f32;  // a model or split 16-bit compute does not run: fp32, as before
     }
@@ -82,7 +82,7 @@ DType compute_dtype_for(const TrainConfig& c, DeviceKind device, const nn::GPTCo
                : std::string("16-bit compute runs in the working type: set "
                              "tierzero.compute_dtype to ") +
                      dtype_name(working) + ", fp32 or auto");
-  nn::ActivationDims::check_compute(model, asked, tp, ulysses);
+  nn::ActivationDims::check_compute(model, asked, tp, c.sequence_parallel, ulysses);
   return asked;
 }
 

@@ -8,10 +8,11 @@ tierzero_test(test_recompute
   LIBS tz_train tz_nn)
 target_include_directories(test_recompute PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/nn)
 # End to end at one rank, at tensor_parallel 2 and at ulysses 2, and in 16-bit compute at one
-# and two ranks (issue 26): none, selective and full train bit for bit the same, and each
+# and two ranks and at tensor_parallel 2 (issue 26): none, selective and full train bit for bit the same, and each
 # activation peak is the estimate's.
 foreach(case "1;1;1;np1;fp32" "2;2;1;np2_tp2;fp32" "2;1;2;np2_ulysses2;fp32"
-             "1;1;1;np1_bf16_compute;bf16" "2;1;1;np2_bf16_compute;bf16")
+             "1;1;1;np1_bf16_compute;bf16" "2;1;1;np2_bf16_compute;bf16"
+             "2;2;1;np2_tp2_bf16_compute;bf16")
   list(GET case 0 ranks)
   list(GET case 1 tp)
   list(GET case 2 ulysses)

@@ -3,7 +3,8 @@
 # and tierzero.compute_dtype bf16 on 2 ranks, ZeRO-3 with parameters and optimizer states on
 # NVMe, against the fp32 reference (one rank, fp32 everywhere, the same global batch and data)
 # and against bf16 working parameters computed in fp32; the same 16-bit compute through a
-# 2-stage pipeline (1F1B, 2 micro-batches of 2: the same global batch), and fp16 compute with
+# 2-stage pipeline (1F1B, 2 micro-batches of 2: the same global batch), over 2 tensor-parallel
+# ranks (Megatron's split, micro-batch 4), and fp16 compute with
 # dynamic loss scaling (one rank, ZeRO-1), which at a first scale of 2^24 must overflow, skip
 # and go on. Over 80 steps of a small GPT on the built-in corpus
 # each 16-bit run must end within 1% of the reference's loss (averaged over the last 10 steps,
@@ -34,6 +35,7 @@ write_config "$dir/ref.json" 4 0 "" fp32
 write_config "$dir/bf16_fp32.json" 2 3 "$bf16" fp32
 write_config "$dir/bf16.json" 2 3 "$bf16" bf16
 write_config "$dir/bf16_pp2.json" 2 1 "$bf16" bf16
+write_config "$dir/bf16_tp2.json" 4 1 "$bf16" bf16
 write_config "$dir/bf16_ckpt.json" 2 3 "$bf16" bf16 \
   ", \"recompute\": \"full\", \"activation_checkpoints\": {\"device\": \"nvme\", \"nvme_path\": \"$dir\"}"
 write_config "$dir/fp16.json" 4 1 ', "fp16": {"enabled": true}' fp16
@@ -57,10 +59,11 @@ run bf16_fp32 2
 run bf16 2
 run bf16_pp2 2 --pp 2 --micro-batches 2
 run bf16_ckpt 2
+run bf16_tp2 2 --tp 2
 run fp16 1
 run fp16_overflow 1
 fail=0
-for name in bf16 bf16_pp2 bf16_ckpt fp16; do
+for name in bf16 bf16_pp2 bf16_tp2 bf16_ckpt fp16; do
   want=bf16; [ "$name" = fp16 ] && want=fp16
   grep -q "16-bit compute: products and their activations in $want" "$dir/$name.log" ||
     { echo "FAIL: the $name run did not compute in $want"; fail=1; }
@@ -85,11 +88,13 @@ import json, sys
 d = sys.argv[1]
 def losses(name):
     return [json.loads(l)["loss"] for l in open(f"{d}/{name}.jsonl")]
-ref, wide, half, pp2, f16 = (losses(n) for n in ("ref", "bf16_fp32", "bf16", "bf16_pp2", "fp16"))
-assert all(len(xs) == 80 for xs in (ref, wide, half, pp2, f16)), "a run did not write 80 steps"
+names = ("ref", "bf16_fp32", "bf16", "bf16_pp2", "bf16_tp2", "fp16")
+ref, wide, half, pp2, tp2, f16 = (losses(n) for n in names)
+assert all(len(xs) == 80 for xs in (ref, wide, half, pp2, tp2, f16)), "a run did not write 80 steps"
 tail = lambda xs: sum(xs[-10:]) / 10
 ok = True
 for name, xs in (("bf16 compute", half), ("bf16 compute, 2 pipeline stages", pp2),
+                 ("bf16 compute, tensor_parallel 2", tp2),
                  ("fp16 compute, loss scaling", f16), ("bf16 working, fp32 compute", wide)):
     rel = abs(tail(xs) - tail(ref)) / tail(ref)
     worst = max(abs(a - b) / b for a, b in zip(xs, ref))

@@ -190,10 +190,10 @@ class GPT {
   // params16_type() must be it). On CUDA the products run on the tensor cores, and the attention
   // on its tensor-core kernels when the kernels' matmul precision is a 16-bit one
   // (Kernels::set_matmul_precision, which the trainer and `bench train` set to the same type;
-  // warned once otherwise). The residual stream, the norms'
-  // statistics, the logits, the loss and every gradient of a parameter stay fp32. GPT-2 on one
-  // tensor- and Ulysses rank only (an Error otherwise: ActivationDims::check_compute). Changing
-  // it reallocates the facade's activations like set_recompute; older micro-batches are refused.
+  // warned otherwise). The residual stream, the norms' statistics, the logits, the loss and
+  // every gradient of a parameter stay fp32. GPT-2 without sequence parallelism or Ulysses (an
+  // Error otherwise: ActivationDims::check_compute). Changing it reallocates the facade's
+  // activations like set_recompute; older micro-batches are refused.
   void set_compute(DType compute);
   DType compute() const { return compute_; }
   // Where the block checkpoints go with checkpointing on: null (the default) keeps them in the

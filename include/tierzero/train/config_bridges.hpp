@@ -34,7 +34,8 @@ kernels::MatmulPrecision matmul_precision_for(const TrainConfig& config);
 
 // The dtype the model's products and their activations run in (nn::GPT::set_compute,
 // StoreConfig::compute): tierzero.compute_dtype, whose "auto" is the 16-bit working type on CUDA
-// where 16-bit compute is built (GPT-2 on one tensor- and one Ulysses rank:
+// where 16-bit compute is built (GPT-2, tensor parallelism without sequence parallelism, no
+// Ulysses:
 // nn::ActivationDims::check_compute) and fp32 elsewhere (the CPU's 16-bit kernels widen to fp32,
 // no faster than its fp32 ones). Throws an Error for a 16-bit dtype that is not the working type,
 // or one the model or its split cannot compute in.
