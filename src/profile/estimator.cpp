@@ -86,6 +86,10 @@ Estimate estimate(const EstimateInput& in, const std::vector<zero::UnitRun>& run
   // The rest are gathered on demand: at most max_live_parameters elements at once, but never
   // fewer than the two largest (the unit in use and the one prefetched), nor more than all.
   if (in.stage == 3) {
+    // A unit ready for use is held in the compute dtype: fp32 (a 16-bit gather widened as it
+    // lands), or in 16-bit compute the gathered working copy itself.
+    const DType working = in.placement.working;
+    const size_t held = in.compute == DType::f32 ? sizeof(float) : dtype_size(working);
     std::vector<std::pair<size_t, size_t>> gathered;  // padded lengths of non-persistent units,
                                                       // with their counts
     for (const zero::UnitGroup& g : groups) {
@@ -96,7 +100,7 @@ Estimate estimate(const EstimateInput& in, const std::vector<zero::UnitRun>& run
       if (direct) continue;
       if (p.numel < in.param_persistence_threshold) {
         slot(e.persistent, Tier::device, Category::param) +=
-            g.count * DeviceAllocator::round_size(p.padded_numel * sizeof(float));
+            g.count * DeviceAllocator::round_size(p.padded_numel * held);
         e.persistent_units += g.count;
       } else {
         gathered.emplace_back(p.padded_numel, g.count);
@@ -113,8 +117,19 @@ Estimate estimate(const EstimateInput& in, const std::vector<zero::UnitRun>& run
       if (taken == 2) break;
     }
     const size_t live = std::min(all, std::max(in.max_live_parameters, two_largest));
-    slot(e.buffers, Tier::device, Category::param) += live * sizeof(float);
+    // While a 16-bit gather is widened, its gathered block and the fp32 copy both exist: the
+    // largest unit's block on top of the live units' fp32.
+    const bool widens = working != DType::f32 && in.compute == DType::f32;
+    const size_t widening =
+        widens && !gathered.empty() ? gathered.front().first * dtype_size(working) : 0;
+    slot(e.buffers, Tier::device, Category::param) += live * held + widening;
   }
+
+  // Below stage 3 the whole working copy is held (model state); a 16-bit one computed in fp32 is
+  // widened unit by unit while in use, one at a time.
+  if (in.stage < 3 && in.placement.working != DType::f32 && in.compute == DType::f32)
+    slot(e.buffers, Tier::device, Category::param) +=
+        DeviceAllocator::round_size(e.largest_unit_elems * sizeof(float));
 
   // The gradient reducer's buckets: full gradients being accumulated or waiting to be reduced,
   // packed buckets and their reduced shards in flight (zero's rule: reduction_buffer_bound).

@@ -180,16 +180,20 @@ profile::EstimateInput run_estimate_input(const TrainConfig& c, const nn::GPTCon
   split.ulysses_parallel = world.sp;
   const DType compute = compute_dtype_for(
       split, c.device.rfind("cuda", 0) == 0 ? DeviceKind::cuda : DeviceKind::cpu, model);
-  if (!checkpointing.is_full() || tier == Tier::device)
-    return estimate_input_from(
+  if (!checkpointing.is_full() || tier == Tier::device) {
+    profile::EstimateInput input = estimate_input_from(
         c, units, world,
         activation_bytes(model, B, T, checkpointing, world, sequence_parallel, pipeline, compute));
+    input.compute = compute;
+    return input;
+  }
   // The block checkpoints on the host or NVMe: the micro-batches hold none of them.
   const ActivationEstimate a =
       activation_estimate_for(model, B, T, checkpointing, world, sequence_parallel, pipeline, tier,
                               static_cast<size_t>(c.activation_checkpoints.buffer_count), compute);
   profile::EstimateInput input = estimate_input_from(c, units, world, a.activation_bytes);
   input.checkpoints = a.checkpoints;
+  input.compute = compute;
   return input;
 }
 

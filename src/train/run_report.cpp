@@ -136,6 +136,7 @@ std::unique_ptr<profile::ProfileRecorder> make_recorder(
       estimate_input_from(c, units_from_layout(layout, static_cast<size_t>(c.blocks_per_unit)),
                           world, activations.activation_bytes);
   input.checkpoints = activations.checkpoints;
+  input.compute = model.compute();  // how the store hands the units out
   const profile::Estimate e = profile::estimate(input);
   profile::TierCategoryBytes predicted{};
   for (size_t t = 0; t < kNumTiers; ++t)

@@ -38,6 +38,19 @@ set_tests_properties(estimate_matches_train_np2_bf16_wire PROPERTIES
                      TIMEOUT 600 LABELS "mpi;zero" RESOURCE_LOCK mpi_ranks
                      ENVIRONMENT "${TZ_ESTIMATE_MPI_ENV};TIERZERO_TEST_WIRE=bf16")
 
+# bf16 working parameters on 2 ranks (issue 26): computed in fp32 (each unit widened while in use,
+# at stage 3 as its gather lands) and in 16-bit compute (the gathered units used as they are,
+# the activations in bf16).
+foreach(precision bf16 bf16_compute)
+  add_test(NAME estimate_matches_train_np2_${precision}
+           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/run_estimate_match.sh $<TARGET_FILE:tierzero>
+                   $<TARGET_FILE:estimate_match_check> 2
+                   ${MPIEXEC_EXECUTABLE} --oversubscribe --bind-to none)
+  set_tests_properties(estimate_matches_train_np2_${precision} PROPERTIES
+                       TIMEOUT 600 LABELS "mpi;zero" RESOURCE_LOCK mpi_ranks
+                       ENVIRONMENT "${TZ_ESTIMATE_MPI_ENV};TIERZERO_TEST_PRECISION=${precision}")
+endforeach()
+
 # The same with tensor parallelism (issue 14): tp 2 on 2 ranks, and tp 2 x dp 2 with sequence
 # parallelism on 4; the estimate takes each rank's real layout and activation extents.
 foreach(tp_case "2;2;false" "4;2;true")

@@ -62,6 +62,9 @@ struct EstimateInput {
   size_t reduce_bucket_elems = 500000000;       // reduce_bucket_size (elements per bucket)
   bool overlap_comm = true;                     // buckets go out at the largest unit's size
   DType reduce_dtype = DType::f32;              // communication_data_type of the reductions
+  // The dtype the model computes in (StoreConfig::compute): fp32, or the 16-bit working type,
+  // in which a stage-3 unit is held for use as gathered instead of widened to fp32.
+  DType compute = DType::f32;
   // The partition group is MPI on host memory (the CPU backend; CUDA's is NCCL on the device):
   // a 16-bit reduction is widened to fp32 in the comm layer's host staging.
   bool host_widening = false;
