@@ -62,6 +62,16 @@ void ActivationDims::check_compute(const GPTConfig& config, DType compute, size_
            "set tierzero.compute_dtype to fp32, or sequence_parallel to false");
 }
 
+bool ActivationDims::builds_compute(const GPTConfig& config, DType compute, size_t tp,
+                                    bool sequence_parallel, size_t ulysses) {
+  try {
+    check_compute(config, compute, tp, sequence_parallel, ulysses);
+  } catch (const Error&) {
+    return false;
+  }
+  return true;
+}
+
 ActivationDims ActivationDims::of(const GPTConfig& config, size_t B, size_t T, size_t tp,
                                   bool sequence_parallel, size_t ulysses, DType compute) {
   TZ_CHECK(B > 0 && T > 0, "empty batch", "");

@@ -175,11 +175,9 @@ profile::EstimateInput run_estimate_input(const TrainConfig& c, const nn::GPTCon
   const Tier tier = checkpoint_tier_of(c.activation_checkpoints);
   // The dtype the run would compute in on the config's device, with the world's split (flags
   // may override the config's).
-  TrainConfig split = c;
-  split.tensor_parallel = world.tp;
-  split.ulysses_parallel = world.sp;
   const DType compute = compute_dtype_for(
-      split, c.device.rfind("cuda", 0) == 0 ? DeviceKind::cuda : DeviceKind::cpu, model);
+      c, c.device.rfind("cuda", 0) == 0 ? DeviceKind::cuda : DeviceKind::cpu, model,
+      static_cast<size_t>(world.tp), sequence_parallel, static_cast<size_t>(world.sp));
   if (!checkpointing.is_full() || tier == Tier::device) {
     profile::EstimateInput input = estimate_input_from(
         c, units, world,

@@ -137,6 +137,9 @@ TEST(ConfigBridges, ComputeDtypeFollowsTheWorkingTypeAndTheDevice) {
   const TrainConfig ulysses = TrainConfig::parse(
       R"({"bf16": {"enabled": true}, "tierzero": {"ulysses_parallel": 2}})", "t");
   EXPECT_EQ(compute_dtype_for(ulysses, DeviceKind::cuda, gpt2), DType::f32);
+  // Another split than the config's (an estimate's flags): the split given decides.
+  EXPECT_EQ(compute_dtype_for(bf16, DeviceKind::cuda, gpt2, 2, true, 1), DType::f32);
+  EXPECT_EQ(compute_dtype_for(sp, DeviceKind::cuda, gpt2, 2, false, 1), DType::bf16);
   nn::GPTConfig llama = gpt2;
   llama.arch.norm = nn::NormKind::rmsnorm;
   EXPECT_EQ(compute_dtype_for(bf16, DeviceKind::cuda, llama), DType::f32);

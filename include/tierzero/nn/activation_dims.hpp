@@ -74,6 +74,9 @@ struct ActivationDims {
   // split can run.
   static void check_compute(const GPTConfig& config, DType compute, size_t tp,
                             bool sequence_parallel, size_t ulysses);
+  // Whether check_compute accepts it: where an automatic choice may pick 16-bit compute.
+  static bool builds_compute(const GPTConfig& config, DType compute, size_t tp,
+                             bool sequence_parallel, size_t ulysses);
   bool operator==(const ActivationDims&) const = default;
 };
 

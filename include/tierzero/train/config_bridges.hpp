@@ -40,6 +40,9 @@ kernels::MatmulPrecision matmul_precision_for(const TrainConfig& config);
 // no faster than its fp32 ones). Throws an Error for a 16-bit dtype that is not the working type,
 // or one the model or its split cannot compute in.
 DType compute_dtype_for(const TrainConfig& config, DeviceKind device, const nn::GPTConfig& model);
+// The same for another split than the config's (an estimate's flags may override it).
+DType compute_dtype_for(const TrainConfig& config, DeviceKind device, const nn::GPTConfig& model,
+                        size_t tp, bool sequence_parallel, size_t ulysses);
 
 // The partition store's settings as the trainer applies them: stage, stage-3 budgets, gradient
 // and gather buckets, placements and the offload resources they need (the host budget defaults to
