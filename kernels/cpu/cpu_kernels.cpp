@@ -286,8 +286,8 @@ class CpuKernels final : public Kernels {
     *result = cpu::sum_squares(x, n);
   }
   void scale(float* x, size_t n, float s) override { cpu::scale(x, n, s); }
-  void transpose_blocks(float* out, const float* in, size_t X, size_t Y, size_t width) override {
-    cpu::transpose_blocks(out, in, X, Y, width);
+  void transpose_blocks(void* out, const void* in, size_t X, size_t Y, size_t row_bytes) override {
+    cpu::transpose_blocks(out, in, X, Y, row_bytes);
   }
   void convert_from_f32(void* dst, DType dst_type, const float* src, size_t n) override {
     tierzero::convert_from_f32(dst, dst_type, src, n);

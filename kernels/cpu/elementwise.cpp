@@ -95,12 +95,14 @@ void scale(float* x, size_t n, float s) {  // x (n)
   for (size_t i = 0; i < n; ++i) x[i] *= s;
 }
 
-void transpose_blocks(float* out, const float* in, size_t X, size_t Y, size_t width) {
-  // out (Y, X, width), in (X, Y, width): whole rows move, so each is one memcpy.
+void transpose_blocks(void* out, const void* in, size_t X, size_t Y, size_t row_bytes) {
+  // out (Y, X, row_bytes), in (X, Y, row_bytes): whole rows move, so each is one memcpy.
+  auto* o = static_cast<char*>(out);
+  const auto* i = static_cast<const char*>(in);
 #pragma omp parallel for collapse(2) schedule(static)
   for (size_t x = 0; x < X; ++x)
     for (size_t y = 0; y < Y; ++y)
-      std::memcpy(out + (y * X + x) * width, in + (x * Y + y) * width, width * sizeof(float));
+      std::memcpy(o + (y * X + x) * row_bytes, i + (x * Y + y) * row_bytes, row_bytes);
 }
 
 }  // namespace tierzero::kernels::cpu

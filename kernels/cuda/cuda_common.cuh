@@ -187,8 +187,9 @@ void launch_residual_forward(cudaStream_t stream, float* out, const float* a, co
 void launch_residual_backward(cudaStream_t stream, float* da, float* db, const float* dout,
                               size_t n);
 void launch_scale(cudaStream_t stream, float* x, size_t n, float s);
-void launch_transpose_blocks(cudaStream_t stream, float* out, const float* in, size_t X, size_t Y,
-                             size_t width);
+// out (Y, X, row_bytes) = in (X, Y, row_bytes) with the outer axes swapped, rows of bytes.
+void launch_transpose_blocks(cudaStream_t stream, void* out, const void* in, size_t X, size_t Y,
+                             size_t row_bytes);
 void launch_convert_from_f32(cudaStream_t stream, void* dst, DType dst_type, const float* src,
                              size_t n);
 void launch_convert_to_f32(cudaStream_t stream, float* dst, const void* src, DType src_type,

@@ -741,9 +741,9 @@ class CudaKernels final : public Kernels {
     cuda_impl::launch_scale(stream_, x, n, s);
   }
 
-  void transpose_blocks(float* out, const float* in, size_t X, size_t Y, size_t width) override {
+  void transpose_blocks(void* out, const void* in, size_t X, size_t Y, size_t row_bytes) override {
     CudaDeviceGuard guard(device_);
-    cuda_impl::launch_transpose_blocks(stream_, out, in, X, Y, width);
+    cuda_impl::launch_transpose_blocks(stream_, out, in, X, Y, row_bytes);
   }
 
   void convert_from_f32(void* dst, DType dst_type, const float* src, size_t n) override {

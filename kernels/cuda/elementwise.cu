@@ -6,6 +6,7 @@
 // rows, the bias) sum them in a fixed order, without atomics, so a run repeats bit for bit.
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cub/device/device_radix_sort.cuh>
 
 #include "cuda/cuda_common.cuh"
@@ -208,8 +209,10 @@ __global__ void scale_kernel(float* x,  // (n)
   for (size_t i = global_thread_index(); i < n; i += grid_stride()) x[i] *= s;
 }
 
-// One element per thread (grid-stride): out (Y, X, width) from in (X, Y, width).
-__global__ void transpose_blocks_kernel(float* out, const float* in, size_t X, size_t Y,
+// One Unit per thread (grid-stride): out (Y, X, width) from in (X, Y, width), width in Units
+// (16, 4, 2 or 1 bytes: the widest that divides the rows and aligns both pointers).
+template <typename Unit>
+__global__ void transpose_blocks_kernel(Unit* out, const Unit* in, size_t X, size_t Y,
                                         size_t width) {
   const size_t n = X * Y * width;
   for (size_t i = global_thread_index(); i < n; i += grid_stride()) {
@@ -566,12 +569,32 @@ void launch_scale(cudaStream_t stream, float* x, size_t n, float s) {
   TZ_CUDA_CHECK_LAUNCH();
 }
 
-void launch_transpose_blocks(cudaStream_t stream, float* out, const float* in, size_t X, size_t Y,
-                             size_t width) {
-  const size_t n = X * Y * width;
-  if (n == 0) return;
-  transpose_blocks_kernel<<<grid_stride_blocks(n), kBlockSize, 0, stream>>>(out, in, X, Y, width);
+namespace {
+template <typename Unit>
+void launch_transpose_units(cudaStream_t stream, void* out, const void* in, size_t X, size_t Y,
+                            size_t row_bytes) {
+  const size_t width = row_bytes / sizeof(Unit), n = X * Y * width;
+  transpose_blocks_kernel<Unit><<<grid_stride_blocks(n), kBlockSize, 0, stream>>>(
+      static_cast<Unit*>(out), static_cast<const Unit*>(in), X, Y, width);
   TZ_CUDA_CHECK_LAUNCH();
+}
+}  // namespace
+
+void launch_transpose_blocks(cudaStream_t stream, void* out, const void* in, size_t X, size_t Y,
+                             size_t row_bytes) {
+  if (X * Y * row_bytes == 0) return;
+  const auto fits = [&](size_t unit) {
+    return row_bytes % unit == 0 && reinterpret_cast<uintptr_t>(out) % unit == 0 &&
+           reinterpret_cast<uintptr_t>(in) % unit == 0;
+  };
+  if (fits(16))
+    launch_transpose_units<uint4>(stream, out, in, X, Y, row_bytes);
+  else if (fits(4))
+    launch_transpose_units<uint32_t>(stream, out, in, X, Y, row_bytes);
+  else if (fits(2))
+    launch_transpose_units<uint16_t>(stream, out, in, X, Y, row_bytes);
+  else
+    launch_transpose_units<uint8_t>(stream, out, in, X, Y, row_bytes);
 }
 
 void launch_convert_from_f32(cudaStream_t stream, void* dst, DType dst_type, const float* src,

@@ -81,6 +81,11 @@ nlohmann::ordered_json bench_tierzero_json(const TrainRunOptions& o, int64_t thr
   return t;
 }
 
+void set_bench_compute(nlohmann::ordered_json& c, const std::string& compute_dtype) {
+  c["tierzero"]["compute_dtype"] = compute_dtype;
+  if (compute_dtype != "fp32") c[compute_dtype] = {{"enabled", true}};
+}
+
 nn::GPTConfig bench_model_config(const TrainRunOptions& o, int64_t context) {
   train::ModelShape shape;
   shape.vocab_size = kBenchVocab;

@@ -24,6 +24,9 @@ constexpr int64_t kBenchVocab = 257;
 // `threads`, no validation, and the model of the options' shape with kBenchVocab; each benchmark
 // adds its own keys.
 nlohmann::ordered_json bench_tierzero_json(const TrainRunOptions& o, int64_t threads);
+// A run's config `c` computing in `compute_dtype` (fp32, bf16 or fp16): a 16-bit one also turns
+// that working type on ("bf16" / "fp16" enabled), 16-bit compute running on the working copy.
+void set_bench_compute(nlohmann::ordered_json& c, const std::string& compute_dtype);
 // The GPT of the options' shape with kBenchVocab and `context` positions, padded as the trainer
 // pads it (what the runs of bench_tierzero_json train).
 nn::GPTConfig bench_model_config(const TrainRunOptions& o, int64_t context);

@@ -55,7 +55,9 @@ TpMode make_mode(const BenchTpOptions& o, const nn::GPTConfig& config, std::stri
                  std::string tag, size_t tp, bool sp, size_t micro_batch) {
   TpMode m{std::move(label), std::move(tag), tp, sp, micro_batch, {}, 0};
   const auto T = sz(o.seq);
-  const nn::ActivationDims dims = nn::ActivationDims::of(config, micro_batch, T, tp, sp);
+  const DType compute = dtype_from_name(o.compute_dtype);
+  const nn::ActivationDims dims =
+      nn::ActivationDims::of(config, micro_batch, T, tp, sp, 1, compute);
   constexpr size_t micro_batches_per_step = 1;  // gradient_accumulation_steps
   const nn::TensorParallelTraffic one =
       nn::expected_tensor_parallel_traffic(config.num_layers, dims, o.checkpointing);
@@ -63,7 +65,7 @@ TpMode make_mode(const BenchTpOptions& o, const nn::GPTConfig& config, std::stri
   m.analytic.all_gather_bytes = one.all_gather_bytes * micro_batches_per_step;
   m.analytic.reduce_scatter_bytes = one.reduce_scatter_bytes * micro_batches_per_step;
   m.predicted_activation =
-      nn::GPT::activation_bytes_for(config, micro_batch, T, o.checkpointing, tp, sp);
+      nn::GPT::activation_bytes_for(config, micro_batch, T, o.checkpointing, tp, sp, 1, compute);
   return m;
 }
 
@@ -77,6 +79,7 @@ std::string config_json(const BenchTpOptions& o, const TpMode& m) {
   t["sequence_parallel"] = m.sp;
   t["activation_checkpointing"] = o.checkpointing;
   c["tierzero"] = t;
+  set_bench_compute(c, o.compute_dtype);
   return c.dump();
 }
 
@@ -186,6 +189,7 @@ nlohmann::ordered_json result(const char* bench, double value, const char* unit,
   j["threads"] = o.threads;
   j["stage"] = o.stage;
   j["activation_checkpointing"] = o.checkpointing;
+  j["compute_dtype"] = o.compute_dtype;
   j["layers"] = o.layers;
   j["channels"] = o.channels;
   j["heads"] = o.heads;

@@ -205,9 +205,8 @@ DType step_compute(const BenchTrainStepOptions& f, const nn::GPTConfig& cfg, boo
   const DType precision16 = precision == "fp16" ? DType::f16 : DType::bf16;  // if native16
   if (f.compute_dtype == "fp32") return DType::f32;
   if (f.compute_dtype == "auto")  // fp32 for a model 16-bit compute is not built for
-    return native16 && nn::ActivationDims::builds_compute(cfg, precision16, 1, false, 1)
-               ? precision16
-               : DType::f32;
+    return native16 && nn::ActivationDims::builds_compute(cfg, precision16) ? precision16
+                                                                            : DType::f32;
   const DType asked = dtype_from_name(f.compute_dtype);
   // (Against the precision asked: the CPU reports fp32 for all, and runs 16-bit compute widened.)
   TZ_CHECK(f.matmul_precision == f.compute_dtype,
@@ -215,7 +214,7 @@ DType step_compute(const BenchTrainStepOptions& f, const nn::GPTConfig& cfg, boo
                f.matmul_precision,
            "16-bit compute runs the products in its own type: give --matmul-precision " +
                f.compute_dtype + " too");
-  nn::ActivationDims::check_compute(cfg, asked, 1, false, 1);
+  nn::ActivationDims::check_compute(cfg, asked);
   return asked;
 }
 

@@ -56,6 +56,7 @@ std::string config_json(const BenchUlyssesOptions& o, int64_t sp, int64_t seq, i
   t["activation_checkpointing"] = o.checkpointing;
   if (budget > 0) t["device_memory_budget_gb"] = static_cast<double>(budget) / 1073741824.0;
   c["tierzero"] = t;
+  set_bench_compute(c, o.compute_dtype);
   return c.dump();
 }
 
@@ -67,7 +68,8 @@ size_t predicted_device_bytes(const BenchUlyssesOptions& o, const std::string& c
   profile::WorldLayout world;
   world.sp = static_cast<int>(sp);
   const size_t activations =
-      train::activation_bytes(model, sz(o.batch), sz(seq), o.checkpointing, world);
+      train::activation_bytes(model, sz(o.batch), sz(seq), o.checkpointing, world, false, {},
+                              dtype_from_name(o.compute_dtype));
   const profile::Estimate e = profile::estimate(train::estimate_input_from(
       c, train::units_from_layout(nn::gpt_param_layout(model), 1), world, activations));
   return e.tier_total(Tier::device);
@@ -108,6 +110,7 @@ nlohmann::ordered_json result(const std::string& bench, double value, const char
   j["threads"] = o.threads;
   j["stage"] = o.stage;
   j["activation_checkpointing"] = o.checkpointing;
+  j["compute_dtype"] = o.compute_dtype;
   j["layers"] = o.layers;
   j["channels"] = o.channels;
   j["heads"] = o.heads;
@@ -119,9 +122,11 @@ nlohmann::ordered_json result(const std::string& bench, double value, const char
 nlohmann::ordered_json bytes_run(const Bench& b, int64_t sp) {
   const BenchUlyssesOptions& o = b.o;
   const nn::GPTConfig model = bench_model_config(o, o.seq);
-  const nn::UlyssesTraffic analytic = nn::expected_ulysses_traffic(
-      model.num_layers, nn::ActivationDims::of(model, sz(o.batch), sz(o.seq), 1, false, sz(sp)),
-      o.checkpointing);  // x 1 micro-batch per step
+  const nn::UlyssesTraffic analytic =
+      nn::expected_ulysses_traffic(model.num_layers,
+                                   nn::ActivationDims::of(model, sz(o.batch), sz(o.seq), 1, false,
+                                                          sz(sp), dtype_from_name(o.compute_dtype)),
+                                   o.checkpointing);  // x 1 micro-batch per step
   const std::string base = b.dir + "/bytes-sp" + std::to_string(sp);
   write_text_file(base + ".json", config_json(o, sp, o.seq, o.seq, o.steps, 0));
   std::vector<double> ms;

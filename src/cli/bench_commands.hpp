@@ -18,6 +18,10 @@ namespace tierzero::cli {
 void add_train_run_options(CLI::App& c, bench::TrainRunOptions& o, const char* batch_help,
                            const char* repeats_help);
 
+// --compute-dtype of a benchmark whose runs train: fp32, bf16 or fp16 (a 16-bit one with that
+// working type), into `value`.
+void add_compute_dtype_option(CLI::App& c, std::string& value);
+
 // An integer option of `c` checked to lie in [lo, hi], its default shown in --help.
 CLI::Option* add_ranged_option(CLI::App& c, const std::string& name, int64_t& value,
                                const std::string& help, int64_t lo, int64_t hi);

@@ -89,6 +89,14 @@ std::function<int()> add_bench_train_modes_commands(CLI::App& parent) {
   };
 }
 
+void add_compute_dtype_option(CLI::App& c, std::string& value) {
+  c.add_option("--compute-dtype", value,
+               "every run's tierzero.compute_dtype: fp32, or bf16 / fp16 (16-bit compute, with "
+               "that working type)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
+}
+
 std::function<int()> add_bench_tp_command(CLI::App& parent) {
   auto o = std::make_shared<bench::BenchTpOptions>();
   CLI::App* c = parent.add_subcommand(
@@ -103,6 +111,7 @@ std::function<int()> add_bench_tp_command(CLI::App& parent) {
   add_ranged_option(*c, "--threads", o->threads, "OpenMP threads per rank", 1, 1024);
   c->add_flag("--activation-checkpointing", o->checkpointing,
               "run every mode with activation checkpointing");
+  add_compute_dtype_option(*c, o->compute_dtype);
   return [o, c] { return c->parsed() ? bench::bench_tp(*o).exit_code() : -1; };
 }
 
@@ -159,6 +168,7 @@ std::function<int()> add_bench_ulysses_command(CLI::App& parent) {
   add_ranged_option(*c, "--stage", o->stage, "ZeRO stage of every run", 0, 3);
   add_ranged_option(*c, "--threads", o->threads, "OpenMP threads per rank", 1, 1024);
   c->add_flag("--activation-checkpointing", o->checkpointing, "run with activation checkpointing");
+  add_compute_dtype_option(*c, o->compute_dtype);
   return [o, c] { return c->parsed() ? bench::bench_ulysses(*o).exit_code() : -1; };
 }
 

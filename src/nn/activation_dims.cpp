@@ -41,8 +41,7 @@ size_t logits_chunk_rows(const GPTConfig& config, size_t local_vocab) {
 
 }  // namespace
 
-void ActivationDims::check_compute(const GPTConfig& config, DType compute, size_t tp,
-                                   bool sequence_parallel, size_t ulysses) {
+void ActivationDims::check_compute(const GPTConfig& config, DType compute) {
   if (compute == DType::f32) return;
   const std::string what = std::string(dtype_name(compute)) + " compute (16-bit activations)";
   TZ_CHECK(compute == DType::bf16 || compute == DType::f16, what + " is not a compute dtype",
@@ -52,20 +51,11 @@ void ActivationDims::check_compute(const GPTConfig& config, DType compute, size_
                " is built for GPT-2's layers (LayerNorm, GELU, learned positions, biases, "
                "the head tied to the embedding); this model's differ and compute in fp32 only",
            "set tierzero.compute_dtype to fp32 for this model");
-  TZ_CHECK(ulysses == 1,
-           what + " with ulysses_parallel " + std::to_string(ulysses) +
-               " is not supported: the Ulysses all-to-alls move fp32 activations",
-           "set tierzero.compute_dtype to fp32, or ulysses_parallel to 1");
-  TZ_CHECK(tp == 1 || !sequence_parallel,
-           what + " with sequence_parallel over tensor_parallel " + std::to_string(tp) +
-               " is not supported: its all-gathers of the norms' outputs move fp32",
-           "set tierzero.compute_dtype to fp32, or sequence_parallel to false");
 }
 
-bool ActivationDims::builds_compute(const GPTConfig& config, DType compute, size_t tp,
-                                    bool sequence_parallel, size_t ulysses) {
+bool ActivationDims::builds_compute(const GPTConfig& config, DType compute) {
   try {
-    check_compute(config, compute, tp, sequence_parallel, ulysses);
+    check_compute(config, compute);
   } catch (const Error&) {
     return false;
   }
@@ -104,7 +94,7 @@ ActivationDims ActivationDims::of(const GPTConfig& config, size_t B, size_t T, s
            "choose a tensor_parallel size that divides it, or set model.padded_vocab_size to a "
            "multiple of tensor_parallel");
   check_llama_split(config, tp, ulysses);
-  check_compute(config, compute, tp, sequence_parallel, ulysses);
+  check_compute(config, compute);
   ActivationDims d;
   d.compute = compute;
   d.B = B;

@@ -84,22 +84,21 @@ void Attention::forward(const ModuleContext& ctx, const float* in, float* out,
 }
 
 void Attention::recompute_core(const ModuleContext& ctx, const AttentionActs& a) const {
-  if (ctx.compute16()) {
-    ctx.k.attention16_forward(a.atty.raw(), a.lse, a.qkv.raw(), ctx.compute(),
-                              shape(ctx.mb.B(), ctx.mb.T(), 1));
-    return;
-  }
   if (grouped_) return recompute_core_grouped(ctx, a);
-  if (!ctx.ulysses) {
-    ctx.k.attention_forward(a.atty.f32(), a.lse, a.qkv.f32(), shape(ctx.mb.B(), ctx.mb.T(), 1));
-    return;
-  }
   const ActivationDims& d = ctx.mb.dims();
-  const UlyssesBuffers buf = ctx.scratch.ulysses();
-  UlyssesGroup& u = *ctx.ulysses;
-  float* heads_out = buf.recv;  // (B, Ts, Cl)
-  ctx.k.attention_forward(heads_out, a.lse, a.qkv.f32(), shape(d.B, d.seq_len, u.size()));
-  u.to_sequence(ctx.stream, heads_out, a.atty.f32(), buf, d.B, d.T, 1, channels_);  // (B, T, C)
+  const DType t = ctx.compute();
+  const size_t p = ctx.ulysses ? ctx.ulysses->size() : 1;
+  const UlyssesBuffers buf = ctx.ulysses ? ctx.scratch.ulysses() : UlyssesBuffers{};
+  // The kernel's output: atty itself, or under Ulysses (B, Ts, Cl) in the packing buffer,
+  // re-sharded into atty's (B, T, C).
+  const ComputeTensor heads_out = ctx.ulysses ? ComputeTensor{buf.recv, t} : a.atty;
+  if (ctx.compute16())
+    ctx.k.attention16_forward(heads_out.raw(), a.lse, a.qkv.raw(), t, shape(d.B, d.seq_len, p));
+  else
+    ctx.k.attention_forward(heads_out.f32(), a.lse, a.qkv.f32(), shape(d.B, d.seq_len, p));
+  if (ctx.ulysses)
+    ctx.ulysses->to_sequence(ctx.stream, heads_out.raw(), a.atty.raw(), t, buf, d.B, d.T, 1,
+                             channels_);
 }
 
 void Attention::backward(const ModuleContext& ctx, const float* in, const AttentionActs& a,
@@ -115,20 +114,44 @@ void Attention::backward(const ModuleContext& ctx, const float* in, const Attent
   qkv_.backward(ctx, in, dqkv, din);
 }
 
+// Under Ulysses the projection writes this rank's slice with every head into the packing buffer,
+// re-sharded into qkv's (B, Ts, 3Cl): this rank's heads over the whole sequence.
 void Attention::forward16(const ModuleContext& ctx, const ComputeTensor& in, float* out,
                           const AttentionActs& a) const {
-  qkv_.forward16(ctx, in, a.qkv);
+  const ActivationDims& d = ctx.mb.dims();
+  const UlyssesBuffers buf = ctx.ulysses ? ctx.scratch.ulysses() : UlyssesBuffers{};
+  const ComputeTensor local_qkv = ctx.ulysses ? ComputeTensor{buf.recv, ctx.compute()} : a.qkv;
+  qkv_.forward16(ctx, in, local_qkv);  // (B, T, 3C)
+  if (ctx.ulysses)
+    ctx.ulysses->to_heads(ctx.stream, local_qkv.raw(), a.qkv.raw(), ctx.compute(), buf, d.B, d.T, 3,
+                          channels_);
   recompute_core(ctx, a);
   proj_.forward16(ctx, a.atty, ComputeTensor{out, DType::f32});  // into the fp32 stream
 }
 
+// Under Ulysses as backward_ulysses in fp32: the gradients of the heads' outputs and the outputs
+// themselves re-sharded to this rank's heads, the kernel over the whole sequence, dqkv back.
 void Attention::backward16(const ModuleContext& ctx, const ComputeTensor& in,
                            const AttentionActs& a, const ComputeTensor& dout, float* din) const {
-  const ComputeTensor datty = ctx.scratch.datty();  // (B, T, C) compute, written whole
-  const ComputeTensor dqkv = ctx.scratch.dqkv();    // (B, T, 3C) compute, written whole
+  const ActivationDims& d = ctx.mb.dims();
+  const DType t = ctx.compute();
+  const size_t p = ctx.ulysses ? ctx.ulysses->size() : 1;
+  const UlyssesBuffers buf = ctx.ulysses ? ctx.scratch.ulysses() : UlyssesBuffers{};
+  const ComputeTensor datty = ctx.scratch.datty();  // (B, T, C) written whole; Ulysses (B, Ts, Cl)
+  const ComputeTensor dqkv = ctx.scratch.dqkv();    // (B, Ts, 3Cl) written whole; Ulysses then
+                                                    // (B, T, 3C)
   proj_.backward16(ctx, a.atty, dout, datty);
-  ctx.k.attention16_backward(dqkv.raw(), ctx.scratch.attention(), datty.raw(), a.atty.raw(),
-                             a.qkv.raw(), a.lse, ctx.compute(), shape(ctx.mb.B(), ctx.mb.T(), 1));
+  ComputeTensor heads_out = a.atty;  // the kernel's output, which its backward reads
+  if (ctx.ulysses) {
+    ctx.ulysses->to_heads(ctx.stream, datty.raw(), datty.raw(), t, buf, d.B, d.T, 1, channels_);
+    heads_out = ComputeTensor{ctx.scratch.proj(), t};  // (B, Ts, Cl), free here
+    ctx.ulysses->to_heads(ctx.stream, a.atty.raw(), heads_out.raw(), t, buf, d.B, d.T, 1,
+                          channels_);
+  }
+  ctx.k.attention16_backward(dqkv.raw(), ctx.scratch.attention(), datty.raw(), heads_out.raw(),
+                             a.qkv.raw(), a.lse, t, shape(d.B, d.seq_len, p));
+  if (ctx.ulysses)
+    ctx.ulysses->to_sequence(ctx.stream, dqkv.raw(), dqkv.raw(), t, buf, d.B, d.T, 3, channels_);
   qkv_.backward16(ctx, in, dqkv, ComputeTensor{din, DType::f32});  // a norm's backward reads it
 }
 
@@ -139,9 +162,11 @@ void Attention::forward_ulysses(const ModuleContext& ctx, const float* in, float
   const ActivationDims& d = ctx.mb.dims();
   const UlyssesBuffers buf = ctx.scratch.ulysses();
   UlyssesGroup& u = *ctx.ulysses;
-  float* local_qkv = buf.recv;  // (B, T, 3C), consumed by the re-shard before it reuses recv
+  // (B, T, 3C), consumed by the re-shard before it reuses recv
+  auto* local_qkv = static_cast<float*>(buf.recv);
   qkv_.forward(ctx, in, local_qkv);
-  u.to_heads(ctx.stream, local_qkv, a.qkv.f32(), buf, d.B, d.T, 3, channels_);  // (B, Ts, 3Cl)
+  u.to_heads(ctx.stream, local_qkv, a.qkv.f32(), DType::f32, buf, d.B, d.T, 3,
+             channels_);  // (B, Ts, 3Cl)
   recompute_core(ctx, a);
   proj_.forward(ctx, a.atty.f32(), out);
 }
@@ -153,15 +178,15 @@ void Attention::backward_ulysses(const ModuleContext& ctx, const float* in, cons
   UlyssesGroup& u = *ctx.ulysses;
   float* datty = ctx.scratch.datty().f32();  // (B, T, C) written whole, then in place (B, Ts, Cl)
   proj_.backward(ctx, a.atty.f32(), dout, datty);
-  u.to_heads(ctx.stream, datty, datty, buf, d.B, d.T, 1, channels_);
+  u.to_heads(ctx.stream, datty, datty, DType::f32, buf, d.B, d.T, 1, channels_);
   // The kernel's output in the heads' layout, which the backward reads: re-sharded again from
   // atty into the projection's output buffer, free here.
   float* heads_out = ctx.scratch.proj();  // (B, Ts, Cl)
-  u.to_heads(ctx.stream, a.atty.f32(), heads_out, buf, d.B, d.T, 1, channels_);
+  u.to_heads(ctx.stream, a.atty.f32(), heads_out, DType::f32, buf, d.B, d.T, 1, channels_);
   float* dqkv = ctx.scratch.dqkv().f32();  // (B, Ts, 3Cl) written whole, then in place (B, T, 3C)
   ctx.k.attention_backward(dqkv, ctx.scratch.attention(), datty, heads_out, a.qkv.f32(), a.lse,
                            shape(d.B, d.seq_len, u.size()));
-  u.to_sequence(ctx.stream, dqkv, dqkv, buf, d.B, d.T, 3, channels_);
+  u.to_sequence(ctx.stream, dqkv, dqkv, DType::f32, buf, d.B, d.T, 3, channels_);
   qkv_.backward(ctx, in, dqkv, din);
 }
 
@@ -187,10 +212,10 @@ void Attention::forward_grouped(const ModuleContext& ctx, const float* in, float
   const size_t groups = heads_ / p / group_heads_;
   const UlyssesBuffers buf = ctx.ulysses ? ctx.scratch.ulysses() : UlyssesBuffers{};
   float* qkv = a.qkv.f32();
-  float* local_qkv = ctx.ulysses ? buf.recv : qkv;  // (B, T, qkv_width_)
+  float* local_qkv = ctx.ulysses ? static_cast<float*>(buf.recv) : qkv;  // (B, T, qkv_width_)
   qkv_.forward(ctx, in, local_qkv);
   if (ctx.ulysses)  // (B, Ts, qkv_width_ / p)
-    ctx.ulysses->to_heads(ctx.stream, local_qkv, qkv, buf, d.B, d.T, 1, qkv_width_);
+    ctx.ulysses->to_heads(ctx.stream, local_qkv, qkv, DType::f32, buf, d.B, d.T, 1, qkv_width_);
   rotate(ctx, qkv, d.B, d.seq_len, groups, false);
   recompute_core_grouped(ctx, a);
   proj_.forward(ctx, a.atty.f32(), out);
@@ -200,10 +225,12 @@ void Attention::recompute_core_grouped(const ModuleContext& ctx, const Attention
   const ActivationDims& d = ctx.mb.dims();
   const size_t p = ctx.ulysses ? ctx.ulysses->size() : 1;
   const UlyssesBuffers buf = ctx.ulysses ? ctx.scratch.ulysses() : UlyssesBuffers{};
-  float* heads_out = ctx.ulysses ? buf.recv : a.atty.f32();  // (B, Ts, channels_ / p)
+  // (B, Ts, channels_ / p)
+  float* heads_out = ctx.ulysses ? static_cast<float*>(buf.recv) : a.atty.f32();
   ctx.k.attention_forward(heads_out, a.lse, a.qkv.f32(), shape(d.B, d.seq_len, p));
   if (ctx.ulysses)  // (B, T, channels_)
-    ctx.ulysses->to_sequence(ctx.stream, heads_out, a.atty.f32(), buf, d.B, d.T, 1, channels_);
+    ctx.ulysses->to_sequence(ctx.stream, heads_out, a.atty.f32(), DType::f32, buf, d.B, d.T, 1,
+                             channels_);
 }
 
 void Attention::backward_grouped(const ModuleContext& ctx, const float* in, const AttentionActs& a,
@@ -216,11 +243,12 @@ void Attention::backward_grouped(const ModuleContext& ctx, const float* in, cons
   proj_.backward(ctx, a.atty.f32(), dout, datty);
   const float* heads_out = a.atty.f32();  // the kernel's output, which its backward reads
   if (ctx.ulysses) {
-    ctx.ulysses->to_heads(ctx.stream, datty, datty, buf, d.B, d.T, 1, channels_);
+    ctx.ulysses->to_heads(ctx.stream, datty, datty, DType::f32, buf, d.B, d.T, 1, channels_);
     TZ_CHECK(channels_ <= d.channels, "attention channels above the model's width",
              "the projection's output scratch holds (B, T, C)");
     float* resharded = ctx.scratch.proj();  // (B, Ts, channels_ / p), free here
-    ctx.ulysses->to_heads(ctx.stream, a.atty.f32(), resharded, buf, d.B, d.T, 1, channels_);
+    ctx.ulysses->to_heads(ctx.stream, a.atty.f32(), resharded, DType::f32, buf, d.B, d.T, 1,
+                          channels_);
     heads_out = resharded;
   }
   // (B, Ts, qkv_width_ / p) written whole, under Ulysses then (B, T, .)
@@ -228,7 +256,8 @@ void Attention::backward_grouped(const ModuleContext& ctx, const float* in, cons
   ctx.k.attention_backward(dqkv, ctx.scratch.attention(), datty, heads_out, a.qkv.f32(), a.lse,
                            shape(d.B, d.seq_len, p));
   rotate(ctx, dqkv, d.B, d.seq_len, groups, true);
-  if (ctx.ulysses) ctx.ulysses->to_sequence(ctx.stream, dqkv, dqkv, buf, d.B, d.T, 1, qkv_width_);
+  if (ctx.ulysses)
+    ctx.ulysses->to_sequence(ctx.stream, dqkv, dqkv, DType::f32, buf, d.B, d.T, 1, qkv_width_);
   qkv_.backward(ctx, in, dqkv, din);
 }
 

@@ -39,8 +39,9 @@ class Attention {
   // the forward computed them (bitwise). No parameters; under Ulysses one all-to-all.
   void recompute_core(const ModuleContext& ctx, const AttentionActs& acts) const;
 
-  // 16-bit compute (ctx.compute16(): GPT-2 without Ulysses; this rank's heads): in, acts and
-  // dout of ctx.compute(); out and din fp32 (the residual stream's side), din overwritten.
+  // 16-bit compute (ctx.compute16(): GPT-2; this rank's heads, under Ulysses as forward's): in,
+  // acts and dout of ctx.compute(); out and din fp32 (the residual stream's side), din
+  // overwritten.
   void forward16(const ModuleContext& ctx, const ComputeTensor& in, float* out,
                  const AttentionActs& acts) const;
   void backward16(const ModuleContext& ctx, const ComputeTensor& in, const AttentionActs& acts,

@@ -53,12 +53,13 @@ void Block::run(const ModuleContext& ctx, const float* in, float* out, const Blo
   float* proj = ctx.scratch.proj();
   // (With the previous block's last add pending, in is written here with ln1, in one pass.)
   ln1_.forward_input(ctx, in, a.ln1, a.ln1_stats);
-  if (ctx.compute16()) {  // no sequence parallelism: the norms' outputs are whole
-    attn_.forward16(ctx, a.ln1, proj, a.attn);
+  if (ctx.compute16()) {  // the norms' outputs gathered in the compute dtype
+    const ComputeTensor gathered = ctx.scratch.gathered_in();
+    attn_.forward16(ctx, ctx.gather_stream(a.ln1, gathered), proj, a.attn);
     ln2_.residual_forward(ctx, in, ctx.reduce_stream(proj), a.residual2, a.ln2, a.ln2_stats);
-    mlp_.forward16(ctx, a.ln2, out ? proj : nullptr, a.mlp);
+    mlp_.forward16(ctx, ctx.gather_stream(a.ln2, gathered), out ? proj : nullptr, a.mlp);
   } else {
-    float* gathered = ctx.scratch.gathered_in();
+    float* gathered = ctx.scratch.gathered_in().f32();
     attn_.forward(ctx, ctx.gather_stream(a.ln1.f32(), gathered), proj, a.attn);  // (one each)
     // residual2 = in + the attention's output, and ln2 of it, in one pass (layer_norm.hpp).
     ln2_.residual_forward(ctx, in, ctx.reduce_stream(proj), a.residual2, a.ln2, a.ln2_stats);
@@ -98,8 +99,8 @@ void Block::backward(ModuleContext& ctx, const float* dout, float* din) {
   const BlockActs a = acts(ctx);
   if (ctx.compute16()) return backward16(ctx, in, a, din);
   float* dln = ctx.scratch.dln();  // (B*T, C), each branch's input gradient, written whole
-  float* gathered = ctx.scratch.gathered_in();
-  float* gathered_grad = ctx.scratch.gathered_grad();
+  float* gathered = ctx.scratch.gathered_in().f32();
+  float* gathered_grad = ctx.scratch.gathered_grad().f32();
   // MLP branch: its dout is the stream's gradient; ln2 adds the branch's part into the stream,
   // which then is the gradient of residual2, the attention branch's dout. Under tensor
   // parallelism dln holds this rank's partial sums until reduce_stream adds them up.
@@ -116,18 +117,25 @@ void Block::backward(ModuleContext& ctx, const float* dout, float* din) {
 
 // The branches' products read the stream's gradient in 16 bits: rounded once before each
 // branch, from the fp32 running gradient that the norms' backwards add into. Under tensor
-// parallelism (no sequence parallelism: every rank holds the whole stream) each branch's input
-// gradient is a partial sum, all-reduced before its norm's backward, as in fp32.
+// parallelism each branch's input gradient is a partial sum, summed before its norm's backward
+// as in fp32; under sequence parallelism the rounded gradient and the norms' outputs are
+// all-gathered in 16 bits (the same collectives, in the same order, as the fp32 backward's).
 void Block::backward16(const ModuleContext& ctx, const float* in, const BlockActs& a,
                        float* dstream) const {
   float* dln = ctx.scratch.dln();                            // (B*T, C) fp32, written whole
-  const ComputeTensor grad16 = ctx.scratch.stream_grad16();  // (B*T, C) compute
+  const ComputeTensor grad16 = ctx.scratch.stream_grad16();  // (S, C) compute
+  const ComputeTensor gathered = ctx.scratch.gathered_in();
+  const ComputeTensor gathered_grad = ctx.scratch.gathered_grad();
   const size_t n = ctx.mb.dims().stream_tokens * channels_;
   ctx.round_to_compute(grad16, dstream, n);
-  mlp_.backward16(ctx, a.ln2, a.mlp, grad16, dln);
+  const ComputeTensor ln2_out = ctx.gather_stream(a.ln2, gathered);
+  const ComputeTensor mlp_dout = ctx.gather_stream(grad16, gathered_grad);
+  mlp_.backward16(ctx, ln2_out, a.mlp, mlp_dout, dln);
   ln2_.backward(ctx, a.residual2, a.ln2_stats, ctx.reduce_stream(dln), dstream);
   ctx.round_to_compute(grad16, dstream, n);
-  attn_.backward16(ctx, a.ln1, a.attn, grad16, dln);
+  const ComputeTensor ln1_out = ctx.gather_stream(a.ln1, gathered);
+  const ComputeTensor attn_dout = ctx.gather_stream(grad16, gathered_grad);
+  attn_.backward16(ctx, ln1_out, a.attn, attn_dout, dln);
   ln1_.backward(ctx, in, a.ln1_stats, ctx.reduce_stream(dln), dstream);
 }
 

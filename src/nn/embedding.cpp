@@ -48,15 +48,7 @@ void Embedding::bind(const ParamLayout& layout) {
 }
 
 void Embedding::forward(ModuleContext& ctx, const float*, float* out) {
-  if (ctx.compute16()) {  // no sequence parallelism: whole rows, summed over the tp group
-    const DType t = ctx.compute();
-    const bool add_positions = learned_positions_ && (ctx.tp == nullptr || ctx.tp->rank() == 0);
-    const void* wpe = add_positions ? wpe_.in16(ctx.params16, t) : nullptr;
-    ctx.k.encoder16_forward(out, ctx.mb.tokens(), wte_.in16(ctx.params16, t), wpe, t, vocab_start_,
-                            vocab_local_, ctx.mb.B(), ctx.mb.T(), channels_);
-    if (ctx.tp != nullptr) ctx.tp->all_reduce(ctx.stream, out, ctx.mb.dims().tokens * channels_);
-    return;
-  }
+  if (ctx.compute16()) return forward16(ctx, out);
   if (ctx.tp == nullptr && learned_positions_) {
     const float* wpe = wpe_.in(ctx.params) + first_position(ctx) * channels_;  // (T, C) rows
     ctx.k.encoder_forward(out, ctx.mb.tokens(), wte_.in(ctx.params), wpe, ctx.mb.B(), ctx.mb.T(),
@@ -71,7 +63,29 @@ void Embedding::forward(ModuleContext& ctx, const float*, float* out) {
   ctx.k.encoder_forward_vocab_range(partial, ctx.mb.tokens(), wte_.in(ctx.params),
                                     add_positions ? wpe_.in(ctx.params) : nullptr, vocab_start_,
                                     vocab_local_, d.B, d.T, channels_);
+  sum_over_group(ctx, partial, out);
+}
+
+// The lookup from the 16-bit working copy into the fp32 stream: wpe's rows from this rank's first
+// position (Ulysses), this rank's vocabulary (tensor parallelism) as partial sums over all B*T
+// tokens, summed over the group as in fp32.
+void Embedding::forward16(const ModuleContext& ctx, float* out) const {
+  const ActivationDims& d = ctx.mb.dims();
+  const DType t = ctx.compute();
+  float* partial = ctx.sequence_parallel() ? ctx.scratch.proj() : out;  // (B*T, C)
+  const bool add_positions = learned_positions_ && (ctx.tp == nullptr || ctx.tp->rank() == 0);
+  const void* wpe = nullptr;  // (T, C) compute
+  if (add_positions)
+    wpe = static_cast<const char*>(wpe_.in16(ctx.params16, t)) +
+          first_position(ctx) * channels_ * dtype_size(t);
+  ctx.k.encoder16_forward(partial, ctx.mb.tokens(), wte_.in16(ctx.params16, t), wpe, t,
+                          vocab_start_, vocab_local_, d.B, d.T, channels_);
+  sum_over_group(ctx, partial, out);
+}
+
+void Embedding::sum_over_group(const ModuleContext& ctx, float* partial, float* out) const {
   if (ctx.tp == nullptr) return;
+  const ActivationDims& d = ctx.mb.dims();
   if (ctx.sequence_parallel())
     ctx.tp->reduce_scatter(ctx.stream, partial, out, d.stream_tokens * channels_);
   else
@@ -86,9 +100,10 @@ void Embedding::backward(ModuleContext& ctx, const float* dout, float*) {
     return;
   }
   // Every rank scatters the whole dout: into its own rows of wte, and all of wpe (a replica,
-  // equal on every rank).
+  // equal on every rank). Under sequence parallelism dout is gathered in fp32 into the
+  // projection's scratch (free here; the gathered-gradient scratch has the compute dtype).
   const ActivationDims& d = ctx.mb.dims();
-  const float* full = ctx.gather_stream(dout, ctx.scratch.gathered_grad());  // (B*T, C)
+  const float* full = ctx.gather_stream(dout, ctx.scratch.proj());  // (B*T, C)
   ctx.k.encoder_backward_vocab_range(
       wte_.in(ctx.grads), learned_positions_ ? wpe_.in(ctx.grads) : nullptr, full, ctx.mb.tokens(),
       vocab_start_, vocab_local_, d.B, d.T, channels_);

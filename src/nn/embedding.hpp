@@ -31,6 +31,11 @@ class Embedding final : public Module {
   void backward(ModuleContext& ctx, const float* dout, float* din) override;
 
  private:
+  // forward in 16-bit compute (ModuleContext::compute16): the lookup reads the working copy.
+  void forward16(const ModuleContext& ctx, float* out) const;
+  // out (S, C) = partial (B*T, C) summed over the tensor-parallel group (all-reduced in place, or
+  // reduce-scattered under sequence parallelism); nothing on one rank (partial is out).
+  void sum_over_group(const ModuleContext& ctx, float* partial, float* out) const;
   size_t vocab_padded_, max_seq_len_, channels_;
   bool learned_positions_, untied_head_;
   size_t vocab_start_ = 0, vocab_local_ = 0;  // this rank's rows of wte, after bind

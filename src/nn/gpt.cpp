@@ -290,8 +290,7 @@ void GPT::set_recompute(Recompute recompute) {
 
 void GPT::set_compute(DType compute) {
   if (compute == compute_) return;
-  ActivationDims::check_compute(config_, compute, layout_.tp().size, sequence_parallel(),
-                                ulysses());
+  ActivationDims::check_compute(config_, compute);
   compute_ = compute;
   const kernels::MatmulPrecision p = k_.matmul_precision();
   if (compute_ != DType::f32 && device_.kind() == DeviceKind::cuda &&

@@ -43,8 +43,11 @@ class Head final : public Module {
   float* input_grad(const ModuleContext& ctx, float* din) const;
   kernels::GradWrite input_grad_write(const ModuleContext& ctx) const;
   void sum_input_grad(const ModuleContext& ctx, float* dx, float* din) const;
-  // The three in 16-bit compute (ModuleContext::compute16): the input is ctx.mb.lnf(), the
+  // The three in 16-bit compute (ModuleContext::compute16): the input is input16(), the
   // logits' gradient ctx.mb.dlogits16() (the cross-entropy's, see cross_entropy_rows).
+  // ctx.mb.lnf() (S, C) as the products read it: all B*T rows (gathered under sequence
+  // parallelism into the scratch's gathered_in()), of the compute dtype.
+  ComputeTensor input16(const ModuleContext& ctx) const;
   void forward16(ModuleContext& ctx, float* out);
   void backward16(ModuleContext& ctx, float* din);
   void classify16(ModuleContext& ctx, const float* dloss, float* din);

@@ -88,30 +88,19 @@ void LayerNorm::forward_input(const ModuleContext& ctx, const float* in, const C
 
 void LayerNorm::backward(const ModuleContext& ctx, const float* in, const LayerNormStats& stats,
                          const float* dout, float* din) const {
-  if (ctx.compute16()) return backward16(ctx, in, stats, dout, din);
-  const size_t N = ctx.mb.dims().stream_tokens;
-  const bool rms = kind_ == NormKind::rmsnorm;
   if (!ctx.sequence_parallel()) {
-    if (rms)
-      ctx.k.rmsnorm_backward(din, weight_.in(ctx.grads), dout, in, weight_.in(ctx.params),
-                             stats.rstd, N, channels_);
-    else
-      ctx.k.layernorm_backward(din, weight_.in(ctx.grads), bias_.in(ctx.grads), dout, in,
-                               weight_.in(ctx.params), stats.mean, stats.rstd, N, channels_);
-    return;
+    float* db = kind_ == NormKind::layernorm ? bias_.in(ctx.grads) : nullptr;
+    return norm_backward(ctx, in, stats, dout, din, weight_.in(ctx.grads), db);
   }
   // Each rank normalised only its rows: the gain's and bias's gradients are partial sums, and
   // must be summed over the group for this micro-batch alone (the unit's gradients accumulate
   // over micro-batches), so they are made apart, all-reduced, then added.
   const size_t C = channels_;
+  const bool rms = kind_ == NormKind::rmsnorm;
   const size_t parts = rms ? 1 : 2;
   float* g = ctx.scratch.norm_grads();  // (parts, C) gain, bias
   ctx.zero(g, parts * C);
-  if (rms)
-    ctx.k.rmsnorm_backward(din, g, dout, in, weight_.in(ctx.params), stats.rstd, N, C);
-  else
-    ctx.k.layernorm_backward(din, g, g + C, dout, in, weight_.in(ctx.params), stats.mean,
-                             stats.rstd, N, C);
+  norm_backward(ctx, in, stats, dout, din, g, rms ? nullptr : g + C);
   ctx.tp->all_reduce(ctx.stream, g, parts * C);
   float* dw = weight_.in(ctx.grads);
   ctx.k.residual_forward(dw, dw, g, C);
@@ -120,18 +109,24 @@ void LayerNorm::backward(const ModuleContext& ctx, const float* in, const LayerN
   ctx.k.residual_forward(db, db, g + C, C);
 }
 
-// 16-bit compute runs without sequence parallelism (ActivationDims::check_compute): every rank
-// normalises every row, so the gain's and bias's gradients are whole here.
-void LayerNorm::backward16(const ModuleContext& ctx, const float* in, const LayerNormStats& stats,
-                           const float* dout, float* din) const {
+// The norm's kernel in the run's compute: the gain read from the fp32 unit or its 16-bit working
+// copy; the gradients fp32 either way.
+void LayerNorm::norm_backward(const ModuleContext& ctx, const float* in,
+                              const LayerNormStats& stats, const float* dout, float* din,
+                              float* dweight, float* dbias) const {
   const size_t N = ctx.mb.dims().stream_tokens, C = channels_;
+  const bool rms = kind_ == NormKind::rmsnorm;
   const DType t = ctx.compute();
-  if (kind_ == NormKind::rmsnorm)
-    ctx.k.rmsnorm16_backward(din, weight_.in(ctx.grads), dout, in, weight16(ctx), stats.rstd, t, N,
-                             C);
+  if (ctx.compute16() && rms)
+    ctx.k.rmsnorm16_backward(din, dweight, dout, in, weight16(ctx), stats.rstd, t, N, C);
+  else if (ctx.compute16())
+    ctx.k.layernorm16_backward(din, dweight, dbias, dout, in, weight16(ctx), stats.mean, stats.rstd,
+                               t, N, C);
+  else if (rms)
+    ctx.k.rmsnorm_backward(din, dweight, dout, in, weight_.in(ctx.params), stats.rstd, N, C);
   else
-    ctx.k.layernorm16_backward(din, weight_.in(ctx.grads), bias_.in(ctx.grads), dout, in,
-                               weight16(ctx), stats.mean, stats.rstd, t, N, C);
+    ctx.k.layernorm_backward(din, dweight, dbias, dout, in, weight_.in(ctx.params), stats.mean,
+                             stats.rstd, N, C);
 }
 
 }  // namespace tierzero::nn

@@ -50,8 +50,10 @@ class LayerNorm {
 
   const void* weight16(const ModuleContext& ctx) const;
   const void* bias16(const ModuleContext& ctx) const;  // LayerNorm only
-  void backward16(const ModuleContext& ctx, const float* in, const LayerNormStats& stats,
-                  const float* dout, float* din) const;
+  // din += d(in); dweight, dbias (C) += this rank's rows' gain and bias gradients (dbias null
+  // for RMSNorm), in the run's compute (the gain read in 16 bits in 16-bit compute).
+  void norm_backward(const ModuleContext& ctx, const float* in, const LayerNormStats& stats,
+                     const float* dout, float* din, float* dweight, float* dbias) const;
 };
 
 }  // namespace tierzero::nn

@@ -1,6 +1,8 @@
 // ModelScratch: its buffers in one list (allocation and byte count), and views into them.
 #include "tierzero/nn/model_scratch.hpp"
 
+#include <algorithm>
+
 namespace tierzero::nn {
 
 void ModelScratch::visit(Buffers& b, const ActivationDims& d, Recompute recompute,
@@ -17,19 +19,22 @@ void ModelScratch::visit(Buffers& b, const ActivationDims& d, Recompute recomput
   fn(b.datty, AT * Cl * h, "datty");
   if (d.attention_scratch() > 0) fn(b.attention, d.attention_scratch() * f, "attention scratch");
   fn(b.dfch, BT * d.local_fc * h, "dfch");
-  // 16-bit compute (GPT-2's GELU, no Ulysses) takes GELU's gradient in the projection's product
-  // and never needs dfch_gelu; it needs the stream's gradient in 16 bits instead.
-  if (d.compute == DType::f32)
+  // 16-bit compute (GPT-2's GELU) takes GELU's gradient in the projection's product and never
+  // needs dfch_gelu; it needs the stream's gradient in 16 bits instead, and under Ulysses a
+  // packing buffer of its own.
+  if (d.compute == DType::f32) {
     fn(b.dfch_gelu, BT * Hl * f, "dfch_gelu");
-  else
-    fn(b.stream_grad16, BT * C * h, "stream_grad16");
+  } else {
+    fn(b.stream_grad16, d.stream_tokens * C * h, "stream_grad16");
+    if (d.ulysses > 1) fn(b.ulysses_pack, BT * 3 * C * h, "ulysses_pack");
+  }
   if (d.tp > 1) {
     fn(b.xent_partials, BT * 3 * f, "xent_partials");
     fn(b.xent_all, d.tp * BT * 3 * f, "xent_all");
   }
   if (d.sequence_parallel) {
-    fn(b.gathered_in, BT * C * f, "gathered_in");
-    fn(b.gathered_grad, BT * C * f, "gathered_grad");
+    fn(b.gathered_in, BT * C * h, "gathered_in");
+    fn(b.gathered_grad, BT * C * h, "gathered_grad");
     fn(b.reduced, d.stream_tokens * C * f, "reduced");
     fn(b.norm_grads, 2 * C * f, "norm_grads");
   }
@@ -58,6 +63,12 @@ void ModelScratch::allocate(const ActivationDims& d, Recompute recompute,
 
 BlockActs ModelScratch::block() const {
   return buffers_.block.slot(dims_, 0);
+}
+
+UlyssesBuffers ModelScratch::ulysses() const {
+  const DeviceBuffer& second =
+      dims_.compute == DType::f32 ? buffers_.dfch_gelu : buffers_.ulysses_pack;
+  return {buffers_.dfch.data(), second.data(), std::min(buffers_.dfch.bytes(), second.bytes())};
 }
 
 AttentionActs ModelScratch::attention_core() const {

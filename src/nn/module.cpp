@@ -4,6 +4,7 @@
 
 #include <utility>
 
+#include "tierzero/core/error.hpp"
 #include "tierzero/nn/micro_batch.hpp"
 #include "tierzero/nn/model_scratch.hpp"
 
@@ -21,11 +22,20 @@ void ModuleContext::round_to_compute(const ComputeTensor& p, const float* src, s
   k.convert_from_f32(p.raw(), p.type, src, n);
 }
 
-const float* ModuleContext::gather_stream(const float* local, float* into) const {
+ComputeTensor ModuleContext::gather_stream(const ComputeTensor& local,
+                                           const ComputeTensor& into) const {
   if (!sequence_parallel()) return local;
+  TZ_CHECK(local.type == into.type, "an all-gather of the stream between two dtypes",
+           "internal error: gather into a buffer of the tensor's own dtype");
   const ActivationDims& d = mb.dims();
-  tp->all_gather(stream, local, into, d.stream_tokens * d.channels);
+  tp->all_gather(stream, local.raw(), into.raw(), d.stream_tokens * d.channels, local.type);
   return into;
+}
+
+const float* ModuleContext::gather_stream(const float* local, float* into) const {
+  const ComputeTensor full = gather_stream(ComputeTensor{const_cast<float*>(local), DType::f32},
+                                           ComputeTensor{into, DType::f32});
+  return static_cast<const float*>(full.raw());
 }
 
 const float* ModuleContext::reduce_stream(float* partial) const {

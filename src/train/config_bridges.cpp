@@ -59,17 +59,10 @@ kernels::MatmulPrecision matmul_precision_for(const TrainConfig& c) {
 }
 
 DType compute_dtype_for(const TrainConfig& c, DeviceKind device, const nn::GPTConfig& model) {
-  return compute_dtype_for(c, device, model, static_cast<size_t>(c.tensor_parallel),
-                           c.sequence_parallel, static_cast<size_t>(c.ulysses_parallel));
-}
-
-DType compute_dtype_for(const TrainConfig& c, DeviceKind device, const nn::GPTConfig& model,
-                        size_t tp, bool sequence_parallel, size_t ulysses) {
   const DType working = working_dtype(c);
   if (c.compute_dtype == "auto") {
-    // A model or split 16-bit compute does not run computes in fp32, as before.
-    const bool built = working != DType::f32 && nn::ActivationDims::builds_compute(
-                                                    model, working, tp, sequence_parallel, ulysses);
+    // A model 16-bit compute does not run computes in fp32, as before.
+    const bool built = working != DType::f32 && nn::ActivationDims::builds_compute(model, working);
     return device == DeviceKind::cuda && built ? working : DType::f32;
   }
   const DType asked = dtype_from_name(c.compute_dtype);
@@ -83,7 +76,7 @@ DType compute_dtype_for(const TrainConfig& c, DeviceKind device, const nn::GPTCo
                : std::string("16-bit compute runs in the working type: set "
                              "tierzero.compute_dtype to ") +
                      dtype_name(working) + ", fp32 or auto");
-  nn::ActivationDims::check_compute(model, asked, tp, sequence_parallel, ulysses);
+  nn::ActivationDims::check_compute(model, asked);
   return asked;
 }
 

@@ -173,11 +173,9 @@ profile::EstimateInput run_estimate_input(const TrainConfig& c, const nn::GPTCon
       model_units(model, static_cast<size_t>(c.blocks_per_unit), static_cast<size_t>(world.tp),
                   static_cast<size_t>(world.pp), pipeline);
   const Tier tier = checkpoint_tier_of(c.activation_checkpoints);
-  // The dtype the run would compute in on the config's device, with the world's split (flags
-  // may override the config's).
+  // The dtype the run would compute in on the config's device.
   const DType compute = compute_dtype_for(
-      c, c.device.rfind("cuda", 0) == 0 ? DeviceKind::cuda : DeviceKind::cpu, model,
-      static_cast<size_t>(world.tp), sequence_parallel, static_cast<size_t>(world.sp));
+      c, c.device.rfind("cuda", 0) == 0 ? DeviceKind::cuda : DeviceKind::cpu, model);
   if (!checkpointing.is_full() || tier == Tier::device) {
     profile::EstimateInput input = estimate_input_from(
         c, units, world,

@@ -130,27 +130,34 @@ TEST_P(ElementwiseTest, ScaleMatchesReference) {
 }
 
 TEST_P(ElementwiseTest, TransposeBlocksSwapsOuterAxes) {
-  // Ulysses' shapes: (B*T_local*3, sp, C/sp) rows and (sp, B, T_local*C) blocks, plus 1-extents.
+  // Ulysses' shapes in fp32 and in 16 bits: (B*T_local*3, sp, C/sp) rows and (sp, B, T_local*C)
+  // blocks, plus 1-extents and rows whose bytes only 2 or 1 divide (the CUDA kernel's copy unit
+  // is the widest of 16, 4, 2 and 1 bytes that divides a row).
   struct Shape {
-    size_t X, Y, width;
+    size_t X, Y, row_bytes;
   };
-  for (const Shape& sh : {Shape{2 * 8 * 3, 4, 16}, Shape{4, 2, 8 * 64}, Shape{1, 5, 3},
-                          Shape{7, 1, 1}, Shape{33, 17, 5}}) {
-    const std::vector<float> in = random_normal(sh.X * sh.Y * sh.width, 1400);  // (X, Y, width)
+  const size_t f = sizeof(float), h = 2;
+  for (const Shape& sh : {Shape{2 * 8 * 3, 4, 16 * f}, Shape{4, 2, 8 * 64 * f}, Shape{1, 5, 3 * f},
+                          Shape{7, 1, f}, Shape{33, 17, 5 * f}, Shape{2 * 8 * 3, 4, 16 * h},
+                          Shape{4, 2, 8 * 64 * h}, Shape{33, 17, 5 * h}, Shape{9, 3, 7}}) {
+    const std::vector<float> noise = random_normal(sh.X * sh.Y * sh.row_bytes, 1400);
+    std::vector<uint8_t> in(noise.size());  // (X, Y, row_bytes)
+    for (size_t i = 0; i < in.size(); ++i) std::memcpy(&in[i], &noise[i], 1);
     auto d_in = to_device(in);
-    auto d_out = to_device(std::vector<float>(in.size(), -1.0f));  // (Y, X, width)
-    kernels().transpose_blocks(d_out->get(), d_in->get(), sh.X, sh.Y, sh.width);
-    const std::vector<float> out = d_out->download();
+    auto d_out = to_device(std::vector<uint8_t>(in.size(), 0xA5));  // (Y, X, row_bytes)
+    kernels().transpose_blocks(d_out->get(), d_in->get(), sh.X, sh.Y, sh.row_bytes);
+    const std::vector<uint8_t> out = d_out->download();
     size_t wrong = 0;
     for (size_t x = 0; x < sh.X; ++x)
       for (size_t y = 0; y < sh.Y; ++y)
-        for (size_t w = 0; w < sh.width; ++w)
-          wrong += out[(y * sh.X + x) * sh.width + w] != in[(x * sh.Y + y) * sh.width + w];
-    std::printf("transpose_blocks %zux%zux%zu: %zu wrong\n", sh.X, sh.Y, sh.width, wrong);
+        wrong += std::memcmp(&out[(y * sh.X + x) * sh.row_bytes],
+                             &in[(x * sh.Y + y) * sh.row_bytes], sh.row_bytes) != 0;
+    std::printf("transpose_blocks %zux%zu rows of %zu bytes: %zu rows wrong\n", sh.X, sh.Y,
+                sh.row_bytes, wrong);
     EXPECT_EQ(wrong, 0u);  // a copy: bit for bit
     // Transposing back restores the input.
-    auto d_back = to_device(std::vector<float>(in.size(), -1.0f));
-    kernels().transpose_blocks(d_back->get(), d_out->get(), sh.Y, sh.X, sh.width);
+    auto d_back = to_device(std::vector<uint8_t>(in.size(), 0x5A));
+    kernels().transpose_blocks(d_back->get(), d_out->get(), sh.Y, sh.X, sh.row_bytes);
     EXPECT_EQ(d_back->download(), in);
   }
 }

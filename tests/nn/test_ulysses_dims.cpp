@@ -92,6 +92,11 @@ TEST(UlyssesDims, AnalyticAllToAllVolume) {
       nn::ActivationDims::of(tiny_config(61, 64, 32, 3, 4, 32), 2, 32, 1, false, 4);
   EXPECT_EQ(nn::expected_ulysses_traffic(3, d4, false).all_to_all_bytes, t.all_to_all_bytes);
   EXPECT_EQ(nn::expected_ulysses_traffic(3, nn::ActivationDims::of(c, 2, 16), false).calls, 0u);
+  // 16-bit compute re-shards 16-bit tensors: half the bytes, as many calls.
+  const nn::UlyssesTraffic h = nn::expected_ulysses_traffic(
+      3, nn::ActivationDims::of(c, 2, 16, 1, false, 2, DType::bf16), false);
+  EXPECT_EQ(h.all_to_all_bytes, 3u * (4 + 5) * 16 * 32 * 2);
+  EXPECT_EQ(h.calls, t.calls);
 }
 
 }  // namespace

@@ -8,9 +8,11 @@
 # <ulysses> > 1 runs Ulysses sequence parallelism instead (the recompute re-shards the heads' output).
 # <compute> fp32, or bf16: bf16 working parameters and 16-bit compute (issue 26), whose recompute
 # must match the same way and whose smaller activations the estimate must count to the byte.
-# usage: run_recompute_match.sh <tierzero> <ranks> <tp> <ulysses> <compute> <mpiexec command...>
-tierzero=$1; ranks=$2; tp=$3; ulysses=$4; compute=$5
-shift 5
+# <sp> true: Megatron's sequence parallelism over the tp ranks.
+# usage: run_recompute_match.sh <tierzero> <ranks> <tp> <ulysses> <compute> <sp>
+#                               <mpiexec command...>
+tierzero=$1; ranks=$2; tp=$3; ulysses=$4; compute=$5; sp=$6
+shift 6
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 precision=""
@@ -19,6 +21,7 @@ cat > "$dir/config.json" <<JSON
 {"train_micro_batch_size_per_gpu": 2, "gradient_clipping": 0.5 $precision,
  "tierzero": {"steps": 4, "seq_len": 80, "seed": 7, "threads": 1, "val_batches": 1,
               "tensor_parallel": $tp, "ulysses_parallel": $ulysses, "compute_dtype": "$compute",
+              "sequence_parallel": $sp,
               "model": {"vocab_size": 257, "n_layer": 2, "n_head": 4, "n_embd": 64,
                         "context_length": 80}}}
 JSON

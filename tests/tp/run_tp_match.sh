@@ -15,7 +15,11 @@
 # Pipeline runs (TZ_PP > 1) take TZ_SCHEDULE (gpipe, 1f1b or interleaved with
 # TZ_VIRTUAL_STAGES chunks per rank; TZ_RECEIVE_AHEAD true posts receives ahead) and
 # TZ_MICRO_BATCHES micro-batches. TZ_CLASSIFIER_CHUNK: the parallel run's classifier in chunks of
-# that many tokens (model.classifier_chunk_tokens; the reference keeps whole logits)
+# that many tokens (model.classifier_chunk_tokens; the reference keeps whole logits).
+# TZ_COMPUTE (bf16 or fp16): both runs with those working parameters and 16-bit compute
+# (tierzero.compute_dtype), the reference then the 16-bit one-rank run the split must follow; the
+# parallel run must say it computed in 16 bits. TZ_PARAM_TOL: the final parameters' tolerance
+# (default <tol>): a 16-bit run's rounding flips the sign of Adam steps whose gradient is near 0
 # per step (the reference accumulates as many), and every rank's activation peak must be exactly
 # its schedule's in-flight bound, and every rank's --profile must show its stage's forwards,
 # backwards and receive waits. TZ_LAYERS: the model's blocks (default 2; pp 4 needs 4). With
@@ -32,6 +36,8 @@ pp=${TZ_PP:-1}; schedule=${TZ_SCHEDULE:-1f1b}; micro=${TZ_MICRO_BATCHES:-1}
 virtual=${TZ_VIRTUAL_STAGES:-1}; ahead=${TZ_RECEIVE_AHEAD:-false}
 layers=${TZ_LAYERS:-2}; ulysses=${TZ_ULYSSES:-1}
 chunk_key=""
+compute=${TZ_COMPUTE:-fp32}; precision_key=""
+[ "$compute" != fp32 ] && precision_key="\"$compute\": {\"enabled\": true},"
 dp=$((ranks / (tp * pp * ulysses)))
 ref_batch=$((2 * dp))
 
@@ -60,14 +66,14 @@ esac
 # and 4 split.
 write_config() {
   cat > "$1" <<JSON
-{"train_micro_batch_size_per_gpu": $3, "gradient_clipping": 0.5,
+{"train_micro_batch_size_per_gpu": $3, "gradient_clipping": 0.5, $precision_key
  "gradient_accumulation_steps": $micro,
  "zero_optimization": {"stage": $2, "stage3_param_persistence_threshold": 0 $4},
  "tierzero": {"steps": 10, "seq_len": 16, "seed": 7, "threads": 1, "val_batches": 2, ${11}
               "activation_checkpointing": $5, "tensor_parallel": $6, "sequence_parallel": $7,
               "pipeline_parallel": $8, "pipeline_schedule": "$schedule",
               "pipeline_virtual_stages": $9, "pipeline_receive_ahead": $ahead,
-              "ulysses_parallel": ${10},
+              "ulysses_parallel": ${10}, "compute_dtype": "$compute",
               "model": {"vocab_size": 257, "n_layer": $layers, "n_head": 4, "n_embd": 64,
                         $chunk_key "context_length": 16}}}
 JSON
@@ -98,10 +104,14 @@ if [ "$pp" -gt 1 ] || [ "$tp" -gt 1 ] || [ "$ulysses" -gt 1 ]; then
 fi
 timeout -k 5 300 "$@" -n "$ranks" "$tierzero" train --config "$dir/tp.json" \
   --metrics "$dir/tp.jsonl" --save "$dir/tp.bin" --memory-json "$dir/tp.mem.json" \
-  $profile_args $device_args || exit 1
+  $profile_args $device_args > "$dir/tp.out" 2>&1 || { cat "$dir/tp.out"; exit 1; }
+cat "$dir/tp.out"
 
 field() { sed -n "s/.*\"$1\": *\([^,]*\),.*/\1/p" "$2"; }
 fail=0
+if [ "$compute" != fp32 ] && ! grep -q "16-bit compute: products and their activations in $compute" "$dir/tp.out"; then
+  echo "FAIL: the parallel run did not compute in $compute"; fail=1
+fi
 for f in loss grad_norm; do
   field "$f" "$dir/ref.jsonl" > "$dir/ref.$f"
   field "$f" "$dir/tp.jsonl" > "$dir/tp.$f"
@@ -115,7 +125,8 @@ for f in loss grad_norm; do
       if (n != 10) { print "FAIL: expected 10 steps from each run"; exit 1 }
       if (max_rel > tol) { print "FAIL: " what " differs beyond the tolerance"; exit 1 } }' || fail=1
 done
-"$check" checkpoints "$dir/ref.bin" "$dir/tp.bin" "$tol" "$tol" || fail=1
+param_tol=${TZ_PARAM_TOL:-$tol}
+"$check" checkpoints "$dir/ref.bin" "$dir/tp.bin" "$param_tol" "$param_tol" || fail=1
 # The parallel layout loads a model file by range (each rank only its pieces) and saves it back
 # piece by piece: with no step between, the file must come back bit for bit. Messages of 1000
 # elements to rank 0, so the save's chunking and pacing are exercised (the default is 4M).

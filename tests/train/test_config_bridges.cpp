@@ -124,8 +124,8 @@ TEST(ConfigBridges, ComputeDtypeFollowsTheWorkingTypeAndTheDevice) {
   EXPECT_EQ(compute_dtype_for(fp16, DeviceKind::cuda, gpt2), DType::f16);
   EXPECT_EQ(compute_dtype_for(bf16, DeviceKind::cpu, gpt2), DType::f32);  // widening: no faster
   EXPECT_EQ(compute_dtype_for(TrainConfig::defaults(), DeviceKind::cuda, gpt2), DType::f32);
-  // Tensor parallelism computes in 16 bits; auto falls back to fp32 where 16-bit compute is not
-  // built: sequence parallelism, Ulysses, Llama.
+  // Every split computes in 16 bits: tensor, sequence and Ulysses parallelism; auto falls back to
+  // fp32 where 16-bit compute is not built: the Llama family.
   const TrainConfig tp2 =
       TrainConfig::parse(R"({"bf16": {"enabled": true}, "tierzero": {"tensor_parallel": 2}})", "t");
   EXPECT_EQ(compute_dtype_for(tp2, DeviceKind::cuda, gpt2), DType::bf16);
@@ -133,13 +133,10 @@ TEST(ConfigBridges, ComputeDtypeFollowsTheWorkingTypeAndTheDevice) {
       R"({"bf16": {"enabled": true},
           "tierzero": {"tensor_parallel": 2, "sequence_parallel": true}})",
       "t");
-  EXPECT_EQ(compute_dtype_for(sp, DeviceKind::cuda, gpt2), DType::f32);
+  EXPECT_EQ(compute_dtype_for(sp, DeviceKind::cuda, gpt2), DType::bf16);
   const TrainConfig ulysses = TrainConfig::parse(
       R"({"bf16": {"enabled": true}, "tierzero": {"ulysses_parallel": 2}})", "t");
-  EXPECT_EQ(compute_dtype_for(ulysses, DeviceKind::cuda, gpt2), DType::f32);
-  // Another split than the config's (an estimate's flags): the split given decides.
-  EXPECT_EQ(compute_dtype_for(bf16, DeviceKind::cuda, gpt2, 2, true, 1), DType::f32);
-  EXPECT_EQ(compute_dtype_for(sp, DeviceKind::cuda, gpt2, 2, false, 1), DType::bf16);
+  EXPECT_EQ(compute_dtype_for(ulysses, DeviceKind::cuda, gpt2), DType::bf16);
   nn::GPTConfig llama = gpt2;
   llama.arch.norm = nn::NormKind::rmsnorm;
   EXPECT_EQ(compute_dtype_for(bf16, DeviceKind::cuda, llama), DType::f32);

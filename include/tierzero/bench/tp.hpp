@@ -27,6 +27,9 @@ struct BenchTpOptions : TrainRunOptions {
   int64_t stage = 0;           // ZeRO stage of every run
   int64_t threads = 1;         // OpenMP threads per rank
   bool checkpointing = false;  // tierzero.activation_checkpointing in every run
+  // Every run's tierzero.compute_dtype (fp32, bf16, fp16: a 16-bit one with that working type);
+  // the analytic volume counts the 16-bit all-gathers in it.
+  std::string compute_dtype = "fp32";
 };
 
 // The benchmark itself; returns its result lines and throws tierzero::Error on failure (a run that

@@ -39,6 +39,9 @@ struct BenchUlyssesOptions : TrainRunOptions {
   int64_t stage = 3;                           // ZeRO stage of every run
   int64_t threads = 1;                         // OpenMP threads per rank
   bool checkpointing = false;                  // tierzero.activation_checkpointing
+  // Every run's tierzero.compute_dtype (fp32, bf16, fp16: a 16-bit one with that working type);
+  // the all-to-alls move it, the estimator's prediction counts it.
+  std::string compute_dtype = "fp32";
 };
 
 // The benchmark itself; returns its result lines and throws tierzero::Error on failure (a bytes run

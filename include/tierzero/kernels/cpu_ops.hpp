@@ -201,8 +201,8 @@ void adamw_update_with_copy_on(CpuIsa isa, float* param, float* m, float* v, con
 double sum_squares(const float* x, size_t n);
 // x (n) *= s
 void scale(float* x, size_t n, float s);
-// out (Y, X, width)[y][x] = in (X, Y, width)[x][y]
-void transpose_blocks(float* out, const float* in, size_t X, size_t Y, size_t width);
+// out (Y, X, row_bytes)[y][x] = in (X, Y, row_bytes)[x][y], rows of bytes
+void transpose_blocks(void* out, const void* in, size_t X, size_t Y, size_t row_bytes);
 
 // The OpenMP thread count the calling thread's kernels use, and setting it for the calling thread
 // only. A thread the caller starts begins with OpenMP's default (every core), so a background

@@ -534,11 +534,12 @@ class Kernels {
                               size_t n) = 0;
   // x *= s
   virtual void scale(float* x, size_t n, float s) = 0;  // x (n)
-  // out[y][x][:] = in[x][y][:]: swaps the two outer axes of rows of `width` floats. Ulysses'
-  // re-sharding between sequence slices and head groups is this around an all-to-all.
-  virtual void transpose_blocks(float* out,       // (Y, X, width)
-                                const float* in,  // (X, Y, width)
-                                size_t X, size_t Y, size_t width) = 0;
+  // out[y][x][:] = in[x][y][:]: swaps the two outer axes of rows of `row_bytes` bytes (any
+  // dtype: a copy, bit for bit). Ulysses' re-sharding between sequence slices and head groups is
+  // this around an all-to-all, in fp32 or the 16-bit compute dtype.
+  virtual void transpose_blocks(void* out,       // (Y, X, row_bytes) bytes
+                                const void* in,  // (X, Y, row_bytes) bytes
+                                size_t X, size_t Y, size_t row_bytes) = 0;
 
   // 16-bit working parameters: fp32 rounded to dst_type (nearest, ties to even; NaN stays NaN)
   // and widened back, with the same bits on every backend (core/dtype_bits.hpp). fp32 is a copy.

@@ -9,7 +9,8 @@
 // and with sequence parallelism the all-gathered inputs and gradients of the tensor-parallel
 // regions and the reduce-scattered outputs leaving them. Under Ulysses the attention's gradients
 // span the whole sequence for the rank's heads, and the all-to-alls pack through the MLP's
-// gradient buffers (free while the attention runs), so Ulysses adds no scratch.
+// gradient buffers (free while the attention runs), so Ulysses adds no scratch in fp32; in 16-bit
+// compute, which has no fp32 dfch_gelu, it adds one (B*T, 3C) packing buffer.
 #pragma once
 
 #include <cstddef>
@@ -46,8 +47,9 @@ class ModelScratch {
   ComputeTensor dfch() const { return compute(buffers_.dfch); }  // (BT, Hl or 2 Hl: SwiGLU)
   float* dfch_gelu() const { return buffers_.dfch_gelu.f32(); }  // (BT, Hl) fp32 compute only
   // 16-bit compute only: the residual stream's running gradient rounded to the compute dtype,
-  // the output gradient a block's two branch projections read in their backward.
-  ComputeTensor stream_grad16() const { return compute(buffers_.stream_grad16); }  // (BT, C)
+  // the output gradient a block's two branch projections read in their backward (all-gathered
+  // into gathered_grad() first under sequence parallelism).
+  ComputeTensor stream_grad16() const { return compute(buffers_.stream_grad16); }  // (S, C)
   BlockActs block() const;  // full recompute's one block of internals
   // Selective recompute's one attention core (atty, lse; qkv null): every block's forward
   // writes it, its recompute rebuilds it before its backward.
@@ -55,17 +57,18 @@ class ModelScratch {
   // Tensor parallel only:
   float* xent_partials() const { return buffers_.xent_partials.f32(); }  // (BT, 3)
   float* xent_all() const { return buffers_.xent_all.f32(); }            // (tp, BT, 3)
-  // Sequence parallel only:
-  float* gathered_in() const { return buffers_.gathered_in.f32(); }      // (BT, C)
-  float* gathered_grad() const { return buffers_.gathered_grad.f32(); }  // (BT, C)
-  float* reduced() const { return buffers_.reduced.f32(); }              // (S, C)
-  float* norm_grads() const { return buffers_.norm_grads.f32(); }        // (2, C)
-  // Ulysses' packing buffers, each at least (BT, 3C): dfch and dfch_gelu ((BT, 4C) at tp 1,
-  // which Ulysses needs), unused outside the MLP's backward. dfch_gelu is the smaller (SwiGLU's
-  // dfch holds gate and up).
-  UlyssesBuffers ulysses() const {
-    return {buffers_.dfch.f32(), dfch_gelu(), buffers_.dfch_gelu.bytes() / sizeof(float)};
-  }
+  // Sequence parallel only: a norm's output and the stream's gradient all-gathered for the
+  // products (compute), a region's output or input gradient reduce-scattered, a norm's partial
+  // gain and bias gradients.
+  ComputeTensor gathered_in() const { return compute(buffers_.gathered_in); }      // (BT, C)
+  ComputeTensor gathered_grad() const { return compute(buffers_.gathered_grad); }  // (BT, C)
+  float* reduced() const { return buffers_.reduced.f32(); }                        // (S, C)
+  float* norm_grads() const { return buffers_.norm_grads.f32(); }                  // (2, C)
+  // Ulysses' packing buffers, each at least (BT, 3C) of the compute dtype: dfch ((BT, 4C) at
+  // tp 1, which Ulysses needs), unused outside the MLP's backward, and dfch_gelu (fp32) or, in
+  // 16-bit compute, its own packing buffer. The second is the smaller (SwiGLU's dfch holds gate
+  // and up).
+  UlyssesBuffers ulysses() const;
 
  private:
   ComputeTensor compute(const DeviceBuffer& b) const { return {b.data(), dims_.compute}; }
@@ -80,11 +83,12 @@ class ModelScratch {
     DeviceBuffer attention;      // (attention_scratch) the attention backward's, CUDA only
     DeviceBuffer dfch;           // (BT, Hl) compute
     DeviceBuffer dfch_gelu;      // (BT, Hl) fp32 compute only (SwiGLU, Ulysses' packing)
-    DeviceBuffer stream_grad16;  // (BT, C) 16-bit compute only
+    DeviceBuffer stream_grad16;  // (S, C) 16-bit compute only
+    DeviceBuffer ulysses_pack;   // (BT, 3C) compute: 16-bit compute under Ulysses only
     DeviceBuffer xent_partials;  // (BT, 3) this rank's max, sum of exps, target logit
     DeviceBuffer xent_all;       // (tp, BT, 3) every rank's
-    DeviceBuffer gathered_in;    // (BT, C) a layernorm output all-gathered for a GEMM
-    DeviceBuffer gathered_grad;  // (BT, C) the stream's gradient all-gathered
+    DeviceBuffer gathered_in;    // (BT, C) compute: a layernorm output all-gathered for a GEMM
+    DeviceBuffer gathered_grad;  // (BT, C) compute: the stream's gradient all-gathered
     DeviceBuffer reduced;        // (S, C) a region's output or input gradient, reduce-scattered
     DeviceBuffer norm_grads;     // (2, C) a layernorm's gain and bias gradients over S rows
   };

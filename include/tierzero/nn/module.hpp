@@ -66,7 +66,8 @@ struct ModuleContext {
 
   // Entering a tensor-parallel region (Megatron's f forward, g backward with sequence
   // parallelism): the full (B*T, C) rows of a stream-sized (S, C) tensor, all-gathered into
-  // `into` (B*T, C) under sequence parallelism, else `local` itself.
+  // `into` (B*T, C) of its dtype under sequence parallelism, else `local` itself.
+  ComputeTensor gather_stream(const ComputeTensor& local, const ComputeTensor& into) const;
   const float* gather_stream(const float* local, float* into) const;
   // Leaving one: `partial` (B*T, C), this rank's partial sums, summed over the group. Under
   // sequence parallelism reduce-scattered into scratch.reduced() (S, C) and returned; else

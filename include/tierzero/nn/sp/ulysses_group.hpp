@@ -3,8 +3,9 @@
 // sequences, so an all-to-all re-shards a (B, T, parts, C) tensor of the slice into a
 // (B, seq_len, parts, C / size()) one of this rank's heads (to_heads), and back (to_sequence). The
 // packing on either side is one block transpose each (kernels' transpose_blocks), so the
-// all-to-all moves contiguous blocks. Per rank and call it sends B T parts C floats, constant as
-// the sequence and the group grow together. Buffers are the device's own memory: NCCL on CUDA,
+// all-to-all moves contiguous blocks. Per rank and call it sends B T parts C elements of the
+// tensor's dtype (fp32, or the 16-bit compute dtype: ActivationDims::compute), constant as the
+// sequence and the group grow together. Buffers are the device's own memory: NCCL on CUDA,
 // MPI on the CPU. Calls and bytes are counted so a benchmark can set them against the analytic
 // volume (expected_ulysses_traffic).
 #pragma once
@@ -31,17 +32,17 @@ struct UlyssesTraffic {
 // What one training micro-batch (forward, loss, backward) of a GPT moves through its Ulysses
 // group, from the model's structure alone (docs/ulysses.md derives it): per block the forward's
 // qkv (3 C) and heads' output (C), the backward's gradients of both and the heads' output again,
-// with full recompute the forward's two again, with selective recompute the heads' output again.
-// Zero at ulysses 1.
+// with full recompute the forward's two again, with selective recompute the heads' output again;
+// each element in the compute dtype (dims.compute). Zero at ulysses 1.
 UlyssesTraffic expected_ulysses_traffic(size_t num_layers, const ActivationDims& dims,
                                         Recompute recompute);
 
-// Scratch the re-sharding packs through: each at least (B, T, 3 C), this rank's slice at its
-// widest; `floats` is what each holds (checked on every re-shard).
+// Scratch the re-sharding packs through: each at least (B, T, 3 C) of the compute dtype, this
+// rank's slice at its widest; `bytes` is what each holds (checked on every re-shard).
 struct UlyssesBuffers {
-  float* send;
-  float* recv;
-  size_t floats;
+  void* send;
+  void* recv;
+  size_t bytes;
 };
 
 class UlyssesGroup {
@@ -54,13 +55,14 @@ class UlyssesGroup {
   size_t rank() const { return static_cast<size_t>(group_.rank()); }
 
   // out (B, size() T, parts, C / size()) = this rank's heads over the whole sequence, from every
-  // rank's in (B, T, parts, C). in may be buf.recv or out (it is read before either is written).
-  void to_heads(Stream& stream, const float* in, float* out, const UlyssesBuffers& buf, size_t B,
-                size_t T, size_t parts, size_t C);
+  // rank's in (B, T, parts, C); both of dtype `type`. in may be buf.recv or out (it is read
+  // before either is written).
+  void to_heads(Stream& stream, const void* in, void* out, DType type, const UlyssesBuffers& buf,
+                size_t B, size_t T, size_t parts, size_t C);
   // The inverse: out (B, T, parts, C) = all heads of this rank's slice, from every rank's
   // in (B, size() T, parts, C / size()). in may be buf.recv or out.
-  void to_sequence(Stream& stream, const float* in, float* out, const UlyssesBuffers& buf, size_t B,
-                   size_t T, size_t parts, size_t C);
+  void to_sequence(Stream& stream, const void* in, void* out, DType type, const UlyssesBuffers& buf,
+                   size_t B, size_t T, size_t parts, size_t C);
 
   const UlyssesTraffic& traffic() const { return traffic_; }
   void reset_traffic() { traffic_ = {}; }
@@ -70,8 +72,8 @@ class UlyssesGroup {
   void set_device_timeline(DeviceTimeline* timeline) { timeline_ = timeline; }
 
  private:
-  // send (size() blocks of n) -> recv, after the stream's work so far.
-  void exchange(Stream& stream, const float* send, float* recv, size_t n);
+  // send (size() blocks of n elements of `type`) -> recv, after the stream's work so far.
+  void exchange(Stream& stream, const void* send, void* recv, size_t n, DType type);
 
   comm::Communicator& group_;
   kernels::Kernels& k_;

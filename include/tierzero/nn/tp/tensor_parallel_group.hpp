@@ -31,7 +31,10 @@ struct TensorParallelTraffic {
 
 // What one training micro-batch (forward, loss, backward) of a GPT moves through its
 // tensor-parallel group, from the model's structure alone (docs/tensor_parallel.md derives it):
-// the analytic volume the measured traffic() is checked against. Zero at tp 1.
+// the analytic volume the measured traffic() is checked against. Zero at tp 1. In 16-bit compute
+// (dims.compute) the all-gathers of the norms' outputs and of the blocks' output gradients move
+// the compute dtype; the all-reduces and reduce-scatters (the residual stream's side), the
+// embedding's gathered gradient and the loss's partials move fp32.
 TensorParallelTraffic expected_tensor_parallel_traffic(size_t num_layers,
                                                        const ActivationDims& dims,
                                                        bool checkpointing);
@@ -49,8 +52,11 @@ class TensorParallelGroup {
 
   // x (n) = the sum over the group of every rank's x (n).
   void all_reduce(Stream& stream, float* x, size_t n);
-  // full (size() * n) = every rank's local (n), in rank order.
-  void all_gather(Stream& stream, const float* local, float* full, size_t n);
+  // full (size() * n) = every rank's local (n), in rank order; both of dtype `type`.
+  void all_gather(Stream& stream, const void* local, void* full, size_t n, DType type);
+  void all_gather(Stream& stream, const float* local, float* full, size_t n) {
+    all_gather(stream, local, full, n, DType::f32);
+  }
   // local (n) = block rank() of the sum over the group of full (size() * n).
   void reduce_scatter(Stream& stream, const float* full, float* local, size_t n);
 
