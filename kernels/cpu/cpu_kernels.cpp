@@ -58,10 +58,12 @@ class CpuKernels final : public Kernels {
     cpu::fused_residual_layernorm16_forward(residual, out, mean, rstd, a, b, weight, bias, type, N,
                                             C);
   }
-  void layernorm16_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                            const float* inp, const void* weight, const float* mean,
-                            const float* rstd, DType type, size_t N, size_t C) override {
-    cpu::layernorm16_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, type, N, C);
+  void layernorm16_backward(float* dinp, void* dinp16, float* dweight, float* dbias,
+                            const float* dout, const float* inp, const void* weight,
+                            const float* mean, const float* rstd, DType type, size_t N,
+                            size_t C) override {
+    cpu::layernorm16_backward(dinp, dinp16, dweight, dbias, dout, inp, weight, mean, rstd, type, N,
+                              C);
   }
   void rmsnorm16_forward(void* out, float* rstd, const float* inp, const void* weight, DType type,
                          size_t N, size_t C, float eps) override {
@@ -72,10 +74,10 @@ class CpuKernels final : public Kernels {
                                         size_t C, float eps) override {
     cpu::fused_residual_rmsnorm16_forward(residual, out, rstd, a, b, weight, type, N, C, eps);
   }
-  void rmsnorm16_backward(float* dinp, float* dweight, const float* dout, const float* inp,
-                          const void* weight, const float* rstd, DType type, size_t N,
-                          size_t C) override {
-    cpu::rmsnorm16_backward(dinp, dweight, dout, inp, weight, rstd, type, N, C);
+  void rmsnorm16_backward(float* dinp, void* dinp16, float* dweight, const float* dout,
+                          const float* inp, const void* weight, const float* rstd, DType type,
+                          size_t N, size_t C) override {
+    cpu::rmsnorm16_backward(dinp, dinp16, dweight, dout, inp, weight, rstd, type, N, C);
   }
 
   // The CPU computes every product in fp32 whatever is asked (kernels.hpp): a setting meant for

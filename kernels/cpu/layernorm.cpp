@@ -107,12 +107,15 @@ void fused_residual_layernorm16_forward(float* residual, void* out, float* mean,
   });
 }
 
-void layernorm16_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                          const float* inp, const void* weight, const float* mean,
-                          const float* rstd, DType type, size_t N, size_t C) {
+// The CPU rounds dinp after its pass (the same bits: each element is rounded from its final fp32
+// value); the CUDA kernel writes the copy in the pass itself.
+void layernorm16_backward(float* dinp, void* dinp16, float* dweight, float* dbias,
+                          const float* dout, const float* inp, const void* weight,
+                          const float* mean, const float* rstd, DType type, size_t N, size_t C) {
   check_16bit_types("layernorm16_backward", type, type);
   layernorm_backward(dinp, dweight, dbias, dout, inp, widened(weight, type, C).data(), mean, rstd,
                      N, C);
+  if (dinp16 != nullptr) convert_from_f32(dinp16, type, dinp, N * C);
 }
 
 void layernorm_backward(float* dinp,          // (N, C) +=

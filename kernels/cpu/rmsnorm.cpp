@@ -80,10 +80,12 @@ void fused_residual_rmsnorm16_forward(float* residual, void* out, float* rstd, c
   });
 }
 
-void rmsnorm16_backward(float* dinp, float* dweight, const float* dout, const float* inp,
-                        const void* weight, const float* rstd, DType type, size_t N, size_t C) {
+void rmsnorm16_backward(float* dinp, void* dinp16, float* dweight, const float* dout,
+                        const float* inp, const void* weight, const float* rstd, DType type,
+                        size_t N, size_t C) {
   check_16bit_types("rmsnorm16_backward", type, type);
   rmsnorm_backward(dinp, dweight, dout, inp, widened(weight, type, C).data(), rstd, N, C);
+  if (dinp16 != nullptr) convert_from_f32(dinp16, type, dinp, N * C);  // as layernorm16's
 }
 
 void rmsnorm_backward(float* dinp,          // (N, C) +=

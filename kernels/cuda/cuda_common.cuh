@@ -247,9 +247,10 @@ void launch_fused_residual_layernorm16_forward(cudaStream_t stream, float* resid
                                                const float* b, const void* weight, const void* bias,
                                                DType type, size_t N, size_t C);
 void launch_layernorm16_backward(cudaStream_t stream, const DeterministicScratch& scratch,
-                                 float* dinp, float* dweight, float* dbias, const float* dout,
-                                 const float* inp, const void* weight, const float* mean,
-                                 const float* rstd, DType type, size_t N, size_t C);
+                                 float* dinp, void* dinp16, float* dweight, float* dbias,
+                                 const float* dout, const float* inp, const void* weight,
+                                 const float* mean, const float* rstd, DType type, size_t N,
+                                 size_t C);
 void launch_layernorm_backward(cudaStream_t stream, const DeterministicScratch& scratch,
                                float* dinp, float* dweight, float* dbias, const float* dout,
                                const float* inp, const float* weight, const float* mean,
@@ -299,9 +300,9 @@ void launch_fused_residual_rmsnorm16_forward(cudaStream_t stream, float* residua
                                              const void* weight, DType type, size_t N, size_t C,
                                              float eps);
 void launch_rmsnorm16_backward(cudaStream_t stream, const DeterministicScratch& scratch,
-                               float* dinp, float* dweight, const float* dout, const float* inp,
-                               const void* weight, const float* rstd, DType type, size_t N,
-                               size_t C);
+                               float* dinp, void* dinp16, float* dweight, const float* dout,
+                               const float* inp, const void* weight, const float* rstd, DType type,
+                               size_t N, size_t C);
 void launch_rope(cudaStream_t stream, float* x, size_t B, size_t T, size_t blocks,
                  size_t block_heads, size_t rotated_heads, size_t hs, size_t pos0,
                  const RopeParams& p, bool inverse);

@@ -280,13 +280,14 @@ class CudaKernels final : public Kernels {
     cuda_impl::launch_fused_residual_layernorm16_forward(stream_, residual, out, mean, rstd, a, b,
                                                          weight, bias, type, N, C);
   }
-  void layernorm16_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                            const float* inp, const void* weight, const float* mean,
-                            const float* rstd, DType type, size_t N, size_t C) override {
+  void layernorm16_backward(float* dinp, void* dinp16, float* dweight, float* dbias,
+                            const float* dout, const float* inp, const void* weight,
+                            const float* mean, const float* rstd, DType type, size_t N,
+                            size_t C) override {
     check_16bit_types("layernorm16_backward", type, type);
     CudaDeviceGuard guard(device_);
-    cuda_impl::launch_layernorm16_backward(stream_, deterministic_scratch_, dinp, dweight, dbias,
-                                           dout, inp, weight, mean, rstd, type, N, C);
+    cuda_impl::launch_layernorm16_backward(stream_, deterministic_scratch_, dinp, dinp16, dweight,
+                                           dbias, dout, inp, weight, mean, rstd, type, N, C);
   }
   void rmsnorm16_forward(void* out, float* rstd, const float* inp, const void* weight, DType type,
                          size_t N, size_t C, float eps) override {
@@ -302,13 +303,13 @@ class CudaKernels final : public Kernels {
     cuda_impl::launch_fused_residual_rmsnorm16_forward(stream_, residual, out, rstd, a, b, weight,
                                                        type, N, C, eps);
   }
-  void rmsnorm16_backward(float* dinp, float* dweight, const float* dout, const float* inp,
-                          const void* weight, const float* rstd, DType type, size_t N,
-                          size_t C) override {
+  void rmsnorm16_backward(float* dinp, void* dinp16, float* dweight, const float* dout,
+                          const float* inp, const void* weight, const float* rstd, DType type,
+                          size_t N, size_t C) override {
     check_16bit_types("rmsnorm16_backward", type, type);
     CudaDeviceGuard guard(device_);
-    cuda_impl::launch_rmsnorm16_backward(stream_, deterministic_scratch_, dinp, dweight, dout, inp,
-                                         weight, rstd, type, N, C);
+    cuda_impl::launch_rmsnorm16_backward(stream_, deterministic_scratch_, dinp, dinp16, dweight,
+                                         dout, inp, weight, rstd, type, N, C);
   }
 
   void set_matmul_precision(MatmulPrecision precision) override { precision_ = precision; }

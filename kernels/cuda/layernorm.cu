@@ -93,9 +93,11 @@ __global__ void fused_residual_layernorm_forward_kernel(float* residual,  // (N,
 
 // dinp for one row per warp:
 // dinp += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = weight * dout.
-// T: the weight's type, as layernorm_row_finish's.
+// T: the weight's type, as layernorm_row_finish's; dinp16 (nullable) the new dinp rounded to it,
+// the 16-bit copy of the stream's gradient written in this pass.
 template <typename T>
 __global__ void layernorm_backward_input_kernel(float* dinp,        // (N, C) +=
+                                                T* dinp16,          // (N, C) nullable
                                                 const float* dout,  // (N, C)
                                                 const float* inp,   // (N, C)
                                                 const T* weight,    // (C)
@@ -124,10 +126,13 @@ __global__ void layernorm_backward_input_kernel(float* dinp,        // (N, C) +=
   const float dnorm_norm_mean = warp_sum(dnorm_norm_sum) * inv_c;
 
   // Each lane reads dy[c] and writes dx[c] for the same c, so dinp may alias dout.
+  T* dx16 = dinp16 != nullptr ? dinp16 + row * C : nullptr;  // (C)
   for (size_t c = lane; c < C; c += kWarpSize) {
     const float norm = (x[c] - m) * s;
     const float dnorm = to_f32(weight[c]) * dy[c];
-    dx[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+    const float v = dx[c] + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+    dx[c] = v;
+    if (dx16 != nullptr) dx16[c] = from_f32<T>(v);
   }
 }
 
@@ -204,8 +209,9 @@ void fused_residual_layernorm_forward(cudaStream_t stream, float* residual, T* o
 
 template <typename T>
 void layernorm_backward(cudaStream_t stream, const DeterministicScratch& scratch, float* dinp,
-                        float* dweight, float* dbias, const float* dout, const float* inp,
-                        const T* weight, const float* mean, const float* rstd, size_t N, size_t C) {
+                        T* dinp16, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const T* weight, const float* mean, const float* rstd,
+                        size_t N, size_t C) {
   if (N == 0) return;
   TZ_CHECK(C > 0, "layernorm_backward: C must be > 0", "check the model's channel count");
   // The parameter kernel runs first: it reads dout, which the input kernel overwrites when dinp
@@ -226,7 +232,7 @@ void layernorm_backward(cudaStream_t stream, const DeterministicScratch& scratch
     launch_column_partials_sum(stream, dbias, partials + split.slices * C, split.slices, C);
   }
   layernorm_backward_input_kernel<<<warp_per_row_blocks(N), kBlockSize, 0, stream>>>(
-      dinp, dout, inp, weight, mean, rstd, N, C);
+      dinp, dinp16, dout, inp, weight, mean, rstd, N, C);
   TZ_CUDA_CHECK_LAUNCH();
 }
 
@@ -249,7 +255,8 @@ void launch_layernorm_backward(cudaStream_t stream, const DeterministicScratch& 
                                float* dinp, float* dweight, float* dbias, const float* dout,
                                const float* inp, const float* weight, const float* mean,
                                const float* rstd, size_t N, size_t C) {
-  layernorm_backward(stream, scratch, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  layernorm_backward(stream, scratch, dinp, static_cast<float*>(nullptr), dweight, dbias, dout, inp,
+                     weight, mean, rstd, N, C);
 }
 
 void launch_layernorm16_forward(cudaStream_t stream, void* out, float* mean, float* rstd,
@@ -275,12 +282,14 @@ void launch_fused_residual_layernorm16_forward(cudaStream_t stream, float* resid
 }
 
 void launch_layernorm16_backward(cudaStream_t stream, const DeterministicScratch& scratch,
-                                 float* dinp, float* dweight, float* dbias, const float* dout,
-                                 const float* inp, const void* weight, const float* mean,
-                                 const float* rstd, DType type, size_t N, size_t C) {
+                                 float* dinp, void* dinp16, float* dweight, float* dbias,
+                                 const float* dout, const float* inp, const void* weight,
+                                 const float* mean, const float* rstd, DType type, size_t N,
+                                 size_t C) {
   with_16bit_type(type, [&](auto t) {
-    layernorm_backward(stream, scratch, dinp, dweight, dbias, dout, inp,
-                       static_cast<const decltype(t)*>(weight), mean, rstd, N, C);
+    using T = decltype(t);
+    layernorm_backward(stream, scratch, dinp, static_cast<T*>(dinp16), dweight, dbias, dout, inp,
+                       static_cast<const T*>(weight), mean, rstd, N, C);
   });
 }
 

@@ -73,11 +73,12 @@ __global__ void fused_residual_rmsnorm_forward_kernel(float* residual,  // (N, C
 }
 
 // dinp += s (dnorm - x s^2 mean(dnorm x)), dnorm = dout weight; one warp per row. T: the
-// gain's type, as rmsnorm_row_finish's.
+// gain's type, as rmsnorm_row_finish's; dinp16 (nullable) the new dinp rounded to it, as
+// layernorm_backward_input_kernel's.
 template <typename T>
-__global__ void rmsnorm_backward_input_kernel(float* dinp, const float* dout, const float* inp,
-                                              const T* weight, const float* rstd, size_t N,
-                                              size_t C) {
+__global__ void rmsnorm_backward_input_kernel(float* dinp, T* dinp16, const float* dout,
+                                              const float* inp, const T* weight, const float* rstd,
+                                              size_t N, size_t C) {
   const size_t row = warp_row();
   const size_t lane = threadIdx.x % kWarpSize;
   if (row >= N) return;
@@ -88,7 +89,12 @@ __global__ void rmsnorm_backward_input_kernel(float* dinp, const float* dout, co
   float dot = 0.0f;
   for (size_t c = lane; c < C; c += kWarpSize) dot += dy[c] * to_f32(weight[c]) * x[c];
   const float k = warp_sum(dot) / static_cast<float>(C) * s * s;
-  for (size_t c = lane; c < C; c += kWarpSize) dx[c] += s * (dy[c] * to_f32(weight[c]) - x[c] * k);
+  T* dx16 = dinp16 != nullptr ? dinp16 + row * C : nullptr;  // (C)
+  for (size_t c = lane; c < C; c += kWarpSize) {
+    const float v = dx[c] + s * (dy[c] * to_f32(weight[c]) - x[c] * k);
+    dx[c] = v;
+    if (dx16 != nullptr) dx16[c] = from_f32<T>(v);
+  }
 }
 
 // Pass 1 of dweight[c] += sum_r dout[r,c] * inp[r,c] * rstd[r] (the column sums of
@@ -320,8 +326,8 @@ void fused_residual_rmsnorm_forward(cudaStream_t stream, float* residual, T* out
 
 template <typename T>
 void rmsnorm_backward(cudaStream_t stream, const DeterministicScratch& scratch, float* dinp,
-                      float* dweight, const float* dout, const float* inp, const T* weight,
-                      const float* rstd, size_t N, size_t C) {
+                      T* dinp16, float* dweight, const float* dout, const float* inp,
+                      const T* weight, const float* rstd, size_t N, size_t C) {
   if (N == 0 || C == 0) return;
   // The gain's kernels run first, as layernorm's: they read dout, which the input kernel would
   // overwrite if dinp aliased dout.
@@ -336,7 +342,7 @@ void rmsnorm_backward(cudaStream_t stream, const DeterministicScratch& scratch, 
   TZ_CUDA_CHECK_LAUNCH();
   if (partials != nullptr) launch_column_partials_sum(stream, dweight, partials, split.slices, C);
   rmsnorm_backward_input_kernel<<<warp_per_row_blocks(N), kBlockSize, 0, stream>>>(
-      dinp, dout, inp, weight, rstd, N, C);
+      dinp, dinp16, dout, inp, weight, rstd, N, C);
   TZ_CUDA_CHECK_LAUNCH();
 }
 
@@ -356,7 +362,8 @@ void launch_fused_residual_rmsnorm_forward(cudaStream_t stream, float* residual,
 void launch_rmsnorm_backward(cudaStream_t stream, const DeterministicScratch& scratch, float* dinp,
                              float* dweight, const float* dout, const float* inp,
                              const float* weight, const float* rstd, size_t N, size_t C) {
-  rmsnorm_backward(stream, scratch, dinp, dweight, dout, inp, weight, rstd, N, C);
+  rmsnorm_backward(stream, scratch, dinp, static_cast<float*>(nullptr), dweight, dout, inp, weight,
+                   rstd, N, C);
 }
 
 void launch_rmsnorm16_forward(cudaStream_t stream, void* out, float* rstd, const float* inp,
@@ -380,12 +387,13 @@ void launch_fused_residual_rmsnorm16_forward(cudaStream_t stream, float* residua
 }
 
 void launch_rmsnorm16_backward(cudaStream_t stream, const DeterministicScratch& scratch,
-                               float* dinp, float* dweight, const float* dout, const float* inp,
-                               const void* weight, const float* rstd, DType type, size_t N,
-                               size_t C) {
+                               float* dinp, void* dinp16, float* dweight, const float* dout,
+                               const float* inp, const void* weight, const float* rstd, DType type,
+                               size_t N, size_t C) {
   with_16bit_type(type, [&](auto t) {
-    rmsnorm_backward(stream, scratch, dinp, dweight, dout, inp,
-                     static_cast<const decltype(t)*>(weight), rstd, N, C);
+    using T = decltype(t);
+    rmsnorm_backward(stream, scratch, dinp, static_cast<T*>(dinp16), dweight, dout, inp,
+                     static_cast<const T*>(weight), rstd, N, C);
   });
 }
 

@@ -97,7 +97,10 @@ void Block::backward(ModuleContext& ctx, const float* dout, float* din) {
            "a block updates the residual stream's running gradient in place");
   const float* in = ctx.mb.saved_input(index());
   const BlockActs a = acts(ctx);
-  if (ctx.compute16()) return backward16(ctx, in, a, din);
+  if (ctx.compute16()) {
+    ctx.wrote_din16 = backward16(ctx, in, a, din);
+    return;
+  }
   float* dln = ctx.scratch.dln();  // (B*T, C), each branch's input gradient, written whole
   float* gathered = ctx.scratch.gathered_in().f32();
   float* gathered_grad = ctx.scratch.gathered_grad().f32();
@@ -115,28 +118,31 @@ void Block::backward(ModuleContext& ctx, const float* dout, float* din) {
   ln1_.backward(ctx, in, a.ln1_stats, ctx.reduce_stream(dln), din);
 }
 
-// The branches' products read the stream's gradient in 16 bits: rounded once before each
-// branch, from the fp32 running gradient that the norms' backwards add into. Under tensor
-// parallelism each branch's input gradient is a partial sum, summed before its norm's backward
-// as in fp32; under sequence parallelism the rounded gradient and the norms' outputs are
-// all-gathered in 16 bits (the same collectives, in the same order, as the fp32 backward's).
-void Block::backward16(const ModuleContext& ctx, const float* in, const BlockActs& a,
+// The branches' products read the stream's gradient in 16 bits: the fp32 running gradient, which
+// the norms' backwards add into, rounded before each branch, by the norm's own pass that made it
+// (ln2's for the attention branch; ln1's, or the final norm's, for the next block's MLP branch)
+// or, where nothing rounded it (a pipeline stage's last block, whose gradient arrives), by a
+// pass of its own. Under tensor parallelism each branch's input gradient is a partial sum, summed
+// before its norm's backward as in fp32; under sequence parallelism the rounded gradient and the
+// norms' outputs are all-gathered in 16 bits (the same collectives, in the same order, as the
+// fp32 backward's). Returns whether ln1 wrote dstream's rounded copy (ctx.want_din16).
+bool Block::backward16(const ModuleContext& ctx, const float* in, const BlockActs& a,
                        float* dstream) const {
   float* dln = ctx.scratch.dln();                            // (B*T, C) fp32, written whole
   const ComputeTensor grad16 = ctx.scratch.stream_grad16();  // (S, C) compute
   const ComputeTensor gathered = ctx.scratch.gathered_in();
   const ComputeTensor gathered_grad = ctx.scratch.gathered_grad();
-  const size_t n = ctx.mb.dims().stream_tokens * channels_;
-  ctx.round_to_compute(grad16, dstream, n);
+  if (!ctx.dout16) ctx.round_to_compute(grad16, dstream, ctx.mb.dims().stream_tokens * channels_);
   const ComputeTensor ln2_out = ctx.gather_stream(a.ln2, gathered);
   const ComputeTensor mlp_dout = ctx.gather_stream(grad16, gathered_grad);
   mlp_.backward16(ctx, ln2_out, a.mlp, mlp_dout, dln);
-  ln2_.backward(ctx, a.residual2, a.ln2_stats, ctx.reduce_stream(dln), dstream);
-  ctx.round_to_compute(grad16, dstream, n);
+  ln2_.backward(ctx, a.residual2, a.ln2_stats, ctx.reduce_stream(dln), dstream, grad16);
   const ComputeTensor ln1_out = ctx.gather_stream(a.ln1, gathered);
   const ComputeTensor attn_dout = ctx.gather_stream(grad16, gathered_grad);
   attn_.backward16(ctx, ln1_out, a.attn, attn_dout, dln);
-  ln1_.backward(ctx, in, a.ln1_stats, ctx.reduce_stream(dln), dstream);
+  ln1_.backward(ctx, in, a.ln1_stats, ctx.reduce_stream(dln), dstream,
+                ctx.want_din16 ? grad16 : ComputeTensor{});
+  return ctx.want_din16;
 }
 
 }  // namespace tierzero::nn

@@ -2,6 +2,7 @@
 #include "final_norm.hpp"
 
 #include "tierzero/nn/micro_batch.hpp"
+#include "tierzero/nn/model_scratch.hpp"
 
 namespace tierzero::nn {
 
@@ -22,8 +23,12 @@ void FinalNorm::forward(ModuleContext& ctx, const float* in, float*) {
   norm_.forward_input(ctx, in, ctx.mb.lnf(), ctx.mb.final_norm_stats());  // the last add too
 }
 
+// In 16-bit compute the last block reads din rounded: written in the norm's pass when asked.
 void FinalNorm::backward(ModuleContext& ctx, const float* dout, float* din) {
-  norm_.backward(ctx, ctx.mb.saved_input(index()), ctx.mb.final_norm_stats(), dout, din);
+  const bool copy16 = ctx.want_din16 && ctx.compute16();
+  norm_.backward(ctx, ctx.mb.saved_input(index()), ctx.mb.final_norm_stats(), dout, din,
+                 copy16 ? ctx.scratch.stream_grad16() : ComputeTensor{});
+  ctx.wrote_din16 = copy16;
 }
 
 }  // namespace tierzero::nn

@@ -480,11 +480,16 @@ void GPT::backward(MicroBatch& mb, ParamProvider& params, float grad_scale) {
   }  // else the next stage's gradient of this one's output is in mb.dresidual()
   mb.forwarded_ = false;  // the logits now hold their gradient (fp32 compute)
 
+  // 16-bit compute: whether the scratch's 16-bit copy of the stream's gradient holds the next
+  // module's dout (ModuleContext::dout16); a stage's last module starts without it.
+  bool dout16 = false;
   for (size_t i = modules_.size(); i-- > 0;) {
     Module& m = *modules_[i];
     const size_t unit = m.unit();
     const size_t g = m.index();
     ModuleContext ctx = context(mb);
+    ctx.dout16 = dout16;
+    ctx.want_din16 = compute_ != DType::f32 && i > 0 && modules_[i - 1]->block() >= 0;
     const bool stored = g > 0 && mb.is_external(g - 1);
     if (m.backward_reads_params()) acquire(ctx, params, unit);
     if (stored) begin_checkpoint_read(mb, g - 1, g);  // its input, read ahead by the store
@@ -506,6 +511,7 @@ void GPT::backward(MicroBatch& mb, ParamProvider& params, float grad_scale) {
       chunked->classify(ctx, &dloss, din);
     else
       m.backward(ctx, dout, din);
+    dout16 = ctx.wrote_din16;
     if (timeline_) timeline_->close(span, s, Track::compute, "backward", unit_id);
     if (stored) end_checkpoint(mb, g - 1, true, false);
     if (m.backward_reads_params()) params.release_params(unit);

@@ -3,6 +3,8 @@
 // all-reduced).
 #include "layer_norm.hpp"
 
+#include <string>
+
 #include "tierzero/core/error.hpp"
 #include "tierzero/nn/micro_batch.hpp"
 #include "tierzero/nn/model_scratch.hpp"
@@ -87,10 +89,14 @@ void LayerNorm::forward_input(const ModuleContext& ctx, const float* in, const C
 }
 
 void LayerNorm::backward(const ModuleContext& ctx, const float* in, const LayerNormStats& stats,
-                         const float* dout, float* din) const {
+                         const float* dout, float* din, const ComputeTensor& din16) const {
+  TZ_CHECK(!din16 || (ctx.compute16() && din16.type == ctx.compute()),
+           "a norm's 16-bit input gradient asked for in " + std::string(dtype_name(din16.type)) +
+               " with " + dtype_name(ctx.compute()) + " compute",
+           "internal error: only 16-bit compute keeps a 16-bit copy of the stream's gradient");
   if (!ctx.sequence_parallel()) {
     float* db = kind_ == NormKind::layernorm ? bias_.in(ctx.grads) : nullptr;
-    return norm_backward(ctx, in, stats, dout, din, weight_.in(ctx.grads), db);
+    return norm_backward(ctx, in, stats, dout, din, din16, weight_.in(ctx.grads), db);
   }
   // Each rank normalised only its rows: the gain's and bias's gradients are partial sums, and
   // must be summed over the group for this micro-batch alone (the unit's gradients accumulate
@@ -100,7 +106,7 @@ void LayerNorm::backward(const ModuleContext& ctx, const float* in, const LayerN
   const size_t parts = rms ? 1 : 2;
   float* g = ctx.scratch.norm_grads();  // (parts, C) gain, bias
   ctx.zero(g, parts * C);
-  norm_backward(ctx, in, stats, dout, din, g, rms ? nullptr : g + C);
+  norm_backward(ctx, in, stats, dout, din, din16, g, rms ? nullptr : g + C);
   ctx.tp->all_reduce(ctx.stream, g, parts * C);
   float* dw = weight_.in(ctx.grads);
   ctx.k.residual_forward(dw, dw, g, C);
@@ -113,15 +119,16 @@ void LayerNorm::backward(const ModuleContext& ctx, const float* in, const LayerN
 // copy; the gradients fp32 either way.
 void LayerNorm::norm_backward(const ModuleContext& ctx, const float* in,
                               const LayerNormStats& stats, const float* dout, float* din,
-                              float* dweight, float* dbias) const {
+                              const ComputeTensor& din16, float* dweight, float* dbias) const {
   const size_t N = ctx.mb.dims().stream_tokens, C = channels_;
   const bool rms = kind_ == NormKind::rmsnorm;
   const DType t = ctx.compute();
   if (ctx.compute16() && rms)
-    ctx.k.rmsnorm16_backward(din, dweight, dout, in, weight16(ctx), stats.rstd, t, N, C);
+    ctx.k.rmsnorm16_backward(din, din16.raw(), dweight, dout, in, weight16(ctx), stats.rstd, t, N,
+                             C);
   else if (ctx.compute16())
-    ctx.k.layernorm16_backward(din, dweight, dbias, dout, in, weight16(ctx), stats.mean, stats.rstd,
-                               t, N, C);
+    ctx.k.layernorm16_backward(din, din16.raw(), dweight, dbias, dout, in, weight16(ctx),
+                               stats.mean, stats.rstd, t, N, C);
   else if (rms)
     ctx.k.rmsnorm_backward(din, dweight, dout, in, weight_.in(ctx.params), stats.rstd, N, C);
   else

@@ -36,9 +36,11 @@ class LayerNorm {
   void forward_input(const ModuleContext& ctx, const float* in, const ComputeTensor& out,
                      const LayerNormStats& stats) const;
   // din (S, C) += d(in) for dout (S, C); `in` and `stats` are the forward's. Under sequence
-  // parallelism the gain and bias gradients are summed over the tensor-parallel group.
+  // parallelism the gain and bias gradients are summed over the tensor-parallel group. din16
+  // (16-bit compute; null for none): (S, C) of the compute dtype = the new din rounded, written
+  // by the kernel's pass (the next branch's products read it).
   void backward(const ModuleContext& ctx, const float* in, const LayerNormStats& stats,
-                const float* dout, float* din) const;
+                const float* dout, float* din, const ComputeTensor& din16 = {}) const;
 
  private:
   ParamKind weight_kind_, bias_kind_;
@@ -53,7 +55,8 @@ class LayerNorm {
   // din += d(in); dweight, dbias (C) += this rank's rows' gain and bias gradients (dbias null
   // for RMSNorm), in the run's compute (the gain read in 16 bits in 16-bit compute).
   void norm_backward(const ModuleContext& ctx, const float* in, const LayerNormStats& stats,
-                     const float* dout, float* din, float* dweight, float* dbias) const;
+                     const float* dout, float* din, const ComputeTensor& din16, float* dweight,
+                     float* dbias) const;
 };
 
 }  // namespace tierzero::nn

@@ -1,6 +1,7 @@
 // The 16-bit norms, Kernels::layernorm16_* and rmsnorm16_* (forward, fused with the residual add,
 // backward), on every backend: bitwise the fp32 op on the widened parameters followed by
-// convert_from_f32 (the output) and bitwise that op's statistics, residual and gradients; and
+// convert_from_f32 (the output, and the backward's 16-bit copy of the input gradient where asked
+// for; untouched where not) and bitwise that op's statistics, residual and gradients; and
 // against the double reference of the rounded parameters, within one rounding of the output's
 // type (at most 2^-8 of |ref| in bf16, 2^-11 in fp16: 4e-3 and 5e-4 of |ref| + rms(ref), with
 // the fp32 rows' own 1e-5 inside) and 1e-5 for what stays fp32. C covers sizes that are not a
@@ -131,9 +132,12 @@ TEST_P(Norm16Test, LayerNormBackwardIsTheFp32OpOnTheWidenedWeight) {
       auto d_w16 = to_device(p.weight.bits);
       auto d_w = to_device(p.weight.values);
       auto dinp = to_device(dinp0), dweight = to_device(dweight0), dbias = to_device(dbias0);
-      kernels().layernorm16_backward(dinp->get(), dweight->get(), dbias->get(), d_dout->get(),
-                                     d_inp->get(), d_w16->get(), d_mean->get(), d_rstd->get(), type,
-                                     s.N, s.C);
+      // (N, C) of `type`: the new dinp rounded, written in the same pass (every other shape: none)
+      auto dinp16 = to_device(poison(n));
+      const bool with16 = (seed % 2) == 0;
+      kernels().layernorm16_backward(dinp->get(), with16 ? dinp16->get() : nullptr, dweight->get(),
+                                     dbias->get(), d_dout->get(), d_inp->get(), d_w16->get(),
+                                     d_mean->get(), d_rstd->get(), type, s.N, s.C);
       auto dinp32 = to_device(dinp0), dweight32 = to_device(dweight0);
       auto dbias32 = to_device(dbias0);
       kernels().layernorm_backward(dinp32->get(), dweight32->get(), dbias32->get(), d_dout->get(),
@@ -141,6 +145,10 @@ TEST_P(Norm16Test, LayerNormBackwardIsTheFp32OpOnTheWidenedWeight) {
                                    s.C);
       const std::vector<float> got_dinp = dinp->download();
       EXPECT_TRUE(same_bits(got_dinp, dinp32->download())) << name("dinp bits", type, s);
+      auto rounded_dinp = to_device(poison(n));
+      if (with16) kernels().convert_from_f32(rounded_dinp->get(), type, dinp32->get(), n);
+      EXPECT_TRUE(same_bits(dinp16->download(), rounded_dinp->download()))
+          << name(with16 ? "dinp16 bits" : "dinp16 untouched", type, s);
       EXPECT_TRUE(same_bits(dweight->download(), dweight32->download()))
           << name("dweight bits", type, s);
       EXPECT_TRUE(same_bits(dbias->download(), dbias32->download())) << name("dbias bits", type, s);
@@ -201,13 +209,20 @@ TEST_P(Norm16Test, RmsNormIsTheFp32OpRounded) {
       const std::vector<float> dinp0 = random_normal(n, seed++);       // (N, C) prior
       const std::vector<float> dweight0 = random_normal(s.C, seed++);  // (C) prior
       auto dinp = to_device(dinp0), dweight = to_device(dweight0);
-      kernels().rmsnorm16_backward(dinp->get(), dweight->get(), d_dout->get(), d_a->get(),
-                                   d_w16->get(), rstd32->get(), type, s.N, s.C);
+      auto dinp16 = to_device(poison(n));  // (N, C) type, as layernorm's
+      const bool with16 = (seed % 2) == 0;
+      kernels().rmsnorm16_backward(dinp->get(), with16 ? dinp16->get() : nullptr, dweight->get(),
+                                   d_dout->get(), d_a->get(), d_w16->get(), rstd32->get(), type,
+                                   s.N, s.C);
       auto dinp32 = to_device(dinp0), dweight32 = to_device(dweight0);
       kernels().rmsnorm_backward(dinp32->get(), dweight32->get(), d_dout->get(), d_a->get(),
                                  d_w->get(), rstd32->get(), s.N, s.C);
       EXPECT_TRUE(same_bits(dinp->download(), dinp32->download()))
           << name("rmsnorm16 dinp bits", type, s);
+      auto rounded_dinp = to_device(poison(n));
+      if (with16) kernels().convert_from_f32(rounded_dinp->get(), type, dinp32->get(), n);
+      EXPECT_TRUE(same_bits(dinp16->download(), rounded_dinp->download()))
+          << name(with16 ? "rmsnorm16 dinp16 bits" : "rmsnorm16 dinp16 untouched", type, s);
       EXPECT_TRUE(same_bits(dweight->download(), dweight32->download()))
           << name("rmsnorm16 dweight bits", type, s);
     }
@@ -228,7 +243,7 @@ TEST_P(Norm16Test, RefusesOtherTypes) {
   float* f = x->get();
   refused([&] { kernels().layernorm16_forward(f, f, f, f, f, f, DType::f32, 1, 2); },
           "layernorm16_forward");
-  refused([&] { kernels().rmsnorm16_backward(f, f, f, f, f, f, DType::f32, 1, 2); },
+  refused([&] { kernels().rmsnorm16_backward(f, f, f, f, f, f, f, DType::f32, 1, 2); },
           "rmsnorm16_backward");
   EXPECT_TRUE(same_bits(x->download(), poison(8))) << "a refused call wrote";
 }

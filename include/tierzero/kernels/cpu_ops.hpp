@@ -41,16 +41,17 @@ void layernorm16_forward(void* out, float* mean, float* rstd, const float* inp, 
 void fused_residual_layernorm16_forward(float* residual, void* out, float* mean, float* rstd,
                                         const float* a, const float* b, const void* weight,
                                         const void* bias, DType type, size_t N, size_t C);
-void layernorm16_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                          const float* inp, const void* weight, const float* mean,
-                          const float* rstd, DType type, size_t N, size_t C);
+void layernorm16_backward(float* dinp, void* dinp16, float* dweight, float* dbias,
+                          const float* dout, const float* inp, const void* weight,
+                          const float* mean, const float* rstd, DType type, size_t N, size_t C);
 void rmsnorm16_forward(void* out, float* rstd, const float* inp, const void* weight, DType type,
                        size_t N, size_t C, float eps);
 void fused_residual_rmsnorm16_forward(float* residual, void* out, float* rstd, const float* a,
                                       const float* b, const void* weight, DType type, size_t N,
                                       size_t C, float eps);
-void rmsnorm16_backward(float* dinp, float* dweight, const float* dout, const float* inp,
-                        const void* weight, const float* rstd, DType type, size_t N, size_t C);
+void rmsnorm16_backward(float* dinp, void* dinp16, float* dweight, const float* dout,
+                        const float* inp, const void* weight, const float* rstd, DType type,
+                        size_t N, size_t C);
 
 // out (N,OC) = inp (N,IC) @ weight (OC,IC)^T + bias (OC, nullable)
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, size_t N,

@@ -162,7 +162,10 @@ class Kernels {
                                                   const void* weight,  // (C) type
                                                   const void* bias,    // (C) type
                                                   DType type, size_t N, size_t C) = 0;
+  // dinp16: null, or (N, C) of `type` = dinp rounded after the += (the 16-bit copy of the
+  // stream's gradient the next branch's products read, written in this pass rather than another).
   virtual void layernorm16_backward(float* dinp,         // (N, C) +=
+                                    void* dinp16,        // (N, C) type, nullable
                                     float* dweight,      // (C) +=
                                     float* dbias,        // (C) +=
                                     const float* dout,   // (N, C)
@@ -184,6 +187,7 @@ class Kernels {
                                                 const void* weight,  // (C) type
                                                 DType type, size_t N, size_t C, float eps) = 0;
   virtual void rmsnorm16_backward(float* dinp,         // (N, C) +=
+                                  void* dinp16,        // (N, C) type, nullable: as layernorm's
                                   float* dweight,      // (C) +=
                                   const float* dout,   // (N, C)
                                   const float* inp,    // (N, C)

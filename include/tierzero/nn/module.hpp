@@ -54,6 +54,13 @@ struct ModuleContext {
   // 16-bit compute (mb.dims().compute bf16 or fp16): the unit as acquire_params16 handed it out,
   // of that dtype, in place of `params` (then null).
   const void* params16 = nullptr;  // (units[unit].numel) compute
+  // Backward, 16-bit compute: the model's scratch.stream_grad16() as the backward hands it on.
+  // dout16: it already holds dout rounded (the module before this one in the backward wrote it
+  // with its norm's pass); want_din16: the module after this one reads din rounded, so a module
+  // whose last kernel writes din may write the copy too, and then sets wrote_din16.
+  bool dout16 = false;
+  bool want_din16 = false;
+  bool wrote_din16 = false;
 
   // The dtype the products run in (ActivationDims::compute), and whether it is 16-bit: the
   // layers then call the 16-bit kernels on params16 and the compute-dtype activations.

@@ -7,7 +7,10 @@
 // and the max error relative to each tensor's largest value; exits 1 on any bit difference or an
 // error past 1e-5. The 16-bit instances (bf16 and fp16 parameters and output, the 16-bit norms of
 // kernels.hpp) must give the bits of the fp32 kernels on the widened parameters with the output
-// rounded, and the same statistics and residual. Built and run by emulate_layernorm.sh, which
+// rounded, and the same statistics and residual. The backward's input kernels
+// (layernorm_backward_input_kernel, rmsnorm_backward_input_kernel): the 16-bit instances must
+// give the fp32 ones' dinp on the widened gain, bit for bit, and their optional 16-bit copy of
+// dinp must be that dinp rounded. Built and run by emulate_layernorm.sh, which
 // extracts the kernels into layernorm_body.inc and rmsnorm_body.inc.
 #include <algorithm>
 #include <cstring>
@@ -241,6 +244,59 @@ bool check_16bit(const char* type, const Shape& s, const Inputs& in) {
   return differ == 0;
 }
 
+// The backward's input kernels, dinp += f(dout, inp, gain) with a prior dinp, in 16 bits (the
+// gain 16-bit; with and without the 16-bit copy of dinp) against fp32 on the widened gain.
+template <typename T>
+bool check_backward16(const char* type, const Shape& s, const Inputs& in) {
+  const size_t n = s.N * s.C;
+  std::vector<T> w16(s.C);
+  std::vector<float> w(s.C);  // (C) widened
+  for (size_t c = 0; c < s.C; ++c) {
+    w16[c] = from_f32<T>(in.w[c]);
+    w[c] = to_f32(w16[c]);
+  }
+  // The statistics of a (the forward's), dout b, the prior dinp a + b.
+  Out stats = fresh(s, true);
+  std::vector<float> unused(n);
+  emulate(blocks_of(s), kBlockSize, 0, [&] {
+    layernorm_forward_kernel(unused.data(), stats.mean.data(), stats.rstd.data(), in.a.data(),
+                             w.data(), in.bias.data(), s.N, s.C);
+  });
+  std::vector<float> prior(n);
+  for (size_t i = 0; i < n; ++i) prior[i] = in.a[i] + in.b[i];
+  size_t differ = 0;
+  for (int norm = 0; norm < 2; ++norm) {
+    std::vector<float> d32 = prior, d16 = prior, d16_copy = prior;
+    std::vector<T> copy(n, from_f32<T>(kNan));
+    T* none = nullptr;
+    const auto run = [&](float* dinp, auto* dinp16, const auto* gain) {
+      emulate(blocks_of(s), kBlockSize, 0, [&] {
+        if (norm == 0)
+          layernorm_backward_input_kernel(dinp, dinp16, in.b.data(), in.a.data(), gain,
+                                          stats.mean.data(), stats.rstd.data(), s.N, s.C);
+        else
+          rmsnorm_backward_input_kernel(dinp, dinp16, in.b.data(), in.a.data(), gain,
+                                        stats.rstd.data(), s.N, s.C);
+      });
+    };
+    run(d32.data(), static_cast<float*>(nullptr), w.data());
+    run(d16.data(), none, w16.data());
+    run(d16_copy.data(), copy.data(), w16.data());
+    std::vector<float> rounded(n), widened_copy(n);
+    for (size_t i = 0; i < n; ++i) {
+      rounded[i] = to_f32(from_f32<T>(d32[i]));
+      widened_copy[i] = to_f32(copy[i]);
+    }
+    differ += bit_differences(d16, d32) + bit_differences(d16_copy, d32) +
+              bit_differences(widened_copy, rounded);
+  }
+  std::printf(
+      "%s norms' backward N%zu C%zu: dinp against fp32 on the widened gain and its 16-bit copy "
+      "against dinp rounded: %zu elements differ in bits\n",
+      type, s.N, s.C, differ);
+  return differ == 0;
+}
+
 }  // namespace
 
 int main() {
@@ -262,6 +318,8 @@ int main() {
     ok &= check_rmsnorm(s, in);
     ok &= check_16bit<Bf16Bits>("bf16", s, in);
     ok &= check_16bit<F16Bits>("fp16", s, in);
+    ok &= check_backward16<Bf16Bits>("bf16", s, in);
+    ok &= check_backward16<F16Bits>("fp16", s, in);
   }
   std::printf(ok ? "PASS\n" : "FAIL\n");
   return ok ? 0 : 1;
