@@ -183,6 +183,21 @@ class CpuKernels final : public Kernels {
   void swiglu_forward(float* out, const float* inp, size_t N, size_t H) override {
     cpu::swiglu_forward(out, inp, N, H);
   }
+  void rope16_forward(void* x, DType type, size_t B, size_t T, size_t blocks, size_t block_heads,
+                      size_t rotated_heads, size_t hs, size_t pos0, const RopeParams& p) override {
+    cpu::rope16_apply(x, type, B, T, blocks, block_heads, rotated_heads, hs, pos0, p, false);
+  }
+  void rope16_backward(void* dx, DType type, size_t B, size_t T, size_t blocks, size_t block_heads,
+                       size_t rotated_heads, size_t hs, size_t pos0, const RopeParams& p) override {
+    cpu::rope16_apply(dx, type, B, T, blocks, block_heads, rotated_heads, hs, pos0, p, true);
+  }
+  void swiglu16_forward(void* out, const void* inp, DType type, size_t N, size_t H) override {
+    cpu::swiglu16_forward(out, inp, type, N, H);
+  }
+  void swiglu16_backward(void* dinp, const void* inp, const void* dout, DType type, size_t N,
+                         size_t H) override {
+    cpu::swiglu16_backward(dinp, inp, dout, type, N, H);
+  }
   void swiglu_backward(float* dinp, const float* inp, const float* dout, size_t N,
                        size_t H) override {
     cpu::swiglu_backward(dinp, inp, dout, N, H);

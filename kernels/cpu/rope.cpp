@@ -4,7 +4,9 @@
 #include <cmath>
 #include <vector>
 
+#include "cpu/storage16.hpp"
 #include "tierzero/kernels/cpu_ops.hpp"
+#include "tierzero/kernels/kernels.hpp"
 
 namespace tierzero::kernels {
 
@@ -63,6 +65,16 @@ void rope_apply(float* x,  // (B, T, blocks, block_heads, hs)
           }
         }
     }
+}
+
+// Widened whole, turned, rounded back: an unrotated head's values round to their own bits.
+void rope16_apply(void* x, DType type, size_t B, size_t T, size_t blocks, size_t block_heads,
+                  size_t rotated_heads, size_t hs, size_t pos0, const RopeParams& p, bool inverse) {
+  check_16bit_types(inverse ? "rope16_backward" : "rope16_forward", type, type);
+  const size_t n = B * T * blocks * block_heads * hs;
+  std::vector<float> wide = widened(x, type, n);  // (B, T, blocks, block_heads, hs)
+  rope_apply(wide.data(), B, T, blocks, block_heads, rotated_heads, hs, pos0, p, inverse);
+  convert_from_f32(x, type, wide.data(), n);
 }
 
 }  // namespace cpu

@@ -1,8 +1,12 @@
 // SwiGLU (Llama's MLP activation), forward and backward, on the CPU: each row of the input holds
 // the gate's H features, then the up projection's H. The backward writes its gradient whole: the
 // MLP's input-gradient buffer has this one term, so nothing fills it first.
+#include <vector>
+
+#include "cpu/storage16.hpp"
 #include "cpu/vec_math.hpp"
 #include "tierzero/kernels/cpu_ops.hpp"
+#include "tierzero/kernels/kernels.hpp"
 
 namespace tierzero::kernels::cpu {
 
@@ -43,6 +47,23 @@ void swiglu_backward(float* dinp,        // (N, 2H) written whole
       dup[i] = dy[i] * silu;
     }
   }
+}
+
+// The 16-bit forms: the fp32 ops on widened copies, each output rounded once.
+void swiglu16_forward(void* out, const void* inp, DType type, size_t N, size_t H) {
+  check_16bit_types("swiglu16_forward", type, type);
+  std::vector<float> y(N * H);  // (N, H)
+  swiglu_forward(y.data(), widened(inp, type, N * 2 * H).data(), N, H);
+  convert_from_f32(out, type, y.data(), N * H);
+}
+
+void swiglu16_backward(void* dinp, const void* inp, const void* dout, DType type, size_t N,
+                       size_t H) {
+  check_16bit_types("swiglu16_backward", type, type);
+  std::vector<float> d(N * 2 * H);  // (N, 2H)
+  swiglu_backward(d.data(), widened(inp, type, N * 2 * H).data(), widened(dout, type, N * H).data(),
+                  N, H);
+  convert_from_f32(dinp, type, d.data(), N * 2 * H);
 }
 
 }  // namespace tierzero::kernels::cpu

@@ -307,6 +307,15 @@ void launch_rope(cudaStream_t stream, float* x, size_t B, size_t T, size_t block
                  size_t block_heads, size_t rotated_heads, size_t hs, size_t pos0,
                  const RopeParams& p, bool inverse);
 void launch_swiglu_forward(cudaStream_t stream, float* out, const float* inp, size_t N, size_t H);
+// The 16-bit forms (kernels.hpp's rope16_*, swiglu16_*): the fp32 kernels' arithmetic on widened
+// values, each output rounded once.
+void launch_rope16(cudaStream_t stream, void* x, DType type, size_t B, size_t T, size_t blocks,
+                   size_t block_heads, size_t rotated_heads, size_t hs, size_t pos0,
+                   const RopeParams& p, bool inverse);
+void launch_swiglu16_forward(cudaStream_t stream, void* out, const void* inp, DType type, size_t N,
+                             size_t H);
+void launch_swiglu16_backward(cudaStream_t stream, void* dinp, const void* inp, const void* dout,
+                              DType type, size_t N, size_t H);
 void launch_swiglu_backward(cudaStream_t stream, float* dinp, const float* inp, const float* dout,
                             size_t N, size_t H);
 void launch_gqa_attention_forward(cudaStream_t stream, float* out, float* att, const float* qkv,

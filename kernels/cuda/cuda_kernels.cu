@@ -579,6 +579,31 @@ class CudaKernels final : public Kernels {
     cuda_impl::launch_rope(stream_, dx, B, T, blocks, block_heads, rotated_heads, hs, pos0, p,
                            true);
   }
+  void rope16_forward(void* x, DType type, size_t B, size_t T, size_t blocks, size_t block_heads,
+                      size_t rotated_heads, size_t hs, size_t pos0, const RopeParams& p) override {
+    check_16bit_types("rope16_forward", type, type);
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_rope16(stream_, x, type, B, T, blocks, block_heads, rotated_heads, hs, pos0,
+                             p, false);
+  }
+  void rope16_backward(void* dx, DType type, size_t B, size_t T, size_t blocks, size_t block_heads,
+                       size_t rotated_heads, size_t hs, size_t pos0, const RopeParams& p) override {
+    check_16bit_types("rope16_backward", type, type);
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_rope16(stream_, dx, type, B, T, blocks, block_heads, rotated_heads, hs, pos0,
+                             p, true);
+  }
+  void swiglu16_forward(void* out, const void* inp, DType type, size_t N, size_t H) override {
+    check_16bit_types("swiglu16_forward", type, type);
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_swiglu16_forward(stream_, out, inp, type, N, H);
+  }
+  void swiglu16_backward(void* dinp, const void* inp, const void* dout, DType type, size_t N,
+                         size_t H) override {
+    check_16bit_types("swiglu16_backward", type, type);
+    CudaDeviceGuard guard(device_);
+    cuda_impl::launch_swiglu16_backward(stream_, dinp, inp, dout, type, N, H);
+  }
   void swiglu_forward(float* out, const float* inp, size_t N, size_t H) override {
     CudaDeviceGuard guard(device_);
     cuda_impl::launch_swiglu_forward(stream_, out, inp, N, H);

@@ -140,8 +140,10 @@ __device__ float inv_freq(size_t i, size_t hs, RopeParams p) {
   return (1.0f - smooth) * f / p.factor + smooth * f;
 }
 
-// One thread per (b, t, block, rotated head, pair i).
-__global__ void rope_kernel(float* x, size_t B, size_t T, size_t blocks, size_t block_heads,
+// One thread per (b, t, block, rotated head, pair i). E: float, or a 16-bit type (storage16.cuh)
+// read widened and written rounded, the same fp32 arithmetic between.
+template <typename E>
+__global__ void rope_kernel(E* x, size_t B, size_t T, size_t blocks, size_t block_heads,
                             size_t rotated_heads, size_t hs, size_t pos0, RopeParams p,
                             float sign) {
   const size_t half = hs / 2;
@@ -154,31 +156,34 @@ __global__ void rope_kernel(float* x, size_t B, size_t T, size_t blocks, size_t 
     const size_t g = rest % blocks;
     const size_t bt = rest / blocks;
     const size_t t = bt % T;
-    float* head = x + bt * blocks * block_heads * hs + (g * block_heads + h) * hs;
+    E* head = x + bt * blocks * block_heads * hs + (g * block_heads + h) * hs;
     const float angle = static_cast<float>(pos0 + t) * inv_freq(i, hs, p);
     const float c = cosf(angle), s = sign * sinf(angle);
-    const float x1 = head[i], x2 = head[half + i];
-    head[i] = x1 * c - x2 * s;
-    head[half + i] = x2 * c + x1 * s;
+    const float x1 = to_f32(head[i]), x2 = to_f32(head[half + i]);
+    head[i] = from_f32<E>(x1 * c - x2 * s);
+    head[half + i] = from_f32<E>(x2 * c + x1 * s);
   }
 }
 
-__global__ void swiglu_forward_kernel(float* out, const float* inp, size_t N, size_t H) {
+// E: float or a 16-bit type, as rope_kernel's.
+template <typename E>
+__global__ void swiglu_forward_kernel(E* out, const E* inp, size_t N, size_t H) {
   for (size_t idx = global_thread_index(); idx < N * H; idx += grid_stride()) {
     const size_t n = idx / H, i = idx % H;
-    const float g = inp[n * 2 * H + i], u = inp[n * 2 * H + H + i];
-    out[idx] = g / (1.0f + expf(-g)) * u;
+    const float g = to_f32(inp[n * 2 * H + i]), u = to_f32(inp[n * 2 * H + H + i]);
+    out[idx] = from_f32<E>(g / (1.0f + expf(-g)) * u);
   }
 }
 
-__global__ void swiglu_backward_kernel(float* dinp, const float* inp, const float* dout, size_t N,
-                                       size_t H) {
+template <typename E>
+__global__ void swiglu_backward_kernel(E* dinp, const E* inp, const E* dout, size_t N, size_t H) {
   for (size_t idx = global_thread_index(); idx < N * H; idx += grid_stride()) {
     const size_t n = idx / H, i = idx % H;
-    const float g = inp[n * 2 * H + i], u = inp[n * 2 * H + H + i];
+    const float g = to_f32(inp[n * 2 * H + i]), u = to_f32(inp[n * 2 * H + H + i]);
+    const float dy = to_f32(dout[idx]);
     const float sig = 1.0f / (1.0f + expf(-g));
-    dinp[n * 2 * H + i] = dout[idx] * u * sig * (1.0f + g * (1.0f - sig));  // written whole
-    dinp[n * 2 * H + H + i] = dout[idx] * g * sig;
+    dinp[n * 2 * H + i] = from_f32<E>(dy * u * sig * (1.0f + g * (1.0f - sig)));  // written whole
+    dinp[n * 2 * H + H + i] = from_f32<E>(dy * g * sig);
   }
 }
 
@@ -397,9 +402,10 @@ void launch_rmsnorm16_backward(cudaStream_t stream, const DeterministicScratch& 
   });
 }
 
-void launch_rope(cudaStream_t stream, float* x, size_t B, size_t T, size_t blocks,
-                 size_t block_heads, size_t rotated_heads, size_t hs, size_t pos0,
-                 const RopeParams& p, bool inverse) {
+namespace {
+template <typename E>
+void rope(cudaStream_t stream, E* x, size_t B, size_t T, size_t blocks, size_t block_heads,
+          size_t rotated_heads, size_t hs, size_t pos0, const RopeParams& p, bool inverse) {
   const size_t n = B * T * blocks * rotated_heads * (hs / 2);
   if (n == 0) return;
   rope_kernel<<<grid_stride_blocks(n), kBlockSize, 0, stream>>>(
@@ -407,18 +413,62 @@ void launch_rope(cudaStream_t stream, float* x, size_t B, size_t T, size_t block
   TZ_CUDA_CHECK_LAUNCH();
 }
 
-void launch_swiglu_forward(cudaStream_t stream, float* out, const float* inp, size_t N, size_t H) {
+template <typename E>
+void swiglu_forward(cudaStream_t stream, E* out, const E* inp, size_t N, size_t H) {
   if (N * H == 0) return;
   swiglu_forward_kernel<<<grid_stride_blocks(N * H), kBlockSize, 0, stream>>>(out, inp, N, H);
   TZ_CUDA_CHECK_LAUNCH();
 }
 
-void launch_swiglu_backward(cudaStream_t stream, float* dinp, const float* inp, const float* dout,
-                            size_t N, size_t H) {
+template <typename E>
+void swiglu_backward(cudaStream_t stream, E* dinp, const E* inp, const E* dout, size_t N,
+                     size_t H) {
   if (N * H == 0) return;
   swiglu_backward_kernel<<<grid_stride_blocks(N * H), kBlockSize, 0, stream>>>(dinp, inp, dout, N,
                                                                                H);
   TZ_CUDA_CHECK_LAUNCH();
+}
+}  // namespace
+
+void launch_rope(cudaStream_t stream, float* x, size_t B, size_t T, size_t blocks,
+                 size_t block_heads, size_t rotated_heads, size_t hs, size_t pos0,
+                 const RopeParams& p, bool inverse) {
+  rope(stream, x, B, T, blocks, block_heads, rotated_heads, hs, pos0, p, inverse);
+}
+
+void launch_rope16(cudaStream_t stream, void* x, DType type, size_t B, size_t T, size_t blocks,
+                   size_t block_heads, size_t rotated_heads, size_t hs, size_t pos0,
+                   const RopeParams& p, bool inverse) {
+  with_16bit_type(type, [&](auto t) {
+    rope(stream, static_cast<decltype(t)*>(x), B, T, blocks, block_heads, rotated_heads, hs, pos0,
+         p, inverse);
+  });
+}
+
+void launch_swiglu_forward(cudaStream_t stream, float* out, const float* inp, size_t N, size_t H) {
+  swiglu_forward(stream, out, inp, N, H);
+}
+
+void launch_swiglu_backward(cudaStream_t stream, float* dinp, const float* inp, const float* dout,
+                            size_t N, size_t H) {
+  swiglu_backward(stream, dinp, inp, dout, N, H);
+}
+
+void launch_swiglu16_forward(cudaStream_t stream, void* out, const void* inp, DType type, size_t N,
+                             size_t H) {
+  with_16bit_type(type, [&](auto t) {
+    using E = decltype(t);
+    swiglu_forward(stream, static_cast<E*>(out), static_cast<const E*>(inp), N, H);
+  });
+}
+
+void launch_swiglu16_backward(cudaStream_t stream, void* dinp, const void* inp, const void* dout,
+                              DType type, size_t N, size_t H) {
+  with_16bit_type(type, [&](auto t) {
+    using E = decltype(t);
+    swiglu_backward(stream, static_cast<E*>(dinp), static_cast<const E*>(inp),
+                    static_cast<const E*>(dout), N, H);
+  });
 }
 
 void launch_gqa_attention_forward(cudaStream_t stream, float* out, float* att, const float* qkv,

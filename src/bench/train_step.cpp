@@ -199,14 +199,11 @@ BatchFit fit_batch(Device& dev, size_t reserved_now, const nn::GPTConfig& cfg, s
   return fit;
 }
 
-// --compute-dtype against the products' precision and the model (BenchTrainStepOptions).
-DType step_compute(const BenchTrainStepOptions& f, const nn::GPTConfig& cfg, bool native16,
-                   const std::string& precision) {
+// --compute-dtype against the products' precision (BenchTrainStepOptions).
+DType step_compute(const BenchTrainStepOptions& f, bool native16, const std::string& precision) {
   const DType precision16 = precision == "fp16" ? DType::f16 : DType::bf16;  // if native16
   if (f.compute_dtype == "fp32") return DType::f32;
-  if (f.compute_dtype == "auto")  // fp32 for a model 16-bit compute is not built for
-    return native16 && nn::ActivationDims::builds_compute(cfg, precision16) ? precision16
-                                                                            : DType::f32;
+  if (f.compute_dtype == "auto") return native16 ? precision16 : DType::f32;
   const DType asked = dtype_from_name(f.compute_dtype);
   // (Against the precision asked: the CPU reports fp32 for all, and runs 16-bit compute widened.)
   TZ_CHECK(f.matmul_precision == f.compute_dtype,
@@ -214,7 +211,6 @@ DType step_compute(const BenchTrainStepOptions& f, const nn::GPTConfig& cfg, boo
                f.matmul_precision,
            "16-bit compute runs the products in its own type: give --matmul-precision " +
                f.compute_dtype + " too");
-  nn::ActivationDims::check_compute(cfg, asked);
   return asked;
 }
 
@@ -247,7 +243,7 @@ BenchTrainStepResult bench_train_step(const BenchTrainStepOptions& f) {
   nn::GPTConfig cfg = nn::GPTConfig::preset(f.model);
   cfg.classifier_chunk_tokens = static_cast<size_t>(f.classifier_chunk);
   const auto T = static_cast<size_t>(f.seq);
-  const DType compute = step_compute(f, cfg, native16, precision);
+  const DType compute = step_compute(f, native16, precision);
   BatchFit fit;
   if (f.batch == 0)
     fit =

@@ -41,27 +41,6 @@ size_t logits_chunk_rows(const GPTConfig& config, size_t local_vocab) {
 
 }  // namespace
 
-void ActivationDims::check_compute(const GPTConfig& config, DType compute) {
-  if (compute == DType::f32) return;
-  const std::string what = std::string(dtype_name(compute)) + " compute (16-bit activations)";
-  TZ_CHECK(compute == DType::bf16 || compute == DType::f16, what + " is not a compute dtype",
-           "use fp32, bf16 or fp16");
-  TZ_CHECK(config.is_gpt2(),
-           what +
-               " is built for GPT-2's layers (LayerNorm, GELU, learned positions, biases, "
-               "the head tied to the embedding); this model's differ and compute in fp32 only",
-           "set tierzero.compute_dtype to fp32 for this model");
-}
-
-bool ActivationDims::builds_compute(const GPTConfig& config, DType compute) {
-  try {
-    check_compute(config, compute);
-  } catch (const Error&) {
-    return false;
-  }
-  return true;
-}
-
 ActivationDims ActivationDims::of(const GPTConfig& config, size_t B, size_t T, size_t tp,
                                   bool sequence_parallel, size_t ulysses, DType compute) {
   TZ_CHECK(B > 0 && T > 0, "empty batch", "");
@@ -94,7 +73,6 @@ ActivationDims ActivationDims::of(const GPTConfig& config, size_t B, size_t T, s
            "choose a tensor_parallel size that divides it, or set model.padded_vocab_size to a "
            "multiple of tensor_parallel");
   check_llama_split(config, tp, ulysses);
-  check_compute(config, compute);
   ActivationDims d;
   d.compute = compute;
   d.B = B;

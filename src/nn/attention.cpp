@@ -83,8 +83,8 @@ void Attention::forward(const ModuleContext& ctx, const float* in, float* out,
   proj_.forward(ctx, a.atty.f32(), out);
 }
 
+// Either layout (the shape says which), either compute dtype.
 void Attention::recompute_core(const ModuleContext& ctx, const AttentionActs& a) const {
-  if (grouped_) return recompute_core_grouped(ctx, a);
   const ActivationDims& d = ctx.mb.dims();
   const DType t = ctx.compute();
   const size_t p = ctx.ulysses ? ctx.ulysses->size() : 1;
@@ -114,17 +114,38 @@ void Attention::backward(const ModuleContext& ctx, const float* in, const Attent
   qkv_.backward(ctx, in, dqkv, din);
 }
 
+Attention::Reshard Attention::qkv_reshard() const {
+  // GPT-2's q, k and v each cut into whole heads; the grouped row into whole kv groups.
+  return grouped_ ? Reshard{1, qkv_width_} : Reshard{3, channels_};
+}
+
+void Attention::rotate16(const ModuleContext& ctx, const ComputeTensor& qkv, bool undo) const {
+  if (!rope_) return;
+  const ActivationDims& d = ctx.mb.dims();
+  const size_t p = ctx.ulysses ? ctx.ulysses->size() : 1;
+  const size_t groups = heads_ / p / group_heads_, rep = group_heads_;
+  if (undo)
+    ctx.k.rope16_backward(qkv.raw(), ctx.compute(), d.B, d.seq_len, groups, rep + 2, rep + 1,
+                          head_size_, 0, rope_params_);
+  else
+    ctx.k.rope16_forward(qkv.raw(), ctx.compute(), d.B, d.seq_len, groups, rep + 2, rep + 1,
+                         head_size_, 0, rope_params_);
+}
+
 // Under Ulysses the projection writes this rank's slice with every head into the packing buffer,
-// re-sharded into qkv's (B, Ts, 3Cl): this rank's heads over the whole sequence.
+// re-sharded into qkv's (B, Ts, qkv_width_ / p): this rank's heads over the whole sequence. The
+// grouped layout's q and k heads then turn (rotary positions, rounded once more).
 void Attention::forward16(const ModuleContext& ctx, const ComputeTensor& in, float* out,
                           const AttentionActs& a) const {
   const ActivationDims& d = ctx.mb.dims();
   const UlyssesBuffers buf = ctx.ulysses ? ctx.scratch.ulysses() : UlyssesBuffers{};
   const ComputeTensor local_qkv = ctx.ulysses ? ComputeTensor{buf.recv, ctx.compute()} : a.qkv;
-  qkv_.forward16(ctx, in, local_qkv);  // (B, T, 3C)
+  qkv_.forward16(ctx, in, local_qkv);  // (B, T, qkv_width_)
+  const Reshard r = qkv_reshard();
   if (ctx.ulysses)
-    ctx.ulysses->to_heads(ctx.stream, local_qkv.raw(), a.qkv.raw(), ctx.compute(), buf, d.B, d.T, 3,
-                          channels_);
+    ctx.ulysses->to_heads(ctx.stream, local_qkv.raw(), a.qkv.raw(), ctx.compute(), buf, d.B, d.T,
+                          r.parts, r.channels);
+  rotate16(ctx, a.qkv, false);
   recompute_core(ctx, a);
   proj_.forward16(ctx, a.atty, ComputeTensor{out, DType::f32});  // into the fp32 stream
 }
@@ -137,9 +158,10 @@ void Attention::backward16(const ModuleContext& ctx, const ComputeTensor& in,
   const DType t = ctx.compute();
   const size_t p = ctx.ulysses ? ctx.ulysses->size() : 1;
   const UlyssesBuffers buf = ctx.ulysses ? ctx.scratch.ulysses() : UlyssesBuffers{};
-  const ComputeTensor datty = ctx.scratch.datty();  // (B, T, C) written whole; Ulysses (B, Ts, Cl)
-  const ComputeTensor dqkv = ctx.scratch.dqkv();    // (B, Ts, 3Cl) written whole; Ulysses then
-                                                    // (B, T, 3C)
+  // (B, T, Cl) written whole; Ulysses then (B, Ts, Cl / p)
+  const ComputeTensor datty = ctx.scratch.datty();
+  // (B, Ts, qkv_width_ / p) written whole; Ulysses then (B, T, qkv_width_)
+  const ComputeTensor dqkv = ctx.scratch.dqkv();
   proj_.backward16(ctx, a.atty, dout, datty);
   ComputeTensor heads_out = a.atty;  // the kernel's output, which its backward reads
   if (ctx.ulysses) {
@@ -150,8 +172,11 @@ void Attention::backward16(const ModuleContext& ctx, const ComputeTensor& in,
   }
   ctx.k.attention16_backward(dqkv.raw(), ctx.scratch.attention(), datty.raw(), heads_out.raw(),
                              a.qkv.raw(), a.lse, t, shape(d.B, d.seq_len, p));
+  rotate16(ctx, dqkv, true);  // the gradient of the values before the rotation
+  const Reshard r = qkv_reshard();
   if (ctx.ulysses)
-    ctx.ulysses->to_sequence(ctx.stream, dqkv.raw(), dqkv.raw(), t, buf, d.B, d.T, 3, channels_);
+    ctx.ulysses->to_sequence(ctx.stream, dqkv.raw(), dqkv.raw(), t, buf, d.B, d.T, r.parts,
+                             r.channels);
   qkv_.backward16(ctx, in, dqkv, ComputeTensor{din, DType::f32});  // a norm's backward reads it
 }
 
@@ -217,20 +242,8 @@ void Attention::forward_grouped(const ModuleContext& ctx, const float* in, float
   if (ctx.ulysses)  // (B, Ts, qkv_width_ / p)
     ctx.ulysses->to_heads(ctx.stream, local_qkv, qkv, DType::f32, buf, d.B, d.T, 1, qkv_width_);
   rotate(ctx, qkv, d.B, d.seq_len, groups, false);
-  recompute_core_grouped(ctx, a);
+  recompute_core(ctx, a);
   proj_.forward(ctx, a.atty.f32(), out);
-}
-
-void Attention::recompute_core_grouped(const ModuleContext& ctx, const AttentionActs& a) const {
-  const ActivationDims& d = ctx.mb.dims();
-  const size_t p = ctx.ulysses ? ctx.ulysses->size() : 1;
-  const UlyssesBuffers buf = ctx.ulysses ? ctx.scratch.ulysses() : UlyssesBuffers{};
-  // (B, Ts, channels_ / p)
-  float* heads_out = ctx.ulysses ? static_cast<float*>(buf.recv) : a.atty.f32();
-  ctx.k.attention_forward(heads_out, a.lse, a.qkv.f32(), shape(d.B, d.seq_len, p));
-  if (ctx.ulysses)  // (B, T, channels_)
-    ctx.ulysses->to_sequence(ctx.stream, heads_out, a.atty.f32(), DType::f32, buf, d.B, d.T, 1,
-                             channels_);
 }
 
 void Attention::backward_grouped(const ModuleContext& ctx, const float* in, const AttentionActs& a,

@@ -39,9 +39,9 @@ class Attention {
   // the forward computed them (bitwise). No parameters; under Ulysses one all-to-all.
   void recompute_core(const ModuleContext& ctx, const AttentionActs& acts) const;
 
-  // 16-bit compute (ctx.compute16(): GPT-2; this rank's heads, under Ulysses as forward's): in,
-  // acts and dout of ctx.compute(); out and din fp32 (the residual stream's side), din
-  // overwritten.
+  // 16-bit compute (ctx.compute16(); either layout; this rank's heads, under Ulysses as
+  // forward's): in, acts and dout of ctx.compute(); out and din fp32 (the residual stream's
+  // side), din overwritten.
   void forward16(const ModuleContext& ctx, const ComputeTensor& in, float* out,
                  const AttentionActs& acts) const;
   void backward16(const ModuleContext& ctx, const ComputeTensor& in, const AttentionActs& acts,
@@ -60,8 +60,14 @@ class Attention {
   // The kernel's extents for this rank's heads (1 / ulysses of them) over B sequences of T
   // positions: GPT-2's [q | k | v] rows, or the grouped layout.
   kernels::AttentionShape shape(size_t B, size_t T, size_t ulysses) const;
-  // The grouped layout's core: the kernel on the rotated qkv, under Ulysses back to the slice.
-  void recompute_core_grouped(const ModuleContext& ctx, const AttentionActs& acts) const;
+  // How the Ulysses all-to-alls cut a qkv row: `parts` pieces of `channels` each cut into whole
+  // heads (GPT-2: q, k and v of channels_), or one of the whole grouped row (whole kv groups).
+  struct Reshard {
+    size_t parts, channels;
+  };
+  Reshard qkv_reshard() const;
+  // rotate() on 16-bit qkv (B, Ts, this rank's groups' rows) or, undo, its gradient.
+  void rotate16(const ModuleContext& ctx, const ComputeTensor& qkv, bool undo) const;
   // The rotary embedding on q and k of qkv (B, Ts, groups (rep + 2) hs); undo: the backward's.
   void rotate(const ModuleContext& ctx, float* qkv, size_t B, size_t Ts, size_t groups,
               bool undo) const;

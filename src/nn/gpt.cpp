@@ -290,7 +290,6 @@ void GPT::set_recompute(Recompute recompute) {
 
 void GPT::set_compute(DType compute) {
   if (compute == compute_) return;
-  ActivationDims::check_compute(config_, compute);
   compute_ = compute;
   const kernels::MatmulPrecision p = k_.matmul_precision();
   if (compute_ != DType::f32 && device_.kind() == DeviceKind::cuda &&

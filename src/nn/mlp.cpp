@@ -54,8 +54,9 @@ void MLP::backward(const ModuleContext& ctx, const float* in, const MlpActs& a, 
   if (swiglu_) {
     // Both gradients are written whole (the product's beta 0, then SwiGLU's one term per
     // element): neither buffer is zeroed first.
-    proj_.backward(ctx, a.fch_gelu.f32(), dout, ctx.scratch.dfch_gelu());
-    ctx.k.swiglu_backward(dfch, a.fch.f32(), ctx.scratch.dfch_gelu(), N, hidden_);
+    float* dact = ctx.scratch.dfch_gelu().f32();  // (B*T, Hl)
+    proj_.backward(ctx, a.fch_gelu.f32(), dout, dact);
+    ctx.k.swiglu_backward(dfch, a.fch.f32(), dact, N, hidden_);
   } else {
     // GELU's gradient is taken in the projection's input-gradient product: dfch is written
     // whole, so neither it nor a separate gradient of fch_gelu is zeroed first.
@@ -66,14 +67,27 @@ void MLP::backward(const ModuleContext& ctx, const float* in, const MlpActs& a, 
 
 void MLP::forward16(const ModuleContext& ctx, const ComputeTensor& in, float* out,
                     const MlpActs& a) const {
-  fc_.forward_gelu16(ctx, in, a.fch, a.fch_gelu);  // GELU in the epilogue, both rounded
+  if (swiglu_) {  // fc's output and SwiGLU's each rounded once
+    fc_.forward16(ctx, in, a.fch);
+    ctx.k.swiglu16_forward(a.fch_gelu.raw(), a.fch.raw(), ctx.compute(), ctx.mb.dims().tokens,
+                           hidden_);
+  } else {
+    fc_.forward_gelu16(ctx, in, a.fch, a.fch_gelu);  // GELU in the epilogue, both rounded
+  }
   if (out) proj_.forward16(ctx, a.fch_gelu, ComputeTensor{out, DType::f32});
 }
 
 void MLP::backward16(const ModuleContext& ctx, const ComputeTensor& in, const MlpActs& a,
                      const ComputeTensor& dout, float* din) const {
-  const ComputeTensor dfch = ctx.scratch.dfch();  // (B*T, 4C) compute, written whole
-  proj_.backward_gelu16(ctx, a.fch_gelu, a.fch, dout, dfch);
+  const ComputeTensor dfch = ctx.scratch.dfch();  // (B*T, 4C or 2 Hl) compute, written whole
+  if (swiglu_) {
+    const ComputeTensor dact = ctx.scratch.dfch_gelu();  // (B*T, Hl) compute, written whole
+    proj_.backward16(ctx, a.fch_gelu, dout, dact);
+    ctx.k.swiglu16_backward(dfch.raw(), a.fch.raw(), dact.raw(), ctx.compute(),
+                            ctx.mb.dims().tokens, hidden_);
+  } else {
+    proj_.backward_gelu16(ctx, a.fch_gelu, a.fch, dout, dfch);
+  }
   fc_.backward16(ctx, in, dfch, ComputeTensor{din, DType::f32});  // a norm's backward reads it
 }
 

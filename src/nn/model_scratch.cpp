@@ -19,14 +19,14 @@ void ModelScratch::visit(Buffers& b, const ActivationDims& d, Recompute recomput
   fn(b.datty, AT * Cl * h, "datty");
   if (d.attention_scratch() > 0) fn(b.attention, d.attention_scratch() * f, "attention scratch");
   fn(b.dfch, BT * d.local_fc * h, "dfch");
-  // 16-bit compute (GPT-2's GELU) takes GELU's gradient in the projection's product and never
-  // needs dfch_gelu; it needs the stream's gradient in 16 bits instead, and under Ulysses a
-  // packing buffer of its own.
-  if (d.compute == DType::f32) {
-    fn(b.dfch_gelu, BT * Hl * f, "dfch_gelu");
-  } else {
+  // 16-bit compute takes GELU's gradient in the projection's product and needs no dfch_gelu
+  // (SwiGLU's backward still does); it needs the stream's gradient in 16 bits instead, and under
+  // Ulysses a packing buffer of its own.
+  const bool swiglu = d.local_fc == 2 * Hl;  // its fc row holds gate and up
+  if (d.compute == DType::f32 || swiglu) fn(b.dfch_gelu, BT * Hl * h, "dfch_gelu");
+  if (d.compute != DType::f32) {
     fn(b.stream_grad16, d.stream_tokens * C * h, "stream_grad16");
-    if (d.ulysses > 1) fn(b.ulysses_pack, BT * 3 * C * h, "ulysses_pack");
+    if (d.ulysses > 1) fn(b.ulysses_pack, BT * d.local_qkv * d.ulysses * h, "ulysses_pack");
   }
   if (d.tp > 1) {
     fn(b.xent_partials, BT * 3 * f, "xent_partials");

@@ -58,13 +58,9 @@ kernels::MatmulPrecision matmul_precision_for(const TrainConfig& c) {
   return c.tf32 ? kernels::MatmulPrecision::tf32 : kernels::MatmulPrecision::fp32;
 }
 
-DType compute_dtype_for(const TrainConfig& c, DeviceKind device, const nn::GPTConfig& model) {
+DType compute_dtype_for(const TrainConfig& c, DeviceKind device) {
   const DType working = working_dtype(c);
-  if (c.compute_dtype == "auto") {
-    // A model 16-bit compute does not run computes in fp32, as before.
-    const bool built = working != DType::f32 && nn::ActivationDims::builds_compute(model, working);
-    return device == DeviceKind::cuda && built ? working : DType::f32;
-  }
+  if (c.compute_dtype == "auto") return device == DeviceKind::cuda ? working : DType::f32;
   const DType asked = dtype_from_name(c.compute_dtype);
   if (asked == DType::f32) return asked;
   TZ_CHECK(asked == working,
@@ -76,7 +72,6 @@ DType compute_dtype_for(const TrainConfig& c, DeviceKind device, const nn::GPTCo
                : std::string("16-bit compute runs in the working type: set "
                              "tierzero.compute_dtype to ") +
                      dtype_name(working) + ", fp32 or auto");
-  nn::ActivationDims::check_compute(model, asked);
   return asked;
 }
 

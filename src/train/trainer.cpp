@@ -145,7 +145,7 @@ void Trainer::build() {
   const auto budget = static_cast<size_t>(config_.device_memory_budget_gb * 1073741824.0);
   s.allocator = std::make_unique<DeviceAllocator>(*s.device, budget);
   s.groups = open_groups(s.shape, s.run, *s.device);
-  const DType compute = compute_dtype_for(config_, s.device->kind(), s.shape.model);
+  const DType compute = compute_dtype_for(config_, s.device->kind());
   if (compute != DType::f32)
     log::info(std::string("16-bit compute: products and their activations in ") +
               dtype_name(compute) + " (tierzero.compute_dtype)");

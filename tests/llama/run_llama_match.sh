@@ -9,6 +9,9 @@
 # pinned host memory, with activation checkpointing), tp4_refused (tp 4 over 2 kv heads
 # must fail with a clear message), resume_zero3_nvme (the zero3_nvme run checkpointed at step 5 and
 # resumed: steps 6-10 bit-identical to the uninterrupted run's).
+# TZ_COMPUTE (bf16 or fp16): both runs with those working parameters and 16-bit compute
+# (tierzero.compute_dtype: RMSNorm, rotary positions, SwiGLU and the grouped attention in 16
+# bits), the parallel run against the one-rank run in the same compute; both must say so.
 # usage: run_llama_match.sh <tierzero> <mode> <tol> <mpiexec command...>
 tierzero=$1; mode=$2; tol=$3
 shift 3
@@ -29,16 +32,19 @@ case "$mode" in
   *) echo "unknown mode $mode"; exit 2 ;;
 esac
 dp=$((ranks / (tp * pp * ulysses)))
+compute=${TZ_COMPUTE:-fp32}; precision_key=""
+[ "$compute" != fp32 ] && precision_key="\"$compute\": {\"enabled\": true},"
 
 # write_config <file> <stage> <micro_batch> <offload> <tp> <sp> <pp> <ulysses> <checkpointing>
 write_config() {
   cat > "$1" <<JSON
-{"train_micro_batch_size_per_gpu": $3, "gradient_clipping": 0.5,
+{"train_micro_batch_size_per_gpu": $3, "gradient_clipping": 0.5, $precision_key
  "gradient_accumulation_steps": $micro,
  "zero_optimization": {"stage": $2, "stage3_param_persistence_threshold": 0 $4},
  "tierzero": {"steps": 10, "seq_len": 16, "seed": 7, "threads": 1, "val_batches": 2,
               "tensor_parallel": $5, "sequence_parallel": $6, "pipeline_parallel": $7,
               "ulysses_parallel": $8, "activation_checkpointing": $9,
+              "compute_dtype": "$compute",
               "model": {"architecture": "llama", "vocab_size": 257, "n_layer": 2, "n_head": 4,
                         "n_embd": 64, "context_length": 16, "num_key_value_heads": 2,
                         "intermediate_size": 128, "rope_theta": 10000.0, "rms_norm_eps": 1e-5,
@@ -84,10 +90,17 @@ timeout -k 5 180 "$tierzero" train --config "$dir/ref.json" --metrics "$dir/ref.
 cat "$dir/ref.out"
 echo "parallel: $mode on $ranks ranks (dp $dp, tp $tp, pp $pp, ulysses $ulysses, stage $stage)"
 timeout -k 5 300 "$@" -n "$ranks" "$tierzero" train --config "$dir/par.json" \
-  --metrics "$dir/par.jsonl" || exit 1
+  --metrics "$dir/par.jsonl" > "$dir/par.out" 2>&1 || { cat "$dir/par.out"; exit 1; }
+cat "$dir/par.out"
 
 field() { sed -n "s/.*\"$1\": *\([^,]*\),.*/\1/p" "$2"; }
 fail=0
+if [ "$compute" != fp32 ]; then
+  for run in ref par; do
+    grep -q "16-bit compute: products and their activations in $compute" "$dir/$run.out" ||
+      { echo "FAIL: the $run run did not compute in $compute"; fail=1; }
+  done
+fi
 for f in loss grad_norm; do
   field "$f" "$dir/ref.jsonl" > "$dir/ref.$f"
   field "$f" "$dir/par.jsonl" > "$dir/par.$f"

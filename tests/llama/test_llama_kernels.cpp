@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernel_test_support.hpp"
+#include "tierzero/core/error.hpp"
 #include "tierzero/kernels/kernels.hpp"
 
 namespace tierzero::test {
@@ -178,6 +179,72 @@ TEST_P(LlamaKernelTest, MatchesTheCpuKernels) {
   cpu->rope_forward(r.data(), 2, 300, 1, 3, 2, 64, 100, p);
   kernels().rope_forward(d_r->get(), 2, 300, 1, 3, 2, 64, 100, p);
   expect_close("rope", d_r->download(), widen(r), 1e-4);
+}
+
+// The 16-bit RoPE and SwiGLU (16-bit compute of the Llama family) on the rounded inputs: bitwise
+// the fp32 op on the widened values, then rounded, on the same backend; rope16 keeps the v heads'
+// bits. Shapes that are not multiples of anything: N 37, H 7 and 80, T 9 over 2 blocks of 4 heads.
+TEST_P(LlamaKernelTest, SixteenBitRopeAndSwigluAreTheFp32OpsRounded) {
+  uint32_t seed = 3400;
+  for (const DType type : {DType::bf16, DType::f16}) {
+    const std::string tn = dtype_name(type);
+    // The fp32 op `op` on the widened 16-bit x, rounded: what the 16-bit op must write.
+    const auto via_fp32 = [&](const Rounded& x, const auto& op) {
+      auto wide = to_device(x.values);
+      op(wide->get());
+      auto out = to_device(poison(x.values.size()));
+      kernels().convert_from_f32(out->get(), type, wide->get(), x.values.size());
+      return out->download();
+    };
+    kernels::RopeParams p;
+    p.llama3 = true;
+    p.original_max = 16.0f;
+    const size_t B = 2, T = 9, blocks = 2, block_heads = 4, rotated = 3, hs = 16;
+    const size_t n = B * T * blocks * block_heads * hs;
+    const Rounded x = rounded(random_normal(n, seed++, 2.0f), type);
+    for (const bool inverse : {false, true}) {
+      auto x16 = to_device(poison(n));
+      kernels().convert_from_f32(x16->get(), type, to_device(x.values)->get(), n);
+      if (inverse)
+        kernels().rope16_backward(x16->get(), type, B, T, blocks, block_heads, rotated, hs, 3, p);
+      else
+        kernels().rope16_forward(x16->get(), type, B, T, blocks, block_heads, rotated, hs, 3, p);
+      const std::vector<float> want = via_fp32(x, [&](float* d) {
+        if (inverse)
+          kernels().rope_backward(d, B, T, blocks, block_heads, rotated, hs, 3, p);
+        else
+          kernels().rope_forward(d, B, T, blocks, block_heads, rotated, hs, 3, p);
+      });
+      EXPECT_TRUE(same_bits(x16->download(), want))
+          << tn << (inverse ? " rope16_backward" : " rope16_forward");
+      std::printf("%s rope16 %s: the fp32 op's bits, rounded\n", tn.c_str(),
+                  inverse ? "backward" : "forward");
+    }
+    for (const size_t H : {size_t{7}, size_t{80}}) {
+      const size_t N = 37;
+      const Rounded gu = rounded(random_normal(N * 2 * H, seed++, 2.0f), type);  // (N, 2H)
+      const Rounded dy = rounded(random_normal(N * H, seed++), type);            // (N, H)
+      auto d_gu = to_device(gu.bits), d_dy = to_device(dy.bits);
+      auto out = to_device(poison(N * H)), dinp = to_device(poison(N * 2 * H));
+      kernels().swiglu16_forward(out->get(), d_gu->get(), type, N, H);
+      kernels().swiglu16_backward(dinp->get(), d_gu->get(), d_dy->get(), type, N, H);
+      auto w_gu = to_device(gu.values), w_dy = to_device(dy.values);
+      auto out32 = empty<float>(N * H), dinp32 = empty<float>(N * 2 * H);
+      kernels().swiglu_forward(out32->get(), w_gu->get(), N, H);
+      kernels().swiglu_backward(dinp32->get(), w_gu->get(), w_dy->get(), N, H);
+      auto want_out = to_device(poison(N * H)), want_dinp = to_device(poison(N * 2 * H));
+      kernels().convert_from_f32(want_out->get(), type, out32->get(), N * H);
+      kernels().convert_from_f32(want_dinp->get(), type, dinp32->get(), N * 2 * H);
+      EXPECT_TRUE(same_bits(out->download(), want_out->download())) << tn << " swiglu16 H" << H;
+      EXPECT_TRUE(same_bits(dinp->download(), want_dinp->download()))
+          << tn << " swiglu16_backward H" << H;
+      std::printf("%s swiglu16 N%zu H%zu: forward and backward the fp32 ops' bits, rounded\n",
+                  tn.c_str(), N, H);
+    }
+  }
+  // Another type is refused.
+  auto f = to_device(poison(8));
+  EXPECT_THROW(kernels().swiglu16_forward(f->get(), f->get(), DType::f32, 1, 2), Error);
 }
 
 // SwiGLU's backward writes dinp whole (it starts as NaN, which an element left unwritten or read

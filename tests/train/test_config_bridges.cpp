@@ -113,47 +113,32 @@ TEST(ConfigBridges, MatmulPrecisionFollowsDtypeAndTf32) {
   EXPECT_THROW(TrainConfig::parse(R"({"tierzero": {"tf32": "yes"}})", "t"), Error);
 }
 
-// tierzero.compute_dtype: auto is 16-bit on CUDA where it is built, fp32 elsewhere; a 16-bit
-// dtype must be the working type and a model and split it runs.
+// tierzero.compute_dtype: auto is the 16-bit working type on CUDA (every architecture and split
+// computes in it), fp32 on the CPU; a 16-bit dtype asked for must be the working type.
 TEST(ConfigBridges, ComputeDtypeFollowsTheWorkingTypeAndTheDevice) {
-  const nn::GPTConfig gpt2 = gpt_config_from(TrainConfig::defaults().model);
   const TrainConfig bf16 = TrainConfig::parse(R"({"bf16": {"enabled": true}})", "t");
   const TrainConfig fp16 = TrainConfig::parse(R"({"fp16": {"enabled": true}})", "t");
   EXPECT_EQ(TrainConfig::defaults().compute_dtype, "auto");
-  EXPECT_EQ(compute_dtype_for(bf16, DeviceKind::cuda, gpt2), DType::bf16);
-  EXPECT_EQ(compute_dtype_for(fp16, DeviceKind::cuda, gpt2), DType::f16);
-  EXPECT_EQ(compute_dtype_for(bf16, DeviceKind::cpu, gpt2), DType::f32);  // widening: no faster
-  EXPECT_EQ(compute_dtype_for(TrainConfig::defaults(), DeviceKind::cuda, gpt2), DType::f32);
-  // Every split computes in 16 bits: tensor, sequence and Ulysses parallelism; auto falls back to
-  // fp32 where 16-bit compute is not built: the Llama family.
-  const TrainConfig tp2 =
-      TrainConfig::parse(R"({"bf16": {"enabled": true}, "tierzero": {"tensor_parallel": 2}})", "t");
-  EXPECT_EQ(compute_dtype_for(tp2, DeviceKind::cuda, gpt2), DType::bf16);
-  const TrainConfig sp = TrainConfig::parse(
-      R"({"bf16": {"enabled": true},
-          "tierzero": {"tensor_parallel": 2, "sequence_parallel": true}})",
-      "t");
-  EXPECT_EQ(compute_dtype_for(sp, DeviceKind::cuda, gpt2), DType::bf16);
-  const TrainConfig ulysses = TrainConfig::parse(
-      R"({"bf16": {"enabled": true}, "tierzero": {"ulysses_parallel": 2}})", "t");
-  EXPECT_EQ(compute_dtype_for(ulysses, DeviceKind::cuda, gpt2), DType::bf16);
-  nn::GPTConfig llama = gpt2;
-  llama.arch.norm = nn::NormKind::rmsnorm;
-  EXPECT_EQ(compute_dtype_for(bf16, DeviceKind::cuda, llama), DType::f32);
+  EXPECT_EQ(compute_dtype_for(bf16, DeviceKind::cuda), DType::bf16);
+  EXPECT_EQ(compute_dtype_for(fp16, DeviceKind::cuda), DType::f16);
+  EXPECT_EQ(compute_dtype_for(bf16, DeviceKind::cpu), DType::f32);  // widening: no faster
+  EXPECT_EQ(compute_dtype_for(TrainConfig::defaults(), DeviceKind::cuda), DType::f32);
   // Asked for: on the CPU too (the reference semantics, widened), and refused with the reason.
   const TrainConfig asked = TrainConfig::parse(
       R"({"bf16": {"enabled": true}, "tierzero": {"compute_dtype": "bf16"}})", "t");
-  EXPECT_EQ(compute_dtype_for(asked, DeviceKind::cpu, gpt2), DType::bf16);
+  EXPECT_EQ(compute_dtype_for(asked, DeviceKind::cpu), DType::bf16);
   const TrainConfig wrong_type = TrainConfig::parse(
       R"({"fp16": {"enabled": true}, "tierzero": {"compute_dtype": "bf16"}})", "t");
   const std::string type_error =
-      error_of([&] { (void)compute_dtype_for(wrong_type, DeviceKind::cuda, gpt2); });
+      error_of([&] { (void)compute_dtype_for(wrong_type, DeviceKind::cuda); });
   EXPECT_NE(type_error.find("working parameters are fp16"), std::string::npos) << type_error;
-  const std::string arch_error =
-      error_of([&] { (void)compute_dtype_for(asked, DeviceKind::cuda, llama); });
-  EXPECT_NE(arch_error.find("GPT-2"), std::string::npos) << arch_error;
+  const TrainConfig fp32_working =
+      TrainConfig::parse(R"({"tierzero": {"compute_dtype": "fp16"}})", "t");
+  const std::string fp32_error =
+      error_of([&] { (void)compute_dtype_for(fp32_working, DeviceKind::cuda); });
+  EXPECT_NE(fp32_error.find("fp16.enabled to true"), std::string::npos) << fp32_error;
   const TrainConfig fp32 = TrainConfig::parse(
       R"({"bf16": {"enabled": true}, "tierzero": {"compute_dtype": "fp32"}})", "t");
-  EXPECT_EQ(compute_dtype_for(fp32, DeviceKind::cuda, gpt2), DType::f32);
+  EXPECT_EQ(compute_dtype_for(fp32, DeviceKind::cuda), DType::f32);
   EXPECT_THROW(TrainConfig::parse(R"({"tierzero": {"compute_dtype": "int8"}})", "t"), Error);
 }

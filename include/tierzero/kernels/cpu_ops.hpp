@@ -113,6 +113,12 @@ void rope_apply(float* x, size_t B, size_t T, size_t blocks, size_t block_heads,
 void swiglu_forward(float* out, const float* inp, size_t N, size_t H);
 // dinp (N,2H) = from inp (N,2H), dout (N,H), written whole
 void swiglu_backward(float* dinp, const float* inp, const float* dout, size_t N, size_t H);
+// The 16-bit forms of kernels.hpp: the fp32 ops on widened copies, rounded.
+void rope16_apply(void* x, DType type, size_t B, size_t T, size_t blocks, size_t block_heads,
+                  size_t rotated_heads, size_t hs, size_t pos0, const RopeParams& p, bool inverse);
+void swiglu16_forward(void* out, const void* inp, DType type, size_t N, size_t H);
+void swiglu16_backward(void* dinp, const void* inp, const void* dout, DType type, size_t N,
+                       size_t H);
 // out (B,T,NH hs), att (B,NH,T,T) from qkv (B,T,KVH (NH/KVH + 2) hs), grouped layout
 void gqa_attention_forward(float* out, float* att, const float* qkv, size_t B, size_t T, size_t NH,
                            size_t KVH, size_t hs);

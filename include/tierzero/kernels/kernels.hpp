@@ -392,6 +392,25 @@ class Kernels {
                                const float* inp,   // (N, 2H)
                                const float* dout,  // (N, H)
                                size_t N, size_t H) = 0;
+  // The 16-bit forms (16-bit compute of the Llama family): every tensor of one 16-bit `type`,
+  // bf16 or fp16, each element computed in fp32 from the widened values and rounded once:
+  // bitwise the fp32 op above on the widened tensors followed by convert_from_f32, on every
+  // backend (rope16's unrotated heads keep their bits). An Error for another type.
+  virtual void rope16_forward(void* x,  // (B, T, blocks, block_heads, hs) type
+                              DType type, size_t B, size_t T, size_t blocks, size_t block_heads,
+                              size_t rotated_heads, size_t hs, size_t pos0,
+                              const RopeParams& p) = 0;
+  virtual void rope16_backward(void* dx,  // (B, T, blocks, block_heads, hs) type
+                               DType type, size_t B, size_t T, size_t blocks, size_t block_heads,
+                               size_t rotated_heads, size_t hs, size_t pos0,
+                               const RopeParams& p) = 0;
+  virtual void swiglu16_forward(void* out,        // (N, H) type
+                                const void* inp,  // (N, 2H) type
+                                DType type, size_t N, size_t H) = 0;
+  virtual void swiglu16_backward(void* dinp,        // (N, 2H) type, written whole
+                                 const void* inp,   // (N, 2H) type
+                                 const void* dout,  // (N, H) type
+                                 DType type, size_t N, size_t H) = 0;
 
   // Causal grouped-query attention on the grouped layout: qkv[b,t,:] holds KVH groups of
   // (rep + 2) heads of hs channels, rep = NH / KVH: the group's rep query heads, its k head, its

@@ -65,16 +65,11 @@ struct ActivationDims {
   // T is the whole sequence. Throws Error naming what does not divide: the heads, kv heads, MLP
   // hidden features or the padded vocabulary by tp, with sequence parallelism the B * T tokens by
   // tp, under Ulysses the heads the kv heads or the sequence by ulysses. sequence_parallel with tp
-  // 1 is no split. Ulysses with tp > 1 is refused (not built). A 16-bit `compute` is built for
-  // GPT-2's layers, under any split: an Error otherwise (check_compute).
+  // 1 is no split. Ulysses with tp > 1 is refused (not built). `compute` (fp32, bf16 or fp16)
+  // runs every architecture and split.
   static ActivationDims of(const GPTConfig& config, size_t B, size_t T, size_t tp = 1,
                            bool sequence_parallel = false, size_t ulysses = 1,
                            DType compute = DType::f32);
-  // Throws an Error saying why when `compute` is not fp32 and not a 16-bit compute this model can
-  // run (tensor, sequence and Ulysses parallelism all run it).
-  static void check_compute(const GPTConfig& config, DType compute);
-  // Whether check_compute accepts it: where an automatic choice may pick 16-bit compute.
-  static bool builds_compute(const GPTConfig& config, DType compute);
   bool operator==(const ActivationDims&) const = default;
 };
 

@@ -191,8 +191,8 @@ class GPT {
   // on its tensor-core kernels when the kernels' matmul precision is a 16-bit one
   // (Kernels::set_matmul_precision, which the trainer and `bench train` set to the same type;
   // warned otherwise). The residual stream, the norms' statistics, the logits, the loss and
-  // every gradient of a parameter stay fp32. GPT-2's layers, under any split (an Error
-  // otherwise: ActivationDims::check_compute). Changing it reallocates the facade's
+  // every gradient of a parameter stay fp32. Every architecture and split. Changing it
+  // reallocates the facade's
   // activations like set_recompute; older micro-batches are refused.
   void set_compute(DType compute);
   DType compute() const { return compute_; }

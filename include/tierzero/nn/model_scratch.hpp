@@ -10,7 +10,7 @@
 // regions and the reduce-scattered outputs leaving them. Under Ulysses the attention's gradients
 // span the whole sequence for the rank's heads, and the all-to-alls pack through the MLP's
 // gradient buffers (free while the attention runs), so Ulysses adds no scratch in fp32; in 16-bit
-// compute, which has no fp32 dfch_gelu, it adds one (B*T, 3C) packing buffer.
+// compute it adds one (B*T, 3C) packing buffer of its own.
 #pragma once
 
 #include <cstddef>
@@ -45,7 +45,9 @@ class ModelScratch {
   // on CUDA (ActivationDims::attention_scratch).
   float* attention() const { return buffers_.attention.f32(); }
   ComputeTensor dfch() const { return compute(buffers_.dfch); }  // (BT, Hl or 2 Hl: SwiGLU)
-  float* dfch_gelu() const { return buffers_.dfch_gelu.f32(); }  // (BT, Hl) fp32 compute only
+  // The gradient of the MLP's activation output: (BT, Hl) compute, for SwiGLU's backward (and in
+  // fp32 compute always, where Ulysses packs through it); GPT-2's 16-bit GELU has none.
+  ComputeTensor dfch_gelu() const { return compute(buffers_.dfch_gelu); }
   // 16-bit compute only: the residual stream's running gradient rounded to the compute dtype,
   // the output gradient a block's two branch projections read in their backward (all-gathered
   // into gathered_grad() first under sequence parallelism).
@@ -82,7 +84,7 @@ class ModelScratch {
     DeviceBuffer datty;          // (AT, Cl) compute
     DeviceBuffer attention;      // (attention_scratch) the attention backward's, CUDA only
     DeviceBuffer dfch;           // (BT, Hl) compute
-    DeviceBuffer dfch_gelu;      // (BT, Hl) fp32 compute only (SwiGLU, Ulysses' packing)
+    DeviceBuffer dfch_gelu;      // (BT, Hl) compute: fp32 compute, or 16-bit SwiGLU
     DeviceBuffer stream_grad16;  // (S, C) 16-bit compute only
     DeviceBuffer ulysses_pack;   // (BT, 3C) compute: 16-bit compute under Ulysses only
     DeviceBuffer xent_partials;  // (BT, 3) this rank's max, sum of exps, target logit

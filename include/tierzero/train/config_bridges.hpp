@@ -34,11 +34,9 @@ kernels::MatmulPrecision matmul_precision_for(const TrainConfig& config);
 
 // The dtype the model's products and their activations run in (nn::GPT::set_compute,
 // StoreConfig::compute): tierzero.compute_dtype, whose "auto" is the 16-bit working type on CUDA
-// where 16-bit compute is built (GPT-2's layers, under any split:
-// nn::ActivationDims::check_compute) and fp32 elsewhere (the CPU's 16-bit kernels widen to fp32,
-// no faster than its fp32 ones). Throws an Error for a 16-bit dtype that is not the working type,
-// or one the model cannot compute in.
-DType compute_dtype_for(const TrainConfig& config, DeviceKind device, const nn::GPTConfig& model);
+// and fp32 elsewhere (the CPU's 16-bit kernels widen to fp32, no faster than its fp32 ones).
+// Throws an Error for a 16-bit dtype that is not the working type.
+DType compute_dtype_for(const TrainConfig& config, DeviceKind device);
 
 // The partition store's settings as the trainer applies them: stage, stage-3 budgets, gradient
 // and gather buckets, placements and the offload resources they need (the host budget defaults to
