@@ -8,11 +8,28 @@
 # <ulysses> > 1 runs Ulysses sequence parallelism instead (the recompute re-shards the heads' output).
 # <compute> fp32, or bf16: bf16 working parameters and 16-bit compute (issue 26), whose recompute
 # must match the same way and whose smaller activations the estimate must count to the byte.
-# <sp> true: Megatron's sequence parallelism over the tp ranks.
-# usage: run_recompute_match.sh <tierzero> <ranks> <tp> <ulysses> <compute> <sp>
+# <sp> true: Megatron's sequence parallelism over the tp ranks. <arch> gpt2, or llama (RMSNorm,
+# rotary positions, SwiGLU, 4 query heads over 2 kv heads, untied head).
+# usage: run_recompute_match.sh <tierzero> <ranks> <tp> <ulysses> <compute> <sp> <arch>
 #                               <mpiexec command...>
-tierzero=$1; ranks=$2; tp=$3; ulysses=$4; compute=$5; sp=$6
-shift 6
+tierzero=$1; ranks=$2; tp=$3; ulysses=$4; compute=$5; sp=$6; arch=$7
+shift 7
+arch_keys=""
+[ "$arch" = llama ] && arch_keys='"architecture": "llama", "num_key_value_heads": 2,
+                        "intermediate_size": 176, "tie_word_embeddings": false,'
+# save_model <mode>: the trained model into $dir/<mode>.bin, an llm.c file (GPT-2) or, for the
+# Llama family (which llm.c files cannot hold), the fp32 export of the last training checkpoint.
+save_flags() {
+  if [ "$arch" = llama ]; then echo "--save-dir $dir/$1.ck --save-every 4"
+  else echo "--save $dir/$1.bin"; fi
+}
+save_model() {
+  [ "$arch" = llama ] || return 0
+  "$tierzero" export "$dir/$1.ck/step-00000004" --hf-dir --dtype fp32 -o "$dir/$1.hf" \
+    > "$dir/$1.export.log" 2>&1 || { cat "$dir/$1.export.log"; echo "FAIL: export $1"; exit 1; }
+  cp "$dir/$1.hf/model.safetensors" "$dir/$1.bin"
+}
+
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 precision=""
@@ -22,7 +39,7 @@ cat > "$dir/config.json" <<JSON
  "tierzero": {"steps": 4, "seq_len": 80, "seed": 7, "threads": 1, "val_batches": 1,
               "tensor_parallel": $tp, "ulysses_parallel": $ulysses, "compute_dtype": "$compute",
               "sequence_parallel": $sp,
-              "model": {"vocab_size": 257, "n_layer": 2, "n_head": 4, "n_embd": 64,
+              "model": {$arch_keys "vocab_size": 257, "n_layer": 2, "n_head": 4, "n_embd": 64,
                         "context_length": 80}}}
 JSON
 fail=0
@@ -30,10 +47,11 @@ for mode in none selective full; do
   "$tierzero" estimate --config "$dir/config.json" --ranks "$ranks" --recompute "$mode" --json \
     > "$dir/$mode.estimate.json" || { echo "FAIL: estimate --recompute $mode"; exit 1; }
   if ! timeout -k 5 300 "$@" -n "$ranks" "$tierzero" train --config "$dir/config.json" \
-      --recompute "$mode" --metrics "$dir/$mode.jsonl" --save "$dir/$mode.bin" \
+      --recompute "$mode" --metrics "$dir/$mode.jsonl" $(save_flags "$mode") \
       --memory-json "$dir/$mode.mem.json" > "$dir/$mode.log" 2>&1; then
     cat "$dir/$mode.log"; echo "FAIL: train --recompute $mode"; exit 1
   fi
+  save_model "$mode"
   field() { sed -n "s/.*\"$1\": *\([^,]*\),.*/\1/p" "$2"; }
   for f in loss grad_norm; do field "$f" "$dir/$mode.jsonl" > "$dir/$mode.$f"; done
   echo "recompute $mode: losses $(tr '\n' ' ' < "$dir/$mode.loss")"
