@@ -204,13 +204,14 @@ lkt=build/gpu/tests/test_llama_kernels
 # Issue 26's kernels on cuda against the CPU reference, with the errors each test prints.
 step_kernels26() {
   log "issue 26: kernel tests on cuda (fused attention, gradient sums, matmul precisions, matmul + GELU epilogues, the 16-bit linears, norms, embedding and classifier, layernorm, attention, llama, matmul, AdamW with its copy and segments)"
-  timeout 90 $kt --gtest_filter='*FlashAttentionTest*/cuda:*GradientSumsTest*/cuda:*ElementwiseTest.SumSquares*/cuda:*MatmulPrecisionTest*/cuda:*MatmulGeluTest*/cuda:*Matmul16Test*/cuda:*Norm16Test*/cuda:*Classifier16Test*/cuda:*LayerNormTest*/cuda:*AttentionTest*/cuda:*MatmulTest*/cuda:*AdamWTest*/cuda' \
+  timeout 90 $kt --gtest_filter='*FlashAttentionTest*/cuda:*GradientSumsTest*/cuda:*ElementwiseTest.SumSquares*/cuda:*ElementwiseTest.TransposeBlocks*/cuda:*MatmulPrecisionTest*/cuda:*MatmulGeluTest*/cuda:*Matmul16Test*/cuda:*Norm16Test*/cuda:*Classifier16Test*/cuda:*LayerNormTest*/cuda:*AttentionTest*/cuda:*MatmulTest*/cuda:*AdamWTest*/cuda' \
     >"$out/kernels26.log" 2>&1
   log "exit $?"
   # The Llama family's kernels (the fused residual + RMSNorm among them) have their own binary.
   timeout 30 $lkt --gtest_filter='*LlamaKernelTest*/cuda' >>"$out/kernels26.log" 2>&1
   log "llama kernels: exit $?"
-  # The GPT's 16-bit step on CUDA against the CPU's (bf16 and fp16, the whole model).
+  # The GPT's 16-bit step on CUDA against the CPU's (bf16 and fp16, GPT-2 and Llama, the whole
+  # model).
   timeout 60 build/gpu/tests/test_nn --gtest_filter='Compute16.Cuda*' >>"$out/kernels26.log" 2>&1
   log "GPT 16-bit step on cuda: exit $?"
   grep -E "^\[  (PASSED|FAILED) |compute, CUDA vs CPU|^\[  FAILED  \]|flash_attention (out|dqkv).*(T1024|T257)|flash_attention \(16-bit\).*(T1024|T257)|attention16 (out|dqkv) B1 T130|flash_attention repeat|GradientSumsTest|repeat: [1-9]|CPU backend: |matmul_forward out (tf32|bf16|fp16|fp32) N77|matmul_(gelu_forward out|backward_gelu dpre) N64|matmul16_[a-z_]* [a-z]* ?[=+]* ?bf16->[a-z0-9]* N(64 IC768|50)|adamw (with a|over 150)" \
@@ -229,6 +230,7 @@ step_sanitize26() {
   san="$san:*Classifier16Test*/cuda"
   san="$san:*AdamWTest.SegmentsAreThePerSegmentCalls*/cuda:*LayerNormTest*/cuda"
   san="$san:*SoftmaxXentTest*/cuda:*EncoderTest*/cuda:*ElementwiseTest.SumSquares*/cuda"
+  san="$san:*ElementwiseTest.TransposeBlocks*/cuda"
   [ "$tool" = racecheck ] && limit=150
   local cs
   cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
@@ -239,7 +241,7 @@ step_sanitize26() {
   log "exit $?"
   # The fused residual + RMSNorm and SwiGLU's backward (the Llama family's), in their binary.
   timeout 40 "$cs" --tool "$tool" --error-exitcode 3 $lkt \
-    --gtest_filter='*LlamaKernelTest.FusedResidualRmsNorm*/cuda:*LlamaKernelTest.Swiglu*/cuda' \
+    --gtest_filter='*LlamaKernelTest.FusedResidualRmsNorm*/cuda:*LlamaKernelTest.Swiglu*/cuda:*LlamaKernelTest.SixteenBit*/cuda' \
     >>"$out/sanitize_$tool.log" 2>&1
   log "llama: exit $?"
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|hazard|PASSED|FAILED" "$out/sanitize_$tool.log" |
@@ -356,7 +358,7 @@ PY
 step_ctest_rest() {
   local limit=${1:-90}
   log "every other CUDA test (ctest, as far as $limit s allow)"
-  (cd build/gpu && timeout "$limit" ctest -R "/cuda|Cuda|_cuda" -E "FlashAttentionTest|GradientSumsTest|ElementwiseTest.SumSquares|MatmulPrecisionTest|MatmulGeluTest|Matmul16Test|Norm16Test|Classifier16Test|AdamWTest" \
+  (cd build/gpu && timeout "$limit" ctest -R "/cuda|Cuda|_cuda" -E "FlashAttentionTest|GradientSumsTest|ElementwiseTest.SumSquares|ElementwiseTest.TransposeBlocks|MatmulPrecisionTest|MatmulGeluTest|Matmul16Test|Norm16Test|Classifier16Test|AdamWTest" \
      -j6 --timeout 120 --output-on-failure --output-junit "$out/junit26.xml") >"$out/ctest26.log" 2>&1
   log "ctest exit $?"; tail -25 "$out/ctest26.log" | tee -a "$out/summary.txt"
 }
