@@ -46,7 +46,7 @@ void add_bench_train_options(CLI::App& t, bench::BenchTrainStepOptions& o) {
       "--tf32", [&o] { o.matmul_precision = "tf32"; }, "the same as --matmul-precision tf32");
   t.add_option("--compute-dtype", o.compute_dtype,
                "what the step's products and activations run in: auto (16-bit with a bf16 or "
-               "fp16 precision on CUDA, for GPT-2), fp32, or the precision's 16-bit type")
+               "fp16 precision on CUDA), fp32, or the precision's 16-bit type")
       ->check(CLI::IsMember({"auto", "fp32", "bf16", "fp16"}));
   t.add_option("--classifier-chunk", o.classifier_chunk,
                "tokens of logits the classifier holds at once (model.classifier_chunk_tokens); "

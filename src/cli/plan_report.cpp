@@ -197,23 +197,27 @@ std::unique_ptr<PlanSetup> prepare_plan(const PlanFlags& flags) {
           ? f.host_mem
           : train::host_budget_per_rank(train::node_host_budget_bytes(planned), ranks_per_node(f));
   req.budget = {f.device_mem, host_budget, f.nvme};
-  req.activation_bytes = [s](size_t b, profile::RecomputeMode r) {
+  // The dtype the planned config computes in on its device (its activations and collectives).
+  const DType compute = train::compute_dtype_for(
+      planned, planned.device.rfind("cuda", 0) == 0 ? DeviceKind::cuda : DeviceKind::cpu);
+  req.activation_bytes = [s, compute](size_t b, profile::RecomputeMode r) {
     return train::activation_bytes(s->model, b, s->seq, train::recompute_of(r), s->world,
-                                   s->flags.world.sequence_parallel);
+                                   s->flags.world.sequence_parallel, {}, compute);
   };
   const auto checkpoint_buffers = static_cast<size_t>(planned.activation_checkpoints.buffer_count);
-  req.placed_checkpoints = [s, checkpoint_buffers](size_t b, Tier tier) {
+  req.placed_checkpoints = [s, checkpoint_buffers, compute](size_t b, Tier tier) {
     const train::ActivationEstimate a = train::activation_estimate_for(
         s->model, b, s->seq, nn::Recompute(nn::Recompute::full), s->world,
-        s->flags.world.sequence_parallel, {}, tier, checkpoint_buffers);
+        s->flags.world.sequence_parallel, {}, tier, checkpoint_buffers, compute);
     return profile::PlanRequest::PlacedActivations{a.activation_bytes, a.checkpoints};
   };
-  req.tensor_parallel_wire_bytes = [s](size_t b, profile::RecomputeMode r) {
+  req.tensor_parallel_wire_bytes = [s, compute](size_t b, profile::RecomputeMode r) {
     return train::tensor_parallel_wire_bytes(s->model, b, s->seq, train::recompute_of(r), s->world,
-                                             s->flags.world.sequence_parallel);
+                                             s->flags.world.sequence_parallel, compute);
   };
-  req.ulysses_wire_bytes = [s](size_t b, profile::RecomputeMode r) {
-    return train::ulysses_wire_bytes(s->model, b, s->seq, train::recompute_of(r), s->world);
+  req.ulysses_wire_bytes = [s, compute](size_t b, profile::RecomputeMode r) {
+    return train::ulysses_wire_bytes(s->model, b, s->seq, train::recompute_of(r), s->world,
+                                     compute);
   };
   TZ_CHECK(f.recompute.empty() || f.recompute == "none" || f.recompute == "selective" ||
                f.recompute == "full",

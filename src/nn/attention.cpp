@@ -166,6 +166,9 @@ void Attention::backward16(const ModuleContext& ctx, const ComputeTensor& in,
   ComputeTensor heads_out = a.atty;  // the kernel's output, which its backward reads
   if (ctx.ulysses) {
     ctx.ulysses->to_heads(ctx.stream, datty.raw(), datty.raw(), t, buf, d.B, d.T, 1, channels_);
+    TZ_CHECK(channels_ * dtype_size(t) <= d.channels * sizeof(float),
+             "attention channels above what the projection's output scratch holds",
+             "the projection's output scratch holds (B, T, C) in fp32");
     heads_out = ComputeTensor{ctx.scratch.proj(), t};  // (B, Ts, Cl), free here
     ctx.ulysses->to_heads(ctx.stream, a.atty.raw(), heads_out.raw(), t, buf, d.B, d.T, 1,
                           channels_);

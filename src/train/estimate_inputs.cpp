@@ -135,25 +135,27 @@ ActivationEstimate activation_estimate_for(const nn::GPTConfig& config, size_t B
 
 double tensor_parallel_wire_bytes(const nn::GPTConfig& config, size_t B, size_t T,
                                   nn::Recompute recompute, const profile::WorldLayout& world,
-                                  bool sequence_parallel) {
+                                  bool sequence_parallel, DType compute) {
   const auto tp = static_cast<size_t>(world.tp);
   if (tp == 1) return 0.0;
   const auto pp = static_cast<size_t>(world.pp);
   const size_t layers = (config.num_layers + pp - 1) / pp;
   const nn::TensorParallelTraffic t = nn::expected_tensor_parallel_traffic(
-      layers, nn::ActivationDims::of(config, B, T, tp, sequence_parallel), recompute.is_full());
+      layers, nn::ActivationDims::of(config, B, T, tp, sequence_parallel, 1, compute),
+      recompute.is_full());
   const double ring = static_cast<double>(tp - 1) / static_cast<double>(tp);
   return ring * (2.0 * static_cast<double>(t.all_reduce_bytes) +
                  static_cast<double>(t.all_gather_bytes + t.reduce_scatter_bytes));
 }
 
 double ulysses_wire_bytes(const nn::GPTConfig& config, size_t B, size_t T, nn::Recompute recompute,
-                          const profile::WorldLayout& world) {
+                          const profile::WorldLayout& world, DType compute) {
   const auto sp = static_cast<size_t>(world.sp);
   if (sp == 1) return 0.0;
   const nn::UlyssesTraffic t = nn::expected_ulysses_traffic(
       config.num_layers,
-      nn::ActivationDims::of(config, B, T, static_cast<size_t>(world.tp), false, sp), recompute);
+      nn::ActivationDims::of(config, B, T, static_cast<size_t>(world.tp), false, sp, compute),
+      recompute);
   // Each all-to-all keeps one of its sp blocks on the rank.
   return static_cast<double>(t.all_to_all_bytes) * static_cast<double>(sp - 1) /
          static_cast<double>(sp);

@@ -97,6 +97,14 @@ TEST(UlyssesDims, AnalyticAllToAllVolume) {
       3, nn::ActivationDims::of(c, 2, 16, 1, false, 2, DType::bf16), false);
   EXPECT_EQ(h.all_to_all_bytes, 3u * (4 + 5) * 16 * 32 * 2);
   EXPECT_EQ(h.calls, t.calls);
+  // The grouped layout (4 query heads over 2 kv heads of 8 channels): a qkv row of
+  // (4 + 2 * 2) * 8 = 64, heads' outputs of 32.
+  nn::GPTConfig gqa = c;
+  gqa.arch.num_kv_heads = 2;
+  const nn::UlyssesTraffic g =
+      nn::expected_ulysses_traffic(3, nn::ActivationDims::of(gqa, 2, 16, 1, false, 2), false);
+  EXPECT_EQ(g.all_to_all_bytes, 3u * ((64 + 32) + (64 + 32 + 32)) * 16 * 4);
+  EXPECT_EQ(g.calls, t.calls);
 }
 
 }  // namespace

@@ -28,7 +28,7 @@ struct BenchTrainStepOptions {
   // batch * seq or more keeps them whole.
   int64_t classifier_chunk = 0;
   // What the step's products and activations run in (nn::GPT::set_compute): "auto", the 16-bit
-  // type of a bf16 or fp16 precision on CUDA where 16-bit compute is built (GPT-2), else fp32;
+  // type of a bf16 or fp16 precision on CUDA (every architecture), else fp32;
   // "fp32"; or "bf16" / "fp16", which must be the precision's type. 16-bit compute keeps a
   // 16-bit working copy of the parameters beside the fp32 master, written by the AdamW update.
   std::string compute_dtype = "auto";

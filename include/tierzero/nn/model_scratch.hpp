@@ -10,7 +10,7 @@
 // regions and the reduce-scattered outputs leaving them. Under Ulysses the attention's gradients
 // span the whole sequence for the rank's heads, and the all-to-alls pack through the MLP's
 // gradient buffers (free while the attention runs), so Ulysses adds no scratch in fp32; in 16-bit
-// compute it adds one (B*T, 3C) packing buffer of its own.
+// compute it adds one (B*T, qkv row) packing buffer of its own.
 #pragma once
 
 #include <cstddef>
@@ -66,7 +66,7 @@ class ModelScratch {
   ComputeTensor gathered_grad() const { return compute(buffers_.gathered_grad); }  // (BT, C)
   float* reduced() const { return buffers_.reduced.f32(); }                        // (S, C)
   float* norm_grads() const { return buffers_.norm_grads.f32(); }                  // (2, C)
-  // Ulysses' packing buffers, each at least (BT, 3C) of the compute dtype: dfch ((BT, 4C) at
+  // Ulysses' packing buffers, each at least (BT, qkv row) of the compute dtype: dfch ((BT, 4C) at
   // tp 1, which Ulysses needs), unused outside the MLP's backward, and dfch_gelu (fp32) or, in
   // 16-bit compute, its own packing buffer. The second is the smaller (SwiGLU's dfch holds gate
   // and up).
@@ -86,7 +86,7 @@ class ModelScratch {
     DeviceBuffer dfch;           // (BT, Hl) compute
     DeviceBuffer dfch_gelu;      // (BT, Hl) compute: fp32 compute, or 16-bit SwiGLU
     DeviceBuffer stream_grad16;  // (S, C) 16-bit compute only
-    DeviceBuffer ulysses_pack;   // (BT, 3C) compute: 16-bit compute under Ulysses only
+    DeviceBuffer ulysses_pack;   // (BT, qkv row) compute: 16-bit compute under Ulysses only
     DeviceBuffer xent_partials;  // (BT, 3) this rank's max, sum of exps, target logit
     DeviceBuffer xent_all;       // (tp, BT, 3) every rank's
     DeviceBuffer gathered_in;    // (BT, C) compute: a layernorm output all-gathered for a GEMM

@@ -77,14 +77,16 @@ ActivationEstimate activation_estimate_for(const nn::GPTConfig& config, size_t B
 // costing 2 (tp - 1) / tp of its buffer and an all-gather or reduce-scatter (tp - 1) / tp.
 // Selective recompute runs no collective again (it rebuilds the attention's core from the kept
 // qkv); full recompute runs the block's again.
+// compute: the run's compute dtype (16-bit compute gathers 16-bit tensors under sequence
+// parallelism).
 double tensor_parallel_wire_bytes(const nn::GPTConfig& config, size_t B, size_t T,
                                   nn::Recompute recompute, const profile::WorldLayout& world,
-                                  bool sequence_parallel);
+                                  bool sequence_parallel, DType compute);
 
 // Bytes one rank sends in its Ulysses all-to-alls per training micro-batch: the analytic payload
 // (nn::expected_ulysses_traffic) less the block each all-to-all keeps, (sp - 1) / sp of it.
 double ulysses_wire_bytes(const nn::GPTConfig& config, size_t B, size_t T, nn::Recompute recompute,
-                          const profile::WorldLayout& world);
+                          const profile::WorldLayout& world, DType compute);
 
 // The model's recompute mode for the planner's (profile::RecomputeMode names nn::Recompute's).
 nn::Recompute recompute_of(profile::RecomputeMode mode);

@@ -12,14 +12,17 @@ UlyssesTraffic expected_ulysses_traffic(size_t num_layers, const ActivationDims&
                                         Recompute recompute) {
   UlyssesTraffic t;
   if (d.ulysses == 1) return t;
-  // Per block: qkv (3 C) and the heads' output (C) forward (and in the recompute), their
-  // gradients backward, and there the heads' output once more, which the attention's backward
-  // reads in the heads' layout (D = rowsum(dO * O)). A selective recompute re-shards the heads'
-  // output only.
-  const size_t row = d.tokens * d.channels * d.compute_bytes();
+  // Per block: qkv (GPT-2: 3 C; grouped: (NH + 2 KVH) hs) and the heads' output (NH hs) forward
+  // (and in the recompute), their gradients backward, and there the heads' output once more,
+  // which the attention's backward reads in the heads' layout (D = rowsum(dO * O)). A selective
+  // recompute re-shards the heads' output only.
+  const size_t e = d.compute_bytes();
+  const size_t qkv = d.tokens * d.local_qkv * d.ulysses * e;         // the whole qkv row
+  const size_t heads = d.tokens * d.local_channels * d.ulysses * e;  // all heads' outputs
   const size_t forwards = 1 + (recompute.is_full() ? 1 : 0);
   const size_t core = recompute.is_selective() ? 1 : 0;
-  t.all_to_all_bytes = num_layers * (forwards * (3 + 1) + core + (3 + 1 + 1)) * row;
+  t.all_to_all_bytes =
+      num_layers * (forwards * (qkv + heads) + core * heads + (qkv + heads + heads));
   t.calls = num_layers * (forwards * 2 + core + 3);
   return t;
 }

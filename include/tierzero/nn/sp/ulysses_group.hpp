@@ -31,13 +31,14 @@ struct UlyssesTraffic {
 
 // What one training micro-batch (forward, loss, backward) of a GPT moves through its Ulysses
 // group, from the model's structure alone (docs/ulysses.md derives it): per block the forward's
-// qkv (3 C) and heads' output (C), the backward's gradients of both and the heads' output again,
+// qkv (3 C for GPT-2; (NH + 2 KVH) hs for the grouped layout) and heads' output (NH hs: C for
+// GPT-2), the backward's gradients of both and the heads' output again,
 // with full recompute the forward's two again, with selective recompute the heads' output again;
 // each element in the compute dtype (dims.compute). Zero at ulysses 1.
 UlyssesTraffic expected_ulysses_traffic(size_t num_layers, const ActivationDims& dims,
                                         Recompute recompute);
 
-// Scratch the re-sharding packs through: each at least (B, T, 3 C) of the compute dtype, this
+// Scratch the re-sharding packs through: each at least (B, T, qkv row) of the compute dtype, this
 // rank's slice at its widest; `bytes` is what each holds (checked on every re-shard).
 struct UlyssesBuffers {
   void* send;
