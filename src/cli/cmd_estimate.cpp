@@ -53,6 +53,11 @@ void print_human(const EstimateSettings& s, const profile::Estimate& e,
       "%zu, checkpointing %s%s\n",
       s.input.stage, s.param_desc.c_str(), s.optimizer_desc.c_str(), s.micro_batch, s.seq_len,
       s.checkpointing ? "on" : "off", s.recompute.is_selective() ? ", selective recompute" : "");
+  std::printf("precision working parameters %s, compute %s%s\n",
+              dtype_name(s.input.placement.working), dtype_name(s.input.compute),
+              s.input.compute != DType::f32
+                  ? " (the products' operands and their activations in 16 bits)"
+                  : "");
   if (s.input.stage == 3)
     std::printf("          %zu units below the persistence threshold (%zu) stay gathered\n",
                 e.persistent_units, s.input.param_persistence_threshold);

@@ -47,6 +47,10 @@ nlohmann::json estimate_report(const EstimateSettings& s, const profile::Estimat
   j["seq_len"] = s.seq_len;
   j["checkpointing"] = s.checkpointing;
   j["recompute"] = s.recompute.name();
+  // What the bytes assume: the working parameters' type and the dtype the model computes in
+  // (the activations' and a gathered unit's; tierzero.compute_dtype resolved for the device).
+  j["working_dtype"] = dtype_name(s.input.placement.working);
+  j["compute_dtype"] = dtype_name(s.input.compute);
   j["persistent_units"] = e.persistent_units;
   j["tiers"] = tier_json(e.persistent, false);
   j["buffers"] = tier_json(e.buffers, true);

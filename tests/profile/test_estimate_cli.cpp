@@ -49,6 +49,39 @@ TEST(EstimateCli, JsonForGpt2Stage0) {
   ASSERT_EQ(j["table"].size(), 20u);
   EXPECT_EQ(j["table"][1]["valid"], false);
   EXPECT_NE(j["table"][1]["reason"].get<std::string>().find("n/a"), std::string::npos);
+  EXPECT_EQ(j["working_dtype"], "fp32");
+  EXPECT_EQ(j["compute_dtype"], "fp32");
+}
+
+// The report says which dtypes its bytes assume: bf16 working parameters on CUDA compute in bf16
+// (tierzero.compute_dtype auto), with fewer activation bytes than the same run computed in fp32.
+TEST(EstimateCli, SaysTheWorkingAndComputeDtypes) {
+  const auto estimate = [](const std::string& compute, bool json) {
+    const std::string cfg = dir() + "/bf16_" + compute + ".json";
+    FILE* f = std::fopen(cfg.c_str(), "w");
+    EXPECT_NE(f, nullptr);
+    std::fprintf(f,
+                 R"({"bf16": {"enabled": true}, "zero_optimization": {"stage": 3},
+                     "tierzero": {"device": "cuda", "compute_dtype": "%s"}})",
+                 compute.c_str());
+    std::fclose(f);
+    return tierzero_cli(
+        "estimate --model gpt2 --micro-batch 2 --seq 128 --config " + cfg + (json ? " --json" : ""),
+        json);
+  };
+  const RunResult text = estimate("auto", false);
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("precision working parameters bf16, compute bf16"), std::string::npos)
+      << text.output;
+  const nlohmann::json half = nlohmann::json::parse(estimate("auto", true).output);
+  const nlohmann::json wide = nlohmann::json::parse(estimate("fp32", true).output);
+  EXPECT_EQ(half["working_dtype"], "bf16");
+  EXPECT_EQ(half["compute_dtype"], "bf16");
+  EXPECT_EQ(wide["compute_dtype"], "fp32");
+  const size_t a16 = half["buffers"]["device"]["activation"].get<size_t>();
+  const size_t a32 = wide["buffers"]["device"]["activation"].get<size_t>();
+  std::printf("activation bytes: bf16 compute %zu, fp32 compute %zu\n", a16, a32);
+  EXPECT_LT(a16, a32);
 }
 
 TEST(EstimateCli, Stage3OffloadAndLayout) {
