@@ -72,7 +72,7 @@ std::unique_ptr<profile::ProfileRecorder> make_recorder(
   }
   const size_t pp = model.stage().stages / chunks.size();
   profile::RunInfo info;
-  info.model = "GPT-2 " + model.config().str();
+  info.model = (model.config().is_gpt2() ? "GPT-2 " : "Llama family ") + model.config().str();
   info.parameters = static_cast<int64_t>(layout.parameter_count());
   info.ranks = ranks;
   info.rank = rank;
@@ -85,6 +85,9 @@ std::unique_ptr<profile::ProfileRecorder> make_recorder(
   info.extra["offload_optimizer"] = c.zero.offload_optimizer.device;
   info.extra["activation_checkpointing"] = c.activation_checkpointing ? "on" : "off";
   info.extra["recompute"] = c.recompute;
+  // What the activation and gathered-unit bytes are held in (tierzero.compute_dtype resolved).
+  info.extra["working_dtype"] = dtype_name(working_dtype(c));
+  info.extra["compute_dtype"] = dtype_name(model.compute());
   if (c.activation_checkpointing)
     info.extra["activation_checkpoints"] = c.activation_checkpoints.device;
   // Under tensor parallelism the parameters, placements and estimate are this rank's pieces.
@@ -194,7 +197,8 @@ nlohmann::ordered_json ulysses_memory_json(const nn::GPT& model, size_t B, size_
   j["positions"] = d.T;
   j["local_heads"] = d.local_heads;
   j["activation_bytes"] = one_micro_batch_activation_bytes(model, B, T);
-  j["one_rank_activation_bytes"] = nn::GPT::activation_bytes_for(model.config(), B, T, ckpt);
+  j["one_rank_activation_bytes"] =
+      nn::GPT::activation_bytes_for(model.config(), B, T, ckpt, 1, false, 1, model.compute());
   return j;
 }
 
