@@ -74,15 +74,6 @@ kernels::AttentionShape Attention::shape(size_t B, size_t T, size_t ulysses) con
   return {B, T, heads, heads / group_heads_, head_size_, grouped_};
 }
 
-void Attention::forward(const ModuleContext& ctx, const float* in, float* out,
-                        const AttentionActs& a) const {
-  if (grouped_) return forward_grouped(ctx, in, out, a);
-  if (ctx.ulysses) return forward_ulysses(ctx, in, out, a);
-  qkv_.forward(ctx, in, a.qkv.f32());
-  recompute_core(ctx, a);
-  proj_.forward(ctx, a.atty.f32(), out);
-}
-
 // Either layout (the shape says which), either compute dtype.
 void Attention::recompute_core(const ModuleContext& ctx, const AttentionActs& a) const {
   const ActivationDims& d = ctx.mb.dims();
@@ -101,59 +92,53 @@ void Attention::recompute_core(const ModuleContext& ctx, const AttentionActs& a)
                              channels_);
 }
 
-void Attention::backward(const ModuleContext& ctx, const float* in, const AttentionActs& a,
-                         const float* dout, float* din) const {
-  if (grouped_) return backward_grouped(ctx, in, a, dout, din);
-  if (ctx.ulysses) return backward_ulysses(ctx, in, a, dout, din);
-  const size_t B = ctx.mb.B(), T = ctx.mb.T();
-  float* datty = ctx.scratch.datty().f32();  // (B, T, C) written whole
-  float* dqkv = ctx.scratch.dqkv().f32();    // (B, T, 3C) written whole
-  proj_.backward(ctx, a.atty.f32(), dout, datty);
-  ctx.k.attention_backward(dqkv, ctx.scratch.attention(), datty, a.atty.f32(), a.qkv.f32(), a.lse,
-                           shape(B, T, 1));
-  qkv_.backward(ctx, in, dqkv, din);
-}
-
 Attention::Reshard Attention::qkv_reshard() const {
   // GPT-2's q, k and v each cut into whole heads; the grouped row into whole kv groups.
   return grouped_ ? Reshard{1, qkv_width_} : Reshard{3, channels_};
 }
 
-void Attention::rotate16(const ModuleContext& ctx, const ComputeTensor& qkv, bool undo) const {
+// A group's query heads and its k head turn; its v head does not. Positions start at 0: the
+// kernel always sees whole sequences (Ulysses re-shards to them first). In 16-bit compute each
+// turned value is rounded once more.
+void Attention::rotate(const ModuleContext& ctx, const ComputeTensor& qkv, bool undo) const {
   if (!rope_) return;
   const ActivationDims& d = ctx.mb.dims();
   const size_t p = ctx.ulysses ? ctx.ulysses->size() : 1;
   const size_t groups = heads_ / p / group_heads_, rep = group_heads_;
-  if (undo)
-    ctx.k.rope16_backward(qkv.raw(), ctx.compute(), d.B, d.seq_len, groups, rep + 2, rep + 1,
-                          head_size_, 0, rope_params_);
+  const size_t B = d.B, Ts = d.seq_len, hs = head_size_;
+  const kernels::RopeParams& rp = rope_params_;
+  if (ctx.compute16() && undo)
+    ctx.k.rope16_backward(qkv.raw(), ctx.compute(), B, Ts, groups, rep + 2, rep + 1, hs, 0, rp);
+  else if (ctx.compute16())
+    ctx.k.rope16_forward(qkv.raw(), ctx.compute(), B, Ts, groups, rep + 2, rep + 1, hs, 0, rp);
+  else if (undo)
+    ctx.k.rope_backward(qkv.f32(), B, Ts, groups, rep + 2, rep + 1, hs, 0, rp);
   else
-    ctx.k.rope16_forward(qkv.raw(), ctx.compute(), d.B, d.seq_len, groups, rep + 2, rep + 1,
-                         head_size_, 0, rope_params_);
+    ctx.k.rope_forward(qkv.f32(), B, Ts, groups, rep + 2, rep + 1, hs, 0, rp);
 }
 
 // Under Ulysses the projection writes this rank's slice with every head into the packing buffer,
 // re-sharded into qkv's (B, Ts, qkv_width_ / p): this rank's heads over the whole sequence. The
-// grouped layout's q and k heads then turn (rotary positions, rounded once more).
-void Attention::forward16(const ModuleContext& ctx, const ComputeTensor& in, float* out,
-                          const AttentionActs& a) const {
+// grouped layout's q and k heads then turn (rotary positions).
+void Attention::forward(const ModuleContext& ctx, const ComputeTensor& in, float* out,
+                        const AttentionActs& a) const {
   const ActivationDims& d = ctx.mb.dims();
   const UlyssesBuffers buf = ctx.ulysses ? ctx.scratch.ulysses() : UlyssesBuffers{};
   const ComputeTensor local_qkv = ctx.ulysses ? ComputeTensor{buf.recv, ctx.compute()} : a.qkv;
-  qkv_.forward16(ctx, in, local_qkv);  // (B, T, qkv_width_)
+  qkv_.forward(ctx, in, local_qkv);  // (B, T, qkv_width_)
   const Reshard r = qkv_reshard();
   if (ctx.ulysses)
     ctx.ulysses->to_heads(ctx.stream, local_qkv.raw(), a.qkv.raw(), ctx.compute(), buf, d.B, d.T,
                           r.parts, r.channels);
-  rotate16(ctx, a.qkv, false);
+  rotate(ctx, a.qkv, false);
   recompute_core(ctx, a);
-  proj_.forward16(ctx, a.atty, ComputeTensor{out, DType::f32});  // into the fp32 stream
+  proj_.forward(ctx, a.atty, ComputeTensor{out, DType::f32});  // into the fp32 stream
 }
 
-// Under Ulysses as backward_ulysses in fp32: the gradients of the heads' outputs and the outputs
-// themselves re-sharded to this rank's heads, the kernel over the whole sequence, dqkv back.
-void Attention::backward16(const ModuleContext& ctx, const ComputeTensor& in,
-                           const AttentionActs& a, const ComputeTensor& dout, float* din) const {
+// Under Ulysses the gradients of the heads' outputs and the outputs themselves are re-sharded to
+// this rank's heads, the kernel runs over the whole sequence, and dqkv goes back.
+void Attention::backward(const ModuleContext& ctx, const ComputeTensor& in, const AttentionActs& a,
+                         const ComputeTensor& dout, float* din) const {
   const ActivationDims& d = ctx.mb.dims();
   const DType t = ctx.compute();
   const size_t p = ctx.ulysses ? ctx.ulysses->size() : 1;
@@ -162,7 +147,7 @@ void Attention::backward16(const ModuleContext& ctx, const ComputeTensor& in,
   const ComputeTensor datty = ctx.scratch.datty();
   // (B, Ts, qkv_width_ / p) written whole; Ulysses then (B, T, qkv_width_)
   const ComputeTensor dqkv = ctx.scratch.dqkv();
-  proj_.backward16(ctx, a.atty, dout, datty);
+  proj_.backward(ctx, a.atty, dout, datty);
   ComputeTensor heads_out = a.atty;  // the kernel's output, which its backward reads
   if (ctx.ulysses) {
     ctx.ulysses->to_heads(ctx.stream, datty.raw(), datty.raw(), t, buf, d.B, d.T, 1, channels_);
@@ -173,108 +158,19 @@ void Attention::backward16(const ModuleContext& ctx, const ComputeTensor& in,
     ctx.ulysses->to_heads(ctx.stream, a.atty.raw(), heads_out.raw(), t, buf, d.B, d.T, 1,
                           channels_);
   }
-  ctx.k.attention16_backward(dqkv.raw(), ctx.scratch.attention(), datty.raw(), heads_out.raw(),
-                             a.qkv.raw(), a.lse, t, shape(d.B, d.seq_len, p));
-  rotate16(ctx, dqkv, true);  // the gradient of the values before the rotation
+  const kernels::AttentionShape s = shape(d.B, d.seq_len, p);
+  if (ctx.compute16())
+    ctx.k.attention16_backward(dqkv.raw(), ctx.scratch.attention(), datty.raw(), heads_out.raw(),
+                               a.qkv.raw(), a.lse, t, s);
+  else
+    ctx.k.attention_backward(dqkv.f32(), ctx.scratch.attention(), datty.f32(), heads_out.f32(),
+                             a.qkv.f32(), a.lse, s);
+  rotate(ctx, dqkv, true);  // the gradient of the values before the rotation
   const Reshard r = qkv_reshard();
   if (ctx.ulysses)
     ctx.ulysses->to_sequence(ctx.stream, dqkv.raw(), dqkv.raw(), t, buf, d.B, d.T, r.parts,
                              r.channels);
-  qkv_.backward16(ctx, in, dqkv, ComputeTensor{din, DType::f32});  // a norm's backward reads it
-}
-
-// The projections see (B, T, .) rows of this rank's slice with all heads; the kernel sees the
-// whole sequence Ts with this rank's NH / ulysses heads.
-void Attention::forward_ulysses(const ModuleContext& ctx, const float* in, float* out,
-                                const AttentionActs& a) const {
-  const ActivationDims& d = ctx.mb.dims();
-  const UlyssesBuffers buf = ctx.scratch.ulysses();
-  UlyssesGroup& u = *ctx.ulysses;
-  // (B, T, 3C), consumed by the re-shard before it reuses recv
-  auto* local_qkv = static_cast<float*>(buf.recv);
-  qkv_.forward(ctx, in, local_qkv);
-  u.to_heads(ctx.stream, local_qkv, a.qkv.f32(), DType::f32, buf, d.B, d.T, 3,
-             channels_);  // (B, Ts, 3Cl)
-  recompute_core(ctx, a);
-  proj_.forward(ctx, a.atty.f32(), out);
-}
-
-void Attention::backward_ulysses(const ModuleContext& ctx, const float* in, const AttentionActs& a,
-                                 const float* dout, float* din) const {
-  const ActivationDims& d = ctx.mb.dims();
-  const UlyssesBuffers buf = ctx.scratch.ulysses();
-  UlyssesGroup& u = *ctx.ulysses;
-  float* datty = ctx.scratch.datty().f32();  // (B, T, C) written whole, then in place (B, Ts, Cl)
-  proj_.backward(ctx, a.atty.f32(), dout, datty);
-  u.to_heads(ctx.stream, datty, datty, DType::f32, buf, d.B, d.T, 1, channels_);
-  // The kernel's output in the heads' layout, which the backward reads: re-sharded again from
-  // atty into the projection's output buffer, free here.
-  float* heads_out = ctx.scratch.proj();  // (B, Ts, Cl)
-  u.to_heads(ctx.stream, a.atty.f32(), heads_out, DType::f32, buf, d.B, d.T, 1, channels_);
-  float* dqkv = ctx.scratch.dqkv().f32();  // (B, Ts, 3Cl) written whole, then in place (B, T, 3C)
-  ctx.k.attention_backward(dqkv, ctx.scratch.attention(), datty, heads_out, a.qkv.f32(), a.lse,
-                           shape(d.B, d.seq_len, u.size()));
-  u.to_sequence(ctx.stream, dqkv, dqkv, DType::f32, buf, d.B, d.T, 3, channels_);
-  qkv_.backward(ctx, in, dqkv, din);
-}
-
-void Attention::rotate(const ModuleContext& ctx, float* qkv, size_t B, size_t Ts, size_t groups,
-                       bool undo) const {
-  if (!rope_) return;
-  // A group's query heads and its k head turn; its v head does not. Positions start at 0: the
-  // kernel always sees whole sequences (Ulysses re-shards to them first).
-  const size_t rep = group_heads_;
-  if (undo)
-    ctx.k.rope_backward(qkv, B, Ts, groups, rep + 2, rep + 1, head_size_, 0, rope_params_);
-  else
-    ctx.k.rope_forward(qkv, B, Ts, groups, rep + 2, rep + 1, head_size_, 0, rope_params_);
-}
-
-// Grouped layout. Without Ulysses the kernel sees this rank's groups over the micro-batch's
-// sequences; with it (p ranks) the projections see the slice with every group, the kernel the
-// whole sequence with 1 / p of the groups (each rank's contiguous share of the row).
-void Attention::forward_grouped(const ModuleContext& ctx, const float* in, float* out,
-                                const AttentionActs& a) const {
-  const ActivationDims& d = ctx.mb.dims();
-  const size_t p = ctx.ulysses ? ctx.ulysses->size() : 1;
-  const size_t groups = heads_ / p / group_heads_;
-  const UlyssesBuffers buf = ctx.ulysses ? ctx.scratch.ulysses() : UlyssesBuffers{};
-  float* qkv = a.qkv.f32();
-  float* local_qkv = ctx.ulysses ? static_cast<float*>(buf.recv) : qkv;  // (B, T, qkv_width_)
-  qkv_.forward(ctx, in, local_qkv);
-  if (ctx.ulysses)  // (B, Ts, qkv_width_ / p)
-    ctx.ulysses->to_heads(ctx.stream, local_qkv, qkv, DType::f32, buf, d.B, d.T, 1, qkv_width_);
-  rotate(ctx, qkv, d.B, d.seq_len, groups, false);
-  recompute_core(ctx, a);
-  proj_.forward(ctx, a.atty.f32(), out);
-}
-
-void Attention::backward_grouped(const ModuleContext& ctx, const float* in, const AttentionActs& a,
-                                 const float* dout, float* din) const {
-  const ActivationDims& d = ctx.mb.dims();
-  const size_t p = ctx.ulysses ? ctx.ulysses->size() : 1;
-  const size_t groups = heads_ / p / group_heads_;
-  const UlyssesBuffers buf = ctx.ulysses ? ctx.scratch.ulysses() : UlyssesBuffers{};
-  float* datty = ctx.scratch.datty().f32();  // (B, T, channels_) whole; Ulysses: (B, Ts, ./p)
-  proj_.backward(ctx, a.atty.f32(), dout, datty);
-  const float* heads_out = a.atty.f32();  // the kernel's output, which its backward reads
-  if (ctx.ulysses) {
-    ctx.ulysses->to_heads(ctx.stream, datty, datty, DType::f32, buf, d.B, d.T, 1, channels_);
-    TZ_CHECK(channels_ <= d.channels, "attention channels above the model's width",
-             "the projection's output scratch holds (B, T, C)");
-    float* resharded = ctx.scratch.proj();  // (B, Ts, channels_ / p), free here
-    ctx.ulysses->to_heads(ctx.stream, a.atty.f32(), resharded, DType::f32, buf, d.B, d.T, 1,
-                          channels_);
-    heads_out = resharded;
-  }
-  // (B, Ts, qkv_width_ / p) written whole, under Ulysses then (B, T, .)
-  float* dqkv = ctx.scratch.dqkv().f32();
-  ctx.k.attention_backward(dqkv, ctx.scratch.attention(), datty, heads_out, a.qkv.f32(), a.lse,
-                           shape(d.B, d.seq_len, p));
-  rotate(ctx, dqkv, d.B, d.seq_len, groups, true);
-  if (ctx.ulysses)
-    ctx.ulysses->to_sequence(ctx.stream, dqkv, dqkv, DType::f32, buf, d.B, d.T, 1, qkv_width_);
-  qkv_.backward(ctx, in, dqkv, din);
+  qkv_.backward(ctx, in, dqkv, ComputeTensor{din, DType::f32});  // a norm's backward reads it
 }
 
 }  // namespace tierzero::nn

@@ -28,35 +28,21 @@ class Attention {
   std::vector<TensorMeta> parameters() const;
   void bind(const ParamLayout& layout);
 
-  // out (B, T, C) = attproj(attention(qkv(in))); in (B, T, C) is the layernormed stream.
-  void forward(const ModuleContext& ctx, const float* in, float* out,
+  // out (B, T, C) = attproj(attention(qkv(in))); in (B, T, C) is the layernormed stream. in,
+  // acts and dout are of ctx.compute() (16-bit compute or fp32), out and din fp32 (the residual
+  // stream's side). Either layout; this rank's heads; under Ulysses the projections see the
+  // slice with every head and the kernel the whole sequence with this rank's heads.
+  void forward(const ModuleContext& ctx, const ComputeTensor& in, float* out,
                const AttentionActs& acts) const;
   // din (B, T, C) = d(in) for dout (B, T, C), overwritten (Linear::backward); `in` and `acts` are
   // the forward's.
-  void backward(const ModuleContext& ctx, const float* in, const AttentionActs& acts,
-                const float* dout, float* din) const;
+  void backward(const ModuleContext& ctx, const ComputeTensor& in, const AttentionActs& acts,
+                const ComputeTensor& dout, float* din) const;
   // The attention's core again (selective recompute): acts.atty and acts.lse from acts.qkv, as
   // the forward computed them (bitwise). No parameters; under Ulysses one all-to-all.
   void recompute_core(const ModuleContext& ctx, const AttentionActs& acts) const;
 
-  // 16-bit compute (ctx.compute16(); either layout; this rank's heads, under Ulysses as
-  // forward's): in, acts and dout of ctx.compute(); out and din fp32 (the residual stream's
-  // side), din overwritten.
-  void forward16(const ModuleContext& ctx, const ComputeTensor& in, float* out,
-                 const AttentionActs& acts) const;
-  void backward16(const ModuleContext& ctx, const ComputeTensor& in, const AttentionActs& acts,
-                  const ComputeTensor& dout, float* din) const;
-
  private:
-  void forward_ulysses(const ModuleContext& ctx, const float* in, float* out,
-                       const AttentionActs& acts) const;
-  void backward_ulysses(const ModuleContext& ctx, const float* in, const AttentionActs& acts,
-                        const float* dout, float* din) const;
-
-  void forward_grouped(const ModuleContext& ctx, const float* in, float* out,
-                       const AttentionActs& acts) const;
-  void backward_grouped(const ModuleContext& ctx, const float* in, const AttentionActs& acts,
-                        const float* dout, float* din) const;
   // The kernel's extents for this rank's heads (1 / ulysses of them) over B sequences of T
   // positions: GPT-2's [q | k | v] rows, or the grouped layout.
   kernels::AttentionShape shape(size_t B, size_t T, size_t ulysses) const;
@@ -66,11 +52,9 @@ class Attention {
     size_t parts, channels;
   };
   Reshard qkv_reshard() const;
-  // rotate() on 16-bit qkv (B, Ts, this rank's groups' rows) or, undo, its gradient.
-  void rotate16(const ModuleContext& ctx, const ComputeTensor& qkv, bool undo) const;
-  // The rotary embedding on q and k of qkv (B, Ts, groups (rep + 2) hs); undo: the backward's.
-  void rotate(const ModuleContext& ctx, float* qkv, size_t B, size_t Ts, size_t groups,
-              bool undo) const;
+  // The rotary embedding on q and k of qkv (B, Ts, this rank's groups (rep + 2) hs), in place;
+  // undo: the backward's. Nothing without rotary positions.
+  void rotate(const ModuleContext& ctx, const ComputeTensor& qkv, bool undo) const;
 
   bool grouped_;  // the Llama layout and kernels (not GPT-2)
   bool rope_;

@@ -51,20 +51,13 @@ BlockActs Block::acts(const ModuleContext& ctx) const {
 
 void Block::run(const ModuleContext& ctx, const float* in, float* out, const BlockActs& a) const {
   float* proj = ctx.scratch.proj();
+  const ComputeTensor gathered = ctx.scratch.gathered_in();  // (B*T, C) compute
   // (With the previous block's last add pending, in is written here with ln1, in one pass.)
   ln1_.forward_input(ctx, in, a.ln1, a.ln1_stats);
-  if (ctx.compute16()) {  // the norms' outputs gathered in the compute dtype
-    const ComputeTensor gathered = ctx.scratch.gathered_in();
-    attn_.forward16(ctx, ctx.gather_stream(a.ln1, gathered), proj, a.attn);
-    ln2_.residual_forward(ctx, in, ctx.reduce_stream(proj), a.residual2, a.ln2, a.ln2_stats);
-    mlp_.forward16(ctx, ctx.gather_stream(a.ln2, gathered), out ? proj : nullptr, a.mlp);
-  } else {
-    float* gathered = ctx.scratch.gathered_in().f32();
-    attn_.forward(ctx, ctx.gather_stream(a.ln1.f32(), gathered), proj, a.attn);  // (one each)
-    // residual2 = in + the attention's output, and ln2 of it, in one pass (layer_norm.hpp).
-    ln2_.residual_forward(ctx, in, ctx.reduce_stream(proj), a.residual2, a.ln2, a.ln2_stats);
-    mlp_.forward(ctx, ctx.gather_stream(a.ln2.f32(), gathered), out ? proj : nullptr, a.mlp);
-  }
+  attn_.forward(ctx, ctx.gather_stream(a.ln1, gathered), proj, a.attn);  // (one collective each)
+  // residual2 = in + the attention's output, and ln2 of it, in one pass (layer_norm.hpp).
+  ln2_.residual_forward(ctx, in, ctx.reduce_stream(proj), a.residual2, a.ln2, a.ln2_stats);
+  mlp_.forward(ctx, ctx.gather_stream(a.ln2, gathered), out ? proj : nullptr, a.mlp);
   if (!out) return;
   const float* mlp_out = ctx.reduce_stream(proj);
   // The next module adds them with its norm (ModuleContext::out_sum); else out = the sum here.
@@ -92,57 +85,38 @@ void Block::recompute(ModuleContext& ctx) {
   }
 }
 
+// MLP branch: its dout is the stream's gradient; ln2 adds the branch's part into the stream, which
+// then is the gradient of residual2, the attention branch's dout. Under tensor parallelism dln
+// holds this rank's partial sums until reduce_stream adds them up. (The collectives are issued
+// one statement each: every rank must issue them in one order.) In 16-bit compute the branches'
+// products read the stream's gradient in 16 bits: the fp32 running gradient, which the norms'
+// backwards add into, rounded before each branch by the norm's own pass that made it (ln2's for
+// the attention branch; ln1's, or the final norm's, for the next block's MLP branch) or, where
+// nothing rounded it (a pipeline stage's last block, whose gradient arrives), by a pass of its
+// own; under sequence parallelism it is all-gathered in 16 bits, as the norms' outputs are.
 void Block::backward(ModuleContext& ctx, const float* dout, float* din) {
   TZ_CHECK(din == dout, name() + ": backward needs din to alias dout",
            "a block updates the residual stream's running gradient in place");
   const float* in = ctx.mb.saved_input(index());
   const BlockActs a = acts(ctx);
-  if (ctx.compute16()) {
-    ctx.wrote_din16 = backward16(ctx, in, a, din);
-    return;
-  }
-  float* dln = ctx.scratch.dln();  // (B*T, C), each branch's input gradient, written whole
-  float* gathered = ctx.scratch.gathered_in().f32();
-  float* gathered_grad = ctx.scratch.gathered_grad().f32();
-  // MLP branch: its dout is the stream's gradient; ln2 adds the branch's part into the stream,
-  // which then is the gradient of residual2, the attention branch's dout. Under tensor
-  // parallelism dln holds this rank's partial sums until reduce_stream adds them up.
-  // (The collectives are issued one statement each: every rank must issue them in one order.)
-  const float* ln2_out = ctx.gather_stream(a.ln2.f32(), gathered);
-  const float* mlp_dout = ctx.gather_stream(dout, gathered_grad);
-  mlp_.backward(ctx, ln2_out, a.mlp, mlp_dout, dln);
-  ln2_.backward(ctx, a.residual2, a.ln2_stats, ctx.reduce_stream(dln), din);
-  const float* ln1_out = ctx.gather_stream(a.ln1.f32(), gathered);
-  const float* attn_dout = ctx.gather_stream(din, gathered_grad);
-  attn_.backward(ctx, ln1_out, a.attn, attn_dout, dln);
-  ln1_.backward(ctx, in, a.ln1_stats, ctx.reduce_stream(dln), din);
-}
-
-// The branches' products read the stream's gradient in 16 bits: the fp32 running gradient, which
-// the norms' backwards add into, rounded before each branch, by the norm's own pass that made it
-// (ln2's for the attention branch; ln1's, or the final norm's, for the next block's MLP branch)
-// or, where nothing rounded it (a pipeline stage's last block, whose gradient arrives), by a
-// pass of its own. Under tensor parallelism each branch's input gradient is a partial sum, summed
-// before its norm's backward as in fp32; under sequence parallelism the rounded gradient and the
-// norms' outputs are all-gathered in 16 bits (the same collectives, in the same order, as the
-// fp32 backward's). Returns whether ln1 wrote dstream's rounded copy (ctx.want_din16).
-bool Block::backward16(const ModuleContext& ctx, const float* in, const BlockActs& a,
-                       float* dstream) const {
-  float* dln = ctx.scratch.dln();                            // (B*T, C) fp32, written whole
-  const ComputeTensor grad16 = ctx.scratch.stream_grad16();  // (S, C) compute
+  const bool c16 = ctx.compute16();
+  float* dln = ctx.scratch.dln();  // (B*T, C) fp32, each branch's input gradient, written whole
+  // (S, C) the stream's gradient as the products read it: din itself, or its 16-bit copy
+  const ComputeTensor grad = c16 ? ctx.scratch.stream_grad16() : ComputeTensor{din, DType::f32};
   const ComputeTensor gathered = ctx.scratch.gathered_in();
   const ComputeTensor gathered_grad = ctx.scratch.gathered_grad();
-  if (!ctx.dout16) ctx.round_to_compute(grad16, dstream, ctx.mb.dims().stream_tokens * channels_);
+  if (c16 && !ctx.dout16) ctx.round_to_compute(grad, din, ctx.mb.dims().stream_tokens * channels_);
   const ComputeTensor ln2_out = ctx.gather_stream(a.ln2, gathered);
-  const ComputeTensor mlp_dout = ctx.gather_stream(grad16, gathered_grad);
-  mlp_.backward16(ctx, ln2_out, a.mlp, mlp_dout, dln);
-  ln2_.backward(ctx, a.residual2, a.ln2_stats, ctx.reduce_stream(dln), dstream, grad16);
+  const ComputeTensor mlp_dout = ctx.gather_stream(grad, gathered_grad);
+  mlp_.backward(ctx, ln2_out, a.mlp, mlp_dout, dln);
+  ln2_.backward(ctx, a.residual2, a.ln2_stats, ctx.reduce_stream(dln), din,
+                c16 ? grad : ComputeTensor{});
   const ComputeTensor ln1_out = ctx.gather_stream(a.ln1, gathered);
-  const ComputeTensor attn_dout = ctx.gather_stream(grad16, gathered_grad);
-  attn_.backward16(ctx, ln1_out, a.attn, attn_dout, dln);
-  ln1_.backward(ctx, in, a.ln1_stats, ctx.reduce_stream(dln), dstream,
-                ctx.want_din16 ? grad16 : ComputeTensor{});
-  return ctx.want_din16;
+  const ComputeTensor attn_dout = ctx.gather_stream(grad, gathered_grad);
+  attn_.backward(ctx, ln1_out, a.attn, attn_dout, dln);
+  ln1_.backward(ctx, in, a.ln1_stats, ctx.reduce_stream(dln), din,
+                ctx.want_din16 ? grad : ComputeTensor{});
+  ctx.wrote_din16 = ctx.want_din16;
 }
 
 }  // namespace tierzero::nn

@@ -42,10 +42,6 @@ class Block final : public Module {
   // The forward into acts; the output (and the MLP projection it needs) only when out is set,
   // and then left to the next module as a ResidualSum when ctx.out_sum asks for one.
   void run(const ModuleContext& ctx, const float* in, float* out, const BlockActs& a) const;
-  // The backward in 16-bit compute, dstream (S, C) the running gradient, updated in place;
-  // true when it left dstream's rounded copy in the scratch (ModuleContext::want_din16).
-  bool backward16(const ModuleContext& ctx, const float* in, const BlockActs& a,
-                  float* dstream) const;
 
   int layer_;
   size_t channels_;

@@ -48,34 +48,62 @@ void Linear::bind(const ParamLayout& layout) {
   bias_in_forward_ = has_bias_ && (split_ != LinearSplit::row || layout.tp().rank == 0);
 }
 
-void Linear::forward(const ModuleContext& ctx, const float* in, float* out) const {
+// Each of the four runs the product in the run's compute (ctx.compute16(): the 16-bit kernels on
+// the working copy ctx.params16, else the fp32 ones on ctx.params).
+void Linear::forward(const ModuleContext& ctx, const ComputeTensor& in,
+                     const ComputeTensor& out) const {
   const size_t N = ctx.mb.dims().tokens;
-  ctx.k.matmul_forward(out, in, weight_.in(ctx.params),
+  if (ctx.compute16()) {
+    ctx.k.matmul16_forward(out.raw(), out.type, in.raw(), weight16(ctx), bias16(ctx), ctx.compute(),
+                           N, in_, out_);
+    return;
+  }
+  ctx.k.matmul_forward(out.f32(), in.f32(), weight_.in(ctx.params),
                        bias_in_forward_ ? bias_.in(ctx.params) : nullptr, N, in_, out_);
 }
 
-void Linear::backward(const ModuleContext& ctx, const float* in, const float* dout,
-                      float* din) const {
+void Linear::backward(const ModuleContext& ctx, const ComputeTensor& in, const ComputeTensor& dout,
+                      const ComputeTensor& din) const {
   // Every rank has the whole dout of a row-parallel output, so each computes the bias's
   // gradient, and the replicas stay equal.
   const size_t N = ctx.mb.dims().tokens;
-  ctx.k.matmul_backward(din, weight_.in(ctx.grads), has_bias_ ? bias_.in(ctx.grads) : nullptr, dout,
-                        in, weight_.in(ctx.params), N, in_, out_, kernels::GradWrite::overwrite);
+  float* db = has_bias_ ? bias_.in(ctx.grads) : nullptr;
+  if (ctx.compute16()) {
+    ctx.k.matmul16_backward(din.raw(), din.type, weight_.in(ctx.grads), db, dout.raw(), in.raw(),
+                            weight16(ctx), ctx.compute(), N, in_, out_,
+                            kernels::GradWrite::overwrite);
+    return;
+  }
+  ctx.k.matmul_backward(din.f32(), weight_.in(ctx.grads), db, dout.f32(), in.f32(),
+                        weight_.in(ctx.params), N, in_, out_, kernels::GradWrite::overwrite);
 }
 
-void Linear::forward_gelu(const ModuleContext& ctx, const float* in, float* pre, float* act) const {
+void Linear::forward_gelu(const ModuleContext& ctx, const ComputeTensor& in,
+                          const ComputeTensor& pre, const ComputeTensor& act) const {
   TZ_CHECK(split_ != LinearSplit::row, "a row-parallel linear's output is a partial sum",
            "internal error: apply GELU after the tensor-parallel sum");
   const size_t N = ctx.mb.dims().tokens;
-  ctx.k.matmul_gelu_forward(act, pre, in, weight_.in(ctx.params),
+  if (ctx.compute16()) {
+    ctx.k.matmul16_gelu_forward(act.raw(), pre.raw(), in.raw(), weight16(ctx), bias16(ctx),
+                                ctx.compute(), N, in_, out_);
+    return;
+  }
+  ctx.k.matmul_gelu_forward(act.f32(), pre.f32(), in.f32(), weight_.in(ctx.params),
                             bias_in_forward_ ? bias_.in(ctx.params) : nullptr, N, in_, out_);
 }
 
-void Linear::backward_gelu(const ModuleContext& ctx, const float* in, const float* pre,
-                           const float* dout, float* dpre) const {
+void Linear::backward_gelu(const ModuleContext& ctx, const ComputeTensor& in,
+                           const ComputeTensor& pre, const ComputeTensor& dout,
+                           const ComputeTensor& dpre) const {
   const size_t N = ctx.mb.dims().tokens;
-  ctx.k.matmul_backward_gelu(dpre, weight_.in(ctx.grads), has_bias_ ? bias_.in(ctx.grads) : nullptr,
-                             dout, in, pre, weight_.in(ctx.params), N, in_, out_);
+  float* db = has_bias_ ? bias_.in(ctx.grads) : nullptr;
+  if (ctx.compute16()) {
+    ctx.k.matmul16_backward_gelu(dpre.raw(), weight_.in(ctx.grads), db, dout.raw(), in.raw(),
+                                 pre.raw(), weight16(ctx), ctx.compute(), N, in_, out_);
+    return;
+  }
+  ctx.k.matmul_backward_gelu(dpre.f32(), weight_.in(ctx.grads), db, dout.f32(), in.f32(), pre.f32(),
+                             weight_.in(ctx.params), N, in_, out_);
 }
 
 const void* Linear::weight16(const ModuleContext& ctx) const {
@@ -84,36 +112,6 @@ const void* Linear::weight16(const ModuleContext& ctx) const {
 
 const void* Linear::bias16(const ModuleContext& ctx) const {
   return bias_in_forward_ ? bias_.in16(ctx.params16, ctx.compute()) : nullptr;
-}
-
-void Linear::forward16(const ModuleContext& ctx, const ComputeTensor& in,
-                       const ComputeTensor& out) const {
-  ctx.k.matmul16_forward(out.raw(), out.type, in.raw(), weight16(ctx), bias16(ctx), ctx.compute(),
-                         ctx.mb.dims().tokens, in_, out_);
-}
-
-void Linear::backward16(const ModuleContext& ctx, const ComputeTensor& in,
-                        const ComputeTensor& dout, const ComputeTensor& din) const {
-  ctx.k.matmul16_backward(din.raw(), din.type, weight_.in(ctx.grads),
-                          has_bias_ ? bias_.in(ctx.grads) : nullptr, dout.raw(), in.raw(),
-                          weight16(ctx), ctx.compute(), ctx.mb.dims().tokens, in_, out_,
-                          kernels::GradWrite::overwrite);
-}
-
-void Linear::forward_gelu16(const ModuleContext& ctx, const ComputeTensor& in,
-                            const ComputeTensor& pre, const ComputeTensor& act) const {
-  TZ_CHECK(split_ != LinearSplit::row, "a row-parallel linear's output is a partial sum",
-           "internal error: apply GELU after the tensor-parallel sum");
-  ctx.k.matmul16_gelu_forward(act.raw(), pre.raw(), in.raw(), weight16(ctx), bias16(ctx),
-                              ctx.compute(), ctx.mb.dims().tokens, in_, out_);
-}
-
-void Linear::backward_gelu16(const ModuleContext& ctx, const ComputeTensor& in,
-                             const ComputeTensor& pre, const ComputeTensor& dout,
-                             const ComputeTensor& dpre) const {
-  ctx.k.matmul16_backward_gelu(
-      dpre.raw(), weight_.in(ctx.grads), has_bias_ ? bias_.in(ctx.grads) : nullptr, dout.raw(),
-      in.raw(), pre.raw(), weight16(ctx), ctx.compute(), ctx.mb.dims().tokens, in_, out_);
 }
 
 }  // namespace tierzero::nn

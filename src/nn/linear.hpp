@@ -27,35 +27,29 @@ class Linear {
   size_t in_features() const { return in_; }    // local, after bind
   size_t out_features() const { return out_; }  // local, after bind
 
+  // Each runs in the run's compute (ctx.compute16(): W and b from ctx.params16, the operands of
+  // ctx.compute(), each product accumulated in fp32 by Kernels::matmul16_*; else fp32 from
+  // ctx.params). W's and b's gradients are fp32 either way. A result's own type says how it is
+  // stored: the compute dtype when the next product reads it, fp32 when the residual stream or a
+  // norm's backward does.
+  //
   // out (B*T, out) = in (B*T, in) @ W^T + b, over all of ctx.mb's tokens (row-parallel: a
   // partial sum, with b on tp rank 0 only).
-  void forward(const ModuleContext& ctx, const float* in, float* out) const;
+  void forward(const ModuleContext& ctx, const ComputeTensor& in, const ComputeTensor& out) const;
   // din (B*T, in) = dout @ W, OVERWRITTEN (every caller's din has no other term, so it is not
   // zero-filled first, and the product does not read it); dW += dout^T in; db += colsum(dout).
   // `in` is the forward's input.
-  void backward(const ModuleContext& ctx, const float* in, const float* dout, float* din) const;
+  void backward(const ModuleContext& ctx, const ComputeTensor& in, const ComputeTensor& dout,
+                const ComputeTensor& din) const;
   // forward with GELU after it: pre (B*T, out) as forward's out, act (B*T, out) = gelu(pre), in
   // one kernel call (Kernels::matmul_gelu_forward). Not for a row-parallel linear, whose partial
   // outputs are summed before any activation.
-  void forward_gelu(const ModuleContext& ctx, const float* in, float* pre, float* act) const;
+  void forward_gelu(const ModuleContext& ctx, const ComputeTensor& in, const ComputeTensor& pre,
+                    const ComputeTensor& act) const;
   // backward of a linear whose input was gelu(pre): dpre (B*T, in) = gelu'(pre) * (dout @ W),
   // OVERWRITTEN; dW and db accumulate as in backward (Kernels::matmul_backward_gelu).
-  void backward_gelu(const ModuleContext& ctx, const float* in, const float* pre, const float* dout,
-                     float* dpre) const;
-
-  // The same four in 16-bit compute (ctx.compute16()): W and b from ctx.params16, the operands
-  // of ctx.compute(), each product accumulated in fp32 (Kernels::matmul16_*); W's and b's
-  // gradients stay fp32. A result's own type says how it is stored: the compute dtype when the
-  // next product reads it, fp32 when the residual stream or a norm's backward does.
-  void forward16(const ModuleContext& ctx, const ComputeTensor& in, const ComputeTensor& out) const;
-  // din overwritten, as in backward.
-  void backward16(const ModuleContext& ctx, const ComputeTensor& in, const ComputeTensor& dout,
-                  const ComputeTensor& din) const;
-  // pre and act of the compute dtype.
-  void forward_gelu16(const ModuleContext& ctx, const ComputeTensor& in, const ComputeTensor& pre,
-                      const ComputeTensor& act) const;
-  void backward_gelu16(const ModuleContext& ctx, const ComputeTensor& in, const ComputeTensor& pre,
-                       const ComputeTensor& dout, const ComputeTensor& dpre) const;
+  void backward_gelu(const ModuleContext& ctx, const ComputeTensor& in, const ComputeTensor& pre,
+                     const ComputeTensor& dout, const ComputeTensor& dpre) const;
 
  private:
   const void* weight16(const ModuleContext& ctx) const;

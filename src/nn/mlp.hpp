@@ -21,18 +21,14 @@ class MLP {
   void bind(const ParamLayout& layout);
 
   // out (B, T, C) = fcproj(gelu(fc(in))) (or fcproj(swiglu(fc(in)))). out may be null: a checkpoint
-  // recompute needs only acts rebuilt, not the output the forward already delivered.
-  void forward(const ModuleContext& ctx, const float* in, float* out, const MlpActs& acts) const;
+  // recompute needs only acts rebuilt, not the output the forward already delivered. in, acts
+  // and dout are of ctx.compute() (16-bit compute or fp32); out and din fp32.
+  void forward(const ModuleContext& ctx, const ComputeTensor& in, float* out,
+               const MlpActs& acts) const;
   // din (B, T, C) = d(in) for dout (B, T, C), overwritten (Linear::backward); `in` and `acts` are
   // the forward's.
-  void backward(const ModuleContext& ctx, const float* in, const MlpActs& acts, const float* dout,
-                float* din) const;
-  // 16-bit compute (GPT-2's GELU MLP): in, acts and dout of ctx.compute(); out (nullable) and din
-  // fp32, din overwritten.
-  void forward16(const ModuleContext& ctx, const ComputeTensor& in, float* out,
-                 const MlpActs& acts) const;
-  void backward16(const ModuleContext& ctx, const ComputeTensor& in, const MlpActs& acts,
-                  const ComputeTensor& dout, float* din) const;
+  void backward(const ModuleContext& ctx, const ComputeTensor& in, const MlpActs& acts,
+                const ComputeTensor& dout, float* din) const;
 
  private:
   bool swiglu_;
