@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.hpp"
+#include "scratch_dir.hpp"
 #include "tierzero/train/token_shards.hpp"
 
 namespace {
@@ -22,13 +23,7 @@ RunResult tierzero_cli(const std::string& args, const std::string& env = "") {
 }
 
 std::string dir() {
-  static std::string d = [] {
-    std::string p =
-        std::filesystem::temp_directory_path().string() + "/tz_cli_" + std::to_string(::getpid());
-    std::filesystem::create_directories(p);
-    return p;
-  }();
-  return d;
+  return tierzero::testing::scratch_dir("tz_cli");
 }
 
 std::string write_file(const std::string& name, const std::string& text) {

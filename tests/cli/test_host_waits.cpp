@@ -14,6 +14,7 @@
 #include <string>
 
 #include "cli_runner.hpp"
+#include "scratch_dir.hpp"
 
 namespace {
 
@@ -22,8 +23,7 @@ namespace {
 size_t max_host_waits(int stage, const std::string& offload, const char* what,
                       const std::string& top = "", size_t from_step = 0,
                       const std::string& cli = "") {
-  const std::string d =
-      std::filesystem::temp_directory_path().string() + "/tz_waits_" + std::to_string(::getpid());
+  const std::string d = tierzero::testing::scratch_dir("tz_waits") + "/run";  // removed below
   std::filesystem::create_directories(d);
   const std::string config = d + "/run.json", metrics = d + "/metrics.jsonl";
   std::ofstream(config) << R"({"train_micro_batch_size_per_gpu": 2, "gradient_clipping": 1.0, )"
@@ -76,8 +76,7 @@ TEST(HostWaits, PerStepOnOneRankStayAsCounted) {
   // gradient shards as well, before the host writes them there.
   EXPECT_LE(max_host_waits(3, host, "stage 3, parameters and optimizer on the host"), 5u);
   EXPECT_LE(max_host_waits(3, host, "stage 3 on the host, 3 micro-batches", accumulate), 13u);
-  const std::string swap = std::filesystem::temp_directory_path().string() + "/tz_waits_swap_" +
-                           std::to_string(::getpid());
+  const std::string swap = tierzero::testing::scratch_dir("tz_waits") + "/swap";
   std::filesystem::create_directories(swap);
   const std::string nvme = R"(, "offload_param": {"device": "nvme", "nvme_path": ")" + swap +
                            R"("}, "offload_optimizer": {"device": "nvme", "nvme_path": ")" + swap +

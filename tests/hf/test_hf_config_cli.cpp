@@ -11,6 +11,7 @@
 #include <string>
 
 #include "cli_runner.hpp"
+#include "scratch_dir.hpp"
 
 namespace {
 
@@ -46,9 +47,7 @@ TEST(HfConfigCli, EstimateSizesTheModelAConfigJsonDescribes) {
 }
 
 TEST(HfConfigCli, AConfigWithAKeyMissingIsOneClearError) {
-  const std::string dir = std::filesystem::temp_directory_path().string() + "/tz_hf_config_" +
-                          std::to_string(::getpid());
-  std::filesystem::create_directories(dir);
+  const std::string dir = tierzero::testing::scratch_dir("tz_hf_config");
   nlohmann::json c = nlohmann::json::parse(std::ifstream(kLlamaDir + "/config.json"));
   c.erase("num_hidden_layers");
   std::ofstream(dir + "/config.json") << c.dump(2);

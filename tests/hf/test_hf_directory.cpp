@@ -14,6 +14,7 @@
 #include <iterator>
 #include <random>
 
+#include "scratch_dir.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/nn/gpt_modules.hpp"
 #include "tierzero/train/hf_directory.hpp"
@@ -35,10 +36,8 @@ nn::GPTConfig tiny() {
 }
 
 std::string temp_dir(const std::string& name) {
-  const std::string d =
-      fs::temp_directory_path().string() + "/tz_hfdir_" + std::to_string(::getpid()) + "/" + name;
+  const std::string d = tierzero::testing::scratch_dir("tz_hfdir") + "/" + name;
   fs::remove_all(d);
-  fs::create_directories(fs::path(d).parent_path());
   return d;
 }
 

@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "fixture_reader.hpp"
+#include "scratch_dir.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/nn/gpt_modules.hpp"
 #include "tierzero/train/hf_directory.hpp"
@@ -65,8 +66,7 @@ void check_fixture(const std::string& name) {
   EXPECT_EQ(wrong, 0u);
 
   // Export in bf16, several shards, and read back.
-  const std::string out =
-      fs::temp_directory_path().string() + "/tz_hfllama_" + std::to_string(::getpid()) + "_" + name;
+  const std::string out = tierzero::testing::scratch_dir("tz_hfllama") + "/" + name;
   fs::remove_all(out);
   train::HfExportOptions o;
   o.dtype = DType::bf16;
@@ -107,8 +107,7 @@ TEST(HfLlamaDirectory, Qwen2FixtureLoadsAsTheParityLayout) {
 }
 
 TEST(HfLlamaDirectory, UnsupportedLlamaKeysAreRefused) {
-  const std::string dir =
-      fs::temp_directory_path().string() + "/tz_hfllama_keys_" + std::to_string(::getpid());
+  const std::string dir = tierzero::testing::scratch_dir("tz_hfllama") + "/keys";
   fs::remove_all(dir);
   fs::copy(fixture_dir("llama_tiny"), dir);
   std::ifstream in(dir + "/config.json");

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli_runner.hpp"
+#include "scratch_dir.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/nn/gpt_config.hpp"
 #include "tierzero/offload/host_pool.hpp"
@@ -164,13 +165,7 @@ TEST(OneHome, TheEstimatorRefusesWhatTheTrainerRefuses) {
 }
 
 std::string temp_dir() {
-  static const std::string d = [] {
-    const std::string p = std::filesystem::temp_directory_path().string() + "/tz_placement_" +
-                          std::to_string(::getpid());
-    std::filesystem::create_directories(p);
-    return p;
-  }();
-  return d;
+  return tierzero::testing::scratch_dir("tz_placement");
 }
 
 // plan used to assume each rank had the whole machine's memory, while the trainer gives a rank

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.hpp"
+#include "scratch_dir.hpp"
 #include "tierzero/train/train_config.hpp"
 
 namespace {
@@ -24,13 +25,7 @@ RunResult tierzero_cli(const std::string& args, bool stdout_only = false) {
 }
 
 std::string dir() {
-  static std::string d = [] {
-    std::string p = std::filesystem::temp_directory_path().string() + "/tz_estimate_cli_" +
-                    std::to_string(::getpid());
-    std::filesystem::create_directories(p);
-    return p;
-  }();
-  return d;
+  return tierzero::testing::scratch_dir("tz_estimate_cli");
 }
 
 TEST(EstimateCli, JsonForGpt2Stage0) {

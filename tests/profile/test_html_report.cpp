@@ -21,6 +21,7 @@
 
 #ifdef TZ_TEST_HAVE_PNG
 #include <png.h>
+#include "scratch_dir.hpp"
 #endif
 
 using namespace tierzero;
@@ -30,12 +31,7 @@ namespace fs = std::filesystem;
 namespace {
 
 fs::path test_dir() {
-  static const fs::path d = [] {
-    fs::path p = fs::temp_directory_path() / ("tz_report_" + std::to_string(::getpid()));
-    fs::create_directories(p);
-    return p;
-  }();
-  return d;
+  return tierzero::testing::scratch_dir("tz_report");
 }
 
 std::string read_text(const fs::path& p) {

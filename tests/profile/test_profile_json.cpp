@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "scratch_dir.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/profile/profile_json.hpp"
 #include "tierzero/profile/profile_recorder.hpp"
@@ -16,10 +17,7 @@ using namespace tierzero::profile;
 namespace {
 
 std::string temp_path(const std::string& name) {
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("tz_profile_json_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
+  return tierzero::testing::scratch_dir("tz_profile_json") + "/" + name;
 }
 
 Profile recorded_profile(bool timeline) {

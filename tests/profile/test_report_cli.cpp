@@ -13,6 +13,7 @@
 #include <set>
 
 #include "cli_runner.hpp"
+#include "scratch_dir.hpp"
 #include "synthetic_profile.hpp"
 #include "tierzero/profile/profile_json.hpp"
 #include "tierzero/profile/rank_profiles.hpp"
@@ -29,12 +30,7 @@ RunResult tierzero_cli(const std::string& args) {
 }
 
 fs::path dir() {
-  static const fs::path d = [] {
-    fs::path p = fs::temp_directory_path() / ("tz_report_cli_" + std::to_string(::getpid()));
-    fs::create_directories(p);
-    return p;
-  }();
-  return d;
+  return tierzero::testing::scratch_dir("tz_report_cli");
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 
+#include "scratch_dir.hpp"
 #include "synthetic_profile.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/profile/profile_recorder.hpp"
@@ -20,7 +21,7 @@ using namespace tierzero::profile;
 TEST(TraceExport, ParsesAndHoldsEveryTrackAndTheMemoryCounters) {
   const Profile p = synthetic::synthetic_profile(3, 4, true);
   const auto path =
-      std::filesystem::temp_directory_path() / ("tz_trace_" + std::to_string(::getpid()) + ".json");
+      std::filesystem::path(tierzero::testing::scratch_dir("tz_trace")) / "trace.json";
   write_trace(p, path.string());
   std::ifstream in(path);
   const nlohmann::json j = nlohmann::json::parse(in);  // throws (fails the test) if invalid

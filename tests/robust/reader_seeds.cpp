@@ -9,6 +9,7 @@
 #include <sstream>
 #include <vector>
 
+#include "scratch_dir.hpp"
 #include "synthetic_profile.hpp"
 #include "tierzero/nn/gpt_modules.hpp"
 #include "tierzero/nn/param_layout.hpp"
@@ -90,19 +91,7 @@ std::string write_seed_profile(const std::string& path) {
 }
 
 const std::string& scratch_dir() {
-  static const std::string dir = [] {
-    const std::string d = std::filesystem::temp_directory_path().string() + "/tz_readers_" +
-                          std::to_string(::getpid());
-    std::filesystem::create_directories(d);
-    std::atexit([] {
-      std::error_code ec;
-      std::filesystem::remove_all(std::filesystem::temp_directory_path().string() + "/tz_readers_" +
-                                      std::to_string(::getpid()),
-                                  ec);
-    });
-    return d;
-  }();
-  return dir;
+  return tierzero::testing::scratch_dir("tz_readers");
 }
 
 }  // namespace tierzero::test

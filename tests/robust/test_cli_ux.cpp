@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 #include "cli_runner.hpp"
+#include "scratch_dir.hpp"
 
 namespace {
 
@@ -29,13 +30,7 @@ RunResult tierzero_cli(const std::string& args) {
 }
 
 std::string dir() {
-  static std::string d = [] {
-    std::string p = std::filesystem::temp_directory_path().string() + "/tz_cli_ux_" +
-                    std::to_string(::getpid());
-    std::filesystem::create_directories(p);
-    return p;
-  }();
-  return d;
+  return tierzero::testing::scratch_dir("tz_cli_ux");
 }
 
 std::string write_file(const std::string& name, const std::string& text) {

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "cli_runner.hpp"
+#include "scratch_dir.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/output_files.hpp"
 #include "tierzero/train/output_paths.hpp"
@@ -33,13 +34,7 @@ RunResult tierzero_cli(const std::string& args) {
 }
 
 std::string dir() {
-  static const std::string d = [] {
-    const std::string p =
-        fs::temp_directory_path().string() + "/tz_outputs_" + std::to_string(::getpid());
-    fs::create_directories(p);
-    return p;
-  }();
-  return d;
+  return tierzero::testing::scratch_dir("tz_outputs");
 }
 
 std::string write_text(const std::string& path, const std::string& text) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cli_runner.hpp"
+#include "scratch_dir.hpp"
 #include "tierzero/train/token_shards.hpp"
 
 namespace {
@@ -27,13 +28,7 @@ RunResult tierzero_cli(const std::string& args) {
 }
 
 const std::string& dir() {
-  static const std::string d = [] {
-    const std::string p = std::filesystem::temp_directory_path().string() + "/tz_reader_cli_" +
-                          std::to_string(::getpid());
-    std::filesystem::create_directories(p);
-    return p;
-  }();
-  return d;
+  return tierzero::testing::scratch_dir("tz_reader_cli");
 }
 
 std::string write_file(const std::string& name, const std::string& text) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "scratch_dir.hpp"
 #include "tierzero/train/train_config.hpp"
 #include "tierzero/train/trainer.hpp"
 #include "tierzero/train/training_checkpoint.hpp"
@@ -17,8 +18,7 @@
 namespace tz_test {
 
 inline std::string scratch_dir(const std::string& name) {
-  const std::string d = std::filesystem::temp_directory_path().string() + "/tz_ckrob_" +
-                        std::to_string(::getpid()) + "/" + name;
+  const std::string d = tierzero::testing::scratch_dir("tz_ckrob") + "/" + name;
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
   return d;

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "scratch_dir.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/nn/gpt.hpp"
 #include "tierzero/train/checkpoint.hpp"
@@ -28,10 +29,7 @@ nn::GPTConfig tiny() {
 }
 
 std::string temp_path(const std::string& name) {
-  std::string d =
-      std::filesystem::temp_directory_path().string() + "/tz_ckpt_" + std::to_string(::getpid());
-  std::filesystem::create_directories(d);
-  return d + "/" + name;
+  return tierzero::testing::scratch_dir("tz_ckpt") + "/" + name;
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "scratch_dir.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/train/byte_tokenizer.hpp"
 #include "tierzero/train/data_loader.hpp"
@@ -18,13 +19,7 @@ using namespace tierzero::train;
 namespace {
 
 std::string temp_dir() {
-  static std::string dir = [] {
-    std::string d =
-        std::filesystem::temp_directory_path().string() + "/tz_data_" + std::to_string(::getpid());
-    std::filesystem::create_directories(d);
-    return d;
-  }();
-  return dir;
+  return tierzero::testing::scratch_dir("tz_data");
 }
 
 std::vector<uint16_t> iota_tokens(size_t n, uint16_t mod) {

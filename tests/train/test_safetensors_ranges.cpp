@@ -12,6 +12,7 @@
 #include <iterator>
 #include <random>
 
+#include "scratch_dir.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/nn/gpt_modules.hpp"
 #include "tierzero/train/safetensors_gpt2.hpp"
@@ -34,10 +35,7 @@ nn::GPTConfig odd_shape() {
 }
 
 std::string temp_path(const std::string& name) {
-  const std::string d =
-      std::filesystem::temp_directory_path().string() + "/tz_safet_" + std::to_string(::getpid());
-  std::filesystem::create_directories(d);
-  return d + "/" + name;
+  return tierzero::testing::scratch_dir("tz_safet") + "/" + name;
 }
 
 // A file of random values (every element of ours, wte's padded rows too: the file drops them).
