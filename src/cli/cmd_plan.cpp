@@ -31,6 +31,11 @@ void print_report(const nlohmann::json& j) {
               j["global_batch"].get<long long>());
   std::printf("device   %s (%s)\n", j["device"].get<std::string>().c_str(),
               j["device_why"].get<std::string>().c_str());
+  const std::string compute = j["precision"]["compute"].get<std::string>();
+  std::printf(
+      "precision working parameters %s, compute %s%s\n",
+      j["precision"]["working"].get<std::string>().c_str(), compute.c_str(),
+      compute != "fp32" ? " (the products' operands and their activations in 16 bits)" : "");
   const nlohmann::json& b = j["budgets"];
   std::printf("budgets  device %s, host %s, nvme %s; a tier fits at <= %.0f%% of its budget\n",
               bytes_of(b["device"]).c_str(), bytes_of(b["host"]).c_str(),
@@ -213,6 +218,11 @@ Command add_plan_command(CLI::App& app) {
                 "the longest sequence (up to the model's context) this model trains at with "
                 "these budgets, by the estimator, with the placement chosen there, for "
                 "checkpoints on each tier");
+  sub->add_option("--precision", f->precision,
+                  "the working parameters' type, written to -o: fp32, bf16 or fp16; the products "
+                  "compute in it on CUDA and in fp32 on the CPU, as `tierzero train` runs it")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
   sub->add_option("--recompute", f->recompute,
                   "search only this recompute mode: none, selective or full (default: all three)")
       ->check(CLI::IsMember({"none", "selective", "full"}));

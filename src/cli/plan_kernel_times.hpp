@@ -28,10 +28,12 @@ struct LayerKernelTimes {
 };
 
 // Times the kernels on `device` (best of a few runs, as on an idle machine: see
-// profile::compute_seconds). A rank computes the attention of NH / (tp * sp) heads over all
-// `seq` tokens and the GELU of seq / sp tokens' 4C / tp hidden features.
+// profile::compute_seconds) in the `compute` dtype the model runs them in. A rank computes the
+// attention of NH / (tp * sp) heads over all `seq` tokens and the GELU of seq / sp tokens' 4C / tp
+// hidden features. In 16-bit compute the MLP folds the GELU into its products (the fc's forward
+// and the projection's backward), so their times hold it and the GELU's own are 0.
 LayerKernelTimes measure_layer_kernels(Device& device, const nn::GPTConfig& model, size_t seq,
-                                       const profile::WorldLayout& world);
+                                       const profile::WorldLayout& world, DType compute);
 
 // Seconds per micro-step of `micro_batch` sequences; selective recompute runs the attention's
 // forward twice, full recompute both forwards.

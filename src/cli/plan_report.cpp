@@ -107,6 +107,8 @@ nlohmann::json config_json(const PlanFlags& f, const nn::GPTConfig& m, size_t se
   }
   if (f.threads > 0) j["tierzero"]["threads"] = f.threads;
   if (c.grads_on_nvme()) j["tierzero"]["offload_gradients"] = "nvme";
+  if (f.precision == "bf16") j["bf16"] = {{"enabled", true}};
+  if (f.precision == "fp16") j["fp16"] = {{"enabled", true}};  // dynamic loss scaling
   return j;
 }
 
@@ -181,13 +183,25 @@ std::unique_ptr<PlanSetup> prepare_plan(const PlanFlags& flags) {
           ", which does not divide --seq " + std::to_string(s->seq),
       "choose a sequence length that is a multiple of the tensor-parallel size");
   profile::PlanRequest& req = s->req;
-  // The config the plan writes, before its choices: the trainer's defaults on the plan's device.
-  train::TrainConfig planned = train::TrainConfig::defaults();
+  // The config the plan writes, before its choices: the trainer's defaults on the plan's device,
+  // in the asked precision.
+  TZ_CHECK(f.precision == "fp32" || f.precision == "bf16" || f.precision == "fp16",
+           "precision '" + f.precision + "' is not one the trainer runs",
+           "use fp32, bf16 or fp16 (the working parameters' type)");
+  train::TrainConfig& planned = s->planned;
+  planned = train::TrainConfig::defaults();
   planned.device = f.device;
+  planned.bf16 = f.precision == "bf16";
+  planned.fp16 = f.precision == "fp16";
+  // The dtype the planned config computes in on its device (its activations and collectives).
+  s->compute = train::compute_dtype_for(
+      planned, planned.device.rfind("cuda", 0) == 0 ? DeviceKind::cuda : DeviceKind::cpu);
+  const DType compute = s->compute;
   req.base = train::estimate_input_from(
       planned,
       train::model_units(model, 1, static_cast<size_t>(world.tp), static_cast<size_t>(world.pp)),
       world, 0);
+  req.base.compute = compute;  // 16-bit compute widens no unit to fp32 for use
   req.seq_len = s->seq;
   req.target_global_batch = static_cast<size_t>(f.global_batch);
   req.margin = f.margin;
@@ -197,9 +211,6 @@ std::unique_ptr<PlanSetup> prepare_plan(const PlanFlags& flags) {
           ? f.host_mem
           : train::host_budget_per_rank(train::node_host_budget_bytes(planned), ranks_per_node(f));
   req.budget = {f.device_mem, host_budget, f.nvme};
-  // The dtype the planned config computes in on its device (its activations and collectives).
-  const DType compute = train::compute_dtype_for(
-      planned, planned.device.rfind("cuda", 0) == 0 ? DeviceKind::cuda : DeviceKind::cpu);
   req.activation_bytes = [s, compute](size_t b, profile::RecomputeMode r) {
     return train::activation_bytes(s->model, b, s->seq, train::recompute_of(r), s->world,
                                    s->flags.world.sequence_parallel, {}, compute);
@@ -243,6 +254,8 @@ nlohmann::json plan_report(PlanSetup& s) {
     req.rates = profile::load_calibration(f.calibration);
   } else {
     std::unique_ptr<Device> dev = make_device(f.device, static_cast<int>(f.threads));
+    // The products at the precision the planned config runs them (as the trainer sets it).
+    dev->kernels().set_matmul_precision(train::matmul_precision_for(s.planned));
     std::string nvme_dir, created;
     if (f.nvme > 0) {
       created = create_measurement_dir(f.nvme_path);
@@ -256,12 +269,13 @@ nlohmann::json plan_report(PlanSetup& s) {
     }
     std::error_code ec;  // what the measurement created goes; a directory that was there stays
     if (!created.empty()) std::filesystem::remove_all(created, ec);
-    s.layer = measure_layer_kernels(*dev, s.model, s.seq, s.world);
+    s.layer = measure_layer_kernels(*dev, s.model, s.seq, s.world, s.compute);
     // The plan's GEMM time at the rate its own products reach (one sequence: the smallest
     // micro-batch's), not a large square product's.
     if (s.layer.block_gemm_flops_per_s > 0.0) {
       req.rates.gemm_gflops = s.layer.block_gemm_flops_per_s / 1e9;
       req.rates.source += ", GEMM at the block's shapes";
+      if (s.compute != DType::f32) req.rates.source += std::string(" in ") + dtype_name(s.compute);
     }
     req.other_kernel_seconds = [&s](size_t b, profile::RecomputeMode r) {
       return other_kernel_seconds(s.layer, b, r);
@@ -281,6 +295,8 @@ nlohmann::json plan_report(PlanSetup& s) {
   j["global_batch"] = f.global_batch;
   j["device"] = f.device;
   j["device_why"] = s.device_why;
+  j["precision"] = {{"working", dtype_name(train::working_dtype(s.planned))},
+                    {"compute", dtype_name(s.compute)}};
   j["budgets"] = {{"device", req.budget[0]}, {"host", req.budget[1]}, {"nvme", req.budget[2]}};
   j["margin"] = req.margin;
   j["rates"] = {{"source", r.source},

@@ -11,6 +11,7 @@
 #include "estimate_model.hpp"
 #include "plan_kernel_times.hpp"
 #include "tierzero/profile/planner.hpp"
+#include "tierzero/train/train_config.hpp"
 
 namespace tierzero::cli {
 
@@ -33,6 +34,9 @@ struct PlanFlags {
   int64_t check_steps = 5;
   bool longest_seq = false;  // binary search for the longest sequence that fits
   std::string recompute;     // empty: every recompute mode searched; else only this one
+  // The working parameters' type, written to -o: fp32, bf16 or fp16. The compute dtype follows as
+  // `tierzero train` picks it on the plan's device (16-bit on CUDA, fp32 on the CPU).
+  std::string precision = "fp32";
 };
 
 // A plan's inputs: the resolved settings and the planner's request, whose functions read this
@@ -42,6 +46,8 @@ struct PlanSetup {
   std::string device_why;  // how the device was chosen
   nn::GPTConfig model;
   profile::WorldLayout world;
+  train::TrainConfig planned;  // the config the plan writes, before its choices
+  DType compute = DType::f32;  // what `planned` computes in on the plan's device
   size_t seq = 0;  // the request's activation functions read it (--longest-seq moves it)
   profile::PlanRequest req;
   LayerKernelTimes layer;  // layers == 0 when the rates come from a calibration file

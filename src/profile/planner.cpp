@@ -8,6 +8,7 @@
 #include <tuple>
 #include <utility>
 
+#include "tierzero/core/dtype.hpp"
 #include "tierzero/core/error.hpp"
 
 namespace tierzero::profile {
@@ -66,9 +67,16 @@ StepTime predict_step_time(const PlanRequest& req, const Candidate& c) {
   const WorldLayout& w = req.base.world;
   const double N = static_cast<double>(w.partition_group());
   const double psi = static_cast<double>(e.parameters);
-  const double full_bytes = static_cast<double>(e.full_elems) * 4.0;
+  // Bytes per element moved: parameters in the working type (bf16 / fp16 training gathers and
+  // fetches its 16-bit copy), reduced gradients in the reductions' communication type, gradient
+  // shards (the accumulators) in fp32.
+  const double param_size = static_cast<double>(dtype_size(c.placement.working));
+  const double reduce_size = static_cast<double>(dtype_size(req.base.reduce_dtype));
+  const double full_params = static_cast<double>(e.full_elems) * param_size;
+  const double full_grads = static_cast<double>(e.full_elems) * reduce_size;
   // At stage 0 every rank updates all parameters; from stage 1 its shard.
   const double opt_elems = static_cast<double>(c.stage == 0 ? e.full_elems : e.shard_elems);
+  const double shard_params = static_cast<double>(e.shard_elems) * param_size;
   const double shard_bytes = static_cast<double>(e.shard_elems) * 4.0;
   const double tokens = static_cast<double>(c.micro_batch * req.seq_len) / w.sp;  // per rank
   const double micro = static_cast<double>(c.accumulation);
@@ -88,13 +96,13 @@ StepTime predict_step_time(const PlanRequest& req, const Candidate& c) {
 
   double per_micro = 0.0;
   if (c.stage == 3) {
-    per_micro += 2.0 * full_bytes * ring / comm_bps;     // all-gather in forward and in backward
-    const double fetched = 2.0 * f_param * shard_bytes;  // the offloaded shards, both passes
+    per_micro += 2.0 * full_params * ring / comm_bps;     // all-gather in forward and in backward
+    const double fetched = 2.0 * f_param * shard_params;  // the offloaded shards, both passes
     if (c.placement.param.tier != Tier::device) per_micro += fetched / copy_bps;
     if (c.placement.param.tier == Tier::nvme) per_micro += fetched / (r.nvme_read_gbps * 1e9);
   }
   if (c.stage >= 2) {
-    per_micro += full_bytes * ring / comm_bps;      // reduce-scatter
+    per_micro += full_grads * ring / comm_bps;      // reduce-scatter
     per_micro += f_optim * shard_bytes / copy_bps;  // the host grad shard accumulator
   }
   // Gradient shards on NVMe: each micro-step writes them, and from the second on reads them first
@@ -106,7 +114,7 @@ StepTime predict_step_time(const PlanRequest& req, const Candidate& c) {
   }
   double per_step = 0.0;
   if (c.stage <= 1) {
-    per_step += 2.0 * full_bytes * ring / comm_bps;  // all-reduce after the last micro-step
+    per_step += 2.0 * full_grads * ring / comm_bps;  // all-reduce after the last micro-step
     per_step += f_optim * shard_bytes / copy_bps;    // the rank's slice to the host
   }
   // Block checkpoints on a tier: written out in the forward and read back in the backward,
@@ -126,7 +134,7 @@ StepTime predict_step_time(const PlanRequest& req, const Candidate& c) {
   // The optimizer step follows backward and is not overlapped with it. 30 bytes per parameter
   // (bench adam.cpu's count); NVMe-resident states are read and written (m, v, master: 12 B
   // each way) while the CPU updates, so the slower of the two counts; every offloaded shard's
-  // updated parameters go back to the device (4 B) unless the parameter lives with them.
+  // updated parameters go back to the device (in the working type) unless they live with them.
   const double dev_elems = (1.0 - f_optim) * opt_elems, off_elems = f_optim * opt_elems;
   t.optimizer_s = dev_elems * 30.0 / (r.device_adam_gbps() * 1e9);
   if (off_elems > 0) {
@@ -137,7 +145,7 @@ StepTime predict_step_time(const PlanRequest& req, const Candidate& c) {
                                 off_elems * 12.0 / (r.nvme_write_gbps * 1e9));
     }
     const bool param_with_optimizer = c.placement.param.tier == c.placement.optimizer.tier;
-    if (!param_with_optimizer) adam += off_elems * 4.0 / copy_bps;
+    if (!param_with_optimizer) adam += off_elems * param_size / copy_bps;
     t.optimizer_s += adam;
   }
   if (req.tensor_parallel_wire_bytes && w.tp > 1)

@@ -77,6 +77,12 @@ add_test(NAME plan_choice_fits_when_trained
          COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/run_plan_fits.sh $<TARGET_FILE:tierzero>)
 set_tests_properties(plan_choice_fits_when_trained PROPERTIES
                      TIMEOUT 300 LABELS "zero;mpi" ENVIRONMENT "OMP_NUM_THREADS=1")
+# The same with bf16 working parameters (the CPU computes in fp32: their working copy and its
+# widening are the bytes the plan has to count).
+add_test(NAME plan_choice_fits_when_trained_bf16
+         COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/run_plan_fits.sh $<TARGET_FILE:tierzero> bf16)
+set_tests_properties(plan_choice_fits_when_trained_bf16 PROPERTIES
+                     TIMEOUT 300 LABELS "zero;mpi" ENVIRONMENT "OMP_NUM_THREADS=1")
 
 # The planner's predicted step time against a measured run (issue 19): a small GPT on one CPU
 # thread, within the tolerance the script states (both sides timed as on an idle machine). Not in
@@ -89,3 +95,10 @@ if(NOT TIERZERO_SANITIZE)
   set_tests_properties(plan_step_time_matches_run PROPERTIES
                        TIMEOUT 600 LABELS "profile" ENVIRONMENT "OMP_NUM_THREADS=1")
 endif()
+
+# The planner's kernel timing in each compute dtype (it is the binary's; compiled in here).
+tierzero_test(test_plan_kernel_times
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_plan_kernel_times.cpp
+          ${PROJECT_SOURCE_DIR}/src/cli/plan_kernel_times.cpp
+  LIBS tz_estimate tz_profile tz_nn tz_device tz_kernels TIMEOUT 120)
+target_include_directories(test_plan_kernel_times PRIVATE ${PROJECT_SOURCE_DIR}/src/cli)

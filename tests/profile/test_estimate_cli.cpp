@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.hpp"
@@ -262,6 +263,55 @@ TEST(PlanCli, WritesTheChosenRecomputeMode) {
   // --recompute holds the search to one mode, even where another would be chosen.
   EXPECT_EQ(chosen(hi, "selective"), "selective");
   EXPECT_EQ(chosen(hi, "full"), "full");
+}
+
+// --precision plans the working parameters' type and writes it; the compute dtype follows the
+// device as `tierzero train` picks it (16-bit on CUDA, fp32 on the CPU). The plan's device bytes
+// for its choice are what `tierzero estimate` counts for the config it wrote, in each precision
+// (on CUDA the activations and gathered units in 16 bits), and 16-bit working parameters let a
+// tight device budget take a larger micro-batch than fp32's.
+TEST(PlanCli, PlansAndWritesTheAskedPrecision) {
+  const std::string cal = dir() + "/cal_precision.json";
+  std::ofstream(cal) << R"({"gemm_gflops": 100, "copy_gbps": 10, "adam_cpu_gbps": 10})";
+  const std::string out = dir() + "/plan_precision.json";
+  struct Case {
+    const char *device, *precision, *compute;
+  };
+  std::map<std::string, size_t> micro;
+  for (const Case& k :
+       {Case{"cpu", "fp32", "fp32"}, Case{"cpu", "bf16", "fp32"}, Case{"cuda", "fp32", "fp32"},
+        Case{"cuda", "bf16", "bf16"}, Case{"cuda", "fp16", "fp16"}}) {
+    const std::string what = std::string(k.device) + " " + k.precision;
+    std::filesystem::remove(out);
+    const RunResult r = tierzero_cli(
+        "plan --model gpt2 --seq 512 --global-batch 16 --device-mem 3GiB --host-mem 8GiB "
+        "--recompute none --calibration " +
+            cal + " --device " + k.device + " --precision " + k.precision + " --json -o " + out,
+        true);
+    ASSERT_EQ(r.exit_code, 0) << what << ": " << r.output;
+    const nlohmann::json j = nlohmann::json::parse(r.output);
+    EXPECT_EQ(j["precision"]["working"], k.precision) << what;
+    EXPECT_EQ(j["precision"]["compute"], k.compute) << what;
+    const nlohmann::json config = nlohmann::json::parse(std::ifstream(out));
+    EXPECT_EQ(config.value("/bf16/enabled"_json_pointer, false), std::string(k.precision) == "bf16")
+        << what;
+    EXPECT_EQ(config.value("/fp16/enabled"_json_pointer, false), std::string(k.precision) == "fp16")
+        << what;
+    const RunResult e = tierzero_cli("estimate --config " + out + " --json", true);
+    ASSERT_EQ(e.exit_code, 0) << what << ": " << e.output;
+    const nlohmann::json est = nlohmann::json::parse(e.output);
+    EXPECT_EQ(est["compute_dtype"], k.compute) << what;
+    const size_t planned = j["chosen"]["tiers"]["device"]["need"].get<size_t>();
+    std::printf("%-10s chosen %s: device %zu B planned, %zu B estimated\n", what.c_str(),
+                j["chosen"]["describe"].get<std::string>().c_str(), planned,
+                est["totals"]["device"].get<size_t>());
+    EXPECT_EQ(planned, est["totals"]["device"].get<size_t>()) << what;
+    micro[what] = j["chosen"]["micro_batch"].get<size_t>();
+  }
+  EXPECT_GT(micro["cuda bf16"], micro["cuda fp32"]);
+  const RunResult bad = tierzero_cli("plan --model gpt2 --device-mem 3GiB --precision fp8");
+  EXPECT_NE(bad.exit_code, 0) << bad.output;
+  EXPECT_NE(bad.output.find("--precision"), std::string::npos) << bad.output;
 }
 
 TEST(PlanCli, NothingFitsIsOneClearError) {

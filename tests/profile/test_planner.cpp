@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <map>
+#include <string>
 #include <utility>
 
 #include "tierzero/core/error.hpp"
@@ -130,6 +132,45 @@ TEST(Planner, TimeModelParts) {
   EXPECT_EQ(t.transfer_s, 0.0);  // one rank, nothing offloaded
   c.recompute = RecomputeMode::full;
   EXPECT_NEAR(predict_step_time(req, c).compute_s, flops / 1e12 * 8.0 / 6.0, 1e-9);
+}
+
+// bf16 / fp16 working parameters are gathered and fetched as their 16-bit copy, and gradients
+// are reduced in the reductions' communication type: a stage-3 step's transfer is the formula of
+// docs/estimator.md at those element sizes (fp32's 4 bytes where neither is 16-bit).
+TEST(Planner, TransfersCountTheWorkingAndReductionTypes) {
+  PlanRequest req = gpt2_request(80 * GiB, 64 * GiB, 0, 4);
+  req.rates.comm_gbps = 10.0;
+  req.rates.copy_gbps = 20.0;
+  std::map<std::string, double> seen;
+  for (const DType working : {DType::f32, DType::bf16, DType::f16})
+    for (const DType reduce : {DType::f32, DType::bf16}) {
+      req.base.reduce_dtype = reduce;
+      Candidate c;
+      c.stage = 3;
+      c.micro_batch = 1;
+      c.placement = req.base.placement;
+      c.placement.working = working;
+      c.placement.param = {Tier::host, 1.0};  // every shard fetched from the host, both passes
+      EstimateInput in = req.base;
+      in.stage = 3;
+      in.placement = c.placement;
+      c.estimate = estimate(in);
+      const double full = static_cast<double>(c.estimate.full_elems);
+      const double shard = static_cast<double>(c.estimate.shard_elems);
+      const double p = static_cast<double>(dtype_size(working));
+      const double g = static_cast<double>(dtype_size(reduce));
+      const double ring = 3.0 / 4.0;
+      const double want =
+          2.0 * full * p * ring / 10e9 + 2.0 * shard * p / 20e9 + full * g * ring / 10e9;
+      const double got = predict_step_time(req, c).transfer_s;
+      const std::string what =
+          std::string(dtype_name(working)) + " params, " + dtype_name(reduce) + " reductions";
+      std::printf("%s: transfer %.6f s per step (formula %.6f)\n", what.c_str(), got, want);
+      EXPECT_NEAR(got, want, 1e-12 * want) << what;
+      seen[what] = got;
+    }
+  EXPECT_LT(seen["bf16 params, fp32 reductions"], seen["fp32 params, fp32 reductions"]);
+  EXPECT_LT(seen["bf16 params, bf16 reductions"], seen["bf16 params, fp32 reductions"]);
 }
 
 TEST(Planner, OtherKernelsAddToComputeOncePerMicroStep) {

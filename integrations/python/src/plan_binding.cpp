@@ -30,6 +30,7 @@ py::object plan(const py::dict& kw) {
   get("device", f.device);
   get("threads", f.threads);
   get("recompute", f.recompute);
+  get("precision", f.precision);
   std::string text;
   {
     py::gil_scoped_release release;

@@ -68,3 +68,18 @@ def test_plan_searches_only_the_recompute_mode_asked_and_refuses_others():
     with pytest.raises(tierzero.Error) as e:
         tierzero.plan(recompute="some", **settings)
     assert "recompute 'some' is not a recompute mode" in str(e.value)
+
+
+def test_plan_writes_the_asked_precision_and_computes_as_the_device_would():
+    settings = dict(model="gpt2", device_mem=3 << 30, host_mem=8 << 30, seq=256, global_batch=8,
+                    calibration=str(RATES))
+    gpu = tierzero.plan(precision="bf16", device="cuda", **settings)
+    assert gpu["precision"] == {"working": "bf16", "compute": "bf16"}
+    assert gpu["config"]["bf16"] == {"enabled": True}
+    cpu = tierzero.plan(precision="fp16", device="cpu", **settings)
+    assert cpu["precision"] == {"working": "fp16", "compute": "fp32"}
+    assert cpu["config"]["fp16"] == {"enabled": True} and "bf16" not in cpu["config"]
+    assert "bf16" not in tierzero.plan(device="cpu", **settings)["config"]
+    with pytest.raises(tierzero.Error) as e:
+        tierzero.plan(precision="fp8", device="cpu", **settings)
+    assert "precision 'fp8'" in str(e.value)

@@ -7,6 +7,7 @@ _KEYS = {
     "model", "hf_config", "layers", "heads", "channels", "vocab", "context", "ranks", "dp", "tp",
     "pp", "sp", "sequence_parallel", "device_mem", "host_mem", "ranks_per_node", "nvme",
     "nvme_path", "seq", "global_batch", "margin", "calibration", "device", "threads", "recompute",
+    "precision",
 }
 
 
@@ -20,7 +21,8 @@ def plan(device_mem, **settings):
     model ("gpt2", ...), hf_config, layers, heads, channels, vocab, context, ranks, dp, tp, pp, sp,
     sequence_parallel, ranks_per_node, nvme_path, seq, global_batch, margin, calibration (a rates
     file: measuring takes seconds), device ("cpu", "cuda"), threads, recompute ("none",
-    "selective" or "full": search only that mode). Raises :class:`Error` when no
+    "selective" or "full": search only that mode), precision ("fp32", "bf16" or "fp16": the
+    working parameters' type, written to the config; default fp32). Raises :class:`Error` when no
     configuration fits (its hint says what to give more of).
     """
     unknown = set(settings) - _KEYS

@@ -1,0 +1,70 @@
+// The planner's kernel timing (src/cli/plan_kernel_times.cpp) in every compute dtype a planned
+// config can run: on the CPU, and on a GPU where there is one. Each time it reports is measured
+// (the kernels ran on buffers of the sizes they need, which the sanitizer builds check), and in
+// 16-bit compute the GELU is timed inside the MLP's products, so its own times are 0.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+#include "plan_kernel_times.hpp"
+#include "tierzero/core/dtype.hpp"
+#include "tierzero/device/device.hpp"
+#include "tierzero/kernels/cpu_ops.hpp"
+
+namespace tierzero::cli {
+namespace {
+
+nn::GPTConfig small_gpt() {
+  nn::GPTConfig c;
+  c.max_seq_len = 64;
+  c.vocab_size = 256;
+  c.padded_vocab_size = 256;
+  c.num_layers = 3;
+  c.num_heads = 4;
+  c.channels = 64;
+  return c;
+}
+
+class PlanKernelTimes : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PlanKernelTimes, EveryComputeDtypeIsMeasuredAtTheRanksShapes) {
+  std::string reason;
+  if (GetParam() == "cuda" && cuda_device_count(&reason) == 0) GTEST_SKIP() << reason;
+  kernels::cpu::set_threads(1);
+  std::unique_ptr<Device> dev = make_device(GetParam(), 1);
+  for (const DType compute : {DType::f32, DType::bf16, DType::f16}) {
+    dev->kernels().set_matmul_precision(compute == DType::bf16  ? kernels::MatmulPrecision::bf16
+                                        : compute == DType::f16 ? kernels::MatmulPrecision::fp16
+                                                                : kernels::MatmulPrecision::fp32);
+    for (const int tp : {1, 2}) {
+      profile::WorldLayout world;
+      world.tp = tp;
+      world.pp = 2;
+      const LayerKernelTimes t = measure_layer_kernels(*dev, small_gpt(), 64, world, compute);
+      std::printf(
+          "%s %s tp %d: attention %.3g + %.3g s, GELU %.3g + %.3g s, block GEMMs %.3g GFLOP/s, "
+          "%zu layers\n",
+          GetParam().c_str(), dtype_name(compute), tp, t.attention_forward_s,
+          t.attention_backward_s, t.gelu_forward_s, t.gelu_backward_s,
+          t.block_gemm_flops_per_s / 1e9, t.layers);
+      EXPECT_GT(t.attention_forward_s, 0.0);
+      EXPECT_GT(t.attention_backward_s, 0.0);
+      EXPECT_GT(t.block_gemm_flops_per_s, 0.0);
+      EXPECT_EQ(t.layers, 2u);  // ceil(3 / pp 2)
+      if (compute == DType::f32) {
+        EXPECT_GT(t.gelu_forward_s, 0.0);
+        EXPECT_GT(t.gelu_backward_s, 0.0);
+      } else {
+        EXPECT_EQ(t.gelu_forward_s, 0.0);
+        EXPECT_EQ(t.gelu_backward_s, 0.0);
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, PlanKernelTimes, ::testing::Values("cpu", "cuda"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+
+}  // namespace
+}  // namespace tierzero::cli
