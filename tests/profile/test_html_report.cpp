@@ -14,6 +14,7 @@
 #include <limits>
 #include <sstream>
 
+#include "scratch_dir.hpp"
 #include "synthetic_profile.hpp"
 #include "tierzero/profile/html_report.hpp"
 #include "tierzero/profile/profile_json.hpp"
@@ -21,7 +22,6 @@
 
 #ifdef TZ_TEST_HAVE_PNG
 #include <png.h>
-#include "scratch_dir.hpp"
 #endif
 
 using namespace tierzero;
