@@ -26,46 +26,71 @@ void Head::bind(const ParamLayout& layout) {
 }
 
 void Head::forward(ModuleContext& ctx, const float* in, float* out) {
-  if (ctx.compute16()) return forward16(ctx, out);
-  ctx.mb.save_input(index(), in);
+  if (!ctx.compute16()) ctx.mb.save_input(index(), in);  // 16-bit: the final norm keeps lnf
   if (ctx.mb.dims().chunked_logits()) return;
-  const float* full = ctx.gather_stream(in, ctx.scratch.gathered_in().f32());  // (B*T, C)
-  ctx.k.matmul_forward(out, full, wte_.in(ctx.params), nullptr, ctx.mb.dims().tokens, channels_,
-                       vocab_padded_);
+  logits(ctx, out, input(ctx), ctx.mb.dims().tokens);
 }
 
 void Head::backward(ModuleContext& ctx, const float* dout, float* din) {
   const ActivationDims& d = ctx.mb.dims();
   TZ_CHECK(!d.chunked_logits(), "the head's backward over chunked logits",
            "internal error: with chunked logits the backward runs through Head::classify");
-  if (ctx.compute16()) return backward16(ctx, din);
-  const float* in = ctx.gather_stream(ctx.mb.saved_input(index()), ctx.scratch.gathered_in().f32());
   // Under tensor parallelism a partial sum over this rank's columns, summed over the group apart
   // from din, so that din keeps accumulating (+=) like every backward's.
   float* dx = input_grad(ctx, din);  // (B*T, C)
-  ctx.k.matmul_backward(dx, wte_.in(ctx.grads), nullptr, dout, in, wte_.in(ctx.params), d.tokens,
-                        channels_, vocab_padded_, input_grad_write(ctx));
+  logits_backward(ctx, dx, ctx.compute16() ? ctx.mb.dlogits16().raw() : dout, input(ctx), d.tokens);
   sum_input_grad(ctx, dx, din);
 }
 
 void Head::classify(ModuleContext& ctx, const float* dloss, float* din) {
-  if (ctx.compute16()) return classify16(ctx, dloss, din);
   const ActivationDims& d = ctx.mb.dims();
-  const float* in = ctx.gather_stream(ctx.mb.saved_input(index()), ctx.scratch.gathered_in().f32());
-  const float* w = wte_.in(ctx.params);                // (Vl, C)
-  float* logits = ctx.mb.logits();                     // (R, Vl), one chunk of rows
+  const ComputeTensor in = input(ctx);                 // (B*T, C) compute
+  float* logits_chunk = ctx.mb.logits();               // (R, Vl) fp32, one chunk of rows
   float* dx = dloss ? input_grad(ctx, din) : nullptr;  // (B*T, C)
-  const kernels::GradWrite dx_write = input_grad_write(ctx);
   for (size_t row = 0; row < d.tokens; row += d.logits_rows) {
     const size_t n = std::min(d.logits_rows, d.tokens - row);
-    const float* x = in + row * channels_;  // (n, C)
-    ctx.k.matmul_forward(logits, x, w, nullptr, n, channels_, vocab_padded_);
-    cross_entropy_rows(ctx, logits, row, n, vocab_, dloss);
+    const ComputeTensor x = in.at(row * channels_);  // (n, C)
+    logits(ctx, logits_chunk, x, n);
+    // The logits' gradient: in place in fp32, into dlogits16's first n rows in 16-bit compute.
+    cross_entropy_rows(ctx, logits_chunk, row, n, vocab_, dloss);
     if (dloss)
-      ctx.k.matmul_backward(dx + row * channels_, wte_.in(ctx.grads), nullptr, logits, x, w, n,
-                            channels_, vocab_padded_, dx_write);
+      logits_backward(ctx, dx + row * channels_,
+                      ctx.compute16() ? ctx.mb.dlogits16().raw() : logits_chunk, x, n);
   }
   if (dloss) sum_input_grad(ctx, dx, din);
+}
+
+// The 16-bit input is the final norm's 16-bit output (ctx.mb.lnf()); the fp32 one, the input the
+// forward saved.
+ComputeTensor Head::input(const ModuleContext& ctx) const {
+  const ComputeTensor local =
+      ctx.compute16() ? ctx.mb.lnf()
+                      : ComputeTensor{const_cast<float*>(ctx.mb.saved_input(index())), DType::f32};
+  return ctx.gather_stream(local, ctx.scratch.gathered_in());  // (B*T, C) compute
+}
+
+void Head::logits(const ModuleContext& ctx, float* out, const ComputeTensor& x, size_t n) const {
+  if (ctx.compute16()) {
+    const DType t = ctx.compute();
+    ctx.k.matmul16_forward(out, DType::f32, x.raw(), wte_.in16(ctx.params16, t), nullptr, t, n,
+                           channels_, vocab_padded_);
+    return;
+  }
+  ctx.k.matmul_forward(out, x.f32(), wte_.in(ctx.params), nullptr, n, channels_, vocab_padded_);
+}
+
+void Head::logits_backward(const ModuleContext& ctx, float* dx, const void* dlogits,
+                           const ComputeTensor& x, size_t n) const {
+  if (ctx.compute16()) {
+    const DType t = ctx.compute();
+    ctx.k.matmul16_backward(dx, DType::f32, wte_.in(ctx.grads), nullptr, dlogits, x.raw(),
+                            wte_.in16(ctx.params16, t), t, n, channels_, vocab_padded_,
+                            input_grad_write(ctx));
+    return;
+  }
+  ctx.k.matmul_backward(dx, wte_.in(ctx.grads), nullptr, static_cast<const float*>(dlogits),
+                        x.f32(), wte_.in(ctx.params), n, channels_, vocab_padded_,
+                        input_grad_write(ctx));
 }
 
 float* Head::input_grad(const ModuleContext& ctx, float* din) const {
@@ -81,52 +106,6 @@ void Head::sum_input_grad(const ModuleContext& ctx, float* dx, float* din) const
   if (ctx.tp == nullptr) return;  // dx was din
   const ActivationDims& d = ctx.mb.dims();
   ctx.k.residual_forward(din, din, ctx.reduce_stream(dx), d.stream_tokens * channels_);
-}
-
-// 16-bit compute: the input is the final norm's 16-bit output (ctx.mb.lnf(), all-gathered in
-// 16 bits under sequence parallelism), the logits and the loss fp32, the logits' gradient
-// ctx.mb.dlogits16(); under tensor parallelism this rank's vocabulary columns.
-ComputeTensor Head::input16(const ModuleContext& ctx) const {
-  return ctx.gather_stream(ctx.mb.lnf(), ctx.scratch.gathered_in());  // (B*T, C) compute
-}
-
-void Head::forward16(ModuleContext& ctx, float* out) {
-  if (ctx.mb.dims().chunked_logits()) return;
-  const DType t = ctx.compute();
-  ctx.k.matmul16_forward(out, DType::f32, input16(ctx).raw(), wte_.in16(ctx.params16, t), nullptr,
-                         t, ctx.mb.dims().tokens, channels_, vocab_padded_);
-}
-
-void Head::backward16(ModuleContext& ctx, float* din) {
-  const ActivationDims& d = ctx.mb.dims();
-  const DType t = ctx.compute();
-  const ComputeTensor in = input16(ctx);
-  float* dx = input_grad(ctx, din);  // (B*T, C)
-  ctx.k.matmul16_backward(dx, DType::f32, wte_.in(ctx.grads), nullptr, ctx.mb.dlogits16().raw(),
-                          in.raw(), wte_.in16(ctx.params16, t), t, d.tokens, channels_,
-                          vocab_padded_, input_grad_write(ctx));
-  sum_input_grad(ctx, dx, din);
-}
-
-void Head::classify16(ModuleContext& ctx, const float* dloss, float* din) {
-  const ActivationDims& d = ctx.mb.dims();
-  const DType t = ctx.compute();
-  const void* w = wte_.in16(ctx.params16, t);          // (Vl, C)
-  const ComputeTensor in = input16(ctx);               // (B*T, C)
-  float* logits = ctx.mb.logits();                     // (R, Vl) fp32, one chunk of rows
-  float* dx = dloss ? input_grad(ctx, din) : nullptr;  // (B*T, C)
-  const kernels::GradWrite dx_write = input_grad_write(ctx);
-  for (size_t row = 0; row < d.tokens; row += d.logits_rows) {
-    const size_t n = std::min(d.logits_rows, d.tokens - row);
-    const ComputeTensor x = in.at(row * channels_);  // (n, C)
-    ctx.k.matmul16_forward(logits, DType::f32, x.raw(), w, nullptr, t, n, channels_, vocab_padded_);
-    cross_entropy_rows(ctx, logits, row, n, vocab_, dloss);  // into dlogits16's first n rows
-    if (dloss)
-      ctx.k.matmul16_backward(dx + row * channels_, DType::f32, wte_.in(ctx.grads), nullptr,
-                              ctx.mb.dlogits16().raw(), x.raw(), w, t, n, channels_, vocab_padded_,
-                              dx_write);
-  }
-  if (dloss) sum_input_grad(ctx, dx, din);
 }
 
 }  // namespace tierzero::nn

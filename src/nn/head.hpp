@@ -43,14 +43,16 @@ class Head final : public Module {
   float* input_grad(const ModuleContext& ctx, float* din) const;
   kernels::GradWrite input_grad_write(const ModuleContext& ctx) const;
   void sum_input_grad(const ModuleContext& ctx, float* dx, float* din) const;
-  // The three in 16-bit compute (ModuleContext::compute16): the input is input16(), the
-  // logits' gradient ctx.mb.dlogits16() (the cross-entropy's, see cross_entropy_rows).
-  // ctx.mb.lnf() (S, C) as the products read it: all B*T rows (gathered under sequence
+  // The head's input as the products read it: all B*T rows (gathered under sequence
   // parallelism into the scratch's gathered_in()), of the compute dtype.
-  ComputeTensor input16(const ModuleContext& ctx) const;
-  void forward16(ModuleContext& ctx, float* out);
-  void backward16(ModuleContext& ctx, float* din);
-  void classify16(ModuleContext& ctx, const float* dloss, float* din);
+  ComputeTensor input(const ModuleContext& ctx) const;
+  // The two products, in the run's compute (ctx.compute16(): on the 16-bit working copy):
+  // logits out (n, Vl) fp32 = x (n, C) @ wte^T; and for dlogits (n, Vl), fp32 or in 16-bit
+  // compute the cross-entropy's ctx.mb.dlogits16(), dx (n, C) as input_grad_write says and
+  // dwte += dlogits^T x.
+  void logits(const ModuleContext& ctx, float* out, const ComputeTensor& x, size_t n) const;
+  void logits_backward(const ModuleContext& ctx, float* dx, const void* dlogits,
+                       const ComputeTensor& x, size_t n) const;
 
   size_t vocab_, vocab_padded_, channels_;  // V; Vl (this rank's columns); C
   ParamRef wte_;                            // wte, or lmheadw when untied
