@@ -51,11 +51,11 @@ void print_report(const nlohmann::json& j) {
   const nlohmann::json& k = j["kernels"];
   if (!k.is_null())
     std::printf(
-        "kernels  per layer and sequence: attention %.2f ms forward + %.2f ms backward, GELU "
+        "kernels  per layer and sequence: attention %.2f ms forward + %.2f ms backward, %s "
         "%.2f + %.2f ms (%d CPU threads)\n",
         k["attention_forward_s"].get<double>() * 1e3, k["attention_backward_s"].get<double>() * 1e3,
-        k["gelu_forward_s"].get<double>() * 1e3, k["gelu_backward_s"].get<double>() * 1e3,
-        k["threads"].get<int>());
+        k["activation"].get<std::string>().c_str(), k["gelu_forward_s"].get<double>() * 1e3,
+        k["gelu_backward_s"].get<double>() * 1e3, k["threads"].get<int>());
   else
     std::printf("kernels  outside the GEMMs: not counted (rates from --calibration)\n");
   std::printf("searched %zu configurations, %zu fit\n", j["considered"].get<size_t>(),
@@ -88,7 +88,8 @@ void print_report(const nlohmann::json& j) {
       "tokens (%.0f tokens/s)\n",
       c["step_s"].get<double>() * 1e3, c["tokens"].get<double>(), c["tokens_per_s"].get<double>());
   std::printf(
-      "    compute %.1f ms (GEMMs %.1f, attention and GELU %.1f) + exposed transfer %.1f ms (of "
+      "    compute %.1f ms (GEMMs %.1f, attention and activation %.1f) + exposed transfer %.1f ms "
+      "(of "
       "%.1f ms, the rest overlaps compute) + optimizer %.1f ms\n",
       t["compute_s"].get<double>() * 1e3, t["gemm_s"].get<double>() * 1e3,
       t["other_kernels_s"].get<double>() * 1e3, t["exposed_s"].get<double>() * 1e3,

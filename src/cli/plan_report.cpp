@@ -312,6 +312,11 @@ nlohmann::json plan_report(PlanSetup& s) {
                     {"attention_backward_s", s.layer.attention_backward_s},
                     {"gelu_forward_s", s.layer.gelu_forward_s},
                     {"gelu_backward_s", s.layer.gelu_backward_s},
+                    // what gelu_* timed: the MLP's activation, and whether 16-bit compute folded
+                    // it into the products (then 0)
+                    {"activation", s.model.arch.mlp == nn::MlpKind::swiglu ? "swiglu"
+                                   : s.compute != DType::f32 ? "gelu (in the products)"
+                                                             : "gelu"},
                     {"layers", s.layer.layers},
                     {"block_gemm_gflops", s.layer.block_gemm_flops_per_s / 1e9},
                     {"threads", kernels::cpu::threads()}};

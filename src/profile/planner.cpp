@@ -68,10 +68,11 @@ StepTime predict_step_time(const PlanRequest& req, const Candidate& c) {
   const double N = static_cast<double>(w.partition_group());
   const double psi = static_cast<double>(e.parameters);
   // Bytes per element moved: parameters in the working type (bf16 / fp16 training gathers and
-  // fetches its 16-bit copy), reduced gradients in the reductions' communication type, gradient
-  // shards (the accumulators) in fp32.
+  // fetches its 16-bit copy), reduced gradients in the reductions' communication type (which MPI
+  // on host memory widens to fp32), gradient shards (the accumulators) in fp32.
   const double param_size = static_cast<double>(dtype_size(c.placement.working));
-  const double reduce_size = static_cast<double>(dtype_size(req.base.reduce_dtype));
+  const double reduce_size =
+      req.base.host_widening ? 4.0 : static_cast<double>(dtype_size(req.base.reduce_dtype));
   const double full_params = static_cast<double>(e.full_elems) * param_size;
   const double full_grads = static_cast<double>(e.full_elems) * reduce_size;
   // At stage 0 every rank updates all parameters; from stage 1 its shard.
@@ -141,13 +142,20 @@ StepTime predict_step_time(const PlanRequest& req, const Candidate& c) {
     double adam = off_elems * 30.0 / (r.adam_cpu_gbps * 1e9);
     if (c.placement.optimizer.tier == Tier::nvme) {
       const double read_bytes = c.grads_on_nvme() ? 16.0 : 12.0;  // m, v, master (+ gradient)
+      // m, v, master; with 16-bit parameters on NVMe too, their new shard beside the master
+      const bool own_shard =
+          c.placement.working != DType::f32 && c.placement.param.tier == Tier::nvme && c.stage == 3;
+      const double write_bytes = 12.0 + (own_shard ? param_size : 0.0);
       adam = std::max(adam, off_elems * read_bytes / (r.nvme_read_gbps * 1e9) +
-                                off_elems * 12.0 / (r.nvme_write_gbps * 1e9));
+                                off_elems * write_bytes / (r.nvme_write_gbps * 1e9));
     }
     const bool param_with_optimizer = c.placement.param.tier == c.placement.optimizer.tier;
     if (!param_with_optimizer) adam += off_elems * param_size / copy_bps;
     t.optimizer_s += adam;
   }
+  // Stages 1-2: each rank updated its slice of the full parameters, all-gathered before the step
+  // returns (not behind compute).
+  if (c.stage == 1 || c.stage == 2) t.optimizer_s += full_params * ring / comm_bps;
   if (req.tensor_parallel_wire_bytes && w.tp > 1)
     t.tensor_parallel_s =
         micro * req.tensor_parallel_wire_bytes(c.micro_batch, c.recompute) / comm_bps;

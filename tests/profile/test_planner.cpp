@@ -134,43 +134,66 @@ TEST(Planner, TimeModelParts) {
   EXPECT_NEAR(predict_step_time(req, c).compute_s, flops / 1e12 * 8.0 / 6.0, 1e-9);
 }
 
-// bf16 / fp16 working parameters are gathered and fetched as their 16-bit copy, and gradients
-// are reduced in the reductions' communication type: a stage-3 step's transfer is the formula of
-// docs/estimator.md at those element sizes (fp32's 4 bytes where neither is 16-bit).
+// bf16 / fp16 working parameters are gathered, fetched and sent back after the update as their
+// 16-bit copy, and gradients are reduced in the reductions' communication type (fp32 where MPI
+// widens it on the host): each stage's transfer and optimizer time are the formulas of
+// docs/estimator.md at those element sizes, the optimizer on the host (its updated slice copied
+// back unless the parameters live there too; stages 1-2 all-gather it after the step).
 TEST(Planner, TransfersCountTheWorkingAndReductionTypes) {
   PlanRequest req = gpt2_request(80 * GiB, 64 * GiB, 0, 4);
   req.rates.comm_gbps = 10.0;
   req.rates.copy_gbps = 20.0;
+  req.rates.adam_cpu_gbps = 5.0;
   std::map<std::string, double> seen;
-  for (const DType working : {DType::f32, DType::bf16, DType::f16})
-    for (const DType reduce : {DType::f32, DType::bf16}) {
-      req.base.reduce_dtype = reduce;
-      Candidate c;
-      c.stage = 3;
-      c.micro_batch = 1;
-      c.placement = req.base.placement;
-      c.placement.working = working;
-      c.placement.param = {Tier::host, 1.0};  // every shard fetched from the host, both passes
-      EstimateInput in = req.base;
-      in.stage = 3;
-      in.placement = c.placement;
-      c.estimate = estimate(in);
-      const double full = static_cast<double>(c.estimate.full_elems);
-      const double shard = static_cast<double>(c.estimate.shard_elems);
-      const double p = static_cast<double>(dtype_size(working));
-      const double g = static_cast<double>(dtype_size(reduce));
-      const double ring = 3.0 / 4.0;
-      const double want =
-          2.0 * full * p * ring / 10e9 + 2.0 * shard * p / 20e9 + full * g * ring / 10e9;
-      const double got = predict_step_time(req, c).transfer_s;
-      const std::string what =
-          std::string(dtype_name(working)) + " params, " + dtype_name(reduce) + " reductions";
-      std::printf("%s: transfer %.6f s per step (formula %.6f)\n", what.c_str(), got, want);
-      EXPECT_NEAR(got, want, 1e-12 * want) << what;
-      seen[what] = got;
-    }
-  EXPECT_LT(seen["bf16 params, fp32 reductions"], seen["fp32 params, fp32 reductions"]);
-  EXPECT_LT(seen["bf16 params, bf16 reductions"], seen["bf16 params, fp32 reductions"]);
+  for (const bool widening : {false, true})
+    for (const int stage : {1, 2, 3})
+      for (const DType working : {DType::f32, DType::bf16, DType::f16})
+        for (const DType reduce : {DType::f32, DType::bf16}) {
+          req.base.reduce_dtype = reduce;
+          req.base.host_widening = widening;
+          Candidate c;
+          c.stage = stage;
+          c.micro_batch = 1;
+          c.placement = req.base.placement;
+          c.placement.working = working;
+          c.placement.optimizer = {Tier::host, 1.0};
+          if (stage == 3) c.placement.param = {Tier::host, 1.0};  // fetched in both passes
+          EstimateInput in = req.base;
+          in.stage = stage;
+          in.placement = c.placement;
+          c.estimate = estimate(in);
+          const double full = static_cast<double>(c.estimate.full_elems);
+          const double shard = static_cast<double>(c.estimate.shard_elems);
+          const double p = static_cast<double>(dtype_size(working));
+          const double g = widening ? 4.0 : static_cast<double>(dtype_size(reduce));
+          const double ring = 3.0 / 4.0, comm = 10e9, copy = 20e9;
+          const double grad_shard_to_host = shard * 4.0 / copy;
+          const double transfer = stage == 3
+                                      ? 2.0 * full * p * ring / comm + 2.0 * shard * p / copy +
+                                            full * g * ring / comm + grad_shard_to_host
+                                  : stage == 2 ? full * g * ring / comm + grad_shard_to_host
+                                               : 2.0 * full * g * ring / comm + grad_shard_to_host;
+          const double optimizer = shard * 30.0 / 5e9 + (stage == 3 ? 0.0 : shard * p / copy) +
+                                   (stage == 3 ? 0.0 : full * p * ring / comm);
+          const StepTime t = predict_step_time(req, c);
+          const std::string what = "stage " + std::to_string(stage) + ", " + dtype_name(working) +
+                                   " params, " + dtype_name(reduce) + " reductions" +
+                                   (widening ? " (widened on the host)" : "");
+          std::printf("%s: transfer %.6f s (formula %.6f), optimizer %.6f s (formula %.6f)\n",
+                      what.c_str(), t.transfer_s, transfer, t.optimizer_s, optimizer);
+          EXPECT_NEAR(t.transfer_s, transfer, 1e-12 * transfer) << what;
+          EXPECT_NEAR(t.optimizer_s, optimizer, 1e-12 * optimizer) << what;
+          seen[what] = t.transfer_s + t.optimizer_s;
+        }
+  for (const char* stage : {"stage 1", "stage 2", "stage 3"}) {
+    const std::string s = stage;
+    EXPECT_LT(seen[s + ", bf16 params, fp32 reductions"],
+              seen[s + ", fp32 params, fp32 reductions"]);
+    EXPECT_LT(seen[s + ", bf16 params, bf16 reductions"],
+              seen[s + ", bf16 params, fp32 reductions"]);
+    EXPECT_EQ(seen[s + ", bf16 params, bf16 reductions (widened on the host)"],
+              seen[s + ", bf16 params, fp32 reductions (widened on the host)"]);
+  }
 }
 
 TEST(Planner, OtherKernelsAddToComputeOncePerMicroStep) {
