@@ -13,6 +13,7 @@
 #include "plan_report.hpp"
 #include "tierzero/core/error.hpp"
 #include "tierzero/core/output_files.hpp"
+#include "tierzero/train/config_bridges.hpp"
 #include "tierzero/train/output_paths.hpp"
 
 namespace tierzero::cli {
@@ -23,6 +24,13 @@ std::string bytes_of(const nlohmann::json& v) {
   return format_bytes(v.get<size_t>());
 }
 
+// What the plan's bytes (and measured times) assume.
+void print_precision(const std::string& working, const std::string& compute) {
+  std::printf(
+      "precision working parameters %s, compute %s%s\n", working.c_str(), compute.c_str(),
+      compute != "fp32" ? " (the products' operands and their activations in 16 bits)" : "");
+}
+
 void print_report(const nlohmann::json& j) {
   const nlohmann::json& w = j["world"];
   std::printf("plan     %s on %d ranks (dp %d, tp %d, pp %d, sp %d), seq %zu, global batch %lld\n",
@@ -31,11 +39,8 @@ void print_report(const nlohmann::json& j) {
               j["global_batch"].get<long long>());
   std::printf("device   %s (%s)\n", j["device"].get<std::string>().c_str(),
               j["device_why"].get<std::string>().c_str());
-  const std::string compute = j["precision"]["compute"].get<std::string>();
-  std::printf(
-      "precision working parameters %s, compute %s%s\n",
-      j["precision"]["working"].get<std::string>().c_str(), compute.c_str(),
-      compute != "fp32" ? " (the products' operands and their activations in 16 bits)" : "");
+  print_precision(j["precision"]["working"].get<std::string>(),
+                  j["precision"]["compute"].get<std::string>());
   const nlohmann::json& b = j["budgets"];
   std::printf("budgets  device %s, host %s, nvme %s; a tier fits at <= %.0f%% of its budget\n",
               bytes_of(b["device"]).c_str(), bytes_of(b["host"]).c_str(),
@@ -124,6 +129,7 @@ int run_plan(const PlanFlags& flags, bool json) {
   const PlanFlags& f = s.flags;
   if (f.longest_seq) {
     TZ_CHECK(!json, "plan --longest-seq has no --json form yet", "leave out --json");
+    print_precision(dtype_name(train::working_dtype(s.planned)), dtype_name(s.compute));
     return print_longest_seq(s.req, s.seq, s.model.max_seq_len, seq_quantum(s));
   }
   // Before the measurements: an output that cannot be written is found now, not after them.
