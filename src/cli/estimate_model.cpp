@@ -125,6 +125,14 @@ void add_run_options(CLI::App& app, RunFlags& f) {
                  "where the block checkpoints live: device, host (cpu) or nvme (implies "
                  "--checkpointing unless device)")
       ->check(CLI::IsMember({"device", "host", "cpu", "nvme"}));
+  app.add_option("--precision", f.precision,
+                 "the working parameters' type: fp32, bf16 or fp16 (default: the config's, else "
+                 "fp32)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  app.add_option("--device", f.device,
+                 "cpu, cuda or cuda:N: the run's device, whose compute dtype the activations are "
+                 "counted in (16-bit on CUDA with 16-bit parameters; default: the config's, else "
+                 "cpu)");
 }
 
 namespace {
@@ -170,6 +178,19 @@ EstimateSettings resolve_settings(const ModelFlags& model, const WorldFlags& wor
   if (!run.offload_optimizer.empty()) z.offload_optimizer.device = run.offload_optimizer;
   if (run.offload_param_ratio >= 0) z.offload_param.ratio = run.offload_param_ratio;
   if (run.offload_optimizer_ratio >= 0) z.offload_optimizer.ratio = run.offload_optimizer_ratio;
+  if (!run.precision.empty()) {
+    TZ_CHECK(run.precision == "fp32" || run.precision == "bf16" || run.precision == "fp16",
+             "precision '" + run.precision + "' is not one the trainer runs",
+             "use fp32, bf16 or fp16 (the working parameters' type)");
+    c.bf16 = run.precision == "bf16";
+    c.fp16 = run.precision == "fp16";
+  }
+  if (!run.device.empty()) {
+    TZ_CHECK(run.device == "cpu" || run.device.rfind("cuda", 0) == 0,
+             "device '" + run.device + "' is not one the trainer runs on",
+             "use cpu, cuda or cuda:N");
+    c.device = run.device;
+  }
   s.model = resolve_model(model, have_config ? &c : nullptr);
   const profile::WorldLayout w = resolve_world(world, have_config ? &c : nullptr);
   // A config's train_batch_size sets its micro-batch and accumulation as in training; a

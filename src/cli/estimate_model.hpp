@@ -59,6 +59,8 @@ struct RunFlags {
   std::string recompute;       // none, selective, full; empty: --checkpointing, or the config's
   // device, host (cpu) or nvme: tierzero.activation_checkpoints.device; empty: the config's.
   std::string activation_offload;
+  std::string precision;  // the working parameters' type, fp32, bf16 or fp16; empty: the config's
+  std::string device;     // cpu, cuda or cuda:N (the compute dtype follows it); empty: the config's
 };
 void add_run_options(CLI::App& app, RunFlags& f);
 

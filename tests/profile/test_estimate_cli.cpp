@@ -80,6 +80,32 @@ TEST(EstimateCli, SaysTheWorkingAndComputeDtypes) {
   EXPECT_LT(a16, a32);
 }
 
+// --precision and --device say without a config what the config's bf16 / fp16 and device keys
+// say: the same estimate to the byte, and they override a config's.
+TEST(EstimateCli, PrecisionAndDeviceFlagsAreTheConfigsKeys) {
+  const std::string cfg = dir() + "/bf16_cuda.json";
+  std::ofstream(cfg) << R"({"bf16": {"enabled": true}, "zero_optimization": {"stage": 3},
+                           "tierzero": {"device": "cuda"}})";
+  const std::string base = "estimate --model gpt2 --micro-batch 2 --seq 128 --json";
+  const auto totals = [&](const std::string& args) {
+    const RunResult r = tierzero_cli(base + " " + args, true);
+    EXPECT_EQ(r.exit_code, 0) << args << ": " << r.output;
+    const nlohmann::json j = nlohmann::json::parse(r.output);
+    return j["working_dtype"].get<std::string>() + " " + j["compute_dtype"].get<std::string>() +
+           " " + j["totals"].dump();
+  };
+  const std::string from_config = totals("--config " + cfg);
+  const std::string from_flags = totals("--stage 3 --precision bf16 --device cuda");
+  std::printf("config: %s\nflags:  %s\n", from_config.c_str(), from_flags.c_str());
+  EXPECT_EQ(from_flags, from_config);
+  EXPECT_EQ(from_flags.rfind("bf16 bf16 ", 0), 0u) << from_flags;
+  EXPECT_EQ(totals("--config " + cfg + " --device cpu").rfind("bf16 fp32 ", 0), 0u);
+  EXPECT_EQ(totals("--config " + cfg + " --precision fp32").rfind("fp32 fp32 ", 0), 0u);
+  const RunResult bad = tierzero_cli(base + " --device tpu");
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_NE(bad.output.find("device 'tpu'"), std::string::npos) << bad.output;
+}
+
 TEST(EstimateCli, Stage3OffloadAndLayout) {
   const RunResult r = tierzero_cli(
       "estimate --model gpt2 --ranks 8 --tp 2 --stage 3 --offload-param cpu "

@@ -30,6 +30,10 @@ py::object estimate(const py::dict& kw) {
   get("micro_batch", run.micro_batch);
   get("seq", run.seq);
   get("checkpointing", run.checkpointing);
+  get("recompute", run.recompute);
+  get("activation_offload", run.activation_offload);
+  get("precision", run.precision);
+  get("device", run.device);
   std::string text;
   {
     py::gil_scoped_release release;

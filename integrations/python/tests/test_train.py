@@ -209,3 +209,16 @@ def test_estimate_returns_plain_data():
     assert any(row["valid"] for row in e["table"])
     with pytest.raises(tierzero.Error):
         tierzero.estimate(model="no-such-model")
+
+
+def test_estimate_takes_the_precision_device_and_recompute():
+    base = dict(model="gpt2", stage=3, micro_batch=2, seq=128)
+    gpu = tierzero.estimate(precision="bf16", device="cuda", **base)
+    assert (gpu["working_dtype"], gpu["compute_dtype"]) == ("bf16", "bf16")
+    cpu = tierzero.estimate(precision="bf16", device="cpu", **base)
+    assert (cpu["working_dtype"], cpu["compute_dtype"]) == ("bf16", "fp32")
+    assert gpu["buffers"]["device"]["activation"] < cpu["buffers"]["device"]["activation"]
+    full = tierzero.estimate(recompute="full", **base)
+    assert full["checkpointing"] and full["recompute"] == "full"
+    with pytest.raises(tierzero.Error):
+        tierzero.estimate(device="tpu", **base)

@@ -9,6 +9,7 @@ _KEYS = {
     "model", "layers", "heads", "channels", "vocab", "context", "ranks", "dp", "tp", "pp", "sp",
     "sequence_parallel", "config", "stage", "offload_param", "offload_param_ratio",
     "offload_optimizer", "offload_optimizer_ratio", "micro_batch", "seq", "checkpointing",
+    "recompute", "activation_offload", "precision", "device",
 }
 
 
@@ -19,7 +20,9 @@ def estimate(**settings):
     Keywords mirror the command's flags: model ("gpt2", ...), layers, heads, channels, vocab,
     context, ranks, dp, tp, pp, sp, sequence_parallel, config (a dict or a path), stage,
     offload_param / offload_optimizer ("none", "cpu", "nvme"), their *_ratio, micro_batch, seq,
-    checkpointing.
+    checkpointing, recompute ("none", "selective", "full"), activation_offload ("device", "host",
+    "nvme"), precision ("fp32", "bf16", "fp16": the working parameters' type), device ("cpu",
+    "cuda": the compute dtype follows it, 16-bit on CUDA with 16-bit parameters).
     """
     unknown = set(settings) - _KEYS
     if unknown:
