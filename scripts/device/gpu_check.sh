@@ -259,6 +259,17 @@ step_bench_precision() {
   log "exit $?"; tail -17 "$out/bench_$tag.log" | tee -a "$out/summary.txt"
   cat "$out/bench_$tag.jsonl"
 }
+# The planner on the GPU: its rates and kernel times measured there in bf16 (the block's products
+# at GPT-2's shapes on the tensor cores, the 16-bit attention), and the step time it predicts for
+# the micro-batch `bench train` measured (B 8, T 1024), to set beside that measurement.
+step_plan_bf16() {
+  log "plan --model gpt2 --device cuda --precision bf16 --seq 1024 --global-batch 8 --recompute none"
+  timeout 60 $tz plan --model gpt2 --device cuda --precision bf16 --device-mem 120GiB \
+    --host-mem 32GiB --seq 1024 --global-batch 8 --recompute none >"$out/plan_bf16.log" 2>&1
+  log "exit $?"
+  grep -E "^(precision|rates|kernels|chosen|why) |compute [0-9.]+ ms" "$out/plan_bf16.log" |
+    tee -a "$out/summary.txt"
+}
 # The asynchronous step's counters on the GPU: host waits per step (--metrics host_waits) and the
 # device timeline's compute against the step (the profile's compute track); the logits in
 # chunks run here too.
@@ -384,6 +395,7 @@ if [ "$what" = lease ]; then  # the most telling steps first, each only if its l
   fits 120 kernels && step_kernels26
   fits 40 "bench bf16" && step_bench_precision bf16
   fits 40 "bench bf16, fp32 activations" && step_bench_precision bf16 8 40 fp32
+  fits 60 "plan bf16" && step_plan_bf16
   fits 120 "loss curve" && step_curve 300
   fits 330 "peers B 16" && step_peers 16 150
   fits 90 "bench bf16, the largest micro-batch" && step_bench_precision bf16 0 90
