@@ -186,9 +186,7 @@ EstimateSettings resolve_settings(const ModelFlags& model, const WorldFlags& wor
     c.fp16 = run.precision == "fp16";
   }
   if (!run.device.empty()) {
-    TZ_CHECK(run.device == "cpu" || run.device.rfind("cuda", 0) == 0,
-             "device '" + run.device + "' is not one the trainer runs on",
-             "use cpu, cuda or cuda:N");
+    train::device_kind_of(run.device);  // an Error for a name that is no device
     c.device = run.device;
   }
   s.model = resolve_model(model, have_config ? &c : nullptr);

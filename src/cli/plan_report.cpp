@@ -194,8 +194,7 @@ std::unique_ptr<PlanSetup> prepare_plan(const PlanFlags& flags) {
   planned.bf16 = f.precision == "bf16";
   planned.fp16 = f.precision == "fp16";
   // The dtype the planned config computes in on its device (its activations and collectives).
-  s->compute = train::compute_dtype_for(
-      planned, planned.device.rfind("cuda", 0) == 0 ? DeviceKind::cuda : DeviceKind::cpu);
+  s->compute = train::compute_dtype_for(planned, train::device_kind_of(planned.device));
   const DType compute = s->compute;
   req.base = train::estimate_input_from(
       planned,

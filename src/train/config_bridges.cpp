@@ -48,6 +48,19 @@ offload::NvmeOptions nvme_options_from(const AioConfig& aio, const OffloadConfig
   return o;
 }
 
+bool is_device_name(const std::string& device) {
+  if (device == "cpu" || device == "cuda") return true;
+  if (device.rfind("cuda:", 0) != 0 || device.size() == 5) return false;
+  return std::all_of(device.begin() + 5, device.end(),
+                     [](char ch) { return ch >= '0' && ch <= '9'; });
+}
+
+DeviceKind device_kind_of(const std::string& device) {
+  TZ_CHECK(is_device_name(device), "device '" + device + "' is not cpu, cuda or cuda:N",
+           "use cpu, cuda or cuda:N (N the GPU's index)");
+  return device == "cpu" ? DeviceKind::cpu : DeviceKind::cuda;
+}
+
 DType working_dtype(const TrainConfig& c) {
   return c.bf16 ? DType::bf16 : c.fp16 ? DType::f16 : DType::f32;
 }

@@ -176,8 +176,7 @@ profile::EstimateInput run_estimate_input(const TrainConfig& c, const nn::GPTCon
                   static_cast<size_t>(world.pp), pipeline);
   const Tier tier = checkpoint_tier_of(c.activation_checkpoints);
   // The dtype the run would compute in on the config's device.
-  const DType compute =
-      compute_dtype_for(c, c.device.rfind("cuda", 0) == 0 ? DeviceKind::cuda : DeviceKind::cpu);
+  const DType compute = compute_dtype_for(c, device_kind_of(c.device));
   if (!checkpointing.is_full() || tier == Tier::device) {
     profile::EstimateInput input = estimate_input_from(
         c, units, world,

@@ -13,6 +13,7 @@
 #include "tierzero/core/input_file.hpp"
 #include "tierzero/core/json_text.hpp"
 #include "tierzero/nn/gpt_config.hpp"
+#include "tierzero/train/config_bridges.hpp"
 
 namespace tierzero::train {
 
@@ -499,7 +500,7 @@ void read_tierzero(ConfigReader r, TrainConfig& c) {
       r.fail("pipeline_stages", "holds " + std::to_string(v) + ", not a whole number of blocks");
     c.pipeline_stages.push_back(static_cast<int64_t>(v));
   }
-  if (c.device != "cpu" && c.device != "cuda" && c.device.rfind("cuda:", 0) != 0)
+  if (!is_device_name(c.device))
     r.fail("device", "= \"" + c.device + "\" is not cpu, cuda or cuda:N");
   if (c.seq_len > c.model.context_length)
     r.fail("seq_len", "= " + std::to_string(c.seq_len) + " exceeds model.context_length = " +

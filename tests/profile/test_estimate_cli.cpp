@@ -101,9 +101,14 @@ TEST(EstimateCli, PrecisionAndDeviceFlagsAreTheConfigsKeys) {
   EXPECT_EQ(from_flags.rfind("bf16 bf16 ", 0), 0u) << from_flags;
   EXPECT_EQ(totals("--config " + cfg + " --device cpu").rfind("bf16 fp32 ", 0), 0u);
   EXPECT_EQ(totals("--config " + cfg + " --precision fp32").rfind("fp32 fp32 ", 0), 0u);
-  const RunResult bad = tierzero_cli(base + " --device tpu");
-  EXPECT_EQ(bad.exit_code, 1) << bad.output;
-  EXPECT_NE(bad.output.find("device 'tpu'"), std::string::npos) << bad.output;
+  for (const char* device : {"tpu", "cuda:", "cuda:x", "cudax"}) {
+    const RunResult bad = tierzero_cli(base + " --device " + device);
+    EXPECT_EQ(bad.exit_code, 1) << bad.output;
+    EXPECT_NE(bad.output.find("device '" + std::string(device) + "' is not cpu, cuda or cuda:N"),
+              std::string::npos)
+        << bad.output;
+  }
+  EXPECT_EQ(tierzero_cli(base + " --device cuda:1").exit_code, 0);
 }
 
 TEST(EstimateCli, Stage3OffloadAndLayout) {
@@ -338,6 +343,12 @@ TEST(PlanCli, PlansAndWritesTheAskedPrecision) {
   const RunResult bad = tierzero_cli("plan --model gpt2 --device-mem 3GiB --precision fp8");
   EXPECT_NE(bad.exit_code, 0) << bad.output;
   EXPECT_NE(bad.output.find("--precision"), std::string::npos) << bad.output;
+  // A device no run has is refused before anything is written, not written into the config.
+  const RunResult tpu =
+      tierzero_cli("plan --model gpt2 --device-mem 3GiB --calibration " + cal + " --device tpu");
+  EXPECT_EQ(tpu.exit_code, 1) << tpu.output;
+  EXPECT_NE(tpu.output.find("device 'tpu' is not cpu, cuda or cuda:N"), std::string::npos)
+      << tpu.output;
 }
 
 TEST(PlanCli, NothingFitsIsOneClearError) {

@@ -24,6 +24,11 @@ namespace tierzero::train {
 // The model shape as nn's GPTConfig: validated, V padded to a multiple of 128 unless given.
 nn::GPTConfig gpt_config_from(const ModelShape& shape);
 
+// Whether `device` is a device name the trainer runs on: cpu, cuda or cuda:N (N a decimal index).
+bool is_device_name(const std::string& device);
+// The kind of device it names; an Error naming the value when it names none.
+DeviceKind device_kind_of(const std::string& device);
+
 // The working parameters' type: bf16 or fp16 when enabled, else fp32.
 DType working_dtype(const TrainConfig& config);
 
