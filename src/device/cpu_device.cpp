@@ -19,6 +19,7 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -372,16 +373,34 @@ std::unique_ptr<Device> make_cpu_device(int threads) {
   return std::make_unique<CpuDevice>(threads);
 }
 
-std::unique_ptr<Device> make_device(const std::string& spec, int cpu_threads) {
-  if (spec == "cpu") return make_cpu_device(cpu_threads);
-  if (spec == "cuda") return make_cuda_device(0);
-  if (spec.rfind("cuda:", 0) == 0) {
-    const std::string idx = spec.substr(5);
-    char* end = nullptr;
-    long i = std::strtol(idx.c_str(), &end, 10);
-    if (!idx.empty() && end && *end == '\0' && i >= 0) return make_cuda_device(static_cast<int>(i));
+bool parse_device_name(const std::string& name, DeviceKind* kind, int* cuda_index) {
+  int index = 0;
+  if (name == "cpu") {
+    *kind = DeviceKind::cpu;
+    return true;
   }
-  TZ_THROW("unknown device '" + spec + "'", "use cpu, cuda or cuda:N");
+  if (name != "cuda") {
+    if (name.rfind("cuda:", 0) != 0 || name.size() == 5) return false;
+    long long n = 0;  // digits only (no sign, no space), at most INT_MAX
+    for (size_t i = 5; i < name.size(); ++i) {
+      if (name[i] < '0' || name[i] > '9') return false;
+      n = n * 10 + (name[i] - '0');
+      if (n > std::numeric_limits<int>::max()) return false;
+    }
+    index = static_cast<int>(n);
+  }
+  *kind = DeviceKind::cuda;
+  if (cuda_index != nullptr) *cuda_index = index;
+  return true;
+}
+
+std::unique_ptr<Device> make_device(const std::string& spec, int cpu_threads) {
+  DeviceKind kind = DeviceKind::cpu;
+  int index = 0;
+  TZ_CHECK(parse_device_name(spec, &kind, &index), "unknown device '" + spec + "'",
+           "use cpu, cuda or cuda:N");
+  if (kind == DeviceKind::cpu) return make_cpu_device(cpu_threads);
+  return make_cuda_device(index);
 }
 
 }  // namespace tierzero

@@ -1,11 +1,11 @@
 // TrainConfig to the lower layers' option structs (see config_bridges.hpp).
 #include "tierzero/train/config_bridges.hpp"
 
-#include <algorithm>
 #include <string>
 #include <utility>
 
 #include "tierzero/core/error.hpp"
+#include "tierzero/device/device.hpp"
 #include "tierzero/nn/activation_dims.hpp"
 #include "tierzero/offload/host_pool.hpp"
 #include "tierzero/train/placement_from_config.hpp"
@@ -49,16 +49,15 @@ offload::NvmeOptions nvme_options_from(const AioConfig& aio, const OffloadConfig
 }
 
 bool is_device_name(const std::string& device) {
-  if (device == "cpu" || device == "cuda") return true;
-  if (device.rfind("cuda:", 0) != 0 || device.size() == 5) return false;
-  return std::all_of(device.begin() + 5, device.end(),
-                     [](char ch) { return ch >= '0' && ch <= '9'; });
+  DeviceKind kind = DeviceKind::cpu;
+  return parse_device_name(device, &kind);
 }
 
 DeviceKind device_kind_of(const std::string& device) {
-  TZ_CHECK(is_device_name(device), "device '" + device + "' is not cpu, cuda or cuda:N",
+  DeviceKind kind = DeviceKind::cpu;
+  TZ_CHECK(parse_device_name(device, &kind), "device '" + device + "' is not cpu, cuda or cuda:N",
            "use cpu, cuda or cuda:N (N the GPU's index)");
-  return device == "cpu" ? DeviceKind::cpu : DeviceKind::cuda;
+  return kind;
 }
 
 DType working_dtype(const TrainConfig& c) {

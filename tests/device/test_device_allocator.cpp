@@ -177,3 +177,52 @@ TEST(DeviceAllocator, ReleaseCachedWaitsForWorkStillUsingABlock) {
   EXPECT_EQ(alloc.stats().reserved, 0u);
   EXPECT_NO_THROW(worker->synchronize());
 }
+
+// One reading of a device name (parse_device_name), which the config, the commands' flags and
+// make_device share: cuda:N takes decimal digits only, up to INT_MAX, so no name wraps to
+// another GPU's index or reads a sign or a space.
+TEST(DeviceNames, OneReadingForEveryName) {
+  const struct {
+    const char* name;
+    bool ok;
+    DeviceKind kind;
+    int index;
+  } cases[] = {{"cpu", true, DeviceKind::cpu, 0},
+               {"cuda", true, DeviceKind::cuda, 0},
+               {"cuda:0", true, DeviceKind::cuda, 0},
+               {"cuda:7", true, DeviceKind::cuda, 7},
+               {"cuda:01", true, DeviceKind::cuda, 1},
+               {"cuda:2147483647", true, DeviceKind::cuda, 2147483647},
+               {"", false, DeviceKind::cpu, 0},
+               {"CPU", false, DeviceKind::cpu, 0},
+               {"gpu", false, DeviceKind::cpu, 0},
+               {"cudax", false, DeviceKind::cpu, 0},
+               {"cuda:", false, DeviceKind::cpu, 0},
+               {"cuda:x", false, DeviceKind::cpu, 0},
+               {"cuda:+1", false, DeviceKind::cpu, 0},
+               {"cuda: 1", false, DeviceKind::cpu, 0},
+               {"cuda:-0", false, DeviceKind::cpu, 0},
+               {"cuda:1x", false, DeviceKind::cpu, 0},
+               {"cuda:2147483648", false, DeviceKind::cpu, 0},
+               {"cuda:4294967297", false, DeviceKind::cpu, 0}};
+  for (const auto& c : cases) {
+    DeviceKind kind = DeviceKind::cpu;
+    int index = -1;
+    EXPECT_EQ(parse_device_name(c.name, &kind, &index), c.ok) << "'" << c.name << "'";
+    if (!c.ok) {
+      try {
+        make_device(c.name);
+        ADD_FAILURE() << "make_device('" << c.name << "') did not throw";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(std::string("unknown device '") + c.name + "'"),
+                  std::string::npos)
+            << e.what();
+      }
+      continue;
+    }
+    EXPECT_EQ(kind, c.kind) << c.name;
+    if (kind == DeviceKind::cuda) {
+      EXPECT_EQ(index, c.index) << c.name;
+    }
+  }
+}

@@ -113,7 +113,12 @@ int cuda_device_count(std::string* reason = nullptr);
 // A CUDA device; throws Error when the build has no CUDA or the index is not there.
 std::unique_ptr<Device> make_cuda_device(int index);
 
-// "cpu" or "cuda[:N]".
+// What a device name says: "cpu", "cuda" (index 0) or "cuda:N" (N decimal digits only, at most
+// INT_MAX). False for any other name; `cuda_index` (nullable) is set for CUDA. The one reading of
+// a device name: the config, the commands' flags and make_device all go through it.
+bool parse_device_name(const std::string& name, DeviceKind* kind, int* cuda_index = nullptr);
+
+// "cpu" or "cuda[:N]" (parse_device_name); an Error naming `spec` for any other name.
 std::unique_ptr<Device> make_device(const std::string& spec, int cpu_threads = 0);
 
 }  // namespace tierzero
