@@ -127,7 +127,7 @@ void add_run_options(CLI::App& app, RunFlags& f) {
       ->check(CLI::IsMember({"device", "host", "cpu", "nvme"}));
   app.add_option("--precision", f.precision,
                  "the working parameters' type: fp32, bf16 or fp16 (default: the config's, else "
-                 "fp32)")
+                 "fp32); a config's 16-bit compute_dtype follows it")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app.add_option("--device", f.device,
                  "cpu, cuda or cuda:N: the run's device, whose compute dtype the activations are "
@@ -184,6 +184,9 @@ EstimateSettings resolve_settings(const ModelFlags& model, const WorldFlags& wor
              "use fp32, bf16 or fp16 (the working parameters' type)");
     c.bf16 = run.precision == "bf16";
     c.fp16 = run.precision == "fp16";
+    // A config's 16-bit compute_dtype is its working type's: it follows the new one (fp32 with
+    // fp32 parameters). auto and an explicit fp32 hold for any working type.
+    if (c.compute_dtype != "auto" && c.compute_dtype != "fp32") c.compute_dtype = run.precision;
   }
   if (!run.device.empty()) {
     train::device_kind_of(run.device);  // an Error for a name that is no device
@@ -213,6 +216,9 @@ EstimateSettings resolve_settings(const ModelFlags& model, const WorldFlags& wor
 
   s.sequence_parallel = world.sequence_parallel || (have_config && c.sequence_parallel);
   if (!run.activation_offload.empty()) {
+    const std::string& a = run.activation_offload;  // checked here for the Python binding too
+    TZ_CHECK(a == "device" || a == "host" || a == "cpu" || a == "nvme",
+             "activation offload '" + a + "' is not a tier", "use device, host (cpu) or nvme");
     c.activation_checkpoints.device =
         run.activation_offload == "host" ? "cpu" : run.activation_offload;
     if (c.activation_checkpoints.device != "device") {

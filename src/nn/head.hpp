@@ -7,8 +7,9 @@
 // whose input is gathered first). An untied head (Llama 3 8B) reads its own lmheadw instead,
 // which the Embedding declares in the same unit.
 // When a micro-batch's logits do not fit one chunk (ActivationDims::chunked_logits), the forward
-// only keeps its input, and classify() runs the head, the loss and, in the backward, their
-// gradient chunk of rows by chunk, so no more than one (rows, Vl) block of fp32 logits exists.
+// only keeps its input (fp32; in 16-bit compute the final norm keeps lnf), and classify() runs the
+// head, the loss and, in the backward, their gradient chunk of rows by chunk, so no more than one
+// (rows, Vl) block of fp32 logits exists.
 #pragma once
 
 #include <cstddef>
@@ -30,7 +31,7 @@ class Head final : public Module {
   void forward(ModuleContext& ctx, const float* in, float* out) override;
   // din (S, C) += dout @ wte, dwte += dout^T in, for dout (B, T, Vl). Not with chunked logits.
   void backward(ModuleContext& ctx, const float* dout, float* din) override;
-  // The chunked classifier over the forward's saved input: for each chunk of rows (R =
+  // The chunked classifier over the head's input (input()): for each chunk of rows (R =
   // dims().logits_rows), its logits in ctx.mb.logits() (R, Vl), the chunk's losses, and with
   // dloss (the gradient of each token's loss) the head's backward for those rows: din (S, C) +=,
   // dwte +=. Without dloss (an evaluation) din is unused and ctx.grads may be null.

@@ -109,6 +109,12 @@ TEST(EstimateCli, PrecisionAndDeviceFlagsAreTheConfigsKeys) {
         << bad.output;
   }
   EXPECT_EQ(tierzero_cli(base + " --device cuda:1").exit_code, 0);
+  // A config's 16-bit compute_dtype is its working type's, and follows --precision.
+  const std::string explicit16 = dir() + "/bf16_compute_bf16.json";
+  std::ofstream(explicit16) << R"({"bf16": {"enabled": true}, "tierzero": {"device": "cuda",
+                                   "compute_dtype": "bf16"}})";
+  EXPECT_EQ(totals("--config " + explicit16 + " --precision fp32").rfind("fp32 fp32 ", 0), 0u);
+  EXPECT_EQ(totals("--config " + explicit16 + " --precision fp16").rfind("fp16 fp16 ", 0), 0u);
 }
 
 TEST(EstimateCli, Stage3OffloadAndLayout) {

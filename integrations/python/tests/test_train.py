@@ -222,3 +222,6 @@ def test_estimate_takes_the_precision_device_and_recompute():
     assert full["checkpointing"] and full["recompute"] == "full"
     with pytest.raises(tierzero.Error):
         tierzero.estimate(device="tpu", **base)
+    with pytest.raises(tierzero.Error) as e:
+        tierzero.estimate(activation_offload="hots", **base)
+    assert "activation offload 'hots'" in str(e.value)

@@ -22,7 +22,7 @@ def estimate(**settings):
     offload_param / offload_optimizer ("none", "cpu", "nvme"), their *_ratio, micro_batch, seq,
     checkpointing, recompute ("none", "selective", "full"), activation_offload ("device", "host",
     "nvme"), precision ("fp32", "bf16", "fp16": the working parameters' type), device ("cpu",
-    "cuda": the compute dtype follows it, 16-bit on CUDA with 16-bit parameters).
+    "cuda" or "cuda:N": the compute dtype follows it, 16-bit on CUDA with 16-bit parameters).
     """
     unknown = set(settings) - _KEYS
     if unknown:
