@@ -94,8 +94,7 @@ void print_report(const nlohmann::json& j) {
       c["step_s"].get<double>() * 1e3, c["tokens"].get<double>(), c["tokens_per_s"].get<double>());
   std::printf(
       "    compute %.1f ms (GEMMs %.1f, attention and activation %.1f) + exposed transfer %.1f ms "
-      "(of "
-      "%.1f ms, the rest overlaps compute) + optimizer %.1f ms\n",
+      "(of %.1f ms, the rest overlaps compute) + optimizer %.1f ms\n",
       t["compute_s"].get<double>() * 1e3, t["gemm_s"].get<double>() * 1e3,
       t["other_kernels_s"].get<double>() * 1e3, t["exposed_s"].get<double>() * 1e3,
       t["transfer_s"].get<double>() * 1e3, t["optimizer_s"].get<double>() * 1e3);
