@@ -10,6 +10,7 @@
 #include "tierzero/train/estimate_inputs.hpp"
 #include "tierzero/train/global_batch.hpp"
 #include "tierzero/train/hf_directory.hpp"
+#include "tierzero/train/placement_from_config.hpp"
 
 namespace tierzero::cli {
 
@@ -178,16 +179,7 @@ EstimateSettings resolve_settings(const ModelFlags& model, const WorldFlags& wor
   if (!run.offload_optimizer.empty()) z.offload_optimizer.device = run.offload_optimizer;
   if (run.offload_param_ratio >= 0) z.offload_param.ratio = run.offload_param_ratio;
   if (run.offload_optimizer_ratio >= 0) z.offload_optimizer.ratio = run.offload_optimizer_ratio;
-  if (!run.precision.empty()) {
-    TZ_CHECK(run.precision == "fp32" || run.precision == "bf16" || run.precision == "fp16",
-             "precision '" + run.precision + "' is not one the trainer runs",
-             "use fp32, bf16 or fp16 (the working parameters' type)");
-    c.bf16 = run.precision == "bf16";
-    c.fp16 = run.precision == "fp16";
-    // A config's 16-bit compute_dtype is its working type's: it follows the new one (fp32 with
-    // fp32 parameters). auto and an explicit fp32 hold for any working type.
-    if (c.compute_dtype != "auto" && c.compute_dtype != "fp32") c.compute_dtype = run.precision;
-  }
+  if (!run.precision.empty()) train::set_precision(c, run.precision);
   if (!run.device.empty()) {
     train::device_kind_of(run.device);  // an Error for a name that is no device
     c.device = run.device;
@@ -216,11 +208,10 @@ EstimateSettings resolve_settings(const ModelFlags& model, const WorldFlags& wor
 
   s.sequence_parallel = world.sequence_parallel || (have_config && c.sequence_parallel);
   if (!run.activation_offload.empty()) {
-    const std::string& a = run.activation_offload;  // checked here for the Python binding too
-    TZ_CHECK(a == "device" || a == "host" || a == "cpu" || a == "nvme",
-             "activation offload '" + a + "' is not a tier", "use device, host (cpu) or nvme");
+    // As train reads it (the Python binding's value too: it has no CLI check before it).
+    const Tier tier = train::tier_from_name(run.activation_offload, "--activation-offload");
     c.activation_checkpoints.device =
-        run.activation_offload == "host" ? "cpu" : run.activation_offload;
+        tier == Tier::device ? "device" : train::offload_device_name(tier);
     if (c.activation_checkpoints.device != "device") {
       TZ_CHECK(!s.recompute.is_selective(),
                "--activation-offload " + run.activation_offload + " with selective recompute",

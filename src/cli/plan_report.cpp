@@ -185,14 +185,10 @@ std::unique_ptr<PlanSetup> prepare_plan(const PlanFlags& flags) {
   profile::PlanRequest& req = s->req;
   // The config the plan writes, before its choices: the trainer's defaults on the plan's device,
   // in the asked precision.
-  TZ_CHECK(f.precision == "fp32" || f.precision == "bf16" || f.precision == "fp16",
-           "precision '" + f.precision + "' is not one the trainer runs",
-           "use fp32, bf16 or fp16 (the working parameters' type)");
   train::TrainConfig& planned = s->planned;
   planned = train::TrainConfig::defaults();
   planned.device = f.device;
-  planned.bf16 = f.precision == "bf16";
-  planned.fp16 = f.precision == "fp16";
+  train::set_precision(planned, f.precision);
   // The dtype the planned config computes in on its device (its activations and collectives).
   s->compute = train::compute_dtype_for(planned, train::device_kind_of(planned.device));
   const DType compute = s->compute;

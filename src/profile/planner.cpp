@@ -144,7 +144,7 @@ StepTime predict_step_time(const PlanRequest& req, const Candidate& c) {
       const double read_bytes = c.grads_on_nvme() ? 16.0 : 12.0;  // m, v, master (+ gradient)
       // m, v, master; with 16-bit parameters on NVMe too, their new shard beside the master
       const bool own_shard =
-          c.placement.working != DType::f32 && c.placement.param.tier == Tier::nvme && c.stage == 3;
+          c.placement.working != DType::f32 && c.placement.param.tier == Tier::nvme;
       const double write_bytes = 12.0 + (own_shard ? param_size : 0.0);
       adam = std::max(adam, off_elems * read_bytes / (r.nvme_read_gbps * 1e9) +
                                 off_elems * write_bytes / (r.nvme_write_gbps * 1e9));

@@ -64,6 +64,15 @@ DType working_dtype(const TrainConfig& c) {
   return c.bf16 ? DType::bf16 : c.fp16 ? DType::f16 : DType::f32;
 }
 
+void set_precision(TrainConfig& c, const std::string& precision) {
+  TZ_CHECK(precision == "fp32" || precision == "bf16" || precision == "fp16",
+           "precision '" + precision + "' is not one the trainer runs",
+           "use fp32, bf16 or fp16 (the working parameters' type)");
+  c.bf16 = precision == "bf16";
+  c.fp16 = precision == "fp16";
+  if (c.compute_dtype != "auto" && c.compute_dtype != "fp32") c.compute_dtype = precision;
+}
+
 kernels::MatmulPrecision matmul_precision_for(const TrainConfig& c) {
   if (c.bf16) return kernels::MatmulPrecision::bf16;
   if (c.fp16) return kernels::MatmulPrecision::fp16;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "tierzero/core/dtype.hpp"
@@ -31,6 +32,10 @@ DeviceKind device_kind_of(const std::string& device);
 
 // The working parameters' type: bf16 or fp16 when enabled, else fp32.
 DType working_dtype(const TrainConfig& config);
+// Sets it by name (fp32, bf16 or fp16: the bf16 / fp16 keys, as the commands' --precision); a
+// 16-bit compute_dtype, which is the working type's, follows (fp32 with fp32 parameters), while
+// auto and fp32 hold for any. An Error for another name.
+void set_precision(TrainConfig& config, const std::string& precision);
 
 // How the products run (Kernels::set_matmul_precision): bf16 or fp16 tensor cores with those
 // working parameters, else tf32 when tierzero.tf32 is set, else exact fp32. The CPU backend

@@ -224,4 +224,4 @@ def test_estimate_takes_the_precision_device_and_recompute():
         tierzero.estimate(device="tpu", **base)
     with pytest.raises(tierzero.Error) as e:
         tierzero.estimate(activation_offload="hots", **base)
-    assert "activation offload 'hots'" in str(e.value)
+    assert '--activation-offload = "hots" is not a place for state' in str(e.value)
